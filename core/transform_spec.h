@@ -1,0 +1,56 @@
+// What a pipeline does to each sample after decoding: the augmentation mode,
+// output geometry, layout and element type. A plain value, validated once
+// (ValidateTransformSpec) and const afterwards; safe to share across threads.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace conveyor {
+
+enum class AugmentMode {
+  kTrain,  // RandomResizedCrop + random horizontal flip (torchvision's rules)
+  kEval,   // resize shorter side to resize_size, centre crop output size
+};
+
+enum class Layout { kNCHW, kNHWC };
+enum class DType { kUint8, kFloat32, kFloat16 };
+
+struct TransformSpec {
+  AugmentMode mode = AugmentMode::kTrain;
+  int output_height = 224;
+  int output_width = 224;
+  Layout layout = Layout::kNCHW;
+  DType dtype = DType::kUint8;
+  // Per-channel normalisation applied for float outputs: (x/255 - mean)/std.
+  std::array<float, 3> mean = {0.485f, 0.456f, 0.406f};
+  std::array<float, 3> std = {0.229f, 0.224f, 0.225f};
+  // RandomResizedCrop parameters (train).
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  double flip_probability = 0.5;
+  // Eval: the shorter side is resized to this before the centre crop.
+  int resize_size = 256;
+  // Use libjpeg's DCT-domain scaling (1/2, 1/4, 1/8) when the crop stays at
+  // least the output size after scaling.
+  bool dct_scaling = true;
+  // Images with more pixels than this are refused before any allocation.
+  uint64_t max_pixels = 64ull * 1024 * 1024;
+};
+
+// Bytes of one output sample (3 channels).
+size_t SampleBytes(const TransformSpec& spec);
+size_t ElementSize(DType dtype);
+
+const char* ToString(AugmentMode m);
+const char* ToString(Layout l);
+const char* ToString(DType d);
+
+// Returns InvalidArgument naming the bad field, or OK.
+absl::Status ValidateTransformSpec(const TransformSpec& spec);
+
+}  // namespace conveyor

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that Conveyor's build, tests and benchmarks
+# need. Idempotent: packages already present are skipped, and apt is not
+# touched at all when nothing is missing. Run as root or with sudo.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config
+  # gRPC / protobuf (abseil comes with them)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # decoders
+  libturbojpeg0-dev libjpeg62-turbo-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
+  # logging, config, tests
+  libspdlog-dev libfmt-dev libyaml-cpp-dev catch2
+  # Python client, tests and benchmarks (Debian's interpreter)
+  python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
+  python3-pil python3-torch python3-torchvision python3-matplotlib
+  # test data: cjpeg/jpegtran make progressive and arithmetic-coded JPEGs
+  libjpeg-turbo-progs
+  # memory and process figures in integration tests
+  procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
