@@ -1,0 +1,34 @@
+#include "core/pipeline_config.h"
+
+#include "absl/strings/str_format.h"
+
+namespace conveyor {
+
+const char* ToString(ErrorPolicy p) { return p == ErrorPolicy::kSkip ? "skip" : "fail_fast"; }
+
+absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
+  if (c.name.empty()) return absl::InvalidArgumentError("pipeline name: must not be empty");
+  if (c.dataset == nullptr || c.dataset->size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pipeline %s: dataset is empty", c.name));
+  }
+  if (!(c.max_failure_rate >= 0.0 && c.max_failure_rate <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: max_failure_rate %g must be within [0, 1]", c.name, c.max_failure_rate));
+  }
+  if (c.max_batch_size == 0 || c.max_batch_size > 65536) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: max_batch_size %d must be within [1, 65536]", c.name, c.max_batch_size));
+  }
+  if (c.max_file_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pipeline %s: max_file_bytes must be positive", c.name));
+  }
+  if (absl::Status s = ValidateTransformSpec(c.transform); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pipeline %s: %s", c.name, s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor

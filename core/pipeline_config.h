@@ -1,0 +1,45 @@
+// PipelineConfig: one named pipeline the engine can run streams of — a
+// dataset, the per-sample transform, batch limits and the error policy.
+// Built and validated once (ValidatePipelineConfig), then shared read-only by
+// every stream of the pipeline (thread-safe because immutable).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/dataset_index.h"
+#include "core/transform_spec.h"
+
+namespace conveyor {
+
+enum class ErrorPolicy {
+  // A sample that cannot be read or decoded is left out of its batch and
+  // reported with the batch (the batch comes out short and says so). The
+  // stream ends with an error once more than max_failure_rate of its samples
+  // failed, judged after failure_rate_min_samples samples.
+  kSkip,
+  // The first failing sample (in stream order) ends the stream with an error
+  // naming it; the batches before it are delivered.
+  kFailFast,
+};
+
+const char* ToString(ErrorPolicy p);
+
+struct PipelineConfig {
+  std::string name;
+  std::shared_ptr<const DatasetIndex> dataset;
+  TransformSpec transform;
+  ErrorPolicy error_policy = ErrorPolicy::kSkip;
+  double max_failure_rate = 0.05;
+  uint64_t failure_rate_min_samples = 256;
+  uint32_t max_batch_size = 1024;
+  // Files larger than this are refused by the fetch stage.
+  uint64_t max_file_bytes = 64ull << 20;
+};
+
+// InvalidArgument naming the bad field, or OK.
+absl::Status ValidatePipelineConfig(const PipelineConfig& config);
+
+}  // namespace conveyor

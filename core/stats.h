@@ -1,0 +1,83 @@
+// Pipeline statistics: what each stage did and what it waited for, enough to
+// name the bottleneck stage. Snapshots are plain values (thread-safe to copy);
+// StageClock is a small accumulator used under the engine's lock.
+//
+// Stages, in data-flow order:
+//   sample  — computes the epoch order of a stream (once per epoch)
+//   fetch   — reads sample files into buffers
+//   decode  — decodes and augments one sample straight into its batch slot
+//   collate — completes batches (compacts out failed samples) and emits them
+//             in order; waits for output space when the consumer holds every
+//             slot of the stream (backpressure)
+//   deliver — the consumer: batches ready but not yet taken
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace conveyor {
+
+enum class Stage { kSample = 0, kFetch, kDecode, kCollate, kDeliver };
+inline constexpr int kNumStages = 5;
+const char* ToString(Stage s);
+
+struct StageStats {
+  std::string name;
+  uint64_t items_in = 0;
+  uint64_t items_out = 0;
+  uint64_t failures = 0;
+  uint64_t busy_ns = 0;          // summed task time of workers in this stage
+  uint64_t wait_input_ns = 0;    // time with no input to work on (starved)
+  uint64_t wait_output_ns = 0;   // time with input but no space to put output
+  uint64_t queue_size = 0;       // items waiting in front of this stage now
+  uint64_t queue_capacity = 0;   // bound of that queue (0: not a queue)
+  uint64_t in_flight = 0;        // tasks of this stage running now
+};
+
+struct StreamStats {
+  uint64_t stream_id = 0;
+  std::string pipeline;
+  uint64_t batches_emitted = 0;
+  uint64_t samples_emitted = 0;
+  uint64_t samples_failed = 0;
+  uint64_t slots_total = 0;
+  uint64_t slots_held_by_consumer = 0;
+  uint64_t elapsed_ns = 0;
+  std::array<StageStats, kNumStages> stages;
+};
+
+struct EngineStats {
+  int num_threads = 0;
+  uint64_t uptime_ns = 0;
+  uint64_t streams_open = 0;
+  uint64_t streams_total = 0;
+  // Sums over all streams, open and finished.
+  std::array<StageStats, kNumStages> stages;
+  std::vector<StreamStats> streams;  // open streams only
+};
+
+// The stage with the largest busy time per worker-second, or kDeliver when
+// producers mostly wait for the consumer to free slots. A heuristic for humans.
+Stage Bottleneck(const std::array<StageStats, kNumStages>& stages);
+
+// Accumulates how long a stage spent starved / blocked. REQUIRES external
+// synchronisation (the engine's lock).
+class StageClock {
+ public:
+  enum State { kActive = 0, kStarved, kBlocked };
+  void Set(State s, uint64_t now_ns);
+  // Adds the time spent in the current state up to now.
+  void AddTo(StageStats* stats, uint64_t now_ns) const;
+
+ private:
+  State state_ = kActive;
+  uint64_t since_ns_ = 0;
+  uint64_t starved_ns_ = 0;
+  uint64_t blocked_ns_ = 0;
+};
+
+uint64_t MonotonicNanos();
+
+}  // namespace conveyor

@@ -1,0 +1,121 @@
+// Stream: one ordered sequence of batches of a pipeline for one consumer
+// (a rank of a training job), produced by the engine's shared worker pool.
+//
+// Batch k of an epoch holds this rank's samples kB … kB+B−1 of that epoch
+// (see core/sampler.h for which samples a rank gets), less the samples that
+// failed under ErrorPolicy::kSkip. Every batch is written into one slot of the
+// stream's SlotArena; the consumer owns the slot from TryNext/Next until it
+// calls Release(slot). The stream never holds more slots than
+// StreamOptions::num_slots: when the consumer holds them all, the stream's
+// work stops (backpressure) while other streams go on.
+//
+// Thread-safety: all methods are safe to call concurrently from any thread.
+// The ready callback is invoked without any engine lock held, from a worker
+// or from the thread calling Release/Cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/batch_layout.h"
+#include "core/pipeline_config.h"
+#include "core/slot_arena.h"
+#include "core/stats.h"
+
+namespace conveyor {
+
+struct StreamOptions {
+  uint32_t batch_size = 64;
+  uint64_t seed = 0;
+  uint64_t first_epoch = 0;
+  uint64_t num_epochs = 1;  // 0: endless
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  bool shuffle = true;
+  // Sampler remainder rule (core/sampler.h): pad by wrapping, or drop.
+  bool drop_last = false;
+  // Batches the stream may hold at once (in production, ready, or held by the
+  // consumer): the consumer's credits. Bounds the stream's memory.
+  uint32_t num_slots = 4;
+  // Resume: samples of first_epoch that this rank already consumed.
+  uint64_t start_sample = 0;
+  // Put slots in a memfd that can be handed to another process.
+  bool shareable_memory = false;
+};
+
+struct SampleFailure {
+  uint64_t sample_index = 0;  // index in the dataset
+  std::string path;           // relative path in the dataset
+  std::string reason;
+};
+
+struct BatchInfo {
+  uint64_t sequence = 0;        // 0, 1, 2, … over the whole stream
+  uint64_t epoch = 0;
+  uint64_t batch_in_epoch = 0;  // k
+  uint64_t position = 0;        // this rank's samples of `epoch` covered through this batch
+  uint64_t epoch_samples = 0;   // this rank's samples in the epoch
+  uint32_t slot = 0;
+  uint32_t num_samples = 0;     // images in the slot (batch_size less failures, or a short last batch)
+  bool end_of_epoch = false;    // the last batch of its epoch
+  std::vector<SampleFailure> failures;
+};
+
+class Scheduler;
+struct StreamState;
+
+class Stream {
+ public:
+  ~Stream();  // cancels the stream if it is still running
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  uint64_t id() const;
+  const PipelineConfig& pipeline() const;
+  const StreamOptions& options() const;
+  const BatchLayout& layout() const;
+  const SlotArena& arena() const;
+  uint64_t samples_per_epoch() const;  // this rank's
+  uint64_t batches_in_epoch(uint64_t epoch) const;
+
+  enum class Poll { kBatch, kNotReady, kEnd, kError };
+  // Non-blocking. kBatch fills *batch (the consumer now holds batch->slot);
+  // kError fills *error (the stream failed or was cancelled).
+  Poll TryNext(BatchInfo* batch, absl::Status* error);
+
+  // Blocks until a batch is ready (returned), the stream ended (nullopt), it
+  // failed or was cancelled (error), or the timeout passed (DeadlineExceeded).
+  absl::StatusOr<std::optional<BatchInfo>> Next(absl::Duration timeout = absl::InfiniteDuration());
+
+  // Returns a slot the consumer holds. InvalidArgument if it does not hold it.
+  absl::Status Release(uint32_t slot);
+
+  // Stops the stream: no new work, in-flight work is dropped, waiters wake
+  // with `why`. Idempotent.
+  void Cancel(absl::Status why = absl::CancelledError("stream cancelled"));
+
+  // `cb` runs whenever TryNext may return something new. Set it before
+  // consuming; it replaces any earlier callback.
+  void SetReadyCallback(std::function<void()> cb);
+
+  StreamStats Stats() const;
+
+ private:
+  friend class Engine;
+  Stream(std::shared_ptr<Scheduler> scheduler, std::shared_ptr<StreamState> state);
+
+  std::shared_ptr<Scheduler> scheduler_;
+  std::shared_ptr<StreamState> state_;
+};
+
+// REQUIRES: a valid pipeline. InvalidArgument / OutOfRange naming the field.
+absl::Status ValidateStreamOptions(const PipelineConfig& pipeline, const StreamOptions& options);
+
+}  // namespace conveyor

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds Conveyor into BUILD_DIR (default ./build), Release,
+# with ccache when present. Incremental: re-running rebuilds only what changed.
+# Extra arguments are passed to cmake's configure step.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+JOBS="${JOBS:-$(nproc)}"
+GEN=()
+if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+elif [ $# -gt 0 ]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" "$@"
+fi
+cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -1,0 +1,90 @@
+// Test helpers: write small JPEG files (noise + gradients, so they are not
+// trivially flat) and ImageFolder trees into a temporary directory. Used by
+// engine tests. Not thread-safe (tests call it from the main thread).
+#pragma once
+
+#include <stdio.h>
+#include <jpeglib.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace conveyor::testing {
+
+inline std::vector<uint8_t> EncodeNoiseJpeg(int w, int h, uint64_t seed, int quality = 90) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  Rng rng(seed);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const int base = (x * 255 / w + y * 255 / h * (c + 1)) % 256;
+        const int noise = static_cast<int>(rng.Below(64)) - 32;
+        rgb[(static_cast<size_t>(y) * w + x) * 3 + c] =
+            static_cast<uint8_t>(std::clamp(base + noise, 0, 255));
+      }
+    }
+  }
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  jpeg_mem_dest(&cinfo, &out, &out_size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = &rgb[static_cast<size_t>(cinfo.next_scanline) * w * 3];
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<uint8_t> bytes(out, out + out_size);
+  free(out);
+  return bytes;
+}
+
+inline void WriteFile(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
+  std::filesystem::create_directories(p.parent_path());
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A temporary directory removed on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "conveyor-test-XXXXXX").string();
+    path_ = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// root/class_<c>/img_<i>.jpg with sizes varying around (w, h).
+inline void MakeImageFolder(const std::filesystem::path& root, int classes, int per_class, int w = 96,
+                            int h = 72) {
+  for (int c = 0; c < classes; ++c) {
+    for (int i = 0; i < per_class; ++i) {
+      const int ww = w + (i % 3) * 8, hh = h + (c % 2) * 8;
+      WriteFile(root / ("class_" + std::to_string(c)) / ("img_" + std::to_string(1000 + i) + ".jpg"),
+                EncodeNoiseJpeg(ww, hh, static_cast<uint64_t>(c * 1000 + i)));
+    }
+  }
+}
+
+}  // namespace conveyor::testing
