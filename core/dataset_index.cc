@@ -1,0 +1,379 @@
+// Loading of the dataset index (ImageFolder trees, list files) into its
+// compact arena form. See dataset_index.h.
+#include "core/dataset_index.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/unique_fd.h"
+
+namespace conveyor {
+namespace {
+
+// Owns a DIR* stream.
+struct DirCloser {
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+using UniqueDir = std::unique_ptr<DIR, DirCloser>;
+
+// Debian's abseil has its own string_view type (not std::string_view).
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
+}
+
+// Strips trailing '/' (keeping a lone "/").
+std::string NormalizeRoot(std::string root) {
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
+
+// The directory part of `path` ("." when it has none).
+std::string DirName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// OK when `path` is an existing directory; NotFound / InvalidArgument else.
+absl::Status CheckDirectory(const std::string& path, absl::string_view role) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      return absl::NotFoundError(absl::StrCat(role, " '", path, "' does not exist"));
+    }
+    return ErrnoStatus(err, absl::StrCat("cannot stat ", role), path);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(role, " '", path, "' is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the whole file into a string with as few read() calls as possible.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("list file '", path, "' does not exist"));
+    }
+    return ErrnoStatus(err, "cannot open list file", path);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat list file", path);
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("list file '", path, "' is a directory"));
+  }
+  std::string data;
+  // Regular files: st_size + 1 so the read that sees EOF needs no growth;
+  // pipes and the like report 0, so grow as needed.
+  const size_t capacity = st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 64 * 1024;
+  data.resize(capacity);
+  size_t filled = 0;
+  for (;;) {
+    if (filled == data.size()) data.resize(data.size() * 2);
+    const ssize_t n = ::read(fd.get(), data.data() + filled, data.size() - filled);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read list file", path);
+    }
+    if (n == 0) break;
+    filled += static_cast<size_t>(n);
+  }
+  data.resize(filled);
+  return data;
+}
+
+enum class EntryType { kDirectory, kRegular, kOther };
+
+// The type of directory entry `name` in `dir_path`, following symlinks.
+EntryType TypeOf(const std::string& dir_path, const struct dirent* entry) {
+  switch (entry->d_type) {
+    case DT_DIR:
+      return EntryType::kDirectory;
+    case DT_REG:
+      return EntryType::kRegular;
+    case DT_LNK:
+    case DT_UNKNOWN:
+      break;  // need stat(): follow the link / the file system gave no type
+    default:
+      return EntryType::kOther;
+  }
+  struct stat st;
+  const std::string full = absl::StrCat(dir_path, "/", entry->d_name);
+  if (::stat(full.c_str(), &st) != 0) return EntryType::kOther;  // dangling link
+  if (S_ISDIR(st.st_mode)) return EntryType::kDirectory;
+  if (S_ISREG(st.st_mode)) return EntryType::kRegular;
+  return EntryType::kOther;
+}
+
+// Lists the non-hidden entries of `dir_path` of type `want`, sorted by bytes.
+// Names for which `keep` is false are skipped before any stat().
+template <typename Keep>
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir_path,
+                                                       EntryType want, Keep keep) {
+  UniqueDir dir(::opendir(dir_path.c_str()));
+  if (dir == nullptr) return ErrnoStatus(errno, "cannot open directory", dir_path);
+  std::vector<std::string> names;
+  for (;;) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(dir.get());
+    if (entry == nullptr) {
+      if (errno != 0) return ErrnoStatus(errno, "cannot read directory", dir_path);
+      break;
+    }
+    const std::string_view name(entry->d_name);
+    if (name.empty() || name[0] == '.') continue;  // hidden, "." and ".."
+    if (!keep(name)) continue;
+    if (TypeOf(dir_path, entry) != want) continue;
+    names.emplace_back(name);
+  }
+  std::sort(names.begin(), names.end());  // std::string compares as unsigned bytes
+  return names;
+}
+
+// Parses a non-negative decimal int32 (digits only). False when malformed.
+bool ParseLabel(std::string_view text, int32_t* label) {
+  if (text.empty() || text.size() > 10) return false;
+  int64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value > std::numeric_limits<int32_t>::max()) return false;
+  *label = static_cast<int32_t>(value);
+  return true;
+}
+
+bool IsBlank(std::string_view line) {
+  return line.find_first_not_of(" \t") == std::string_view::npos;
+}
+
+// For error messages: the text, cut to a readable length.
+std::string Quote(std::string_view text) {
+  constexpr size_t kMax = 60;
+  if (text.size() <= kMax) return absl::StrCat("'", Sv(text), "'");
+  return absl::StrCat("'", Sv(text.substr(0, kMax)), "...'");
+}
+
+}  // namespace
+
+absl::Status ValidateRelativePath(std::string_view path) {
+  if (path.empty()) return absl::InvalidArgumentError("empty path");
+  if (path.front() == '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("absolute path ", Quote(path), " refused (paths are relative to root)"));
+  }
+  if (path.find('\0') != std::string_view::npos) {
+    return absl::InvalidArgumentError("path contains a NUL byte");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    if (path.substr(start, end - start) == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path ", Quote(path), " has a '..' component (it would escape root)"));
+    }
+    start = end + 1;
+  }
+  return absl::OkStatus();
+}
+
+bool HasImageExtension(std::string_view file_name) {
+  static constexpr std::string_view kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".pgm",
+                                                     ".bmp", ".tif",  ".tiff", ".webp"};
+  const size_t dot = file_name.find_last_of('.');
+  if (dot == std::string_view::npos) return false;
+  const std::string_view ext = file_name.substr(dot);
+  for (const std::string_view candidate : kExtensions) {
+    if (absl::EqualsIgnoreCase(Sv(ext), Sv(candidate))) return true;
+  }
+  return false;
+}
+
+std::string DatasetIndex::FullPath(size_t i) const {
+  const std::string_view rel = relative_path(i);
+  std::string full;
+  full.reserve(root_.size() + 1 + rel.size());
+  full.append(root_);
+  if (full.empty() || full.back() != '/') full.push_back('/');
+  full.append(rel);
+  return full;
+}
+
+size_t DatasetIndex::MemoryBytes() const {
+  size_t bytes = sizeof(*this) + root_.capacity() + arena_.capacity() +
+                 offsets_.capacity() * sizeof(uint64_t) + labels_.capacity() * sizeof(int32_t) +
+                 class_names_.capacity() * sizeof(std::string);
+  for (const std::string& name : class_names_) bytes += name.capacity();
+  return bytes;
+}
+
+absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::Finish(
+    std::unique_ptr<DatasetIndex> index) {
+  int64_t max_label = -1;
+  for (const int32_t label : index->labels_) max_label = std::max<int64_t>(max_label, label);
+  if (index->class_names_.empty()) {
+    index->num_classes_ = static_cast<size_t>(max_label + 1);
+  } else {
+    if (max_label >= static_cast<int64_t>(index->class_names_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", max_label, " is out of range for ",
+                                                     index->class_names_.size(), " class names"));
+    }
+    index->num_classes_ = index->class_names_.size();
+  }
+  index->arena_.shrink_to_fit();
+  index->offsets_.shrink_to_fit();
+  index->labels_.shrink_to_fit();
+  return std::shared_ptr<const DatasetIndex>(std::move(index));
+}
+
+absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolder(
+    const std::string& root_arg) {
+  const std::string root = NormalizeRoot(root_arg);
+  if (absl::Status s = CheckDirectory(root, "dataset root"); !s.ok()) return s;
+
+  absl::StatusOr<std::vector<std::string>> classes =
+      ListDirectory(root, EntryType::kDirectory, [](std::string_view) { return true; });
+  if (!classes.ok()) return classes.status();
+  if (classes->empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset root '", root, "' has no class folders (expected root/<class>/<file>)"));
+  }
+
+  std::unique_ptr<DatasetIndex> index(new DatasetIndex());
+  index->root_ = root;
+  index->offsets_.push_back(0);
+  for (size_t label = 0; label < classes->size(); ++label) {
+    const std::string& class_name = (*classes)[label];
+    if (label > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat("too many class folders in '", root, "'"));
+    }
+    const std::string class_dir = absl::StrCat(root, "/", class_name);
+    absl::StatusOr<std::vector<std::string>> files =
+        ListDirectory(class_dir, EntryType::kRegular, HasImageExtension);
+    if (!files.ok()) return files.status();
+    for (const std::string& file : *files) {
+      index->arena_.append(class_name);
+      index->arena_.push_back('/');
+      index->arena_.append(file);
+      index->offsets_.push_back(index->arena_.size());
+      index->labels_.push_back(static_cast<int32_t>(label));
+    }
+  }
+  if (index->labels_.empty()) {
+    return absl::NotFoundError(absl::StrCat("dataset root '", root, "' has ", classes->size(),
+                                            " class folders but no image files"));
+  }
+  index->class_names_ = *std::move(classes);
+  return Finish(std::move(index));
+}
+
+absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
+    const std::string& list_path, const std::string& root_arg) {
+  absl::StatusOr<std::string> data = ReadWholeFile(list_path);
+  if (!data.ok()) return data.status();
+  const std::string root = NormalizeRoot(root_arg.empty() ? DirName(list_path) : root_arg);
+  if (absl::Status s = CheckDirectory(root, "dataset root"); !s.ok()) return s;
+
+  std::unique_ptr<DatasetIndex> index(new DatasetIndex());
+  index->root_ = root;
+
+  // One pass to count lines so the offset and label arrays are sized exactly.
+  std::string& buf = *data;
+  size_t lines = 1;
+  for (const char* p = buf.data(), *end = buf.data() + buf.size();
+       (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) != nullptr; ++p) {
+    ++lines;
+  }
+  index->offsets_.reserve(lines + 1);
+  index->labels_.reserve(lines);
+  index->offsets_.push_back(0);
+
+  // Parse, moving each path to the front of the buffer (it never overtakes
+  // the read position), so the buffer itself becomes the arena.
+  size_t write = 0;
+  size_t line_start = 0;
+  size_t line_number = 0;
+  while (line_start < buf.size()) {
+    ++line_number;
+    const char* nl =
+        static_cast<const char*>(std::memchr(buf.data() + line_start, '\n', buf.size() - line_start));
+    const size_t line_end = nl == nullptr ? buf.size() : static_cast<size_t>(nl - buf.data());
+    std::string_view line(buf.data() + line_start, line_end - line_start);
+    const size_t next_start = line_end + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || line.front() == '#' || IsBlank(line)) {
+      line_start = next_start;
+      continue;
+    }
+    auto bad_line = [&](absl::string_view reason) {
+      return absl::InvalidArgumentError(absl::StrCat(list_path, ":", line_number, ": ", reason));
+    };
+    const size_t tab = line.find('\t');
+    if (tab == std::string_view::npos) {
+      return bad_line("missing tab between path and label (expected 'relative/path<TAB>label')");
+    }
+    const std::string_view path = line.substr(0, tab);
+    const std::string_view label_text = line.substr(tab + 1);
+    if (absl::Status s = ValidateRelativePath(path); !s.ok()) return bad_line(s.message());
+    int32_t label = 0;
+    if (!ParseLabel(label_text, &label)) {
+      return bad_line(absl::StrCat("label ", Quote(label_text),
+                                   " is not a non-negative integer that fits int32"));
+    }
+    std::memmove(buf.data() + write, path.data(), path.size());
+    write += path.size();
+    index->offsets_.push_back(write);
+    index->labels_.push_back(label);
+    line_start = next_start;
+  }
+  if (index->labels_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("list file '", list_path, "' has no entries"));
+  }
+  buf.resize(write);
+  index->arena_ = std::move(buf);
+  return Finish(std::move(index));
+}
+
+absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::FromEntries(
+    const std::string& root, const std::vector<Entry>& entries,
+    std::vector<std::string> class_names) {
+  std::unique_ptr<DatasetIndex> index(new DatasetIndex());
+  index->root_ = NormalizeRoot(root);
+  index->offsets_.reserve(entries.size() + 1);
+  index->labels_.reserve(entries.size());
+  index->offsets_.push_back(0);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (absl::Status s = ValidateRelativePath(e.relative_path); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", i, ": ", s.message()));
+    }
+    if (e.label < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", i, ": negative label ", e.label));
+    }
+    index->arena_.append(e.relative_path);
+    index->offsets_.push_back(index->arena_.size());
+    index->labels_.push_back(e.label);
+  }
+  if (index->labels_.empty()) return absl::InvalidArgumentError("no entries");
+  index->class_names_ = std::move(class_names);
+  return Finish(std::move(index));
+}
+
+}  // namespace conveyor

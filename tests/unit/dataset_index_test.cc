@@ -1,0 +1,260 @@
+// Tests of the dataset index (core/dataset_index.h): ImageFolder trees and
+// list files built in a temporary directory.
+#include "core/dataset_index.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace conveyor {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* tmp = getenv("TMPDIR");
+    std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/dataset_index_test.XXXXXX";
+    REQUIRE(mkdtemp(templ.data()) != nullptr);
+    path_ = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+  // Creates root/rel (and its parent folders) holding `content`.
+  std::string Write(const std::string& rel, const std::string& content = "x") const {
+    const fs::path full = fs::path(path_) / rel;
+    fs::create_directories(full.parent_path());
+    std::ofstream(full, std::ios::binary) << content;
+    return full.string();
+  }
+  void MakeDir(const std::string& rel) const { fs::create_directories(fs::path(path_) / rel); }
+
+ private:
+  std::string path_;
+};
+
+std::string Message(const absl::Status& s) { return std::string(s.message()); }
+
+TEST_CASE("ImageFolder: labels from sorted class names, files sorted", "[dataset]") {
+  TempDir dir;
+  dir.Write("zebra/b.jpg");
+  dir.Write("zebra/a.JPEG");
+  dir.Write("ant/2.png");
+  dir.Write("ant/10.jpeg");
+  dir.Write("Bee/x.JpG");
+  auto index = DatasetIndex::LoadImageFolder(dir.path() + "/");
+  REQUIRE(index.ok());
+  const DatasetIndex& d = **index;
+  REQUIRE(d.class_names() == std::vector<std::string>{"Bee", "ant", "zebra"});  // byte order
+  REQUIRE(d.num_classes() == 3);
+  REQUIRE(d.size() == 5);
+  CHECK(d.root() == dir.path());
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"Bee/x.JpG", 0}, {"ant/10.jpeg", 1}, {"ant/2.png", 1}, {"zebra/a.JPEG", 2}, {"zebra/b.jpg", 2}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CHECK(d.relative_path(i) == expected[i].first);
+    CHECK(d.label(i) == expected[i].second);
+  }
+  CHECK(d.FullPath(0) == dir.path() + "/Bee/x.JpG");
+}
+
+TEST_CASE("ImageFolder: skips non-images, hidden files, nested folders, stray files",
+          "[dataset]") {
+  TempDir dir;
+  dir.Write("cat/ok.jpg");
+  dir.Write("cat/notes.txt");
+  dir.Write("cat/noext");
+  dir.Write("cat/.hidden.jpg");
+  dir.Write("cat/nested/deep.jpg");
+  dir.Write(".hiddenclass/a.jpg");
+  dir.Write("readme.jpg");  // file directly under root: not a class
+  fs::create_symlink(dir.path() + "/cat/ok.jpg", dir.path() + "/cat/link.jpg");
+  fs::create_symlink(dir.path() + "/missing.jpg", dir.path() + "/cat/dangling.jpg");
+  auto index = DatasetIndex::LoadImageFolder(dir.path());
+  REQUIRE(index.ok());
+  const DatasetIndex& d = **index;
+  REQUIRE(d.class_names() == std::vector<std::string>{"cat"});
+  REQUIRE(d.size() == 2);
+  CHECK(d.relative_path(0) == "cat/link.jpg");  // symlink to a regular file is followed
+  CHECK(d.relative_path(1) == "cat/ok.jpg");
+}
+
+TEST_CASE("ImageFolder: an empty class keeps its label", "[dataset]") {
+  TempDir dir;
+  dir.Write("a/1.jpg");
+  dir.MakeDir("b");
+  dir.Write("c/1.jpg");
+  auto index = DatasetIndex::LoadImageFolder(dir.path());
+  REQUIRE(index.ok());
+  CHECK((*index)->num_classes() == 3);
+  REQUIRE((*index)->size() == 2);
+  CHECK((*index)->label(0) == 0);
+  CHECK((*index)->label(1) == 2);
+}
+
+TEST_CASE("ImageFolder: errors name the path", "[dataset]") {
+  TempDir dir;
+  SECTION("missing root") {
+    auto index = DatasetIndex::LoadImageFolder(dir.path() + "/nope");
+    REQUIRE(index.status().code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(Message(index.status()), Catch::Contains(dir.path() + "/nope"));
+  }
+  SECTION("root is a file") {
+    const std::string file = dir.Write("file.jpg");
+    auto index = DatasetIndex::LoadImageFolder(file);
+    REQUIRE(index.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(Message(index.status()), Catch::Contains(file));
+  }
+  SECTION("no class folders") {
+    dir.Write("stray.jpg");
+    auto index = DatasetIndex::LoadImageFolder(dir.path());
+    REQUIRE(index.status().code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(Message(index.status()), Catch::Contains("no class folders"));
+    CHECK_THAT(Message(index.status()), Catch::Contains(dir.path()));
+  }
+  SECTION("no images") {
+    dir.Write("a/readme.txt");
+    dir.MakeDir("b");
+    auto index = DatasetIndex::LoadImageFolder(dir.path());
+    REQUIRE(index.status().code() == absl::StatusCode::kNotFound);
+    CHECK_THAT(Message(index.status()), Catch::Contains("no image files"));
+    CHECK_THAT(Message(index.status()), Catch::Contains(dir.path()));
+  }
+}
+
+TEST_CASE("HasImageExtension is case-insensitive", "[dataset]") {
+  CHECK(HasImageExtension("a.jpg"));
+  CHECK(HasImageExtension("a.JPEG"));
+  CHECK(HasImageExtension("a.b.Png"));
+  CHECK(HasImageExtension("x.webp"));
+  CHECK_FALSE(HasImageExtension("a.jpg.txt"));
+  CHECK_FALSE(HasImageExtension("jpg"));
+  CHECK_FALSE(HasImageExtension("a.jp"));
+}
+
+TEST_CASE("List file: good file with comments, blank lines, CRLF", "[dataset]") {
+  TempDir dir;
+  const std::string list = dir.Write(
+      "train.txt",
+      "# header comment\n"
+      "n01/a b.JPEG\t3\n"
+      "\n"
+      "   \t \n"
+      "n02/c.jpg\t0\r\n"
+      "#n03/skipped.jpg\t1\n"
+      "n02/sub/d.jpg\t12");  // no final newline
+  auto index = DatasetIndex::LoadListFile(list);
+  REQUIRE(index.ok());
+  const DatasetIndex& d = **index;
+  REQUIRE(d.size() == 3);
+  CHECK(d.root() == dir.path());  // default root: the list file's directory
+  CHECK(d.relative_path(0) == "n01/a b.JPEG");
+  CHECK(d.label(0) == 3);
+  CHECK(d.relative_path(1) == "n02/c.jpg");
+  CHECK(d.label(1) == 0);
+  CHECK(d.relative_path(2) == "n02/sub/d.jpg");
+  CHECK(d.label(2) == 12);
+  CHECK(d.num_classes() == 13);
+  CHECK(d.class_names().empty());
+  CHECK(d.FullPath(1) == dir.path() + "/n02/c.jpg");
+}
+
+TEST_CASE("List file: explicit root", "[dataset]") {
+  TempDir dir;
+  dir.MakeDir("images");
+  const std::string list = dir.Write("lists/val.txt", "x.jpg\t1\n");
+  auto index = DatasetIndex::LoadListFile(list, dir.path() + "/images");
+  REQUIRE(index.ok());
+  CHECK((*index)->FullPath(0) == dir.path() + "/images/x.jpg");
+  auto missing = DatasetIndex::LoadListFile(list, dir.path() + "/nope");
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("List file: bad lines give file:line and the reason", "[dataset]") {
+  TempDir dir;
+  struct Case {
+    std::string line;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"a.jpg 3", "missing tab"},
+      {"a.jpg\t-1", "non-negative integer"},
+      {"a.jpg\tcat", "non-negative integer"},
+      {"a.jpg\t", "non-negative integer"},
+      {"a.jpg\t1\textra", "non-negative integer"},
+      {"a.jpg\t99999999999", "non-negative integer"},
+      {"/etc/passwd\t1", "absolute path"},
+      {"../secret.jpg\t1", "'..'"},
+      {"a/../../b.jpg\t1", "'..'"},
+      {"\t1", "empty path"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.line);
+    const std::string list = dir.Write("bad.txt", "# comment\nok.jpg\t0\n" + c.line + "\n");
+    auto index = DatasetIndex::LoadListFile(list);
+    REQUIRE(index.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(Message(index.status()), Catch::Contains(list + ":3: "));
+    CHECK_THAT(Message(index.status()), Catch::Contains(c.reason));
+  }
+}
+
+TEST_CASE("List file: '..' inside a name is fine, missing and empty files are errors",
+          "[dataset]") {
+  TempDir dir;
+  const std::string ok = dir.Write("ok.txt", "a..b/c...jpg\t1\n");
+  auto index = DatasetIndex::LoadListFile(ok);
+  REQUIRE(index.ok());
+  CHECK((*index)->relative_path(0) == "a..b/c...jpg");
+
+  auto missing = DatasetIndex::LoadListFile(dir.path() + "/none.txt");
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(Message(missing.status()), Catch::Contains(dir.path() + "/none.txt"));
+
+  const std::string empty = dir.Write("empty.txt", "# nothing\n\n");
+  auto none = DatasetIndex::LoadListFile(empty);
+  CHECK(none.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(Message(none.status()), Catch::Contains("no entries"));
+}
+
+TEST_CASE("FromEntries validates paths and labels", "[dataset]") {
+  auto good = DatasetIndex::FromEntries("/data/", {{"a/1.jpg", 1}, {"b/2.jpg", 0}}, {"a", "b"});
+  REQUIRE(good.ok());
+  CHECK((*good)->FullPath(0) == "/data/a/1.jpg");
+  CHECK((*good)->num_classes() == 2);
+  CHECK_FALSE(DatasetIndex::FromEntries("/d", {{"a.jpg", -1}}).ok());
+  CHECK_FALSE(DatasetIndex::FromEntries("/d", {{"../a.jpg", 0}}).ok());
+  CHECK_FALSE(DatasetIndex::FromEntries("/d", {{"a.jpg", 2}}, {"a", "b"}).ok());
+  CHECK_FALSE(DatasetIndex::FromEntries("/d", {}).ok());
+}
+
+TEST_CASE("MemoryBytes is close to the path bytes plus 12 bytes per entry", "[dataset]") {
+  TempDir dir;
+  std::string content;
+  size_t path_bytes = 0;
+  const size_t n = 10000;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string path = "n0144" + std::to_string(i % 100) + "/img_" + std::to_string(i) + ".JPEG";
+    path_bytes += path.size();
+    content += path + "\t" + std::to_string(i % 100) + "\n";
+  }
+  const std::string list = dir.Write("big.txt", content);
+  auto index = DatasetIndex::LoadListFile(list);
+  REQUIRE(index.ok());
+  REQUIRE((*index)->size() == n);
+  const size_t bytes = (*index)->MemoryBytes();
+  CHECK(bytes >= path_bytes + n * 12);
+  CHECK(bytes <= path_bytes + n * 12 + 4096);
+}
+
+}  // namespace
+}  // namespace conveyor
