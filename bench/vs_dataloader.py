@@ -1,0 +1,873 @@
+#!/usr/bin/python3
+"""Conveyor vs PyTorch DataLoader: images/s, CPU per image, memory, time to first batch.
+
+    /usr/bin/python3 bench/vs_dataloader.py --data DIR [--images 2000] [--build DIR]
+        [--epochs 3] [--warmup-epochs 1] [--rounds 3] [--workers 1,2,NCORES]
+        [--threads NCORES] [--batch-size 64] [--credits 4]
+        [--json-out FILE.json] [--chart-out FILE.png] [--only KINDS] [--quick]
+
+The same work for every contender, on an ImageFolder tree of JPEGs (made with
+bench/gen_imagenet_like.py when DIR does not exist): read -> decode ->
+RandomResizedCrop(224) -> RandomHorizontalFlip -> uint8 CHW, batches of 64,
+shuffled, timed full epochs after a warm-up epoch (files in the page cache).
+
+Contenders (each in its own process tree, started fresh for every round):
+  dataloader-wN   torchvision ImageFolder + RandomResizedCrop(224) +
+                  RandomHorizontalFlip() + PILToTensor(), torch DataLoader with
+                  num_workers=N, persistent_workers=True, shuffle=True
+                  (N = each of --workers; default 1, 2 and the core count)
+  conveyord-unix  conveyord (--threads = core count) + the Python client
+                  (conveyor.Loader) over the unix socket (shared memory)
+  conveyord-tcp   the same over TCP on 127.0.0.1 (batches inline in gRPC)
+  ceiling         build/bench/ceiling_bench: the engine in one process, no
+                  daemon, no gRPC, no Python (the upper bound)
+Rounds run the contenders alternately (A B C ... A B C ...) so that machine
+drift affects all of them alike.
+
+What is measured, per contender run:
+  images/s        per timed epoch: images / wall time from asking for the
+                  epoch's iterator to holding its last batch; the consumer
+                  reads the labels and the batch shape and drops the batch
+                  (no pixel is touched on either side, as a trainer that hands
+                  the tensor to the GPU). Median and min-max over all timed
+                  epochs of all rounds.
+  CPU s/image     utime+stime (+cutime+cstime, so reaped children count) of
+                  every process of the tree (runner + DataLoader workers;
+                  client + conveyord), read from /proc/PID/stat by the runner
+                  right before and after each epoch. Ceiling: its own figure.
+  peak PSS        the sum of `Pss:` of /proc/PID/smaps_rollup over every
+                  process of the tree, sampled by this driver every
+                  --pss-interval s (and by the runner at each epoch end); the
+                  peak of the sum over the epochs (its anonymous / file /
+                  shmem parts are kept in the JSON: file-backed pages of
+                  shared libraries are shared with any other process on the
+                  machine that maps them, so that part moves with the load).
+  TTFB            cold start to first batch in hand, measured from the
+                  moment this driver spawns the contender's process (so the
+                  Python start-up and imports count on both sides):
+                  DataLoader: a fresh python that imports torch, builds the
+                  ImageFolder and the DataLoader and takes the first batch;
+                  conveyord: a fresh python that launches conveyord at once,
+                  imports the client while it starts, waits for the gRPC
+                  health check to say SERVING, opens a Loader and takes the
+                  first batch (the time from the conveyord launch and to
+                  SERVING are reported too). Median over rounds.
+
+Ratios are taken against dataloader-w2; targets (PASS/FAIL):
+  conveyord-unix images/s >= 2.5x, CPU s/image <= 0.45x, summed PSS <= 0.2x,
+  TTFB <= 0.2x; conveyord-unix >= 95% of the ceiling's images/s,
+  conveyord-tcp >= 80%.
+
+--quick is a smoke mode (used by tests/python/test_bench_smoke.py): one round,
+one epoch per contender, no warm-up; the figures mean nothing.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.dirname(HERE)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+BASELINE = "dataloader-w2"
+KINDS = ("dataloader", "unix", "tcp", "ceiling")
+
+
+def now():
+    """CLOCK_MONOTONIC: one clock for the driver and its contender processes."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+# --------------------------------------------------------------- /proc helpers
+
+def _stat_fields(pid):
+    """Fields of /proc/PID/stat after the command name (fields[0] is state)."""
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        data = f.read()
+    return data[data.rindex(b")") + 2:].split()
+
+
+def _parent_map():
+    """{pid: ppid} of every process on the machine."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            out[int(name)] = int(_stat_fields(int(name))[1])
+        except (OSError, ValueError, IndexError):
+            pass  # gone meanwhile
+    return out
+
+
+def process_tree(root):
+    """root and all its descendants (pids), root first."""
+    parents = _parent_map()
+    children = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def tree_cpu_seconds(root):
+    """CPU seconds used so far by root's tree: utime+stime of every live
+    process plus cutime+cstime (children already reaped), so that a worker
+    that exits moves its time into its parent's figure, never out of the sum."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            f = _stat_fields(pid)
+        except OSError:
+            continue
+        # fields[0] = state (field 3); utime = field 14, stime 15, cutime 16, cstime 17
+        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return total / CLK_TCK
+
+
+ROLLUP_KEYS = {b"Pss:": "pss", b"Pss_Anon:": "anon", b"Pss_File:": "file", b"Pss_Shmem:": "shmem"}
+
+
+def pss_rollup(pid):
+    """{"pss", "anon", "file", "shmem"} in bytes from /proc/PID/smaps_rollup
+    (Pss = anon + file + shmem); zeros if the process is gone."""
+    out = dict.fromkeys(ROLLUP_KEYS.values(), 0)
+    try:
+        with open("/proc/%d/smaps_rollup" % pid, "rb") as f:
+            for line in f:
+                key = ROLLUP_KEYS.get(line.split(None, 1)[0]) if line.startswith(b"Pss") else None
+                if key:
+                    out[key] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def pss_bytes(pid):
+    """Pss of one process, in bytes; 0 if it is gone."""
+    return pss_rollup(pid)["pss"]
+
+
+def tree_rollup(root, pids=None):
+    """Summed pss_rollup over root's tree, plus "processes"."""
+    pids = process_tree(root) if pids is None else pids
+    total = dict.fromkeys(ROLLUP_KEYS.values(), 0)
+    for p in pids:
+        for k, v in pss_rollup(p).items():
+            total[k] += v
+    total["processes"] = len(pids)
+    return total
+
+
+def tree_pss_bytes(root, pids=None):
+    t = tree_rollup(root, pids)
+    return t["pss"], t["processes"]
+
+
+class PssSampler(threading.Thread):
+    """Samples the summed PSS of a process tree every `interval` s: a list of
+    (monotonic time, bytes, processes). The tree is re-listed every
+    `rescan` s (a walk over /proc), the PSS read in between."""
+
+    def __init__(self, root, interval=0.1, rescan=0.5):
+        super().__init__(daemon=True)
+        self.root, self.interval, self.rescan = root, interval, rescan
+        self.samples = []
+        self._halt = threading.Event()
+
+    def run(self):
+        pids, listed = [], -1e9
+        while not self._halt.is_set():
+            t = now()
+            if t - listed >= self.rescan:
+                pids, listed = process_tree(self.root), t
+            r = tree_rollup(self.root, pids)
+            if r["pss"]:
+                self.samples.append((t, r["pss"], r["processes"], r))
+            self._halt.wait(self.interval)
+
+    def stop(self):
+        self._halt.set()
+        self.join()
+
+    def peak_sample(self, t0=None, t1=None):
+        """The rollup dict of the sample with the largest summed PSS in [t0, t1]."""
+        vals = [s for s in self.samples
+                if (t0 is None or s[0] >= t0) and (t1 is None or s[0] <= t1)]
+        return max(vals, key=lambda s: s[1])[3] if vals else None
+
+    def peak(self, t0=None, t1=None):
+        s = self.peak_sample(t0, t1)
+        return s["pss"] if s else None
+
+
+# --------------------------------------------------------------- contender runners
+# Run as `vs_dataloader.py _contender KIND ...` in a fresh process; print one
+# JSON object per line on stdout (events), everything else on stderr.
+
+def emit(**kw):
+    sys.stdout.write(json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+def run_epochs(make_iter, args, first_epoch_event):
+    """Warm-up + timed epochs over make_iter(epoch) (an iterable of
+    (images, labels) pairs); emits one 'epoch' event each."""
+    me = os.getpid()
+    first = True
+    for e in range(args.warmup_epochs + args.epochs):
+        cpu0 = tree_cpu_seconds(me)
+        t0 = now()
+        images = batches = 0
+        for imgs, labels in make_iter(e):
+            if first:
+                first = False
+                first_epoch_event(now(), imgs)
+            images += int(labels.shape[0])
+            batches += 1
+        t1 = now()
+        cpu1 = tree_cpu_seconds(me)
+        roll = tree_rollup(me)
+        emit(event="epoch", epoch=e, warmup=e < args.warmup_epochs, images=images,
+             batches=batches, t0=t0, t1=t1, seconds=t1 - t0, cpu_s=cpu1 - cpu0,
+             pss_bytes=roll["pss"], processes=roll["processes"], rollup=roll)
+
+
+def contender_dataloader(args):
+    import torch
+    from torch.utils.data import DataLoader
+    from torchvision import datasets, transforms
+
+    torch.manual_seed(args.seed)
+    tf = transforms.Compose([transforms.RandomResizedCrop(args.size),
+                             transforms.RandomHorizontalFlip(),
+                             transforms.PILToTensor()])
+    ds = datasets.ImageFolder(args.data, transform=tf)
+    dl = DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                    persistent_workers=args.workers > 0)
+
+    def first(t, imgs):
+        emit(event="first_batch", t=t, shape=list(imgs.shape), dtype=str(imgs.dtype))
+
+    run_epochs(lambda e: dl, args, first)
+    emit(event="done", samples=len(ds))
+
+
+def _health_serving(channel, timeout):
+    """True when grpc.health.v1.Health/Check answers SERVING (status 1).
+    Hand-encoded: the request is empty, the answer is field 1 = enum."""
+    check = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                request_serializer=lambda x: x,
+                                response_deserializer=lambda x: x)
+    try:
+        return check(b"", timeout=timeout) == b"\x08\x01"
+    except Exception:  # grpc.RpcError: not up yet
+        return False
+
+
+def write_daemon_config(path, args, listen):
+    with open(path, "w") as f:
+        f.write("listen:\n")
+        for k, v in listen.items():
+            f.write("  %s: %s\n" % (k, json.dumps(v)))
+        f.write("threads: %d\n" % args.threads)
+        f.write("log_level: warn\n")
+        f.write("pipelines:\n  bench:\n")
+        f.write("    dataset:\n      root: %s\n" % json.dumps(os.path.abspath(args.data)))
+        f.write("    augment: train\n    size: %d\n    layout: nchw\n    dtype: uint8\n" % args.size)
+        f.write("    dct_scaling: true\n")
+        f.write("    max_batch_size: %d\n" % max(args.batch_size, 256))
+
+
+def contender_conveyor(args):
+    import shutil
+    workdir = tempfile.mkdtemp(prefix="cvd-", dir="/tmp")  # short: unix socket paths
+    sock = os.path.join(workdir, "s.sock")
+    port_file = os.path.join(workdir, "port")
+    cfg = os.path.join(workdir, "conveyord.yaml")
+    if args.transport == "unix":
+        listen = {"unix": sock}
+        extra = ["--socket", sock, "--tcp", "none"]
+    else:
+        listen = {"tcp": "127.0.0.1:0"}
+        extra = ["--socket", "", "--tcp", "127.0.0.1:0", "--port-file", port_file]
+    write_daemon_config(cfg, args, listen)
+    log_path = os.path.join(workdir, "conveyord.log")
+    log = open(log_path, "wb")
+    t_launch = now()
+    daemon = subprocess.Popen([args.conveyord, "--config", cfg, "--threads", str(args.threads)]
+                              + extra, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Imports overlap with the daemon's start-up, as they would in a trainer.
+        sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
+        import conveyor
+
+        deadline = now() + 60
+        address = None
+        channel = None
+        while True:
+            if daemon.poll() is not None:
+                log.flush()
+                raise SystemExit("conveyord exited with %d:\n%s"
+                                 % (daemon.returncode, open(log_path, errors="replace").read()))
+            if now() > deadline:
+                raise SystemExit("conveyord was not SERVING within 60 s")
+            if address is None:
+                if args.transport == "unix" and os.path.exists(sock):
+                    address = "unix://" + sock
+                elif args.transport == "tcp" and os.path.exists(port_file):
+                    port = open(port_file).read().strip()
+                    if port:
+                        address = "127.0.0.1:" + port
+                if address is not None:
+                    channel = conveyor.make_channel(address)
+            if channel is not None and _health_serving(channel, timeout=1.0):
+                break
+            time.sleep(0.002)
+        t_serving = now()
+        channel.close()
+        emit(event="serving", t=t_serving, t_launch=t_launch, address=address,
+             daemon_pid=daemon.pid)
+
+        loader = conveyor.Loader(address, pipeline="bench", batch_size=args.batch_size,
+                                 seed=args.seed, credits=args.credits)
+        transport = []
+
+        def epoch_iter(e):
+            with loader.epoch(e) as stream:
+                if not transport:
+                    transport.append(stream.transport)
+                for batch in stream:
+                    yield batch.images, batch.labels
+
+        def first(t, imgs):
+            emit(event="first_batch", t=t, shape=list(imgs.shape), dtype=str(imgs.dtype),
+                 t_launch=t_launch, t_serving=t_serving)
+
+        try:
+            run_epochs(epoch_iter, args, first)
+        finally:
+            loader.close()
+        emit(event="done", transport=transport[0] if transport else None)
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def contender_main(argv):
+    ap = argparse.ArgumentParser(prog="vs_dataloader.py _contender")
+    ap.add_argument("kind", choices=("dataloader", "conveyor"))
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--transport", choices=("unix", "tcp"), default="unix")
+    ap.add_argument("--conveyord")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--credits", type=int, default=4)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--warmup-epochs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.kind == "dataloader":
+        contender_dataloader(args)
+    else:
+        contender_conveyor(args)
+    return 0
+
+
+# --------------------------------------------------------------- driver
+
+def parse_events(text):
+    events = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+    return events
+
+
+def run_python_contender(c, args, workdir):
+    cmd = [sys.executable, os.path.abspath(__file__), "_contender", c["runner"],
+           "--data", args.data, "--batch-size", str(args.batch_size), "--size", str(args.size),
+           "--epochs", str(args.epochs), "--warmup-epochs", str(args.warmup_epochs),
+           "--seed", str(args.seed), "--credits", str(args.credits),
+           "--threads", str(args.threads)]
+    if c["runner"] == "dataloader":
+        cmd += ["--workers", str(c["workers"])]
+    else:
+        cmd += ["--transport", c["transport"], "--conveyord", args.conveyord]
+    err_path = os.path.join(workdir, "%s.stderr" % c["name"])
+    with open(err_path, "w") as err:
+        t_spawn = now()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+        sampler = PssSampler(p.pid, interval=args.pss_interval)
+        sampler.start()
+        try:
+            out, _ = p.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            p.returncode = -9
+        finally:
+            sampler.stop()
+    events = parse_events(out)
+    errtext = open(err_path, errors="replace").read()
+    if p.returncode != 0:
+        raise RuntimeError("%s exited with %d:\n%s" % (c["name"], p.returncode, errtext[-4000:]))
+    epochs = [e for e in events if e.get("event") == "epoch"]
+    fb = next((e for e in events if e.get("event") == "first_batch"), None)
+    done = next((e for e in events if e.get("event") == "done"), {})
+    if not epochs or fb is None:
+        raise RuntimeError("%s printed no epochs:\n%s\n%s" % (c["name"], out[-2000:], errtext[-2000:]))
+    timed = [e for e in epochs if not e["warmup"]]
+    t_first_epoch, t_last = epochs[0]["t0"], epochs[-1]["t1"]
+    candidates = [sampler.peak_sample(t_first_epoch, t_last)] + [e.get("rollup") for e in epochs]
+    candidates = [x for x in candidates if x and x["pss"]]
+    peak = max(candidates, key=lambda x: x["pss"]) if candidates else None
+    run = {
+        "epochs": [{"epoch": e["epoch"], "images": e["images"], "batches": e["batches"],
+                    "seconds": e["seconds"], "images_per_s": e["images"] / e["seconds"],
+                    "cpu_s": e["cpu_s"], "cpu_s_per_image": e["cpu_s"] / max(1, e["images"]),
+                    "pss_bytes_at_end": e["pss_bytes"], "processes": e["processes"]}
+                   for e in timed],
+        "ttfb_s": fb["t"] - t_spawn,
+        "first_batch_shape": fb.get("shape"),
+        "first_batch_dtype": fb.get("dtype"),
+        "peak_pss_bytes": peak["pss"] if peak else None,
+        "peak_pss_breakdown": peak,
+        "pss_samples": len(sampler.samples),
+        "max_processes": max([s[2] for s in sampler.samples] + [e["processes"] for e in epochs]),
+        "stderr_tail": errtext[-1000:] if errtext.strip() else "",
+    }
+    if c["runner"] == "conveyor":
+        run["ttfb_from_daemon_launch_s"] = fb["t"] - fb["t_launch"]
+        run["daemon_launch_s"] = fb["t_launch"] - t_spawn
+        run["serving_s"] = fb["t_serving"] - t_spawn
+        run["transport"] = done.get("transport")
+    return run
+
+
+def run_ceiling(c, args, workdir):
+    cmd = [args.ceiling, "--root", args.data, "--threads", str(args.threads),
+           "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
+           "--warmup-epochs", str(args.warmup_epochs), "--size", str(args.size),
+           "--credits", str(args.credits), "--json"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = PssSampler(p.pid, interval=args.pss_interval)
+    sampler.start()
+    try:
+        out, err = p.communicate(timeout=args.timeout)
+    finally:
+        sampler.stop()
+    if p.returncode != 0:
+        raise RuntimeError("ceiling_bench exited with %d:\n%s" % (p.returncode, err[-4000:]))
+    line = [ln for ln in out.splitlines() if ln.strip().startswith("{")][-1]
+    j = json.loads(line)
+    return {"images_per_s": j["images_per_s"], "images_per_s_min": j["images_per_s_min"],
+            "images_per_s_max": j["images_per_s_max"],
+            "cpu_s_per_image": j["cpu_ms_per_image"] / 1000.0,
+            "peak_pss_bytes": sampler.peak(), "peak_pss_breakdown": sampler.peak_sample(),
+            "pss_samples": len(sampler.samples),
+            "ttfb_s": None, "raw": j}
+
+
+def summarize(c, runs):
+    """Median / min / max over all timed epochs of all rounds."""
+    if c["kind"] == "ceiling":
+        ips = [r["images_per_s"] for r in runs]
+        lo = min(r["images_per_s_min"] for r in runs)
+        hi = max(r["images_per_s_max"] for r in runs)
+        cpu = [r["cpu_s_per_image"] for r in runs]
+    else:
+        eps = [e for r in runs for e in r["epochs"]]
+        ips = [e["images_per_s"] for e in eps]
+        lo, hi = min(ips), max(ips)
+        cpu = [e["cpu_s_per_image"] for e in eps]
+    pss = [r["peak_pss_bytes"] for r in runs if r["peak_pss_bytes"]]
+    anon = [r["peak_pss_breakdown"]["anon"] for r in runs if r.get("peak_pss_breakdown")]
+    ttfb = [r["ttfb_s"] for r in runs if r.get("ttfb_s") is not None]
+    s = {"images_per_s": statistics.median(ips), "images_per_s_min": lo, "images_per_s_max": hi,
+         "timed_epochs": len(ips),
+         "cpu_s_per_image": statistics.median(cpu),
+         "peak_pss_bytes": statistics.median(pss) if pss else None,
+         "peak_pss_bytes_max": max(pss) if pss else None,
+         "peak_pss_anon_bytes": statistics.median(anon) if anon else None,
+         "ttfb_s": statistics.median(ttfb) if ttfb else None,
+         "ttfb_s_min": min(ttfb) if ttfb else None, "ttfb_s_max": max(ttfb) if ttfb else None}
+    if c["kind"] == "ceiling":
+        s["timed_epochs"] = len(runs) * runs[0]["raw"].get("epochs", 0)
+    if c["runner"] == "conveyor":
+        s["ttfb_from_daemon_launch_s"] = statistics.median(r["ttfb_from_daemon_launch_s"] for r in runs)
+        s["serving_s"] = statistics.median(r["serving_s"] for r in runs)
+        s["transport"] = runs[0].get("transport")
+    return s
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def fmt(v, spec, none="n/a"):
+    return none if v is None else format(v, spec)
+
+
+def evaluate(summary):
+    """Ratios against the baseline and the targets."""
+    base = summary.get(BASELINE)
+    ratios = {}
+    for name, s in summary.items():
+        if base is None:
+            break
+        ratios[name] = {"images_per_s": ratio(s["images_per_s"], base["images_per_s"]),
+                        "cpu_s_per_image": ratio(s["cpu_s_per_image"], base["cpu_s_per_image"]),
+                        "peak_pss": ratio(s["peak_pss_bytes"], base["peak_pss_bytes"]),
+                        "ttfb": ratio(s["ttfb_s"], base["ttfb_s"])}
+    targets = []
+
+    def target(what, value, op, limit, unit="x"):
+        ok = None if value is None else (value >= limit if op == ">=" else value <= limit)
+        targets.append({"target": what, "value": value, "op": op, "limit": limit, "unit": unit,
+                        "result": "n/a" if ok is None else ("PASS" if ok else "FAIL")})
+
+    u = "conveyord-unix"
+    if u in ratios:
+        target("%s images/s vs %s" % (u, BASELINE), ratios[u]["images_per_s"], ">=", 2.5)
+        target("%s CPU s/image vs %s" % (u, BASELINE), ratios[u]["cpu_s_per_image"], "<=", 0.45)
+        target("%s summed PSS vs %s" % (u, BASELINE), ratios[u]["peak_pss"], "<=", 0.2)
+        target("%s time to first batch vs %s" % (u, BASELINE), ratios[u]["ttfb"], "<=", 0.2)
+    ceil = summary.get("ceiling")
+    if ceil is not None:
+        for name, limit in (("conveyord-unix", 0.95), ("conveyord-tcp", 0.80)):
+            if name in summary:
+                target("%s images/s vs ceiling" % name,
+                       ratio(summary[name]["images_per_s"], ceil["images_per_s"]), ">=", limit, "%")
+    return ratios, targets
+
+
+def print_report(contenders, summary, ratios, targets, out=sys.stdout):
+    w = max(len(c["name"]) for c in contenders) + 2
+    print("", file=out)
+    print("%-*s %28s %12s %14s %10s" % (w, "contender", "images/s median [min-max]",
+                                          "CPU-ms/img", "peak PSS MiB", "TTFB s"), file=out)
+    for c in contenders:
+        s = summary.get(c["name"])
+        if s is None:
+            print("%-*s %s" % (w, c["name"], c.get("skipped", "skipped")), file=out)
+            continue
+        rng = "%.1f [%.1f-%.1f]" % (s["images_per_s"], s["images_per_s_min"], s["images_per_s_max"])
+        print("%-*s %28s %12.3f %14s %10s" % (
+            w, c["name"], rng, 1000 * s["cpu_s_per_image"],
+            fmt(s["peak_pss_bytes"] and s["peak_pss_bytes"] / 2**20, ".1f"),
+            fmt(s["ttfb_s"], ".3f")), file=out)
+    for c in contenders:
+        s = summary.get(c["name"])
+        if s is not None and "serving_s" in s:
+            print("  %s cold start (medians): SERVING at +%.3f s, first batch at +%.3f s after the "
+                  "python start (+%.3f s after launching conveyord)"
+                  % (c["name"], s["serving_s"], s["ttfb_s"], s["ttfb_from_daemon_launch_s"]),
+                  file=out)
+    if ratios:
+        print("", file=out)
+        print("ratios against %s:" % BASELINE, file=out)
+        print("%-*s %10s %12s %10s %10s" % (w, "contender", "images/s", "CPU s/img", "PSS", "TTFB"),
+              file=out)
+        for c in contenders:
+            r = ratios.get(c["name"])
+            if r is None:
+                continue
+            print("%-*s %10s %12s %10s %10s" % (
+                w, c["name"], fmt(r["images_per_s"], ".2f"),
+                fmt(r["cpu_s_per_image"], ".3f"), fmt(r["peak_pss"], ".3f"),
+                fmt(r["ttfb"], ".3f")), file=out)
+    if targets:
+        print("", file=out)
+        print("targets:", file=out)
+        for t in targets:
+            if t["unit"] == "%":
+                val = fmt(t["value"] and 100 * t["value"], ".1f")
+                lim = "%s %.0f%%" % (t["op"], 100 * t["limit"])
+                val = val + "%"
+            else:
+                val = fmt(t["value"], ".3f") + "x"
+                lim = "%s %.2fx" % (t["op"], t["limit"])
+            print("  %-52s %10s  (%s)  %s" % (t["target"], val, lim, t["result"]), file=out)
+
+
+def draw_chart(path, contenders, summary, ratios, targets, meta):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [c["name"] for c in contenders if c["name"] in summary]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [3, 2]})
+    metrics = [("images_per_s", "images/s", 2.5), ("cpu_s_per_image", "CPU s/image", 0.45),
+               ("peak_pss", "summed PSS", 0.2), ("ttfb", "time to first batch", 0.2)]
+    rnames = [n for n in names if n in ratios]
+    width = 0.8 / max(1, len(rnames))
+    cmap = plt.get_cmap("tab10")
+    for i, n in enumerate(rnames):
+        xs, ys = [], []
+        for j, (key, _, _) in enumerate(metrics):
+            v = ratios[n][key]
+            if v is not None and v > 0:
+                xs.append(j + (i - (len(rnames) - 1) / 2) * width)
+                ys.append(v)
+        bars = ax1.bar(xs, ys, width=width, label=n, color=cmap(i % 10))
+        for b, v in zip(bars, ys):
+            ax1.text(b.get_x() + b.get_width() / 2, v, "%.2f" % v, ha="center", va="bottom",
+                     fontsize=6, rotation=90)
+    for j, (_, label, limit) in enumerate(metrics):
+        ax1.hlines(limit, j - 0.45, j + 0.45, colors="red", linestyles="dashed",
+                   label="conveyord-unix target" if j == 0 else None)
+    ax1.axhline(1.0, color="grey", linewidth=0.8)
+    ax1.set_yscale("log")
+    ax1.set_xticks(range(len(metrics)))
+    ax1.set_xticklabels([m[1] for m in metrics])
+    ax1.set_ylabel("ratio to %s (log scale)" % BASELINE)
+    ax1.set_title("Ratios against %s (red: target)" % BASELINE)
+    ax1.legend(fontsize=7, loc="best")
+
+    ips = [summary[n]["images_per_s"] for n in names]
+    lo = [summary[n]["images_per_s"] - summary[n]["images_per_s_min"] for n in names]
+    hi = [summary[n]["images_per_s_max"] - summary[n]["images_per_s"] for n in names]
+    ax2.barh(range(len(names)), ips, xerr=[lo, hi], color=[cmap(i % 10) for i in range(len(names))],
+             capsize=3)
+    for i, v in enumerate(ips):
+        ax2.text(v, i, " %.0f" % v, va="center", fontsize=8)
+    ax2.set_yticks(range(len(names)))
+    ax2.set_yticklabels(names)
+    ax2.invert_yaxis()
+    ax2.set_xlabel("images/s (median, min-max bars)")
+    ax2.set_title("Throughput")
+    fig.suptitle("Conveyor vs PyTorch DataLoader: %d images, batch %d, %d cores%s; %s"
+                 % (meta["images"], meta["batch_size"], meta["cores"],
+                    " (QUICK: not meaningful)" if meta["quick"] else "",
+                    "targets: %d/%d PASS" % (sum(t["result"] == "PASS" for t in targets), len(targets))
+                    if targets else "no targets evaluated"), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def count_images(root):
+    exts = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+    n = 0
+    for d in os.listdir(root):
+        p = os.path.join(root, d)
+        if os.path.isdir(p):
+            n += sum(1 for f in os.listdir(p) if f.lower().endswith(exts))
+    return n
+
+
+def machine_info():
+    info = {"cores": len(os.sched_getaffinity(0)), "kernel": os.uname().release}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    from importlib import metadata
+    for dist in ("torch", "torchvision", "Pillow", "grpcio", "numpy"):
+        try:
+            info[dist] = metadata.version(dist)
+        except Exception:
+            info[dist] = None
+    info["loadavg_start"] = os.getloadavg()
+    return info
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 2)[2],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="ImageFolder root (generated if missing)")
+    ap.add_argument("--images", type=int, default=None,
+                    help="images to generate when --data is missing (default 2000; --quick 40)")
+    ap.add_argument("--classes", type=int, default=None,
+                    help="classes to generate (default 100; --quick 4)")
+    ap.add_argument("--build", default=os.environ.get("CONVEYOR_BUILD_DIR",
+                                                      os.path.join(SOURCE_DIR, "build")))
+    ap.add_argument("--epochs", type=int, default=3, help="timed epochs per contender run")
+    ap.add_argument("--warmup-epochs", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of A B C ... (each contender once per round, fresh processes)")
+    ap.add_argument("--workers", default=None,
+                    help="DataLoader num_workers list (default 1,2,<cores>)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="conveyord / ceiling worker threads (default: the core count)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--credits", type=int, default=4, help="conveyor client prefetch (credits)")
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default=",".join(KINDS),
+                    help="contender kinds to run, comma-separated: %s" % ",".join(KINDS))
+    ap.add_argument("--allow-missing", action="store_true",
+                    help="skip contenders whose binary is not built instead of failing")
+    ap.add_argument("--pss-interval", type=float, default=0.1)
+    ap.add_argument("--timeout", type=float, default=3600, help="per contender run, seconds")
+    ap.add_argument("--json-out", default=os.path.join(SOURCE_DIR, "bench", "results",
+                                                       "vs_dataloader.json"))
+    ap.add_argument("--chart-out", default=os.path.join(SOURCE_DIR, "bench", "results",
+                                                        "vs_dataloader.png"))
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke mode: 1 round, 1 epoch per contender, no warm-up")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target FAILs")
+    args = ap.parse_args(argv)
+
+    cores = len(os.sched_getaffinity(0))
+    if args.quick:
+        args.rounds, args.epochs, args.warmup_epochs = 1, 1, 0
+    if args.images is None:
+        args.images = 40 if args.quick else 2000
+    if args.classes is None:
+        args.classes = 4 if args.quick else 100
+    if args.threads is None:
+        args.threads = cores
+    if args.workers is None:
+        workers = [1, 2, cores]
+    else:
+        workers = [int(x) for x in args.workers.split(",") if x.strip()]
+    workers = sorted(set(workers))
+    kinds = [k.strip() for k in args.only.split(",") if k.strip()]
+    for k in kinds:
+        if k not in KINDS:
+            ap.error("--only: unknown kind %r (known: %s)" % (k, ", ".join(KINDS)))
+    if args.rounds < 1 or args.epochs < 1 or args.warmup_epochs < 0:
+        ap.error("--rounds and --epochs must be >= 1, --warmup-epochs >= 0")
+    if not args.quick and (args.warmup_epochs < 1 or args.rounds * args.epochs < 3):
+        print("note: the benchmark asks for >= 1 warm-up epoch and >= 3 timed epochs",
+              file=sys.stderr)
+
+    args.data = os.path.abspath(args.data)
+    if not os.path.isdir(args.data):
+        print("generating %d images in %d classes into %s ..." % (args.images, args.classes, args.data),
+              file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_imagenet_like.py"), "--out", args.data,
+                        "--images", str(args.images), "--classes", str(args.classes),
+                        "--seed", "1", "--workers", str(min(cores, 8))], check=True)
+    n_images = count_images(args.data)
+    if n_images == 0:
+        ap.error("%s holds no images in ImageFolder layout" % args.data)
+    if not args.quick and n_images < 2000:
+        print("note: the benchmark asks for >= 2000 images, %s has %d" % (args.data, n_images),
+              file=sys.stderr)
+
+    args.conveyord = os.path.join(args.build, "server", "conveyord")
+    args.ceiling = os.path.join(args.build, "bench", "ceiling_bench")
+    contenders = []
+    if "dataloader" in kinds:
+        for w in workers:
+            contenders.append({"name": "dataloader-w%d" % w, "kind": "dataloader",
+                               "runner": "dataloader", "workers": w})
+    for t in ("unix", "tcp"):
+        if t in kinds:
+            contenders.append({"name": "conveyord-" + t, "kind": t, "runner": "conveyor",
+                               "transport": t, "binary": args.conveyord})
+    if "ceiling" in kinds:
+        contenders.append({"name": "ceiling", "kind": "ceiling", "runner": "ceiling",
+                           "binary": args.ceiling})
+    for c in contenders:
+        b = c.get("binary")
+        if b and not os.access(b, os.X_OK):
+            if not args.allow_missing:
+                ap.error("%s is not built (build it, or pass --allow-missing / --only)" % b)
+            c["skipped"] = "skipped: %s not built" % b
+            print("note: %s" % c["skipped"], file=sys.stderr)
+    active = [c for c in contenders if "skipped" not in c]
+    if not active:
+        ap.error("no contender to run")
+    if "dataloader" in kinds and 2 not in workers:
+        print("note: %s is not among the contenders: no ratios" % BASELINE, file=sys.stderr)
+
+    meta = {"data": args.data, "images": n_images, "batch_size": args.batch_size,
+            "size": args.size, "epochs": args.epochs, "warmup_epochs": args.warmup_epochs,
+            "rounds": args.rounds, "workers": workers, "threads": args.threads,
+            "credits": args.credits, "seed": args.seed, "quick": args.quick,
+            "cores": cores, "pss_interval_s": args.pss_interval, "baseline": BASELINE,
+            "python": sys.executable, "build": os.path.abspath(args.build),
+            "consumer": "reads labels and batch shape, drops the batch; pixels untouched",
+            "ttfb_from": "driver spawning the contender process (python start-up included)",
+            "machine": machine_info()}
+    print("%d images, batch %d, %d cores, %d round(s) x (%d warm-up + %d timed) epochs; contenders: %s"
+          % (n_images, args.batch_size, cores, args.rounds, args.warmup_epochs, args.epochs,
+             ", ".join(c["name"] for c in active)), file=sys.stderr, flush=True)
+
+    runs = {c["name"]: [] for c in active}
+    workdir = tempfile.mkdtemp(prefix="vs-dataloader-")
+    t_start = time.time()
+    try:
+        for r in range(args.rounds):
+            for c in active:
+                if c["runner"] == "ceiling":
+                    run = run_ceiling(c, args, workdir)
+                else:
+                    run = run_python_contender(c, args, workdir)
+                run["round"] = r
+                runs[c["name"]].append(run)
+                if c["runner"] == "ceiling":
+                    ips = run["images_per_s"]
+                    cpu = run["cpu_s_per_image"]
+                else:
+                    ips = statistics.median(e["images_per_s"] for e in run["epochs"])
+                    cpu = statistics.median(e["cpu_s_per_image"] for e in run["epochs"])
+                print("round %d %-16s %8.1f images/s  %7.3f CPU-ms/img  PSS %7s MiB  TTFB %s s"
+                      % (r, c["name"], ips, 1000 * cpu,
+                         fmt(run["peak_pss_bytes"] and run["peak_pss_bytes"] / 2**20, ".1f"),
+                         fmt(run.get("ttfb_s"), ".3f")), file=sys.stderr, flush=True)
+    finally:
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
+    meta["wall_s"] = time.time() - t_start
+    meta["loadavg_end"] = os.getloadavg()
+
+    summary = {c["name"]: summarize(c, runs[c["name"]]) for c in active}
+    ratios, targets = evaluate(summary)
+    print_report(contenders, summary, ratios, targets)
+
+    result = {"meta": meta,
+              "contenders": {c["name"]: {"config": {k: v for k, v in c.items() if k != "binary"},
+                                         "runs": runs.get(c["name"], []),
+                                         "summary": summary.get(c["name"])}
+                             for c in contenders},
+              "ratios_vs": BASELINE, "ratios": ratios, "targets": targets}
+    if args.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=2)
+        print("wrote %s" % args.json_out)
+    if args.chart_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.chart_out)), exist_ok=True)
+        draw_chart(args.chart_out, contenders, summary, ratios, targets, meta)
+        print("wrote %s" % args.chart_out)
+    if args.strict and any(t["result"] == "FAIL" for t in targets):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_contender":
+        sys.exit(contender_main(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))

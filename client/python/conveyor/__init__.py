@@ -1,0 +1,25 @@
+"""conveyor: the Python client of conveyord, Conveyor's per-node data-loading daemon.
+
+    import conveyor
+    loader = conveyor.Loader("unix:///run/conveyor/conveyor.sock", pipeline="imagenet-train",
+                             batch_size=256, seed=0)        # rank/world_size from $RANK/$WORLD_SIZE
+    for batch in loader.epoch(0):
+        x = torch.from_numpy(batch.images)   # zero-copy view of the daemon's shared memory
+        y = torch.from_numpy(batch.labels)
+
+See conveyor.loader for the stream and release rules, conveyor.errors for
+the exceptions. The CLI is `python3 -m conveyor --help`.
+"""
+
+from .errors import (BatchReleasedError, ConveyorError, DataError, InvalidRequest, NotFound,
+                     ResourceExhausted, Unavailable)
+from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,
+                     make_channel, open_stream, stats)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch", "BatchReleasedError", "ConveyorError", "DataError", "InvalidRequest", "Loader",
+    "NotFound", "ResourceExhausted", "SampleFailure", "Stream", "Unavailable", "default_address",
+    "list_pipelines", "make_channel", "open_stream", "stats",
+]

@@ -1,0 +1,272 @@
+"""The `conveyor` command line: list pipelines, fetch batches to files, show stats.
+
+    conveyor pipelines [--server ADDR]
+    conveyor fetch --pipeline P --batches N --out DIR [--server ADDR] [...]
+    conveyor stats [--server ADDR]
+
+The server address defaults to $CONVEYOR_SERVER, else
+unix:///run/conveyor/conveyor.sock. Run with Debian's /usr/bin/python3.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import errors
+from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
+
+EXIT_OK = 0
+EXIT_OTHER = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_UNAVAILABLE = 4
+EXIT_DATA = 5
+
+EPILOG = """exit codes:
+  0  success
+  1  other error (e.g. daemon limits reached: RESOURCE_EXHAUSTED)
+  2  usage error or invalid request (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION)
+  3  not found (unknown pipeline)
+  4  server unavailable (cannot connect, or the daemon is shutting down)
+  5  data error (the stream failed on bad samples: DATA_LOSS)
+
+The server address is unix:///path.sock or host:port; it defaults to
+$CONVEYOR_SERVER, else unix:///run/conveyor/conveyor.sock."""
+
+_DTYPE_NAMES = {1: "uint8", 2: "float32", 3: "float16"}
+_LAYOUT_NAMES = {1: "nchw", 2: "nhwc"}
+
+
+def exit_code_for(error):
+    if isinstance(error, errors.InvalidRequest):
+        return EXIT_USAGE
+    if isinstance(error, errors.NotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(error, errors.Unavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, errors.DataError):
+        return EXIT_DATA
+    return EXIT_OTHER
+
+
+def _table(headers, rows):
+    """Left-aligned first column, right-aligned others."""
+    cols = [headers] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cols) for i in range(len(headers))]
+    out = []
+    for r in cols:
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        out.append("  ".join(cells).rstrip())
+    out.insert(1, "  ".join(("-" if h else " ") * w for h, w in zip(headers, widths)).rstrip())
+    return "\n".join(out)
+
+
+# --- pipelines ---------------------------------------------------------------
+def cmd_pipelines(args):
+    pipes = list_pipelines(args.server)
+    if not pipes:
+        print("no pipelines")
+        return EXIT_OK
+    rows = []
+    for p in pipes:
+        rows.append([p.name, p.dataset_size, p.num_classes, "x".join(str(d) for d in p.sample_shape),
+                     _DTYPE_NAMES.get(p.dtype, "?"), _LAYOUT_NAMES.get(p.layout, "?"),
+                     p.max_batch_size, p.augment, p.error_policy])
+    print(_table(["pipeline", "samples", "classes", "sample shape", "dtype", "layout",
+                  "max batch", "augment", "errors"], rows))
+    return EXIT_OK
+
+
+# --- fetch -------------------------------------------------------------------
+class _Progress:
+    """A one-line text bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total, enabled):
+        self.total = total
+        self.enabled = enabled
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done, images, force=False):
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < 0.1:
+            return
+        self.last = now
+        width = 30
+        filled = int(width * done / self.total) if self.total else width
+        rate = images / max(now - self.t0, 1e-9)
+        sys.stderr.write("\r[%s%s] %d/%d batches  %.0f images/s" %
+                         ("#" * filled, "." * (width - filled), done, self.total, rate))
+        sys.stderr.flush()
+
+    def finish(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def cmd_fetch(args):
+    if args.batches < 1:
+        raise errors.InvalidRequest("--batches must be at least 1")
+    os.makedirs(args.out, exist_ok=True)
+    world = args.world_size if args.world_size is not None else 1
+    rank = args.rank if args.rank is not None else 0
+    progress = _Progress(args.batches, sys.stderr.isatty())
+    images = 0
+    failed = 0
+    written = 0
+    t0 = time.monotonic()
+    with open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
+                     first_epoch=args.epoch, num_epochs=0, rank=rank, world_size=world,
+                     credits=args.credits, shuffle=not args.no_shuffle,
+                     transport=args.transport) as stream:
+        for batch in stream:
+            name = os.path.join(args.out, "batch_%05d" % written)
+            if args.format == "npz":
+                np.savez(name + ".npz", images=batch.images, labels=batch.labels,
+                         indices=batch.indices)
+            else:
+                np.save(name + "_images.npy", batch.images)
+                np.save(name + "_labels.npy", batch.labels)
+                np.save(name + "_indices.npy", batch.indices)
+            images += batch.num_samples
+            failed += len(batch.failures)
+            written += 1
+            progress.update(written, images)
+            if written >= args.batches:
+                break
+        progress.update(written, images, force=True)
+    progress.finish()
+    dt = time.monotonic() - t0
+    print("fetched %d batches, %d images (%d failed samples) in %.2f s: %.1f images/s -> %s"
+          % (written, images, failed, dt, images / max(dt, 1e-9), args.out))
+    return EXIT_OK
+
+
+# --- stats -------------------------------------------------------------------
+def _secs(ns):
+    return "%.2f" % (ns / 1e9)
+
+
+def _stage_rows(stages, bottleneck):
+    rows = []
+    for s in stages:
+        fill = "%d/%d" % (s.queue_size, s.queue_capacity) if s.queue_capacity else "-"
+        mark = "<- bottleneck" if bottleneck and s.name == bottleneck else ""
+        rows.append([s.name, s.items_in, s.items_out, s.failures, _secs(s.busy_ns),
+                     _secs(s.wait_input_ns), _secs(s.wait_output_ns), fill, s.in_flight, mark])
+    return rows
+
+
+def format_stats(resp):
+    lines = []
+    lines.append("threads %d  uptime %.1f s  streams open %d (total %d)  slot memory %.1f/%.1f MiB"
+                 % (resp.num_threads, resp.uptime_ns / 1e9, resp.streams_open, resp.streams_total,
+                    resp.slot_bytes_in_use / 2**20, resp.slot_bytes_budget / 2**20))
+    headers = ["stage", "items in", "items out", "failures", "busy s", "wait-in s", "wait-out s",
+               "queue fill", "in flight", ""]
+    if resp.stages:
+        lines.append("")
+        lines.append(_table(headers, _stage_rows(resp.stages, resp.bottleneck)))
+    lines.append("")
+    lines.append("bottleneck: %s" % (resp.bottleneck or "none (idle)"))
+    if resp.streams:
+        lines.append("")
+        lines.append("streams:")
+        for st in resp.streams:
+            secs = st.elapsed_ns / 1e9
+            rate = st.samples_emitted / secs if secs > 0 else 0.0
+            lines.append("  stream %d  pipeline %s  peer %s  batches %d  samples %d  failed %d  "
+                         "slots held %d/%d  %.1f s  %.1f images/s"
+                         % (st.stream_id, st.pipeline, st.peer or "-", st.batches_emitted,
+                            st.samples_emitted, st.samples_failed, st.slots_held_by_client,
+                            st.slots_total, secs, rate))
+    else:
+        lines.append("streams: none open")
+    return "\n".join(lines)
+
+
+def cmd_stats(args):
+    print(format_stats(stats(args.server)))
+    return EXIT_OK
+
+
+# --- main --------------------------------------------------------------------
+def build_parser():
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="conveyor", formatter_class=fmt, epilog=EPILOG,
+        description="Command line client of conveyord, Conveyor's data-loading daemon.")
+    parser.add_argument("--version", action="version", version="conveyor 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add_server(p):
+        p.add_argument("--server", default=default_address(), metavar="ADDR",
+                       help="daemon address: unix:///path.sock or host:port (default: %(default)s)")
+
+    p = sub.add_parser("pipelines", help="list the daemon's pipelines", formatter_class=fmt,
+                       epilog=EPILOG, description="List the pipelines the daemon serves.")
+    add_server(p)
+    p.set_defaults(func=cmd_pipelines)
+
+    p = sub.add_parser("fetch", help="fetch batches into .npz/.npy files", formatter_class=fmt,
+                       epilog=EPILOG, description=(
+                           "Fetch N batches of a pipeline and write each one to DIR: "
+                           "batch_00000.npz (arrays images, labels, indices) or, with --format npy, "
+                           "batch_00000_images.npy, batch_00000_labels.npy, batch_00000_indices.npy. "
+                           "Prints a summary with images/s; a progress bar goes to stderr when it "
+                           "is a terminal."))
+    add_server(p)
+    p.add_argument("--pipeline", required=True, help="pipeline name (see `conveyor pipelines`)")
+    p.add_argument("--batches", type=int, required=True, metavar="N", help="batches to fetch")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument("--batch-size", type=int, default=32, metavar="B", help="default: %(default)s")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="default: %(default)s")
+    p.add_argument("--epoch", type=int, default=0, metavar="E",
+                   help="first epoch; later epochs follow if N needs them (default: %(default)s)")
+    p.add_argument("--rank", type=int, default=None, metavar="R", help="default: 0")
+    p.add_argument("--world-size", type=int, default=None, metavar="W", help="default: 1")
+    p.add_argument("--credits", type=int, default=4, metavar="C",
+                   help="batches in flight (default: %(default)s)")
+    p.add_argument("--format", choices=["npz", "npy"], default="npz", help="default: %(default)s")
+    p.add_argument("--transport", choices=sorted(_TRANSPORTS), default="auto",
+                   help="default: %(default)s (shared memory on a unix socket, inline on TCP)")
+    p.add_argument("--no-shuffle", action="store_true", help="read samples in dataset order")
+    p.set_defaults(func=cmd_fetch)
+
+    p = sub.add_parser("stats", help="per-stage statistics and the bottleneck", formatter_class=fmt,
+                       epilog=EPILOG, description=(
+                           "Show the engine's per-stage figures (items in/out, failures, busy "
+                           "seconds, seconds waiting for input and for room in the output, queue "
+                           "fill), the bottleneck stage, and one line per open stream."))
+    add_server(p)
+    p.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits 2 on usage errors
+    try:
+        return args.func(args)
+    except errors.ConveyorError as e:
+        print("conveyor %s: %s" % (args.command, e), file=sys.stderr)
+        return exit_code_for(e)
+    except KeyboardInterrupt:
+        print("conveyor %s: interrupted" % args.command, file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OTHER
+    except OSError as e:
+        print("conveyor %s: %s" % (args.command, e), file=sys.stderr)
+        return EXIT_OTHER
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Exceptions of the conveyor client.
+
+Every error the client raises is a ConveyorError. Errors that come from the
+daemon as a gRPC status are mapped to a subclass by status code, and keep the
+daemon's message (which says what to fix):
+
+    INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION -> InvalidRequest
+    NOT_FOUND                                             -> NotFound
+    RESOURCE_EXHAUSTED                                    -> ResourceExhausted
+    DATA_LOSS                                             -> DataError
+    UNAVAILABLE (and failures to connect)                 -> Unavailable
+    anything else                                         -> ConveyorError
+
+`error.code` is the grpc.StatusCode (None for errors raised by the client
+itself) and `error.details` the daemon's text.
+"""
+
+import grpc
+
+
+class ConveyorError(Exception):
+    """Base class of every error raised by the conveyor client."""
+
+    def __init__(self, message, code=None, details=None):
+        super().__init__(message)
+        self.code = code
+        self.details = details if details is not None else message
+
+
+class InvalidRequest(ConveyorError):
+    """The request is wrong (a field, a resume position, or a transport this
+    connection cannot carry). Do not retry: fix the request."""
+
+
+class NotFound(ConveyorError):
+    """The daemon has no pipeline of that name."""
+
+
+class ResourceExhausted(ConveyorError):
+    """The daemon's limits (slot memory, streams) are reached; retry later."""
+
+
+class DataError(ConveyorError):
+    """The stream failed on bad samples (the pipeline's error policy)."""
+
+
+class Unavailable(ConveyorError):
+    """The daemon cannot be reached or is shutting down."""
+
+
+class BatchReleasedError(ConveyorError, RuntimeError):
+    """A released batch's images were accessed: its slot belongs to the daemon
+    again and may already hold another batch. Use Batch.copy() to keep data."""
+
+
+_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: InvalidRequest,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.DATA_LOSS: DataError,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def from_rpc_error(error, what="request"):
+    """Maps a grpc.RpcError (a failed call) to the matching ConveyorError."""
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else None
+    details = details or str(error)
+    cls = _BY_CODE.get(code, ConveyorError)
+    name = code.name if code is not None else "ERROR"
+    return cls("%s failed: %s: %s" % (what, name, details), code=code, details=details)

@@ -1,0 +1,568 @@
+"""The conveyor Python client: streams of batches from conveyord.
+
+    loader = conveyor.Loader("unix:///run/conveyor/conveyor.sock",
+                             pipeline="imagenet-train", batch_size=256, seed=0)
+    for batch in loader.epoch(0):
+        x = torch.from_numpy(batch.images)   # no copy: a view of the daemon's slot
+        y = torch.from_numpy(batch.labels)
+
+How a stream works (see proto/conveyor/v1/conveyor.proto): the client opens a
+bidirectional StreamBatches call, the daemon answers StreamOpened, then sends
+Batch messages. The client grants `credits` batches: the daemon never has more
+than that many batches of the stream unreleased. A batch is released (a
+Release message goes back) when the next batch is taken, when
+`batch.release()` is called, or when the stream is closed (`with` block exit,
+`close()`, end of iteration). After release the batch's slot belongs to the
+daemon again and `batch.images` raises BatchReleasedError; arrays obtained
+before the release still view the slot, whose contents the daemon will
+overwrite - keep data with `batch.copy()`.
+
+Transports: on a unix socket the daemon hands over a memfd that holds every
+slot of the stream; the client maps it once and `batch.images` is a numpy view
+at the batch's offset (writable, so torch.from_numpy shares it without a
+warning; writes go to the daemon's slot). Over TCP the image bytes come inline
+in the Batch message and `batch.images` is a read-only view of those bytes
+(use `batch.copy()` for a writable array).
+
+Threads: one gRPC call per stream; the request side is fed by a queue
+(Release messages), the responses are read by the thread that iterates.
+`batch.release()` may be called from any thread.
+"""
+
+import collections
+import os
+import queue
+import threading
+
+import grpc
+import numpy as np
+
+from ._proto.v1 import conveyor_pb2 as pb
+from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
+from ._shm import SharedRegion
+from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, Unavailable,
+                     from_rpc_error)
+
+MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: inline batches travel in one message
+DEFAULT_ADDRESS = "unix:///run/conveyor/conveyor.sock"
+
+_DTYPES = {pb.UINT8: np.dtype(np.uint8), pb.FLOAT32: np.dtype(np.float32),
+           pb.FLOAT16: np.dtype(np.float16)}
+_TRANSPORTS = {"auto": pb.TRANSPORT_AUTO, "shm": pb.SHARED_MEMORY, "shared_memory": pb.SHARED_MEMORY,
+               "inline": pb.INLINE}
+_TRANSPORT_NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory", pb.INLINE: "inline"}
+
+SampleFailure = collections.namedtuple("SampleFailure", "sample_index path reason")
+
+
+def default_address():
+    """$CONVEYOR_SERVER, else the daemon's default unix socket."""
+    return os.environ.get("CONVEYOR_SERVER") or DEFAULT_ADDRESS
+
+
+def grpc_target(address):
+    """The gRPC target for an address: "unix:///path.sock", "unix:path",
+    an absolute socket path, or "host:port"."""
+    if not address:
+        raise InvalidRequest("empty server address")
+    if address.startswith("/"):
+        return "unix://" + address
+    return address
+
+
+def make_channel(address, options=()):
+    """An insecure gRPC channel to the daemon with 1 GiB message limits."""
+    opts = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
+    opts.extend(options)
+    return grpc.insecure_channel(grpc_target(address), options=opts)
+
+
+def _stub(channel_or_address):
+    if isinstance(channel_or_address, str):
+        ch = make_channel(channel_or_address)
+        return ch, pb_grpc.ConveyorStub(ch), True
+    return channel_or_address, pb_grpc.ConveyorStub(channel_or_address), False
+
+
+def list_pipelines(address=None, timeout=10.0):
+    """The daemon's pipelines: a list of conveyor_pb2.PipelineInfo."""
+    ch, stub, owned = _stub(address or default_address())
+    try:
+        return list(stub.ListPipelines(pb.ListPipelinesRequest(), timeout=timeout).pipelines)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e, "ListPipelines") from None
+    finally:
+        if owned:
+            ch.close()
+
+
+def stats(address=None, timeout=10.0):
+    """The daemon's per-stage and per-stream figures: conveyor_pb2.GetStatsResponse."""
+    ch, stub, owned = _stub(address or default_address())
+    try:
+        return stub.GetStats(pb.GetStatsRequest(), timeout=timeout)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e, "GetStats") from None
+    finally:
+        if owned:
+            ch.close()
+
+
+def dtype_of(enum_value):
+    """numpy dtype of a conveyor_pb2.DType value."""
+    try:
+        return _DTYPES[enum_value]
+    except KeyError:
+        raise ConveyorError("unknown dtype %r from the daemon" % enum_value) from None
+
+
+class Batch:
+    """One batch of a stream.
+
+    Attributes: images (numpy, shaped [num_samples, ...sample_shape]), labels
+    and indices (int64 numpy, owned by the batch), sequence, epoch,
+    batch_in_epoch, position (this rank's samples of the epoch through this
+    batch: the resume point), epoch_samples, end_of_epoch, num_samples, slot,
+    failures (list of SampleFailure(sample_index, path, reason)).
+
+    `images` views the daemon's slot without a copy until the batch is
+    released; afterwards it raises BatchReleasedError. `copy()` returns a batch
+    that owns its arrays and never needs releasing.
+    """
+
+    __slots__ = ("_stream", "_images", "_released", "labels", "indices", "sequence", "epoch",
+                 "batch_in_epoch", "position", "epoch_samples", "end_of_epoch", "num_samples",
+                 "slot", "failures", "__weakref__")
+
+    def __init__(self, stream, images, labels, indices, *, sequence=0, epoch=0, batch_in_epoch=0,
+                 position=0, epoch_samples=0, end_of_epoch=False, slot=0, failures=()):
+        self._stream = stream
+        self._images = images
+        self._released = stream is None
+        self.labels = labels
+        self.indices = indices
+        self.sequence = sequence
+        self.epoch = epoch
+        self.batch_in_epoch = batch_in_epoch
+        self.position = position
+        self.epoch_samples = epoch_samples
+        self.end_of_epoch = end_of_epoch
+        self.num_samples = int(labels.shape[0])
+        self.slot = slot
+        self.failures = list(failures)
+
+    @property
+    def images(self):
+        if self._released and self._stream is not None:
+            raise BatchReleasedError(
+                "batch %d (epoch %d) was released: its slot belongs to the daemon again and may "
+                "hold another batch; call batch.copy() before releasing to keep the data"
+                % (self.sequence, self.epoch))
+        return self._images
+
+    @property
+    def released(self):
+        """True once the batch's slot went back to the daemon (copies: False)."""
+        return self._released and self._stream is not None
+
+    def release(self):
+        """Gives the slot back to the daemon (one credit). Idempotent; thread-safe."""
+        if self._stream is not None:
+            self._stream._release(self)
+
+    def copy(self):
+        """An independent batch owning copies of images, labels and indices."""
+        return Batch(None, np.array(self.images, copy=True), self.labels.copy(), self.indices.copy(),
+                     sequence=self.sequence, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
+                     position=self.position, epoch_samples=self.epoch_samples,
+                     end_of_epoch=self.end_of_epoch, slot=self.slot, failures=self.failures)
+
+    def __len__(self):
+        return self.num_samples
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __repr__(self):
+        shape = tuple(self._images.shape) if self._images is not None else None
+        return ("Batch(sequence=%d, epoch=%d, batch_in_epoch=%d, position=%d, num_samples=%d, "
+                "shape=%s, dtype=%s, failures=%d%s)"
+                % (self.sequence, self.epoch, self.batch_in_epoch, self.position, self.num_samples,
+                   shape, self._images.dtype if self._images is not None else None,
+                   len(self.failures), ", released" if self.released else ""))
+
+
+_CLOSE = object()  # ends the request iterator (half-close)
+
+
+class Stream:
+    """One StreamBatches call: an iterator of Batch objects.
+
+    Usually made by Loader.epoch / Loader.stream or open_stream(). Iterate it
+    (or call next()); use it as a context manager so that the call is
+    cancelled and slots are returned if the loop ends early.
+
+    auto_release=True (default): taking the next batch releases the previous
+    one, so the caller holds one batch at a time. auto_release=False: the
+    caller releases each batch itself (batch.release()) and may hold up to
+    `credits` batches; asking for more raises ConveyorError instead of
+    waiting forever for a batch the daemon may not send.
+
+    Attributes after opening: stream_id, transport ("shared_memory" or
+    "inline"), credits, samples_per_epoch, batches_per_epoch, pipeline (the
+    PipelineInfo), region_bytes, slot_bytes, num_slots, epoch_ends (EpochEnd
+    messages seen), end (the StreamEnd message once the stream finished).
+    """
+
+    def __init__(self, channel_or_address, request, *, auto_release=True, on_batch=None,
+                 fd_timeout=10.0):
+        self._channel, stub, self._owns_channel = _stub(channel_or_address)
+        self._request = request
+        self.credits = request.credits
+        self._auto_release = auto_release
+        self._on_batch = on_batch
+        self._lock = threading.Lock()
+        self._requests = queue.Queue()
+        self._held = {}        # slot -> Batch taken and not released
+        self._current = None   # auto-released when the next batch is taken
+        self._done = False
+        self._region = None
+        self.epoch_ends = []
+        self.end = None
+        self._requests.put(pb.ClientMessage(open=request))
+        self._call = stub.StreamBatches(self._request_iter())
+        try:
+            first = next(self._call)
+        except grpc.RpcError as e:
+            self._finish(cancel=True)
+            raise from_rpc_error(e, "opening a stream of pipeline %r" % request.pipeline) from None
+        except StopIteration:
+            self._finish(cancel=True)
+            raise Unavailable("the daemon closed the stream before answering StreamOpened") from None
+        if first.WhichOneof("kind") != "opened":
+            self._finish(cancel=True)
+            raise ConveyorError("protocol error: first server message is %r, not StreamOpened"
+                                % first.WhichOneof("kind"))
+        opened = first.opened
+        self.opened = opened
+        self.stream_id = opened.stream_id
+        self.transport = _TRANSPORT_NAMES.get(opened.transport, str(opened.transport))
+        self.samples_per_epoch = opened.samples_per_epoch
+        self.batches_per_epoch = opened.batches_per_epoch
+        self.pipeline = opened.pipeline
+        self.region_bytes = opened.region_bytes
+        self.slot_bytes = opened.slot_bytes
+        self.num_slots = opened.num_slots
+        if opened.transport == pb.SHARED_MEMORY:
+            try:
+                self._region = SharedRegion.receive(opened.fd_socket, opened.stream_id, opened.secret,
+                                                    opened.region_bytes, timeout=fd_timeout)
+            except BaseException:
+                self._finish(cancel=True)
+                raise
+        elif opened.transport != pb.INLINE:
+            self._finish(cancel=True)
+            raise ConveyorError("protocol error: the daemon chose transport %r" % opened.transport)
+
+    # --- requests -------------------------------------------------------
+    def _request_iter(self):
+        while True:
+            msg = self._requests.get()
+            if msg is _CLOSE:
+                return
+            yield msg
+
+    def _release(self, batch):
+        with self._lock:
+            if batch._released:
+                return
+            batch._released = True
+            self._held.pop(batch.slot, None)
+            if self._current is batch:
+                self._current = None
+            if not self._done:
+                self._requests.put(pb.ClientMessage(release=pb.Release(slots=[batch.slot])))
+
+    # --- responses ------------------------------------------------------
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cur = self._current
+        if cur is not None and self._auto_release:
+            cur.release()
+        if self._done:
+            raise StopIteration
+        if not self._auto_release and len(self._held) >= self.credits:
+            raise ConveyorError("holding all %d credits: release a batch before taking another"
+                                % self.credits)
+        while True:
+            try:
+                msg = next(self._call)
+            except grpc.RpcError as e:
+                self._finish(cancel=False)
+                raise from_rpc_error(e, "stream %d of pipeline %r" % (self.stream_id, self._request.pipeline)) from None
+            except StopIteration:
+                self._finish(cancel=False)
+                raise Unavailable("the daemon ended stream %d without StreamEnd" % self.stream_id) from None
+            kind = msg.WhichOneof("kind")
+            if kind == "batch":
+                try:
+                    batch = self._wrap(msg.batch)
+                except ConveyorError:
+                    self._finish(cancel=True, release_held=True)
+                    raise
+                with self._lock:
+                    self._held[batch.slot] = batch
+                    if self._auto_release:
+                        self._current = batch
+                if self._on_batch is not None:
+                    self._on_batch(batch)
+                return batch
+            if kind == "epoch_end":
+                self.epoch_ends.append(msg.epoch_end)
+                continue
+            if kind == "end":
+                self.end = msg.end
+                self._finish(cancel=False)
+                raise StopIteration
+            self._finish(cancel=True)
+            raise ConveyorError("protocol error: unexpected server message %r" % kind)
+
+    def _wrap(self, m):
+        dtype = dtype_of(m.dtype)
+        shape = tuple(m.shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else 0
+        if self._region is not None:
+            if m.images_bytes != nbytes:
+                raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
+                                    % (m.sequence, m.images_bytes, shape, dtype))
+            images = (np.empty(shape, dtype) if nbytes == 0
+                      else self._region.view(m.images_offset, nbytes, dtype, shape))
+        else:
+            if len(m.images) != nbytes:
+                raise ConveyorError("batch %d: %d inline bytes do not match shape %s of %s"
+                                    % (m.sequence, len(m.images), shape, dtype))
+            images = np.frombuffer(m.images, dtype=dtype).reshape(shape)
+        labels = np.array(m.labels, dtype=np.int64)
+        indices = np.array(m.sample_indices, dtype=np.int64)
+        failures = [SampleFailure(f.sample_index, f.path, f.reason) for f in m.failures]
+        return Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
+                     batch_in_epoch=m.batch_in_epoch, position=m.position,
+                     epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
+                     failures=failures)
+
+    # --- lifetime -------------------------------------------------------
+    @property
+    def done(self):
+        return self._done
+
+    @property
+    def held(self):
+        """Batches taken and not yet released."""
+        return len(self._held)
+
+    def _finish(self, cancel, release_held=False):
+        with self._lock:
+            if release_held:
+                # close(): every batch still held counts as released from now on.
+                for b in self._held.values():
+                    b._released = True
+                self._held.clear()
+                self._current = None
+            if self._done:
+                return
+            self._done = True
+        self._requests.put(_CLOSE)
+        if cancel:
+            self._call.cancel()
+        if self._region is not None:
+            self._region.close()  # deferred while numpy views of it live
+        if self._owns_channel:
+            self._channel.close()
+
+    def close(self):
+        """Cancels the call if it is still running and releases every batch
+        still held (their `images` raise from now on). Idempotent.
+
+        When the stream ends by itself (StreamEnd or an error), batches still
+        held stay readable until released: the daemon writes nothing more to
+        a finished stream's region, and the mapping lives as long as any view
+        of it does."""
+        self._finish(cancel=True, release_held=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self._finish(cancel=True, release_held=True)
+        except Exception:
+            pass
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequest("environment variable %s=%r is not an integer" % (name, value)) from None
+
+
+def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
+                world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
+                resume=None, auto_release=True, on_batch=None):
+    """Opens one StreamBatches call (the lower-level API under Loader).
+
+    address: "unix:///path.sock", "host:port" or a grpc.Channel.
+    num_epochs: 0 means endless. resume: None or (epoch, position, world_size)
+    - position is Batch.position of the last batch consumed at that epoch.
+    transport: "auto" (shared memory on a unix socket, inline on TCP),
+    "shared_memory" or "inline".
+    """
+    try:
+        tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
+    except KeyError:
+        raise InvalidRequest("transport must be one of auto, shared_memory, inline; got %r"
+                             % transport) from None
+    req = pb.OpenStream(pipeline=pipeline, batch_size=batch_size, seed=seed, first_epoch=first_epoch,
+                        num_epochs=num_epochs, rank=rank, world_size=world_size, credits=credits,
+                        shuffle=shuffle, drop_last=drop_last, transport=tcode)
+    if resume is not None:
+        r_epoch, r_position, r_world = resume
+        req.first_epoch = r_epoch
+        req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, position=r_position,
+                                              world_size=r_world))
+    return Stream(address, req, auto_release=auto_release, on_batch=on_batch)
+
+
+class Loader:
+    """Batches of one pipeline for one rank, epoch after epoch.
+
+    Loader(address, pipeline=..., batch_size=..., rank=None, world_size=None,
+           seed=0, credits=4, shuffle=True, drop_last=False, transport="auto",
+           first_epoch=0)
+
+    rank / world_size default to $RANK / $WORLD_SIZE (set by torchrun), else
+    0 / 1. credits is the prefetch depth: batches the daemon may have sent and
+    the client not yet released.
+
+    loader.epoch(e)        a Stream over epoch e (one gRPC call)
+    loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
+    iter(loader)           the current epoch: the first_epoch at first, the next
+                           one after a completed epoch, the rest of an epoch
+                           left mid-way
+    loader.state_dict()    {"epoch", "position", "world_size", "seed"}: the
+                           resume point after the last batch taken
+    loader.load_state_dict(state)  the next stream of that epoch starts there
+    """
+
+    def __init__(self, address, pipeline, batch_size, rank=None, world_size=None, seed=0,
+                 credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0):
+        self.address = address
+        self.pipeline = pipeline
+        self.batch_size = int(batch_size)
+        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
+        self.seed = int(seed)
+        self.credits = int(credits)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.transport = transport
+        self._lock = threading.Lock()
+        self._epoch = int(first_epoch)   # epoch of the resume point
+        self._position = 0               # this rank's samples of _epoch consumed
+        self._pending_resume = False     # set by load_state_dict
+        self._resume_world = self.world_size  # world size the position was counted at
+        self._channel = None
+
+    @property
+    def channel(self):
+        if self._channel is None:
+            self._channel = make_channel(self.address)
+        return self._channel
+
+    def _on_batch(self, batch):
+        with self._lock:
+            if batch.end_of_epoch:
+                self._epoch, self._position = batch.epoch + 1, 0
+            else:
+                self._epoch, self._position = batch.epoch, batch.position
+            self._resume_world = self.world_size
+
+    def _open(self, first_epoch, num_epochs, resume):
+        return open_stream(self.channel, self.pipeline, self.batch_size, seed=self.seed,
+                           first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
+                           world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
+                           drop_last=self.drop_last, transport=self.transport, resume=resume,
+                           on_batch=self._on_batch)
+
+    def _resume_for(self, epoch, use_progress):
+        with self._lock:
+            if (use_progress or self._pending_resume) and epoch == self._epoch and self._position > 0:
+                self._pending_resume = False
+                return (self._epoch, self._position, self._resume_world)
+            return None
+
+    def epoch(self, e):
+        """A Stream over epoch e. Starts at the beginning of e, or at the
+        position restored by load_state_dict if that lies in epoch e."""
+        return self._open(e, 1, self._resume_for(e, use_progress=False))
+
+    def stream(self, num_epochs=0, first_epoch=None):
+        """A Stream over num_epochs epochs (0: endless) from first_epoch
+        (default: the loader's current epoch, resuming mid-epoch if needed)."""
+        if first_epoch is None:
+            first_epoch = self._epoch
+            resume = self._resume_for(first_epoch, use_progress=True)
+        else:
+            resume = self._resume_for(first_epoch, use_progress=False)
+        return self._open(first_epoch, num_epochs, resume)
+
+    def __iter__(self):
+        return self.stream(num_epochs=1)
+
+    @property
+    def current_epoch(self):
+        return self._epoch
+
+    def state_dict(self):
+        with self._lock:
+            return {"epoch": self._epoch, "position": self._position,
+                    "world_size": self._resume_world, "seed": self.seed}
+
+    def load_state_dict(self, state):
+        with self._lock:
+            self._epoch = int(state["epoch"])
+            self._position = int(state.get("position", 0))
+            self._pending_resume = self._position > 0
+            if "seed" in state:
+                self.seed = int(state["seed"])
+            self._resume_world = int(state.get("world_size", self.world_size))
+
+    def pipeline_info(self):
+        """The PipelineInfo of this loader's pipeline (NotFound if unknown)."""
+        for p in list_pipelines(self.channel):
+            if p.name == self.pipeline:
+                return p
+        raise NotFound("the daemon has no pipeline %r" % self.pipeline)
+
+    def close(self):
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,99 @@
+"""The `conveyor` command line against a real daemon: pipelines, fetch, stats,
+help, and the documented exit codes."""
+
+import subprocess
+
+import numpy as np
+import pytest
+
+import conveyor
+from conveyor_integration import CLI, IMAGE_SIZE, PYTHON, client_env
+
+
+def run_cli(*args, timeout=60):
+    return subprocess.run([PYTHON, str(CLI)] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=timeout, env=client_env())
+
+
+def test_pipelines_lists_the_table(daemon):
+    res = run_cli("pipelines", "--server", daemon.unix)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[0] == "pipeline"
+    names = {line.split()[0] for line in lines[2:]}
+    assert names == {"train", "eval"}
+    assert "3x%dx%d" % (IMAGE_SIZE, IMAGE_SIZE) in res.stdout
+
+
+@pytest.mark.parametrize("fmt", ["npz", "npy"])
+def test_fetch_writes_n_batches_with_right_shapes(daemon, dataset, tmp_path, fmt):
+    _, samples = dataset
+    out = tmp_path / "batches"
+    res = run_cli("fetch", "--server", daemon.unix, "--pipeline", "train", "--batches", 7,
+                  "--batch-size", 8, "--seed", 4, "--out", out, "--format", fmt)
+    assert res.returncode == 0, res.stderr
+    assert "images/s" in res.stdout
+    files = sorted(p.name for p in out.iterdir())
+    if fmt == "npz":
+        assert files == ["batch_%05d.npz" % i for i in range(7)]
+        arrays = [dict(np.load(out / f)) for f in files]
+    else:
+        assert len(files) == 21
+        arrays = [{k: np.load(out / ("batch_%05d_%s.npy" % (i, k)))
+                   for k in ("images", "labels", "indices")} for i in range(7)]
+    for a in arrays:
+        assert a["images"].shape == (8, 3, IMAGE_SIZE, IMAGE_SIZE)
+        assert a["images"].dtype == np.uint8
+        assert a["labels"].shape == (8,) and a["labels"].dtype == np.int64
+        assert a["indices"].shape == (8,)
+        assert a["labels"].tolist() == [samples[i][1] for i in a["indices"]]
+    # 7 batches of 8 cross into the second epoch (48 samples): the first 6 cover epoch 0.
+    first_epoch = np.concatenate([a["indices"] for a in arrays[:6]])
+    assert sorted(first_epoch.tolist()) == list(range(len(samples)))
+
+
+def test_stats_marks_the_bottleneck(daemon):
+    loader = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, credits=2)
+    with loader.stream(num_epochs=0) as stream:
+        for _, _b in zip(range(8), stream):  # some traffic, and one stream left open
+            pass
+        res = run_cli("stats", "--server", daemon.unix)
+    loader.close()
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    header = next(line for line in out.splitlines() if line.startswith("stage"))
+    for col in ("items in", "items out", "failures", "busy s", "wait-in s", "wait-out s",
+                "queue fill"):
+        assert col in header
+    marked = [line for line in out.splitlines() if line.rstrip().endswith("<- bottleneck")]
+    assert len(marked) == 1, out
+    assert "bottleneck: %s" % marked[0].split()[0] in out
+    assert "stream %d" % stream.stream_id in out
+
+
+def test_unknown_pipeline_exits_3(daemon, tmp_path):
+    res = run_cli("fetch", "--server", daemon.unix, "--pipeline", "nope", "--batches", 1,
+                  "--out", tmp_path / "o")
+    assert res.returncode == 3, res.stderr
+    assert "nope" in res.stderr
+
+
+def test_no_server_exits_4(tmp_path):
+    for cmd in (["pipelines"], ["stats"],
+                ["fetch", "--pipeline", "train", "--batches", 1, "--out", tmp_path / "o"]):
+        res = run_cli(*cmd, "--server", "unix://%s" % (tmp_path / "missing.sock"))
+        assert res.returncode == 4, (cmd, res.stderr)
+
+
+def test_invalid_request_and_usage_exit_2(daemon, tmp_path):
+    res = run_cli("fetch", "--server", daemon.unix, "--pipeline", "train", "--batches", 1,
+                  "--batch-size", 0, "--out", tmp_path / "o")
+    assert res.returncode == 2, res.stderr
+    assert run_cli("fetch", "--pipeline", "train").returncode == 2  # missing arguments
+
+
+def test_help_everywhere_documents_exit_codes():
+    for cmd in ([], ["pipelines"], ["fetch"], ["stats"]):
+        res = run_cli(*cmd, "--help")
+        assert res.returncode == 0
+        assert "exit codes" in res.stdout and "server unavailable" in res.stdout

@@ -1,0 +1,98 @@
+"""Clients killed with SIGKILL mid-stream leak nothing: the daemon notices the
+cancelled calls, closes their streams, fds and slot memory, and goes on
+serving."""
+
+import os
+import select
+import signal
+import subprocess
+import time
+
+import conveyor
+from conveyor_integration import PYTHON, client_env, daemon_config, read_epoch, wait_until
+
+MiB = 1 << 20
+NUM_CLIENTS = 50
+
+CLIENT_SCRIPT = r"""
+import sys, time
+import conveyor
+stream = conveyor.open_stream(sys.argv[1], "train", 16, num_epochs=0, credits=2)
+batch = next(stream)
+assert batch.images.shape[0] == 16
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _status_kib(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _wait_ready(procs, timeout):
+    """Waits for every client to print "ready"; fails early if one dies."""
+    pending = {p.stdout.fileno(): p for p in procs}
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        readable, _, _ = select.select(list(pending), [], [], 0.5)
+        for fd in readable:
+            p = pending.pop(fd)
+            line = p.stdout.readline()
+            if line.strip() != b"ready":
+                p.wait(timeout=10)
+                raise AssertionError("client %d failed: %r %s" % (p.pid, line, p.stderr.read()))
+    assert not pending, "%d clients not ready in %.0f s" % (len(pending), timeout)
+
+
+def test_killed_clients_leak_no_fds_or_memory(daemon_factory, dataset, tmp_path):
+    root, samples = dataset
+    d = daemon_factory(daemon_config(root), name="crash")
+    read_epoch(d.unix)  # warm up: worker threads, page cache, allocator
+    assert wait_until(lambda: conveyor.stats(d.unix).streams_open == 0, 10)
+    base_fds = d.fd_count()
+    base_rss = d.rss_bytes()
+    base_shmem = _status_kib(d.pid, "RssShmem") * 1024
+
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT_SCRIPT)
+    procs = []
+    try:
+        for _ in range(NUM_CLIENTS):
+            procs.append(subprocess.Popen([PYTHON, str(script), d.unix], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, env=client_env()))
+        _wait_ready(procs, timeout=120)
+        st = conveyor.stats(d.unix)
+        assert st.streams_open == NUM_CLIENTS
+        peak_fds = d.fd_count()
+        peak_shmem = _status_kib(d.pid, "RssShmem") * 1024
+        print("daemon with %d clients: %d fds (baseline %d), RssShmem %.1f MiB (baseline %.1f), "
+              "RSS %.1f MiB (baseline %.1f)" % (NUM_CLIENTS, peak_fds, base_fds, peak_shmem / MiB,
+                                                base_shmem / MiB, d.rss_bytes() / MiB, base_rss / MiB))
+        assert peak_fds > base_fds  # the streams really held resources
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.wait(timeout=30)
+            p.stdout.close()
+            p.stderr.close()
+
+    # The daemon must notice the cancellations on its own (poll, no fixed sleep).
+    assert wait_until(lambda: conveyor.stats(d.unix).streams_open == 0, 30), \
+        "streams of killed clients still open: %s" % conveyor.stats(d.unix)
+    assert wait_until(lambda: d.fd_count() <= base_fds + 2, 30), \
+        "fds: %d before, %d with clients, %d after" % (base_fds, peak_fds, d.fd_count())
+    assert wait_until(lambda: _status_kib(d.pid, "RssShmem") * 1024 <= base_shmem + 2 * MiB, 30), \
+        "slot memory not freed: RssShmem %d KiB (baseline %d KiB)" % (
+            _status_kib(d.pid, "RssShmem"), base_shmem // 1024)
+    assert wait_until(lambda: d.rss_bytes() <= base_rss + 32 * MiB, 30), \
+        "RSS %.1f MiB, baseline %.1f MiB" % (d.rss_bytes() / MiB, base_rss / MiB)
+
+    got = read_epoch(d.unix, seed=9)  # and it still serves a full epoch
+    assert sorted(got.indices.tolist()) == list(range(len(samples)))
+    assert d.proc.poll() is None
