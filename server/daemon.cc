@@ -1,0 +1,472 @@
+#include "server/daemon.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "core/batch_layout.h"
+#include "server/fd_server.h"
+#include "server/grpc_service.h"
+#include "server/service.h"
+#include "server/unix_socket.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+#ifndef CONVEYOR_VERSION
+#define CONVEYOR_VERSION "dev"
+#endif
+
+namespace conveyor::server {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr char kServiceName[] = "conveyor.v1.Conveyor";
+// Client messages are small (OpenStream, Release).
+constexpr int kMaxReceiveMessageBytes = 16 << 20;
+
+// The largest Batch message any pipeline can produce (its slot at
+// max_batch_size) plus room for the message's other fields, within gRPC's
+// int limit. Clients must accept messages this large (INLINE transport).
+uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines) {
+  uint64_t largest = 0;
+  for (const auto& p : pipelines) {
+    const BatchLayout l = BatchLayout::For(p->transform, p->max_batch_size);
+    // images + labels + indices, plus per-sample failure text at most.
+    largest = std::max<uint64_t>(largest, l.slot_bytes + uint64_t{p->max_batch_size} * 1024);
+  }
+  return std::clamp<uint64_t>(largest + (1u << 20), 4u << 20, INT_MAX);
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);  // atomic: a reader never sees a half-written file
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+void SetUpLogging(const std::string& level) {
+  auto logger = spdlog::get("conveyord");
+  if (logger == nullptr) logger = spdlog::stderr_color_mt("conveyord");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%L%$ %v");
+  spdlog::set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
+  spdlog::flush_on(spdlog::level::info);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- flags
+
+std::string UsageText() {
+  return R"(usage: conveyord [--config FILE] [options]
+
+Conveyor's per-node data-loading daemon: serves the pipelines of FILE over
+gRPC on a unix socket (and optionally TCP).
+
+  --config FILE          YAML config (default /etc/conveyor/conveyord.yaml);
+                         config/README.md documents every field
+  --check-config         validate FILE (and load its datasets), then exit
+  --socket PATH          unix socket (listen.unix); '' disables it
+  --tcp HOST:PORT        TCP listener (listen.tcp); port 0 picks a free one;
+                         'none' disables it
+  --port-file PATH       write the bound TCP port to PATH once serving
+  --threads N            engine worker threads (threads; 0 = one per core)
+  --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
+  --log-level LEVEL      trace, debug, info, warn, error, critical, off
+  --probe TARGET         ask the daemon at TARGET (e.g.
+                         unix:///run/conveyor/conveyor.sock) whether it is
+                         SERVING (gRPC health check); exit 0 if so, 1 if not
+  --version              print the version and exit
+  --help                 this text
+
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when serving fails,
+2 for bad flags or a bad config.
+)";
+}
+
+absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    auto value = [&]() -> absl::StatusOr<std::string> {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, ": needs a value"));
+      return std::string(argv[++i]);
+    };
+    auto flag = [&](bool* b) -> absl::Status {
+      if (inline_value) return absl::InvalidArgumentError(absl::StrCat(arg, ": takes no value"));
+      *b = true;
+      return absl::OkStatus();
+    };
+    auto opt = [&](std::optional<std::string>* out) -> absl::Status {
+      absl::StatusOr<std::string> v = value();
+      if (!v.ok()) return v.status();
+      *out = *v;
+      return absl::OkStatus();
+    };
+    absl::Status st;
+    if (arg == "--config" || arg == "-c") {
+      std::optional<std::string> v;
+      st = opt(&v);
+      if (st.ok()) f.config = *v;
+    } else if (arg == "--port-file") {
+      std::optional<std::string> v;
+      st = opt(&v);
+      if (st.ok()) f.port_file = *v;
+    } else if (arg == "--probe") {
+      std::optional<std::string> v;
+      st = opt(&v);
+      if (st.ok()) f.probe = *v;
+    } else if (arg == "--check-config") {
+      st = flag(&f.check_config);
+    } else if (arg == "--help" || arg == "-h") {
+      st = flag(&f.help);
+    } else if (arg == "--version") {
+      st = flag(&f.version);
+    } else if (arg == "--socket") {
+      st = opt(&f.socket);
+    } else if (arg == "--tcp") {
+      st = opt(&f.tcp);
+    } else if (arg == "--threads") {
+      st = opt(&f.threads);
+    } else if (arg == "--memory-budget") {
+      st = opt(&f.memory_budget);
+    } else if (arg == "--log-level") {
+      st = opt(&f.log_level);
+    } else {
+      st = absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "' (see --help)"));
+    }
+    if (!st.ok()) return st;
+  }
+  return f;
+}
+
+absl::Status ApplyFlags(const Flags& f, DaemonConfig* c) {
+  auto bad = [](const char* flag, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", why));
+  };
+  if (f.socket)
+    c->listen.unix_path =
+        f.socket->empty() ? "" : fs::absolute(*f.socket).lexically_normal().string();
+  if (f.tcp) c->listen.tcp = (*f.tcp == "none") ? "" : *f.tcp;
+  if (f.threads) {
+    int n = 0;
+    if (!absl::SimpleAtoi(*f.threads, &n) || n < 0 || n > 1024) {
+      return bad("--threads",
+                 absl::StrCat("expected an integer within [0, 1024], got '", *f.threads, "'"));
+    }
+    c->engine.num_threads = n;
+  }
+  if (f.memory_budget) {
+    absl::StatusOr<uint64_t> b = ParseByteSize(*f.memory_budget, /*allow_percent=*/true);
+    if (!b.ok()) return bad("--memory-budget", b.status().message());
+    c->memory_budget = *b;
+  }
+  if (f.log_level) {
+    if (absl::Status st = ValidateLogLevel(*f.log_level); !st.ok())
+      return bad("--log-level", st.message());
+    c->log_level = *f.log_level;
+  }
+  if (!f.port_file.empty() && c->listen.tcp.empty()) {
+    return bad("--port-file", "needs a TCP listener (listen.tcp or --tcp)");
+  }
+  return ValidateDaemonFields(*c);
+}
+
+// ---------------------------------------------------------------- Daemon
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
+    const DaemonConfig& config, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
+    const std::string& port_file) {
+  std::unique_ptr<Daemon> d(new Daemon(config));
+  const std::string& unix_path = config.listen.unix_path;
+  const std::string fd_path = unix_path.empty() ? "" : unix_path + ".fd";
+
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config.engine);
+  if (!engine.ok()) return engine.status();
+  const int threads = (*engine)->num_threads();
+
+  ServiceOptions so;
+  so.memory_budget = config.memory_budget;
+  so.max_streams = config.max_streams;
+  so.fd_socket_path = fd_path;
+  so.max_message_bytes = MaxMessageBytes(pipelines);
+  absl::StatusOr<std::unique_ptr<ConveyorService>> service =
+      ConveyorService::Create(so, std::move(pipelines), *std::move(engine));
+  if (!service.ok()) return service.status();
+  d->service_ = *std::move(service);
+
+  if (!unix_path.empty()) {
+    if (absl::Status st = PrepareUnixSocketPath(unix_path); !st.ok()) return st;
+    if (absl::Status st = PrepareUnixSocketPath(fd_path); !st.ok()) return st;
+    ConveyorService* svc = d->service_.get();
+    absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
+        fd_path, config.listen.unix_mode,
+        [svc](uint64_t id, const Secret& secret) { return svc->RegionFd(id, secret); });
+    if (!fds.ok()) return fds.status();
+    d->fd_server_ = *std::move(fds);
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  d->grpc_service_ = std::make_unique<GrpcConveyorService>(d->service_.get());
+  grpc::ServerBuilder builder;
+  if (!unix_path.empty()) {
+    builder.AddListeningPort(absl::StrCat("unix:", unix_path), grpc::InsecureServerCredentials());
+  }
+  int tcp_port = 0;
+  if (!config.listen.tcp.empty()) {
+    builder.AddListeningPort(config.listen.tcp, grpc::InsecureServerCredentials(), &tcp_port);
+  }
+  builder.SetMaxSendMessageSize(static_cast<int>(so.max_message_bytes));
+  builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // Notice peers that vanished without closing (TCP across hosts).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
+  builder.RegisterService(d->grpc_service_.get());
+  {
+    // The socket file is created owner-only, then opened up to unix_mode.
+    ScopedUmask umask(0177);
+    d->server_ = builder.BuildAndStart();
+  }
+  d->owns_unix_socket_ = d->server_ != nullptr && !unix_path.empty();
+  if (d->server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot start the gRPC server on ",
+                     absl::StrJoin(std::vector<std::string>{unix_path, config.listen.tcp}, " / "),
+                     " (see gRPC's message above)"));
+  }
+  if (!unix_path.empty() && ::chmod(unix_path.c_str(), config.listen.unix_mode) != 0) {
+    return absl::InternalError(absl::StrCat("chmod ", unix_path, ": ", strerror(errno)));
+  }
+  if (!config.listen.tcp.empty()) {
+    if (tcp_port == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on TCP ", config.listen.tcp));
+    }
+    d->tcp_port_ = tcp_port;
+  }
+
+  grpc::HealthCheckServiceInterface* health = d->server_->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus("", true);
+    health->SetServingStatus(kServiceName, true);
+  }
+  spdlog::info(
+      "conveyord {} serving {} pipeline(s) with {} worker threads, slot memory budget "
+      "{:.1f} MiB, max {} streams, max message {:.1f} MiB",
+      CONVEYOR_VERSION, d->service_->ListPipelines().pipelines_size(), threads,
+      config.memory_budget / 1048576.0, config.max_streams, so.max_message_bytes / 1048576.0);
+  if (!unix_path.empty()) {
+    spdlog::info("listening on unix:{} (mode {:o}), fd hand-over on {}", unix_path,
+                 config.listen.unix_mode, fd_path);
+  }
+  if (d->tcp_port_ != 0)
+    spdlog::info("listening on TCP {} (port {})", config.listen.tcp, d->tcp_port_);
+  if (!port_file.empty()) {
+    if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;
+  }
+  return d;
+}
+
+Daemon::Daemon(const DaemonConfig& config) : config_(config) {}
+
+Daemon::~Daemon() { Shutdown(); }
+
+void Daemon::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const bool serving = server_ != nullptr;
+  if (server_ != nullptr) {
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+  }
+  if (service_ != nullptr) service_->BeginShutdown();
+  if (server_ != nullptr) {
+    const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::duration<double>(config_.shutdown_timeout_seconds));
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    server_.reset();  // every reactor is done by now
+  }
+  grpc_service_.reset();
+  if (fd_server_ != nullptr) fd_server_->Stop();
+  fd_server_.reset();
+  // Only a socket this daemon bound: a daemon that failed to start because
+  // another one serves the path must leave that one's socket alone.
+  if (owns_unix_socket_) RemoveSocketFile(config_.listen.unix_path);
+  service_.reset();  // joins the engine's workers
+  if (serving)
+    spdlog::info("shut down in {:.0f} ms",
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+}
+
+// ---------------------------------------------------------------- probe
+
+absl::Status Probe(const std::string& target, double timeout_seconds) {
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  // HealthCheckRequest{service: ""} encodes to no bytes; the reply
+  // HealthCheckResponse{status = 1 (SERVING)} to 08 01. Raw bytes spare us
+  // the health proto's generated code.
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  const grpc::Status status = done.get_future().get();
+  if (!status.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(target, ": health check failed: ", status.error_message()));
+  }
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (response.Dump(&slices).ok()) {
+    for (const grpc::Slice& sl : slices)
+      bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  }
+  if (bytes.size() == 2 && bytes[0] == 0x08 && bytes[1] == 0x01) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(target, ": not serving"));
+}
+
+// ---------------------------------------------------------------- main
+
+int DaemonMain(int argc, char** argv) {
+  // Before any thread exists: SIGINT/SIGTERM are taken by sigwait below in
+  // every thread's stead; SIGPIPE is ignored (peers that go away are errors,
+  // not deaths).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    std::cerr << "conveyord: " << flags.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (flags->help) {
+    std::cout << UsageText();
+    return kExitOk;
+  }
+  if (flags->version) {
+    std::cout << "conveyord " << CONVEYOR_VERSION << "\n";
+    return kExitOk;
+  }
+  if (!flags->probe.empty()) {
+    absl::Status st = Probe(flags->probe);
+    std::cout << (st.ok() ? flags->probe + ": SERVING" : std::string(st.message())) << "\n";
+    return st.ok() ? kExitOk : kExitFailure;
+  }
+  absl::StatusOr<DaemonConfig> config = LoadConfigFile(flags->config);
+  if (config.ok()) {
+    if (absl::Status st = ApplyFlags(*flags, &*config); !st.ok()) config = st;
+  }
+  if (!config.ok()) {
+    std::cerr << "conveyord: " << config.status().message() << "\n";
+    return kExitUsage;
+  }
+  SetUpLogging(config->log_level);
+  absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> pipelines =
+      LoadPipelines(*config);
+  if (!pipelines.ok()) {
+    std::cerr << "conveyord: " << pipelines.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (flags->check_config) {
+    std::set<const DatasetIndex*> datasets;
+    std::vector<std::string> names;
+    for (const auto& p : *pipelines) {
+      datasets.insert(p->dataset.get());
+      names.push_back(absl::StrCat(p->name, " (", p->dataset->size(), " samples)"));
+    }
+    std::cout << flags->config << ": OK: " << pipelines->size() << " pipeline(s) on "
+              << datasets.size() << " dataset(s): " << absl::StrJoin(names, ", ") << "\n";
+    return kExitOk;
+  }
+
+  // The signal thread: the only place SIGINT/SIGTERM are received.
+  absl::Notification stop;
+  std::atomic<bool> exiting{false};
+  std::thread signal_thread([&] {
+    bool seen = false;
+    while (true) {
+      int sig = 0;
+      if (sigwait(&signals, &sig) != 0) continue;
+      if (exiting.load()) return;
+      if (seen) {
+        spdlog::warn("second signal ({}) during shutdown: exiting now", strsignal(sig));
+        spdlog::default_logger()->flush();
+        _exit(kExitFailure);
+      }
+      seen = true;
+      spdlog::info("{}: shutting down", strsignal(sig));
+      stop.Notify();
+    }
+  });
+  auto stop_signal_thread = [&] {
+    exiting.store(true);
+    pthread_kill(signal_thread.native_handle(), SIGTERM);
+    signal_thread.join();
+  };
+
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Start(*config, *std::move(pipelines), flags->port_file);
+  if (!daemon.ok()) {
+    spdlog::error("cannot start: {}", daemon.status().ToString());
+    stop_signal_thread();
+    return kExitFailure;
+  }
+  stop.WaitForNotification();
+  (*daemon)->Shutdown();
+  daemon->reset();
+  stop_signal_thread();
+  return kExitOk;
+}
+
+}  // namespace conveyor::server

@@ -1,0 +1,102 @@
+// The conveyord process: command-line flags, and Daemon, which wires the
+// parts together — engine, core service, fd hand-over socket, gRPC server
+// with health checking — and takes them down in order:
+//   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
+//   2. every open stream is cancelled (clients get UNAVAILABLE at once)
+//   3. grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
+//   4. the fd socket stops, socket files are removed, the engine joins.
+// DaemonMain is main(): it blocks SIGINT/SIGTERM in every thread before any
+// thread exists and waits for them on a dedicated sigwait thread (no work in
+// signal handlers); a second signal during shutdown exits at once.
+//
+// Thread-safety: Daemon::Shutdown may be called from any thread, once or
+// more; other methods are const after Start.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/config.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace conveyor::server {
+
+class ConveyorService;
+class FdServer;
+class GrpcConveyorService;
+
+struct Flags {
+  std::string config = "/etc/conveyor/conveyord.yaml";
+  bool check_config = false;
+  bool help = false;
+  bool version = false;
+  std::string port_file;
+  std::string probe;  // --probe TARGET: health-check a running daemon and exit
+  // Overrides of config fields (unset: keep the file's value).
+  std::optional<std::string> socket;         // listen.unix ("" disables)
+  std::optional<std::string> tcp;            // listen.tcp ("" or "none" disables)
+  std::optional<std::string> threads;        // threads
+  std::optional<std::string> memory_budget;  // memory_budget
+  std::optional<std::string> log_level;      // log_level
+};
+
+// Accepts "--flag value" and "--flag=value". InvalidArgument naming the flag.
+absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
+std::string UsageText();
+
+// Applies the overrides of `flags` to `config` and validates the result.
+absl::Status ApplyFlags(const Flags& flags, DaemonConfig* config);
+
+class Daemon {
+ public:
+  // Starts serving `pipelines` (from LoadPipelines(config)). When
+  // `port_file` is not empty, writes the bound TCP port there.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(
+      const DaemonConfig& config, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
+      const std::string& port_file = "");
+  ~Daemon();  // Shutdown()
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // The shutdown sequence above. The first call does it (and returns when
+  // done); later calls return at once.
+  void Shutdown();
+
+  int tcp_port() const { return tcp_port_; }  // 0 without TCP
+  ConveyorService& service() const { return *service_; }
+
+ private:
+  explicit Daemon(const DaemonConfig& config);
+
+  const DaemonConfig config_;
+  int tcp_port_ = 0;
+  bool owns_unix_socket_ = false;  // we bound it (so we remove it)
+  // Destroyed in reverse order: the server (and every reactor) before the
+  // fd socket before the service (and engine).
+  std::unique_ptr<ConveyorService> service_;
+  std::unique_ptr<FdServer> fd_server_;
+  std::unique_ptr<GrpcConveyorService> grpc_service_;
+  std::unique_ptr<grpc::Server> server_;
+
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Asks the gRPC health service at `target` (e.g.
+// unix:///run/conveyor/conveyor.sock) whether the daemon is SERVING; for
+// container and Kubernetes probes. OK when it is, Unavailable otherwise.
+absl::Status Probe(const std::string& target, double timeout_seconds = 3.0);
+
+// main(): returns the process exit code (0 ok, 1 failure at run time, 2 bad
+// flags or config).
+int DaemonMain(int argc, char** argv);
+
+}  // namespace conveyor::server

@@ -1,0 +1,43 @@
+// GrpcConveyorService: the gRPC face of ConveyorService — a thin adapter
+// built on gRPC's callback API. Unary calls forward to the core service and
+// convert its absl::Status once (ToGrpcStatus). Each StreamBatches call gets
+// one StreamReactor (see grpc_service.cc) that turns the core Stream into
+// messages: it keeps at most one write in flight and is woken by the
+// stream's ready callback or by the end of its previous write.
+//
+// Thread-safety: gRPC calls the methods concurrently; the adapter holds no
+// state of its own besides the pointer to the core service.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "conveyor/v1/conveyor.grpc.pb.h"
+#include "server/service.h"
+
+namespace conveyor::server {
+
+// The one place where an absl::Status becomes a grpc::Status (the codes
+// share their numbers).
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class GrpcConveyorService final : public v1::Conveyor::CallbackService {
+ public:
+  // `service` is not owned and must outlive every call (the daemon shuts
+  // the gRPC server down before destroying it).
+  explicit GrpcConveyorService(ConveyorService* service) : service_(service) {}
+
+  grpc::ServerUnaryReactor* ListPipelines(grpc::CallbackServerContext* context,
+                                          const v1::ListPipelinesRequest* request,
+                                          v1::ListPipelinesResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const v1::GetStatsRequest* request,
+                                     v1::GetStatsResponse* response) override;
+  grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* StreamBatches(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  ConveyorService* const service_;
+};
+
+}  // namespace conveyor::server
