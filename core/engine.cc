@@ -57,6 +57,8 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   so.seed = options.seed;
   so.epoch = options.first_epoch;
   state->samples_per_epoch = SamplesPerRank(so);
+  so.offset = options.epoch_offset;
+  state->first_epoch_samples = SamplesPerRank(so);
   if (options.num_epochs > 0) {
     state->total_batches = scheduler_->BatchesInEpoch(*state, options.first_epoch) +
                            (options.num_epochs - 1) * scheduler_->BatchesInEpoch(

@@ -49,8 +49,8 @@ void Scheduler::Shutdown() {
 }
 
 uint64_t Scheduler::BatchesInEpoch(const StreamState& s, uint64_t epoch) const {
-  const uint64_t start = epoch == s.options.first_epoch ? s.options.start_sample : 0;
-  const uint64_t n = s.samples_per_epoch - std::min(start, s.samples_per_epoch);
+  const uint64_t n =
+      epoch == s.options.first_epoch ? s.first_epoch_samples : s.samples_per_epoch;
   return (n + s.options.batch_size - 1) / s.options.batch_size;
 }
 
@@ -76,21 +76,25 @@ void Scheduler::StartBatches(StreamState* s) {
   while (!s->terminal && !s->free_slots.empty() && !s->AllStarted()) {
     auto it = s->plans.find(s->next_epoch);
     if (it == s->plans.end()) return;  // a sample task must plan this epoch first
-    const uint64_t start = s->next_epoch == s->options.first_epoch ? s->options.start_sample : 0;
+    const bool first = s->next_epoch == s->options.first_epoch;
+    const uint64_t epoch_samples = first ? s->first_epoch_samples : s->samples_per_epoch;
+    const uint64_t base_offset = first ? s->options.epoch_offset : 0;
     const uint64_t in_epoch = BatchesInEpoch(*s, s->next_epoch);
     auto b = std::make_unique<BatchWork>();
     b->sequence = s->next_sequence;
     b->epoch = s->next_epoch;
     b->batch_in_epoch = s->next_in_epoch;
     b->plan = it->second;
-    b->first = start + s->next_in_epoch * s->options.batch_size;
+    b->first = s->next_in_epoch * s->options.batch_size;
     b->size = static_cast<uint32_t>(
-        std::min<uint64_t>(s->options.batch_size, s->samples_per_epoch - b->first));
+        std::min<uint64_t>(s->options.batch_size, epoch_samples - b->first));
     b->slot = s->free_slots.back();
     s->free_slots.pop_back();
     b->failed.assign(b->size, 0);
     b->position_after = b->first + b->size;
-    b->epoch_samples = s->samples_per_epoch;
+    b->offset_after = std::min<uint64_t>(s->pipeline->dataset->size(),
+                                         base_offset + b->position_after * s->options.world_size);
+    b->epoch_samples = epoch_samples;
     b->end_of_epoch = s->next_in_epoch + 1 == in_epoch;
     s->open.push_back(std::move(b));
     ++s->next_sequence;
@@ -224,6 +228,7 @@ void Scheduler::RunTask(Task* t, SampleTransformer* transformer) {
       so.world_size = s->options.world_size;
       so.shuffle = s->options.shuffle;
       so.drop_last = s->options.drop_last;
+      so.offset = t->epoch == s->options.first_epoch ? s->options.epoch_offset : 0;
       auto plan = RankIndices(so);
       if (plan.ok()) {
         t->plan = std::make_shared<const EpochPlan>(std::move(*plan));
@@ -397,6 +402,7 @@ bool Scheduler::EmitInOrder(StreamState* s) {
     info.epoch = b->epoch;
     info.batch_in_epoch = b->batch_in_epoch;
     info.position = b->position_after;
+    info.offset = b->offset_after;
     info.epoch_samples = b->epoch_samples;
     info.slot = b->slot;
     info.num_samples = b->size - static_cast<uint32_t>(b->failures.size());

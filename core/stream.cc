@@ -55,14 +55,8 @@ absl::Status ValidateStreamOptions(const PipelineConfig& p, const StreamOptions&
   so.world_size = o.world_size;
   so.shuffle = o.shuffle;
   so.drop_last = o.drop_last;
-  if (absl::Status s = ValidateSamplerOptions(so); !s.ok()) return s;
-  const uint64_t per_rank = SamplesPerRank(so);
-  if (o.start_sample >= per_rank) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "resume position %d is past the end of epoch %d (%d samples per rank)", o.start_sample,
-        o.first_epoch, per_rank));
-  }
-  return absl::OkStatus();
+  so.offset = o.epoch_offset;
+  return ValidateSamplerOptions(so);
 }
 
 }  // namespace conveyor

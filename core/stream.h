@@ -44,8 +44,10 @@ struct StreamOptions {
   // Batches the stream may hold at once (in production, ready, or held by the
   // consumer): the consumer's credits. Bounds the stream's memory.
   uint32_t num_slots = 4;
-  // Resume: samples of first_epoch that this rank already consumed.
-  uint64_t start_sample = 0;
+  // Resume: samples of first_epoch's global order that all ranks together
+  // already consumed (BatchInfo::offset of the last batch the trainer took,
+  // possibly saved at another world size). See core/sampler.h.
+  uint64_t epoch_offset = 0;
   // Put slots in a memfd that can be handed to another process.
   bool shareable_memory = false;
 };
@@ -61,7 +63,10 @@ struct BatchInfo {
   uint64_t epoch = 0;
   uint64_t batch_in_epoch = 0;  // k
   uint64_t position = 0;        // this rank's samples of `epoch` covered through this batch
-  uint64_t epoch_samples = 0;   // this rank's samples in the epoch
+  uint64_t epoch_samples = 0;   // this rank's samples in the epoch (in this stream)
+  // Samples of the epoch's global order consumed by all ranks once every rank
+  // took its batch k: the resume point (StreamOptions::epoch_offset).
+  uint64_t offset = 0;
   uint32_t slot = 0;
   uint32_t num_samples = 0;     // images in the slot (batch_size less failures, or a short last batch)
   bool end_of_epoch = false;    // the last batch of its epoch
@@ -82,7 +87,7 @@ class Stream {
   const StreamOptions& options() const;
   const BatchLayout& layout() const;
   const SlotArena& arena() const;
-  uint64_t samples_per_epoch() const;  // this rank's
+  uint64_t samples_per_epoch() const;  // this rank's, in a full epoch
   uint64_t batches_in_epoch(uint64_t epoch) const;
 
   enum class Poll { kBatch, kNotReady, kEnd, kError };

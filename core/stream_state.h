@@ -36,6 +36,7 @@ struct BatchWork {
   std::vector<uint8_t> failed;  // per position
   std::vector<std::pair<uint32_t, SampleFailure>> failures;  // (position, failure)
   uint64_t position_after = 0;
+  uint64_t offset_after = 0;
   uint64_t epoch_samples = 0;
   bool end_of_epoch = false;
   bool finalized = false;
@@ -54,7 +55,8 @@ struct StreamState {
   StreamOptions options;
   BatchLayout layout;
   std::unique_ptr<SlotArena> arena;
-  uint64_t samples_per_epoch = 0;
+  uint64_t samples_per_epoch = 0;        // this rank's, full epoch
+  uint64_t first_epoch_samples = 0;      // this rank's, first epoch after epoch_offset
   uint64_t total_batches = 0;  // 0: endless
   uint32_t fetch_capacity = 0;
   uint32_t fetch_limit = 0;

@@ -290,10 +290,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     const StreamOptions& o = (*session)->stream().options();
     spdlog::info(
         "stream {} opened by {}: pipeline {}, batch_size {}, credits {}, {}, rank {}/{}, epochs "
-        "{}+{}, start sample {}",
+        "{}+{}, epoch offset {}",
         (*session)->id(), peer_, open.pipeline(), o.batch_size, o.num_slots,
         TransportName((*session)->transport()), o.rank, o.world_size, o.first_epoch, o.num_epochs,
-        o.start_sample);
+        o.epoch_offset);
     Stream* stream = &(*session)->stream();
     stream->SetReadyCallback([gate = gate_] { Wake(gate); });
     {
@@ -346,6 +346,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     o->set_epoch(b.epoch);
     o->set_batch_in_epoch(b.batch_in_epoch);
     o->set_position(b.position);
+    o->set_offset(b.offset);
     o->set_epoch_samples(b.epoch_samples);
     o->set_end_of_epoch(b.end_of_epoch);
     o->set_num_samples(n);

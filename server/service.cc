@@ -250,18 +250,14 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
   o->shuffle = req.has_shuffle() ? req.shuffle() : true;
   o->drop_last = req.drop_last();
   o->num_slots = req.credits();
-  o->start_sample = 0;
+  o->epoch_offset = 0;
   o->shareable_memory = *transport == v1::SHARED_MEMORY;
 
   if (req.has_resume()) {
+    // The offset counts samples of the epoch's global order, whatever the
+    // world size it was saved at: resuming at another world size (elastic)
+    // deals the rest of the epoch out over the new ranks.
     const v1::ResumePosition& r = req.resume();
-    const uint32_t saved_world = r.world_size() == 0 ? 1 : r.world_size();
-    if (saved_world != world) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "resume point was saved at world_size %d but the stream asks for world_size %d; "
-          "resuming at another world size (elastic resume) is not supported yet",
-          saved_world, world));
-    }
     const uint64_t last = o->num_epochs == 0 ? std::numeric_limits<uint64_t>::max()
                                              : o->first_epoch + o->num_epochs;  // exclusive
     if (r.epoch() < o->first_epoch || r.epoch() >= last) {
@@ -279,17 +275,17 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
     so.world_size = world;
     so.shuffle = o->shuffle;
     so.drop_last = o->drop_last;
-    if (absl::Status st = ValidateSamplerOptions(so); !st.ok()) return st;
-    const uint64_t per_rank = SamplesPerRank(so);
-    if (r.position() >= per_rank) {
-      return absl::OutOfRangeError(absl::StrFormat(
-          "resume position %d is past the end of epoch %d (%d samples per rank); resume at "
-          "epoch %d position 0 instead",
-          r.position(), r.epoch(), per_rank, r.epoch() + 1));
+    so.offset = r.offset();
+    if (absl::Status st = ValidateSamplerOptions(so); !st.ok()) {
+      if (absl::IsOutOfRange(st)) {
+        return absl::OutOfRangeError(absl::StrFormat(
+            "resume offset %d of epoch %d: %s", r.offset(), r.epoch(), st.message()));
+      }
+      return st;
     }
     if (o->num_epochs != 0) o->num_epochs = last - r.epoch();
     o->first_epoch = r.epoch();
-    o->start_sample = r.position();
+    o->epoch_offset = r.offset();
   }
   return ValidateStreamOptions(p, *o);
 }

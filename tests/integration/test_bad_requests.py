@@ -61,7 +61,7 @@ def test_shared_memory_over_tcp_is_failed_precondition(daemon):
 
 def test_resume_past_end_of_epoch_is_out_of_range(daemon, dataset):
     _, samples = dataset
-    _expect(conveyor.InvalidRequest, grpc.StatusCode.OUT_OF_RANGE, r"position|resume",
+    _expect(conveyor.InvalidRequest, grpc.StatusCode.OUT_OF_RANGE, r"offset|resume",
             resume=(0, len(samples) + 1, 1))(daemon.unix)
 
 

@@ -120,7 +120,7 @@ def test_resume_from_state_dict_continues_exactly(daemon, dataset):
         head = [next(stream).copy() for _ in range(2)]
     state = first.state_dict()
     first.close()
-    assert state["epoch"] == 3 and state["position"] == 16
+    assert state["epoch"] == 3 and state["offset"] == 16
 
     # credits 2 < the 4 remaining batches (short streams: see the next test)
     second = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, seed=0, credits=2)
@@ -129,7 +129,7 @@ def test_resume_from_state_dict_continues_exactly(daemon, dataset):
     with second.epoch(3) as stream:
         for b in stream:
             tail.append(b.copy())
-    assert second.state_dict()["epoch"] == 4 and second.state_dict()["position"] == 0
+    assert second.state_dict()["epoch"] == 4 and second.state_dict()["offset"] == 0
     second.close()
     got = head + tail
     assert np.concatenate([b.indices for b in got]).tolist() == full.indices.tolist()

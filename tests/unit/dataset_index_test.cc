@@ -45,7 +45,7 @@ class TempDir {
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
-TEST_CASE("ImageFolder: labels from sorted class names, files sorted", "[dataset]") {
+TEST_CASE("ImageFolder: labels from sorted class names files sorted", "[dataset]") {
   TempDir dir;
   dir.Write("zebra/b.jpg");
   dir.Write("zebra/a.JPEG");
@@ -68,7 +68,7 @@ TEST_CASE("ImageFolder: labels from sorted class names, files sorted", "[dataset
   CHECK(d.FullPath(0) == dir.path() + "/Bee/x.JpG");
 }
 
-TEST_CASE("ImageFolder: skips non-images, hidden files, nested folders, stray files",
+TEST_CASE("ImageFolder: skips non-images hidden files nested folders stray files",
           "[dataset]") {
   TempDir dir;
   dir.Write("cat/ok.jpg");
@@ -142,7 +142,7 @@ TEST_CASE("HasImageExtension is case-insensitive", "[dataset]") {
   CHECK_FALSE(HasImageExtension("a.jp"));
 }
 
-TEST_CASE("List file: good file with comments, blank lines, CRLF", "[dataset]") {
+TEST_CASE("List file: good file with comments blank lines CRLF", "[dataset]") {
   TempDir dir;
   const std::string list = dir.Write(
       "train.txt",
@@ -208,7 +208,7 @@ TEST_CASE("List file: bad lines give file:line and the reason", "[dataset]") {
   }
 }
 
-TEST_CASE("List file: '..' inside a name is fine, missing and empty files are errors",
+TEST_CASE("List file: '..' inside a name is fine missing and empty files are errors",
           "[dataset]") {
   TempDir dir;
   const std::string ok = dir.Write("ok.txt", "a..b/c...jpg\t1\n");

@@ -173,17 +173,19 @@ TEST_CASE("resume from a position gives the rest of the epoch byte for byte", "[
   so.batch_size = 4;
   so.seed = 3;
   Collected full = RunOnce(p, 2, so);
-  so.start_sample = 8;  // two batches consumed
+  so.epoch_offset = 8;  // two batches consumed
   Collected rest = RunOnce(p, 2, so);
   REQUIRE(rest.end.ok());
   const size_t sample_bytes = 32 * 32 * 3;
   REQUIRE(rest.images.size() == full.images.size() - 8 * sample_bytes);
   CHECK(std::equal(rest.images.begin(), rest.images.end(), full.images.begin() + 8 * sample_bytes));
   CHECK(rest.batches.front().batch_in_epoch == 0);
-  CHECK(rest.batches.back().position == 27);
+  CHECK(rest.batches.back().position == 19);
+  CHECK(rest.batches.back().offset == 27);
+  CHECK(full.batches[1].offset == 8);
 }
 
-TEST_CASE("bad files are counted, named and skipped; the stream goes on", "[engine][errors]") {
+TEST_CASE("bad files are counted named and skipped: the stream goes on", "[engine][errors]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 2, 8);
   auto good = testing::EncodeNoiseJpeg(80, 60, 99);
@@ -255,7 +257,7 @@ TEST_CASE("the stream ends once the failure rate passes the maximum", "[engine][
   CHECK(std::string(c.end.message()).find("max_failure_rate") != std::string::npos);
 }
 
-TEST_CASE("a stalled consumer stops its stream with bounded memory; others go on",
+TEST_CASE("a stalled consumer stops its stream with bounded memory: others go on",
           "[engine][backpressure]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 4, 10);
@@ -345,9 +347,9 @@ TEST_CASE("stream options are validated with the field named", "[engine]") {
   CHECK(absl::IsInvalidArgument(engine->OpenStream(p, so).status()));
   so.rank = 0;
   so.world_size = 1;
-  so.start_sample = 4;
+  so.epoch_offset = 4;
   CHECK(absl::IsOutOfRange(engine->OpenStream(p, so).status()));
-  so.start_sample = 0;
+  so.epoch_offset = 0;
   so.num_slots = 0;
   CHECK(absl::IsInvalidArgument(engine->OpenStream(p, so).status()));
 }

@@ -44,7 +44,7 @@ std::map<uint64_t, int> Counts(const std::vector<std::vector<uint64_t>>& ranks) 
   return counts;
 }
 
-TEST_CASE("EpochPermutation is a permutation of [0, N)", "[sampler]") {
+TEST_CASE("EpochPermutation is a permutation of 0..N-1", "[sampler]") {
   for (uint64_t n : {1u, 2u, 3u, 10u, 1000u, 4097u}) {
     std::vector<uint64_t> p = EpochPermutation(n, 42, 3, true);
     REQUIRE(p.size() == n);
@@ -141,7 +141,7 @@ TEST_CASE("drop_last is disjoint and drops the permutation's tail", "[sampler]")
         std::set<uint64_t>(p1.begin() + 100, p1.end()));
 }
 
-TEST_CASE("every rank gets SamplesPerRank samples for many (N, W)", "[sampler]") {
+TEST_CASE("every rank gets SamplesPerRank samples for many N and W", "[sampler]") {
   for (uint64_t n = 1; n <= 40; ++n) {
     for (uint32_t w = 1; w <= 9; ++w) {
       for (bool drop_last : {false, true}) {

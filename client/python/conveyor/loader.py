@@ -123,7 +123,9 @@ class Batch:
     Attributes: images (numpy, shaped [num_samples, ...sample_shape]), labels
     and indices (int64 numpy, owned by the batch), sequence, epoch,
     batch_in_epoch, position (this rank's samples of the epoch through this
-    batch: the resume point), epoch_samples, end_of_epoch, num_samples, slot,
+    batch), offset (samples of the epoch's global order consumed once every
+    rank took this batch: the resume point), epoch_samples, end_of_epoch,
+    num_samples, slot,
     failures (list of SampleFailure(sample_index, path, reason)).
 
     `images` views the daemon's slot without a copy until the batch is
@@ -132,11 +134,12 @@ class Batch:
     """
 
     __slots__ = ("_stream", "_images", "_released", "labels", "indices", "sequence", "epoch",
-                 "batch_in_epoch", "position", "epoch_samples", "end_of_epoch", "num_samples",
+                 "batch_in_epoch", "position", "offset", "epoch_samples", "end_of_epoch", "num_samples",
                  "slot", "failures", "__weakref__")
 
     def __init__(self, stream, images, labels, indices, *, sequence=0, epoch=0, batch_in_epoch=0,
-                 position=0, epoch_samples=0, end_of_epoch=False, slot=0, failures=()):
+                 position=0, offset=0, epoch_samples=0, end_of_epoch=False, slot=0,
+                 failures=()):
         self._stream = stream
         self._images = images
         self._released = stream is None
@@ -146,6 +149,7 @@ class Batch:
         self.epoch = epoch
         self.batch_in_epoch = batch_in_epoch
         self.position = position
+        self.offset = offset
         self.epoch_samples = epoch_samples
         self.end_of_epoch = end_of_epoch
         self.num_samples = int(labels.shape[0])
@@ -175,7 +179,8 @@ class Batch:
         """An independent batch owning copies of images, labels and indices."""
         return Batch(None, np.array(self.images, copy=True), self.labels.copy(), self.indices.copy(),
                      sequence=self.sequence, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
-                     position=self.position, epoch_samples=self.epoch_samples,
+                     position=self.position, offset=self.offset,
+                     epoch_samples=self.epoch_samples,
                      end_of_epoch=self.end_of_epoch, slot=self.slot, failures=self.failures)
 
     def __len__(self):
@@ -352,7 +357,7 @@ class Stream:
         indices = np.array(m.sample_indices, dtype=np.int64)
         failures = [SampleFailure(f.sample_index, f.path, f.reason) for f in m.failures]
         return Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
-                     batch_in_epoch=m.batch_in_epoch, position=m.position,
+                     batch_in_epoch=m.batch_in_epoch, position=m.position, offset=m.offset,
                      epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
                      failures=failures)
 
@@ -424,8 +429,10 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
-    num_epochs: 0 means endless. resume: None or (epoch, position, world_size)
-    - position is Batch.position of the last batch consumed at that epoch.
+    num_epochs: 0 means endless. resume: None or (epoch, offset, world_size)
+    - offset is Batch.offset of the last batch consumed at that epoch: samples
+      of the epoch's global order all ranks consumed. It may have been saved
+      at another world size (elastic resume); world_size is informational.
     transport: "auto" (shared memory on a unix socket, inline on TCP),
     "shared_memory" or "inline".
     """
@@ -438,9 +445,9 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
                         num_epochs=num_epochs, rank=rank, world_size=world_size, credits=credits,
                         shuffle=shuffle, drop_last=drop_last, transport=tcode)
     if resume is not None:
-        r_epoch, r_position, r_world = resume
+        r_epoch, r_offset, r_world = resume
         req.first_epoch = r_epoch
-        req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, position=r_position,
+        req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, offset=r_offset,
                                               world_size=r_world))
     return Stream(address, req, auto_release=auto_release, on_batch=on_batch)
 
@@ -461,8 +468,10 @@ class Loader:
     iter(loader)           the current epoch: the first_epoch at first, the next
                            one after a completed epoch, the rest of an epoch
                            left mid-way
-    loader.state_dict()    {"epoch", "position", "world_size", "seed"}: the
-                           resume point after the last batch taken
+    loader.state_dict()    {"epoch", "offset", "world_size", "seed"}: the
+                           resume point after the last batch taken (offset:
+                           samples of the epoch's global order consumed by
+                           all ranks; loadable at any world size)
     loader.load_state_dict(state)  the next stream of that epoch starts there
     """
 
@@ -480,9 +489,9 @@ class Loader:
         self.transport = transport
         self._lock = threading.Lock()
         self._epoch = int(first_epoch)   # epoch of the resume point
-        self._position = 0               # this rank's samples of _epoch consumed
+        self._offset = 0                 # samples of _epoch's global order consumed
         self._pending_resume = False     # set by load_state_dict
-        self._resume_world = self.world_size  # world size the position was counted at
+        self._resume_world = self.world_size  # world size when the offset was saved
         self._channel = None
 
     @property
@@ -494,9 +503,9 @@ class Loader:
     def _on_batch(self, batch):
         with self._lock:
             if batch.end_of_epoch:
-                self._epoch, self._position = batch.epoch + 1, 0
+                self._epoch, self._offset = batch.epoch + 1, 0
             else:
-                self._epoch, self._position = batch.epoch, batch.position
+                self._epoch, self._offset = batch.epoch, batch.offset
             self._resume_world = self.world_size
 
     def _open(self, first_epoch, num_epochs, resume):
@@ -508,9 +517,9 @@ class Loader:
 
     def _resume_for(self, epoch, use_progress):
         with self._lock:
-            if (use_progress or self._pending_resume) and epoch == self._epoch and self._position > 0:
+            if (use_progress or self._pending_resume) and epoch == self._epoch and self._offset > 0:
                 self._pending_resume = False
-                return (self._epoch, self._position, self._resume_world)
+                return (self._epoch, self._offset, self._resume_world)
             return None
 
     def epoch(self, e):
@@ -537,14 +546,14 @@ class Loader:
 
     def state_dict(self):
         with self._lock:
-            return {"epoch": self._epoch, "position": self._position,
+            return {"epoch": self._epoch, "offset": self._offset,
                     "world_size": self._resume_world, "seed": self.seed}
 
     def load_state_dict(self, state):
         with self._lock:
             self._epoch = int(state["epoch"])
-            self._position = int(state.get("position", 0))
-            self._pending_resume = self._position > 0
+            self._offset = int(state.get("offset", 0))
+            self._pending_resume = self._offset > 0
             if "seed" in state:
                 self.seed = int(state["seed"])
             self._resume_world = int(state.get("world_size", self.world_size))
