@@ -1,0 +1,348 @@
+#include "core/jpeg_decoder.h"
+
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h needs FILE and size_t first
+#include <cstring>
+
+// clang-format off
+#include <jpeglib.h>
+#include <jerror.h>  // after jpeglib.h: its message list depends on jconfig.h
+// clang-format on
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace conveyor {
+
+namespace {
+
+// Progressive files may carry any number of scans; each one re-reads the whole
+// coefficient buffer. Like TurboJPEG's TJFLAG_LIMITSCANS, refuse absurd counts
+// so a crafted file cannot keep a worker busy for minutes.
+constexpr int kMaxScans = 500;
+
+// Rows decoded per libjpeg call batch (libjpeg emits at most 4 per call; we
+// loop until the batch is full).
+constexpr int kBatchRows = 16;
+
+// Extra columns decoded on each side of the requested region when it does not
+// touch the image edge. libjpeg's fancy (triangle) chroma upsampling treats the
+// edge of a cropped scanline like an image edge and replicates the chroma
+// sample there, so the first and last decoded columns can differ from a full
+// decode; with one spare column on each side the requested ones are exact.
+constexpr int kColumnMargin = 1;
+
+// Warnings that mean decoded pixels are wrong; they abort the decode.
+// Extraneous bytes before a marker are harmless between header markers (some
+// writers pad there) but, once scan data is being decoded, mean the entropy
+// decoder lost sync with the data.
+bool IsCorruptDataWarning(int code, bool decoding_scans) {
+  switch (code) {
+    case JWRN_EXTRANEOUS_DATA:
+      return decoding_scans;
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+#if JPEG_LIB_VERSION >= 70 || defined(D_ARITH_CODING_SUPPORTED)
+    case JWRN_ARITH_BAD_CODE:
+#endif
+    case JWRN_MUST_RESYNC:
+    case JWRN_NOT_SEQUENTIAL:
+    case JWRN_BOGUS_PROGRESSION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+inline int MulDiv255(int a, int b) {
+  const int t = a * b + 128;
+  return ((t >> 8) + t) >> 8;
+}
+
+}  // namespace
+
+void CmykToRgb(const uint8_t* in, uint8_t* out, int n) {
+  for (int i = 0; i < n; ++i, in += 4, out += 3) {
+    const int nk = in[3];  // 255 - ink K, and the stored value is 255 - ink
+    const uint8_t c = static_cast<uint8_t>(255 - in[0]);
+    const uint8_t m = static_cast<uint8_t>(255 - in[1]);
+    const uint8_t y = static_cast<uint8_t>(255 - in[2]);
+    // nk - MULDIV255(ink, nk) is in [0, 255]: no clipping needed.
+    out[0] = static_cast<uint8_t>(nk - MulDiv255(c, nk));
+    out[1] = static_cast<uint8_t>(nk - MulDiv255(m, nk));
+    out[2] = static_cast<uint8_t>(nk - MulDiv255(y, nk));
+  }
+}
+
+struct JpegDecoder::State {
+  jpeg_decompress_struct cinfo;
+  jpeg_error_mgr err;
+  jpeg_progress_mgr progress;
+  std::jmp_buf jump;
+  // Set before every longjmp.
+  char message[JMSG_LENGTH_MAX];
+  bool truncated;
+  bool decoding_scans = false;  // past jpeg_read_header
+  bool created = false;
+
+  State() {
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    cinfo.err = jpeg_std_error(&err);
+    err.error_exit = &ErrorExit;
+    err.emit_message = &EmitMessage;
+    err.output_message = &OutputMessage;
+    progress.progress_monitor = &ProgressMonitor;
+    progress.pass_counter = progress.pass_limit = 0;
+    progress.completed_passes = progress.total_passes = 0;
+    message[0] = '\0';
+    truncated = false;
+    // jpeg_create_decompress keeps err and client_data and zeroes the rest.
+    // It can only fail for lack of memory, which error_exit reports.
+    cinfo.client_data = this;
+    if (setjmp(jump) == 0) {
+      jpeg_create_decompress(&cinfo);
+      cinfo.progress = &progress;
+      created = true;
+    }
+  }
+
+  ~State() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+
+  static State* From(j_common_ptr c) { return static_cast<State*>(c->client_data); }
+
+  [[noreturn]] static void ErrorExit(j_common_ptr c) {
+    State* s = From(c);
+    (*c->err->format_message)(c, s->message);
+    s->truncated = false;
+    std::longjmp(s->jump, 1);
+  }
+
+  static void EmitMessage(j_common_ptr c, int level) {
+    if (level >= 0) return;  // trace messages
+    State* s = From(c);
+    if (!IsCorruptDataWarning(c->err->msg_code, s->decoding_scans)) return;
+    s->truncated = c->err->msg_code == JWRN_JPEG_EOF;
+    (*c->err->format_message)(c, s->message);
+    std::longjmp(s->jump, 1);
+  }
+
+  static void OutputMessage(j_common_ptr) {}  // never print
+
+  static void ProgressMonitor(j_common_ptr c) {
+    if (!c->is_decompressor) return;
+    auto* d = reinterpret_cast<j_decompress_ptr>(c);
+    if (d->input_scan_number > kMaxScans) {
+      State* s = From(c);
+      std::snprintf(s->message, sizeof(s->message), "more than %d progressive scans", kMaxScans);
+      s->truncated = false;
+      std::longjmp(s->jump, 1);
+    }
+  }
+};
+
+JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {}
+
+JpegDecoder::~JpegDecoder() = default;
+
+absl::Status JpegDecoder::LibjpegError(const char* what) const {
+  if (state_->truncated) return absl::DataLossError("truncated JPEG data (premature end of file)");
+  // libjpeg's corrupt-data warnings already start with "Corrupt JPEG data: ".
+  absl::string_view message = state_->message;
+  absl::ConsumePrefix(&message, "Corrupt JPEG data: ");
+  return absl::DataLossError(absl::StrCat(what, ": ", message));
+}
+
+absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> bytes,
+                                                   uint64_t max_pixels) {
+  header_ready_ = false;
+  if (!state_->created) return absl::InternalError("libjpeg decompressor could not be created");
+  jpeg_abort_decompress(&state_->cinfo);  // drop any image in progress
+  if (bytes.empty()) return absl::InvalidArgumentError("empty input (0 bytes)");
+  if (bytes.size() < 2 || bytes[0] != 0xFF || bytes[1] != 0xD8) {
+    if (bytes.size() == 1) {
+      return absl::InvalidArgumentError(absl::StrFormat("not a JPEG (1 byte: 0x%02X)", bytes[0]));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrFormat("not a JPEG (starts with 0x%02X 0x%02X)", bytes[0], bytes[1]));
+  }
+  bytes_ = bytes;
+  JpegHeader header;
+  if (!ReadHeaderLibjpeg(&header)) {
+    jpeg_abort_decompress(&state_->cinfo);
+    return LibjpegError("corrupt JPEG header");
+  }
+  const uint64_t pixels = static_cast<uint64_t>(header.width) * static_cast<uint64_t>(header.height);
+  if (pixels > max_pixels) {
+    jpeg_abort_decompress(&state_->cinfo);
+    return absl::InvalidArgumentError(absl::StrFormat("image %dx%d exceeds max_pixels %d",
+                                                      header.width, header.height, max_pixels));
+  }
+  // The scan data starts where libjpeg stopped reading; an intact file has an
+  // end-of-image marker after it (0xFF 0xD9 cannot occur inside entropy-coded
+  // data, where 0xFF is always followed by 0x00 or a restart marker).
+  const size_t scan_start = bytes.size() - state_->cinfo.src->bytes_in_buffer;
+  bool has_eoi = false;
+  for (size_t i = bytes.size(); i >= scan_start + 2; --i) {
+    if (bytes[i - 2] == 0xFF && bytes[i - 1] == 0xD9) {
+      has_eoi = true;
+      break;
+    }
+  }
+  if (!has_eoi) {
+    jpeg_abort_decompress(&state_->cinfo);
+    return absl::DataLossError("truncated JPEG data (no end-of-image marker after the scan data)");
+  }
+  header_ready_ = true;
+  return header;
+}
+
+bool JpegDecoder::ReadHeaderLibjpeg(JpegHeader* header) {
+  jpeg_decompress_struct* cinfo = &state_->cinfo;
+  state_->decoding_scans = false;
+  if (setjmp(state_->jump) != 0) return false;
+  jpeg_mem_src(cinfo, bytes_.data(), static_cast<unsigned long>(bytes_.size()));
+  jpeg_read_header(cinfo, TRUE);
+  header->width = static_cast<int>(cinfo->image_width);
+  header->height = static_cast<int>(cinfo->image_height);
+  header->components = cinfo->num_components;
+  header->progressive = cinfo->progressive_mode != 0;
+  header->arithmetic = cinfo->arith_code != 0;
+  switch (cinfo->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+      header->color = JpegColor::kGray;
+      break;
+    case JCS_YCbCr:
+      header->color = JpegColor::kYCbCr;
+      break;
+    case JCS_RGB:
+      header->color = JpegColor::kRgb;
+      break;
+    case JCS_CMYK:
+      header->color = JpegColor::kCmyk;
+      break;
+    case JCS_YCCK:
+      header->color = JpegColor::kYcck;
+      break;
+    default:
+      header->color = JpegColor::kOther;
+      break;
+  }
+  return true;
+}
+
+absl::Status JpegDecoder::DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink) {
+  if (!header_ready_) return absl::FailedPreconditionError("DecodeRegion without ReadHeader");
+  header_ready_ = false;
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
+    jpeg_abort_decompress(&state_->cinfo);
+    return absl::InvalidArgumentError(absl::StrCat("bad scale denominator ", scale_denom));
+  }
+  const int sw = ScaledSize(static_cast<int>(state_->cinfo.image_width), scale_denom);
+  const int sh = ScaledSize(static_cast<int>(state_->cinfo.image_height), scale_denom);
+  if (region.x0 < 0 || region.y0 < 0 || region.x1 > sw || region.y1 > sh ||
+      region.x0 >= region.x1 || region.y0 >= region.y1) {
+    jpeg_abort_decompress(&state_->cinfo);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1, region.y0,
+        region.y1, sw, sh));
+  }
+  const bool ok = DecodeRegionLibjpeg(region, scale_denom, sink);
+  // Rows below the region are never decoded; this also releases libjpeg's
+  // per-image memory after an error.
+  jpeg_abort_decompress(&state_->cinfo);
+  if (!ok) return LibjpegError("corrupt JPEG data");
+  return absl::OkStatus();
+}
+
+bool JpegDecoder::DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink) {
+  jpeg_decompress_struct* cinfo = &state_->cinfo;
+  if (setjmp(state_->jump) != 0) return false;
+  const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
+  cinfo->out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(scale_denom);
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  state_->decoding_scans = true;
+  jpeg_start_decompress(cinfo);
+
+  const int full_width = static_cast<int>(cinfo->output_width);
+  JDIMENSION xoffset = 0;
+  if (region.x0 > 0 || region.x1 < full_width) {
+    const int want_x0 = region.x0 > kColumnMargin ? region.x0 - kColumnMargin : 0;
+    const int want_x1 =
+        region.x1 + kColumnMargin < full_width ? region.x1 + kColumnMargin : full_width;
+    xoffset = static_cast<JDIMENSION>(want_x0);
+    JDIMENSION width = static_cast<JDIMENSION>(want_x1 - want_x0);
+    jpeg_crop_scanline(cinfo, &xoffset, &width);  // widens to iMCU boundaries
+  }
+  const int bpp = cmyk ? 4 : 3;
+  const size_t stride = static_cast<size_t>(cinfo->output_width) * bpp;
+  const size_t need = stride * kBatchRows + kRowSlack;
+  if (batch_capacity_ < need) {
+    batch_.reset(new uint8_t[need]);
+    batch_capacity_ = need;
+    std::memset(batch_.get(), 0, need);
+  }
+  const size_t x_in_batch = static_cast<size_t>(region.x0 - static_cast<int>(xoffset)) * bpp;
+  const size_t x_in_batch_rgb = static_cast<size_t>(region.x0 - static_cast<int>(xoffset)) * 3;
+
+  if (region.y0 > 0) {
+    jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(region.y0));
+  }
+  JSAMPROW rows[kBatchRows];
+  int y = region.y0;
+  while (y < region.y1) {
+    const int want = region.y1 - y < kBatchRows ? region.y1 - y : kBatchRows;
+    for (int i = 0; i < want; ++i) rows[i] = batch_.get() + static_cast<size_t>(i) * stride;
+    int got = 0;
+    while (got < want) {
+      const JDIMENSION n =
+          jpeg_read_scanlines(cinfo, rows + got, static_cast<JDIMENSION>(want - got));
+      if (n == 0) {
+        // Cannot happen with a memory source (it never suspends); be safe.
+        std::snprintf(state_->message, sizeof(state_->message), "decoder stalled");
+        state_->truncated = false;
+        return false;
+      }
+      got += static_cast<int>(n);
+    }
+    if (cmyk) {
+      // Convert the whole decoded width in place; the region then sits at
+      // x_in_batch_rgb in each row (rows keep their 4-byte-per-pixel stride).
+      for (int i = 0; i < want; ++i) {
+        CmykToRgb(rows[i], rows[i], static_cast<int>(cinfo->output_width));
+      }
+      sink(batch_.get() + x_in_batch_rgb, stride, want);
+    } else {
+      sink(batch_.get() + x_in_batch, stride, want);
+    }
+    y += want;
+  }
+  return true;
+}
+
+absl::Status JpegDecoder::DecodeImage(int scale_denom, RgbImage* out) {
+  if (!header_ready_) return absl::FailedPreconditionError("DecodeImage without ReadHeader");
+  PixelRegion region;
+  region.x1 = ScaledSize(static_cast<int>(state_->cinfo.image_width), scale_denom);
+  region.y1 = ScaledSize(static_cast<int>(state_->cinfo.image_height), scale_denom);
+  out->width = region.x1;
+  out->height = region.y1;
+  // Grows as rows arrive, so a file that lies about its size fails before
+  // the whole declared image is allocated.
+  out->pixels.clear();
+  const size_t row_bytes = static_cast<size_t>(region.x1) * 3;
+  return DecodeRegion(region, scale_denom, [&](const uint8_t* rows, size_t stride, int count) {
+    for (int i = 0; i < count; ++i) {
+      const uint8_t* row = rows + static_cast<size_t>(i) * stride;
+      out->pixels.insert(out->pixels.end(), row, row + row_bytes);
+    }
+  });
+}
+
+}  // namespace conveyor

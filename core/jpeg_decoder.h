@@ -1,0 +1,134 @@
+// JpegDecoder: a reusable libjpeg(-turbo) decompressor that decodes a JPEG
+// held in memory to 8-bit RGB, optionally scaled in the DCT domain (1/2, 1/4,
+// 1/8) and restricted to a rectangle of the (scaled) image, so that only the
+// pixels a crop needs are produced:
+//   - columns: jpeg_crop_scanline (libjpeg widens the range to iMCU columns;
+//     the rows handed out still start at exactly the requested column),
+//   - rows above: jpeg_skip_scanlines (entropy-decoded, no IDCT/upsampling),
+//   - rows below: never decoded (jpeg_abort_decompress).
+// Pixels are the ones libjpeg-turbo produces with its defaults (JDCT_ISLOW,
+// fancy upsampling), the same decoder settings Pillow uses, so a full-size
+// decode equals PIL's Image.open(...).convert("RGB") byte for byte, CMYK
+// included (see CmykToRgb below).
+//
+// Errors never abort the process: libjpeg's error_exit is replaced by a
+// longjmp back into the decoder, libjpeg's messages are kept (never printed)
+// and returned as absl::Status. libjpeg warnings that mean the pixels are wrong
+// ("Premature end of JPEG file", bad Huffman/arithmetic code, premature end
+// of a data segment, resync, bad progression, and extraneous bytes before a
+// marker once scan data is being decoded: the entropy decoder lost sync) are
+// errors too; benign ones (unknown JFIF revision, Adobe transform code, bad
+// ICC marker, padding between header markers) are ignored, as Pillow does. A file must also carry
+// an end-of-image marker after its scan data; this catches truncation even in
+// rows below a crop that are never decoded. Corruption in rows that are never
+// decoded is, by design, not detected.
+//
+// Thread-safety: not thread-safe; one JpegDecoder per thread. It keeps the
+// libjpeg decompressor and row buffers across images (no per-image setup
+// beyond libjpeg's own per-image pool).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace conveyor {
+
+enum class JpegColor { kGray, kYCbCr, kRgb, kCmyk, kYcck, kOther };
+
+// What jpeg_read_header found.
+struct JpegHeader {
+  int width = 0;
+  int height = 0;
+  int components = 0;
+  JpegColor color = JpegColor::kOther;
+  bool progressive = false;
+  bool arithmetic = false;
+};
+
+// A rectangle of the decoded (scaled) image: columns [x0, x1), rows [y0, y1).
+struct PixelRegion {
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// A tightly packed RGB image (stride = 3 * width).
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;
+};
+
+// Pillow's CMYK -> RGB conversion applied to libjpeg's JCS_CMYK output.
+// Pillow always reads 4-component JPEGs as "CMYK;I" (Adobe's inverted
+// storage, so ink = 255 - stored) and converts with Convert.c cmyk2rgb:
+//   nk = 255 - K;  R = clip(nk - MULDIV255(C, nk)), likewise G (M) and B (Y),
+//   MULDIV255(a, b) = (((a*b + 128) >> 8) + (a*b + 128)) >> 8.
+// In stored values (s = 255 - ink) that is nk = sK, R = sK - MULDIV255(255 - sC, sK).
+// Integer-exact, so CMYK decodes match PIL with tolerance 0.
+// `in` holds n CMYK pixels (4 bytes each), `out` receives n RGB pixels;
+// out may equal in (the conversion runs front to back).
+void CmykToRgb(const uint8_t* in, uint8_t* out, int n);
+
+class JpegDecoder {
+ public:
+  // Batches of decoded rows handed to the caller: `rows` points at pixel
+  // (region.x0, y) of the first row of the batch, rows are `stride` bytes
+  // apart, `count` rows, RGB. At least kRowSlack readable bytes follow the
+  // region's right edge in every row of the batch, the last one included.
+  // The pointer is valid only during the call.
+  using RowSink = absl::FunctionRef<void(const uint8_t* rows, size_t stride, int count)>;
+  static constexpr size_t kRowSlack = 64;
+
+  JpegDecoder();
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  // Starts a new image: checks the signature, parses the markers up to the
+  // first scan and refuses images with width*height > max_pixels before
+  // libjpeg allocates anything for the image. Any image in progress is
+  // abandoned.
+  // REQUIRES: `bytes` stays alive and unchanged until the matching Decode*
+  // call returns.
+  absl::StatusOr<JpegHeader> ReadHeader(std::span<const uint8_t> bytes, uint64_t max_pixels);
+
+  // Size of the image decoded at scale 1/scale_denom (libjpeg's rounding:
+  // ceil(width / scale_denom)).
+  // REQUIRES: a successful ReadHeader; scale_denom in {1, 2, 4, 8}.
+  static int ScaledSize(int full_size, int scale_denom) {
+    return (full_size + scale_denom - 1) / scale_denom;
+  }
+
+  // Decodes `region` of the image scaled by 1/scale_denom and hands its rows,
+  // top to bottom, to `sink` in batches. One Decode call per ReadHeader.
+  // REQUIRES: a successful ReadHeader since the last Decode call;
+  // 0 <= x0 < x1 <= scaled width, 0 <= y0 < y1 <= scaled height.
+  absl::Status DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink);
+
+  // Convenience for tools and tests: the whole image at 1/scale_denom.
+  absl::Status DecodeImage(int scale_denom, RgbImage* out);
+
+ private:
+  struct State;  // libjpeg structs + jump buffer; stable address (libjpeg keeps pointers)
+
+  // The libjpeg calls proper; each sets its own jump point and holds no
+  // objects with destructors (longjmp would skip them).
+  bool ReadHeaderLibjpeg(JpegHeader* header);
+  bool DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink);
+  absl::Status LibjpegError(const char* what) const;
+
+  std::unique_ptr<State> state_;
+  std::span<const uint8_t> bytes_;
+  bool header_ready_ = false;
+  // Decoded rows of one batch (plus kRowSlack); grows, never shrinks.
+  std::unique_ptr<uint8_t[]> batch_;
+  size_t batch_capacity_ = 0;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,328 @@
+#include "core/sample_transformer.h"
+
+#include <immintrin.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace conveyor {
+
+static_assert(JpegDecoder::kRowSlack >= Resampler::kReadPadding,
+              "decoded rows must carry the resampler's read padding");
+
+int ChooseScaleDenom(double src_w, double src_h, int out_w, int out_h) {
+  for (int d : {8, 4, 2}) {
+    if (src_w >= static_cast<double>(d) * out_w && src_h >= static_cast<double>(d) * out_h) {
+      return d;
+    }
+  }
+  return 1;
+}
+
+uint16_t FloatToHalf(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  uint32_t a = x & 0x7FFFFFFFu;
+  if (a >= 0x7F800000u) {  // Inf or NaN (NaN stays a quiet NaN)
+    return sign | (a > 0x7F800000u ? 0x7E00u : 0x7C00u);
+  }
+  if (a >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 rounds to Inf
+  if (a >= 0x38800000u) {                       // normal half (>= 2^-14)
+    a -= 112u << 23;                            // rebias exponent 127 -> 15
+    a += 0xFFFu + ((a >> 13) & 1u);             // round to nearest even
+    return sign | static_cast<uint16_t>(a >> 13);
+  }
+  if (a <= 0x33000000u) return sign;  // <= 2^-25 rounds to zero
+  // Subnormal half: value / 2^-24 rounded to nearest even.
+  const int e = static_cast<int>(a >> 23);
+  const uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;
+  const int shift = 126 - e;  // 14..24
+  uint32_t q = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
+  return sign | static_cast<uint16_t>(q);
+}
+
+namespace {
+
+// Writes one finished RGB row into the sample in the requested layout and
+// type, mirrored when flipping. Planar (NCHW) writes go to three rows.
+template <typename T, typename Convert>
+inline void WriteRow(const uint8_t* rgb, int width, int y, int height, bool planar, bool flip,
+                     T* out, Convert convert) {
+  const size_t plane = static_cast<size_t>(width) * height;
+  if (planar) {
+    T* r = out + static_cast<size_t>(y) * width;
+    T* g = r + plane;
+    T* b = g + plane;
+    if (flip) {
+      for (int x = 0, xo = width - 1; x < width; ++x, --xo) {
+        r[xo] = convert(0, rgb[3 * x + 0]);
+        g[xo] = convert(1, rgb[3 * x + 1]);
+        b[xo] = convert(2, rgb[3 * x + 2]);
+      }
+    } else {
+      for (int x = 0; x < width; ++x) {
+        r[x] = convert(0, rgb[3 * x + 0]);
+        g[x] = convert(1, rgb[3 * x + 1]);
+        b[x] = convert(2, rgb[3 * x + 2]);
+      }
+    }
+  } else {
+    T* o = out + static_cast<size_t>(y) * width * 3;
+    for (int x = 0; x < width; ++x) {
+      const int xo = flip ? width - 1 - x : x;
+      o[3 * xo + 0] = convert(0, rgb[3 * x + 0]);
+      o[3 * xo + 1] = convert(1, rgb[3 * x + 1]);
+      o[3 * xo + 2] = convert(2, rgb[3 * x + 2]);
+    }
+  }
+}
+
+// Byte-shuffle masks that gather channel c of 16 consecutive RGB pixels
+// (48 bytes, three 16-byte loads) into one vector; `flip` reverses the pixel
+// order. Index 0x80 yields zero, so the three shuffles are OR-ed together.
+struct DeinterleaveMasks {
+  alignas(16) uint8_t m[2][3][3][16];  // [flip][channel][input vector][byte]
+  constexpr DeinterleaveMasks() : m() {
+    for (int f = 0; f < 2; ++f) {
+      for (int c = 0; c < 3; ++c) {
+        for (int v = 0; v < 3; ++v) {
+          for (int j = 0; j < 16; ++j) {
+            const int pixel = f ? 15 - j : j;
+            const int byte = 3 * pixel + c - 16 * v;
+            m[f][c][v][j] = byte >= 0 && byte < 16 ? static_cast<uint8_t>(byte) : 0x80;
+          }
+        }
+      }
+    }
+  }
+};
+constexpr DeinterleaveMasks kDeinterleave;
+
+// Splits a packed RGB row into three planes (mirrored when flipping), 16
+// pixels per step with SSSE3 shuffles; the tail is scalar.
+__attribute__((target("avx2"))) void DeinterleaveRowSimd(const uint8_t* rgb, int width,
+                                                         bool flip, uint8_t* r, uint8_t* g,
+                                                         uint8_t* b) {
+  uint8_t* planes[3] = {r, g, b};
+  const int f = flip ? 1 : 0;
+  int x = 0;
+  for (; x + 16 <= width; x += 16) {
+    const __m128i in0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * x));
+    const __m128i in1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * x + 16));
+    const __m128i in2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rgb + 3 * x + 32));
+    const int at = flip ? width - 16 - x : x;
+    for (int c = 0; c < 3; ++c) {
+      const auto* mask = kDeinterleave.m[f][c];
+      const __m128i v = _mm_or_si128(
+          _mm_or_si128(
+              _mm_shuffle_epi8(in0, _mm_load_si128(reinterpret_cast<const __m128i*>(mask[0]))),
+              _mm_shuffle_epi8(in1, _mm_load_si128(reinterpret_cast<const __m128i*>(mask[1])))),
+          _mm_shuffle_epi8(in2, _mm_load_si128(reinterpret_cast<const __m128i*>(mask[2]))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(planes[c] + at), v);
+    }
+  }
+  for (; x < width; ++x) {
+    const int xo = flip ? width - 1 - x : x;
+    r[xo] = rgb[3 * x];
+    g[xo] = rgb[3 * x + 1];
+    b[xo] = rgb[3 * x + 2];
+  }
+}
+
+// One axis of a train crop decoded at 1/d: the crop [start, start + size) of a
+// `full`-pixel axis. At d = 1 the resampler sees exactly the crop (PIL's
+// img.crop(box).resize(...)); at d > 1 the crop edges fall between scaled
+// pixels, so it sees the scaled pixels covering the crop and a fractional box.
+void TrainAxis(int start, int size, int full, int d, int out, ResampleAxis* axis, int* origin) {
+  axis->resized_size = out;
+  axis->out_offset = 0;
+  axis->out_size = out;
+  if (d == 1) {
+    *origin = start;
+    axis->in_size = size;
+    axis->box0 = 0;
+    axis->box1 = size;
+    return;
+  }
+  const int scaled_full = JpegDecoder::ScaledSize(full, d);
+  const double f0 = static_cast<double>(start) / d;
+  const double f1 = static_cast<double>(start + size) / d;
+  const int o = static_cast<int>(std::floor(f0));
+  const int e = std::min(static_cast<int>(std::ceil(f1)), scaled_full);
+  *origin = o;
+  axis->in_size = e - o;
+  axis->box0 = f0 - o;
+  axis->box1 = f1 - o;
+}
+
+// One axis of the eval window decoded at 1/d: the whole (scaled) axis is
+// resized to `resized` pixels, of which [offset, offset + out) is kept.
+void EvalAxis(int full, int d, int resized, int offset, int out, ResampleAxis* axis) {
+  axis->in_size = JpegDecoder::ScaledSize(full, d);
+  axis->box0 = 0;
+  axis->box1 = d == 1 ? full : static_cast<double>(full) / d;
+  axis->resized_size = resized;
+  axis->out_offset = offset;
+  axis->out_size = out;
+}
+
+}  // namespace
+
+SampleTransformer::SampleTransformer() : SampleTransformer(true) {}
+
+SampleTransformer::SampleTransformer(bool allow_simd) : resampler_(allow_simd) {}
+
+SampleTransformer::~SampleTransformer() = default;
+
+absl::Status SampleTransformer::Start(std::span<const uint8_t> bytes, const TransformSpec& spec) {
+  if (absl::Status s = ValidateTransformSpec(spec); !s.ok()) return s;
+  absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, spec.max_pixels);
+  if (!header.ok()) return header.status();
+  header_ = *header;
+  trace_ = Trace();
+  trace_.image_width = header_.width;
+  trace_.image_height = header_.height;
+  return absl::OkStatus();
+}
+
+absl::Status SampleTransformer::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                                    Rng& rng, uint8_t* out) {
+  if (absl::Status s = Start(bytes, spec); !s.ok()) return s;
+  if (spec.mode == AugmentMode::kEval) return RunEval(spec, out);
+  bool fallback = false;
+  const CropBox crop = RandomResizedCropBox(header_.width, header_.height, spec, rng, &fallback);
+  const bool flip = rng.Bernoulli(spec.flip_probability);
+  trace_.fallback = fallback;
+  return RunTrain(spec, crop, flip, 0, out);
+}
+
+absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                                        const CropBox& crop, bool flip, int scale_denom,
+                                        uint8_t* out) {
+  if (absl::Status s = Start(bytes, spec); !s.ok()) return s;
+  if (crop.width <= 0 || crop.height <= 0 || crop.left < 0 || crop.top < 0 ||
+      crop.left > header_.width - crop.width || crop.top > header_.height - crop.height) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "crop box top=%d left=%d height=%d width=%d outside the %dx%d image", crop.top, crop.left,
+        crop.height, crop.width, header_.width, header_.height));
+  }
+  if (scale_denom != 0 && scale_denom != 1 && scale_denom != 2 && scale_denom != 4 &&
+      scale_denom != 8) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad scale denominator %d", scale_denom));
+  }
+  return RunTrain(spec, crop, flip, scale_denom, out);
+}
+
+absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip,
+                                         int scale_denom, uint8_t* out) {
+  int d = scale_denom;
+  if (d == 0) {
+    d = spec.dct_scaling ? ChooseScaleDenom(crop.width, crop.height, spec.output_width,
+                                            spec.output_height)
+                         : 1;
+  }
+  trace_.crop = crop;
+  trace_.flip = flip;
+  ResampleAxis x, y;
+  int ox = 0, oy = 0;
+  TrainAxis(crop.left, crop.width, header_.width, d, spec.output_width, &x, &ox);
+  TrainAxis(crop.top, crop.height, header_.height, d, spec.output_height, &y, &oy);
+  return Execute(x, ox, y, oy, d, spec, flip, out);
+}
+
+absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out) {
+  const EvalWindow win = EvalCenterWindow(header_.width, header_.height, spec);
+  trace_.window = win;
+  // Per-axis filter scale of the resize; decode at 1/d only while it stays >= 1.
+  const double sx = static_cast<double>(header_.width) / win.resized_width;
+  const double sy = static_cast<double>(header_.height) / win.resized_height;
+  const int d = spec.dct_scaling ? ChooseScaleDenom(sx, sy, 1, 1) : 1;
+  ResampleAxis x, y;
+  EvalAxis(header_.width, d, win.resized_width, win.left, spec.output_width, &x);
+  EvalAxis(header_.height, d, win.resized_height, win.top, spec.output_height, &y);
+  return Execute(x, 0, y, 0, d, spec, false, out);
+}
+
+absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, const ResampleAxis& y,
+                                        int y_origin, int scale_denom, const TransformSpec& spec,
+                                        bool flip, uint8_t* out) {
+  if (absl::Status s = resampler_.Plan(x, y); !s.ok()) return s;
+  PixelRegion region;
+  region.x0 = x_origin + resampler_.src_x_begin();
+  region.x1 = x_origin + resampler_.src_x_end();
+  region.y0 = y_origin + resampler_.src_y_begin();
+  region.y1 = y_origin + resampler_.src_y_end();
+  trace_.scale_denom = scale_denom;
+  trace_.decoded = region;
+  absl::Status s = decoder_.DecodeRegion(
+      region, scale_denom, [this](const uint8_t* rows, size_t stride, int count) {
+        resampler_.PushRows(rows, stride, count);
+      });
+  if (!s.ok()) return s;
+
+  const int w = spec.output_width;
+  const int h = spec.output_height;
+  const bool planar = spec.layout == Layout::kNCHW;
+  switch (spec.dtype) {
+    case DType::kUint8:
+      if (!planar && !flip) {
+        const size_t row = static_cast<size_t>(w) * 3;
+        resampler_.Finish([&](int yy, const uint8_t* rgb) { std::memcpy(out + yy * row, rgb, row); });
+      } else if (planar && resampler_.simd()) {
+        const size_t plane = static_cast<size_t>(w) * h;
+        resampler_.Finish([&](int yy, const uint8_t* rgb) {
+          uint8_t* r = out + static_cast<size_t>(yy) * w;
+          DeinterleaveRowSimd(rgb, w, flip, r, r + plane, r + 2 * plane);
+        });
+      } else {
+        resampler_.Finish([&](int yy, const uint8_t* rgb) {
+          WriteRow(rgb, w, yy, h, planar, flip, out, [](int, uint8_t v) { return v; });
+        });
+      }
+      break;
+    case DType::kFloat32: {
+      PrepareTables(spec);
+      float* o = reinterpret_cast<float*>(out);
+      resampler_.Finish([&](int yy, const uint8_t* rgb) {
+        WriteRow(rgb, w, yy, h, planar, flip, o,
+                 [this](int c, uint8_t v) { return f32_table_[c][v]; });
+      });
+      break;
+    }
+    case DType::kFloat16: {
+      PrepareTables(spec);
+      uint16_t* o = reinterpret_cast<uint16_t*>(out);
+      resampler_.Finish([&](int yy, const uint8_t* rgb) {
+        WriteRow(rgb, w, yy, h, planar, flip, o,
+                 [this](int c, uint8_t v) { return f16_table_[c][v]; });
+      });
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SampleTransformer::PrepareTables(const TransformSpec& spec) {
+  if (tables_valid_ && table_mean_ == spec.mean && table_std_ == spec.std) return;
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      // torchvision: ToTensor divides by 255 in float32, Normalize subtracts
+      // and divides in float32; the same three roundings here.
+      const float scaled = static_cast<float>(v) / 255.0f;
+      const float value = (scaled - spec.mean[c]) / spec.std[c];
+      f32_table_[c][v] = value;
+      f16_table_[c][v] = FloatToHalf(value);
+    }
+  }
+  table_mean_ = spec.mean;
+  table_std_ = spec.std;
+  tables_valid_ = true;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,106 @@
+// SampleTransformer: the per-sample hot path of the engine. Decodes one JPEG
+// and applies a TransformSpec (torchvision's RandomResizedCrop + horizontal
+// flip for train, Resize + CenterCrop for eval, then ToTensor/Normalize-style
+// conversion), writing the sample straight into its place in the batch.
+//
+// Only what the output needs is decoded: the crop's columns and rows (see
+// JpegDecoder), at the smallest DCT scale 1/d (d in 1, 2, 4, 8) that keeps the
+// crop at least as large as the output when spec.dct_scaling is set. At
+// d = 1 the result equals torchvision on a PIL image byte for byte (decode as
+// PIL, Pillow's resampler bit-exact, same flip, float32 normalisation computed
+// as torchvision does); at d > 1 it differs by the DCT-domain downscale (see
+// "Decode accuracy" in bench/README.md for measured figures).
+//
+// Thread-safety: not thread-safe; one SampleTransformer per worker thread.
+// It keeps the libjpeg decompressor and all scratch buffers between samples,
+// so after warm-up no sample allocates (libjpeg's own per-image pool aside).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "core/crop_box.h"
+#include "core/jpeg_decoder.h"
+#include "core/resize.h"
+#include "core/rng.h"
+#include "core/transform_spec.h"
+
+namespace conveyor {
+
+// Largest d in {1, 2, 4, 8} with src_w / d >= out_w and src_h / d >= out_h
+// (1 when even the full-size source is smaller than the output).
+int ChooseScaleDenom(double src_w, double src_h, int out_w, int out_h);
+
+// IEEE 754 binary32 -> binary16 bits, round to nearest, ties to even
+// (overflow to infinity, NaN kept quiet). Matches torch's .half().
+uint16_t FloatToHalf(float f);
+
+class SampleTransformer {
+ public:
+  // What the last successful Run did; for tests, tools and statistics.
+  struct Trace {
+    int image_width = 0;   // full-resolution image
+    int image_height = 0;
+    CropBox crop;          // train: the crop box in full-resolution pixels
+    bool fallback = false; // train: RandomResizedCrop used its centre fallback
+    EvalWindow window;     // eval: the resize + centre-crop window
+    bool flip = false;
+    int scale_denom = 1;   // DCT scale 1/scale_denom used for decoding
+    PixelRegion decoded;   // region decoded, in scaled-image pixels
+  };
+
+  SampleTransformer();
+  // allow_simd = false forces the portable resampling kernels.
+  explicit SampleTransformer(bool allow_simd);
+  ~SampleTransformer();
+  SampleTransformer(const SampleTransformer&) = delete;
+  SampleTransformer& operator=(const SampleTransformer&) = delete;
+
+  // Decodes `bytes` (a JPEG file) and applies `spec` using draws from `rng`
+  // (train: crop box then flip, in that order; eval draws nothing), writing
+  // exactly SampleBytes(spec) bytes at `out` in spec.layout / spec.dtype.
+  // Errors (the caller adds the sample name): InvalidArgument for input that
+  // is not a JPEG, is empty or too large (max_pixels) or for a bad spec;
+  // DataLoss for truncated or corrupt JPEG data. `out` is unspecified on error.
+  // REQUIRES: spec passed ValidateTransformSpec (checked again, cheaply);
+  // out has SampleBytes(spec) writable bytes, aligned to ElementSize(dtype).
+  absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                   uint8_t* out);
+
+  // Train mode with the geometry given instead of drawn (tools, tests): the
+  // crop box in full-resolution pixels, the flip, and the DCT scale
+  // denominator (0: chosen as Run chooses it; 1, 2, 4, 8: forced). Crop boxes
+  // that do not fit the image give InvalidArgument.
+  absl::Status RunCrop(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                       const CropBox& crop, bool flip, int scale_denom, uint8_t* out);
+
+  const Trace& last() const { return trace_; }
+  // Whether the AVX2 kernels are in use.
+  bool simd() const { return resampler_.simd(); }
+
+ private:
+  absl::Status Start(std::span<const uint8_t> bytes, const TransformSpec& spec);
+  absl::Status RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip,
+                        int scale_denom, uint8_t* out);
+  absl::Status RunEval(const TransformSpec& spec, uint8_t* out);
+  // Plans the resampler, decodes the region it reads and writes the output.
+  absl::Status Execute(const ResampleAxis& x, int x_origin, const ResampleAxis& y, int y_origin,
+                       int scale_denom, const TransformSpec& spec, bool flip, uint8_t* out);
+  void PrepareTables(const TransformSpec& spec);
+
+  JpegDecoder decoder_;
+  Resampler resampler_;
+  JpegHeader header_;
+  Trace trace_;
+  // Per-channel uint8 -> output value tables for float outputs, rebuilt when
+  // mean/std change: ((float)v / 255 - mean) / std in float32, and its half.
+  bool tables_valid_ = false;
+  std::array<float, 3> table_mean_{};
+  std::array<float, 3> table_std_{};
+  std::array<std::array<float, 256>, 3> f32_table_{};
+  std::array<std::array<uint16_t, 256>, 3> f16_table_{};
+};
+
+}  // namespace conveyor

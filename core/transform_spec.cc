@@ -1,0 +1,123 @@
+#include "core/transform_spec.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace conveyor {
+
+namespace {
+
+// Largest output side we accept; far above any training resolution, small
+// enough that sizes and byte counts never overflow.
+constexpr int kMaxOutputSide = 16384;
+
+bool Finite(double v) { return std::isfinite(v); }
+
+}  // namespace
+
+size_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8:
+      return 1;
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+      return 2;
+  }
+  return 0;
+}
+
+size_t SampleBytes(const TransformSpec& spec) {
+  return static_cast<size_t>(spec.output_height) * static_cast<size_t>(spec.output_width) * 3 *
+         ElementSize(spec.dtype);
+}
+
+const char* ToString(AugmentMode m) {
+  switch (m) {
+    case AugmentMode::kTrain:
+      return "train";
+    case AugmentMode::kEval:
+      return "eval";
+  }
+  return "unknown";
+}
+
+const char* ToString(Layout l) {
+  switch (l) {
+    case Layout::kNCHW:
+      return "NCHW";
+    case Layout::kNHWC:
+      return "NHWC";
+  }
+  return "unknown";
+}
+
+const char* ToString(DType d) {
+  switch (d) {
+    case DType::kUint8:
+      return "uint8";
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateTransformSpec(const TransformSpec& spec) {
+  auto bad = [](const char* field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("transform spec: ", field, " ", why));
+  };
+  if (spec.mode != AugmentMode::kTrain && spec.mode != AugmentMode::kEval) {
+    return bad("mode", "is not train or eval");
+  }
+  if (spec.layout != Layout::kNCHW && spec.layout != Layout::kNHWC) {
+    return bad("layout", "is not NCHW or NHWC");
+  }
+  if (ElementSize(spec.dtype) == 0) return bad("dtype", "is not uint8, float32 or float16");
+  if (spec.output_height <= 0 || spec.output_height > kMaxOutputSide) {
+    return bad("output_height", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
+                                             spec.output_height));
+  }
+  if (spec.output_width <= 0 || spec.output_width > kMaxOutputSide) {
+    return bad("output_width", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
+                                            spec.output_width));
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (!Finite(spec.mean[c])) return bad("mean", absl::StrCat("[", c, "] is not finite"));
+    if (!Finite(spec.std[c]) || !(spec.std[c] > 0)) {
+      return bad("std", absl::StrCat("[", c, "] must be finite and > 0, got ", spec.std[c]));
+    }
+  }
+  if (!Finite(spec.scale_min) || !Finite(spec.scale_max) || !(spec.scale_min > 0) ||
+      !(spec.scale_min <= spec.scale_max)) {
+    return bad("scale_min/scale_max",
+               absl::StrCat("must satisfy 0 < scale_min <= scale_max, got ", spec.scale_min, ", ",
+                            spec.scale_max));
+  }
+  if (!Finite(spec.ratio_min) || !Finite(spec.ratio_max) || !(spec.ratio_min > 0) ||
+      !(spec.ratio_min <= spec.ratio_max)) {
+    return bad("ratio_min/ratio_max",
+               absl::StrCat("must satisfy 0 < ratio_min <= ratio_max, got ", spec.ratio_min, ", ",
+                            spec.ratio_max));
+  }
+  if (!(spec.flip_probability >= 0 && spec.flip_probability <= 1)) {
+    return bad("flip_probability", absl::StrCat("must be in [0, 1], got ", spec.flip_probability));
+  }
+  if (spec.resize_size <= 0 || spec.resize_size > kMaxOutputSide) {
+    return bad("resize_size", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
+                                           spec.resize_size));
+  }
+  if (spec.mode == AugmentMode::kEval &&
+      (spec.resize_size < spec.output_height || spec.resize_size < spec.output_width)) {
+    // torchvision would pad the centre crop; Conveyor does not pad.
+    return bad("resize_size",
+               absl::StrCat("must be >= output size in eval mode (no padding), got ",
+                            spec.resize_size, " < ", spec.output_height, "x", spec.output_width));
+  }
+  if (spec.max_pixels == 0) return bad("max_pixels", "must be > 0");
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor

@@ -1,0 +1,325 @@
+// JpegDecoder: region decodes against full decodes, CMYK conversion, and
+// clean errors (never a crash, an exit() or a message on stderr) for bad input.
+#include "core/jpeg_decoder.h"
+
+#include <stdio.h>
+#include <jpeglib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/rng.h"
+
+namespace conveyor {
+namespace {
+
+enum class Flavour { k420, k444, kGray, kCmyk, kProgressive };
+
+// Noise over gradients, so decoding has real work and edges everywhere.
+std::vector<uint8_t> Encode(int w, int h, Flavour flavour, uint64_t seed = 1) {
+  const int comps = flavour == Flavour::kGray ? 1 : (flavour == Flavour::kCmyk ? 4 : 3);
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * comps);
+  Rng rng(seed);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < comps; ++c) {
+        const int base = (x * 255 / w * (c + 1) + y * 255 / h) % 256;
+        px[(static_cast<size_t>(y) * w + x) * comps + c] =
+            static_cast<uint8_t>(std::clamp(base + static_cast<int>(rng.Below(48)) - 24, 0, 255));
+      }
+    }
+  }
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  jpeg_mem_dest(&cinfo, &out, &out_size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = comps;
+  cinfo.in_color_space = comps == 1 ? JCS_GRAYSCALE : (comps == 4 ? JCS_CMYK : JCS_RGB);
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 90, TRUE);
+  if (flavour == Flavour::k444) {
+    cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;
+  }
+  if (flavour == Flavour::kProgressive) jpeg_simple_progression(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = &px[static_cast<size_t>(cinfo.next_scanline) * w * comps];
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<uint8_t> bytes(out, out + out_size);
+  free(out);
+  return bytes;
+}
+
+RgbImage DecodeFull(JpegDecoder& dec, const std::vector<uint8_t>& bytes, int denom = 1) {
+  RgbImage img;
+  REQUIRE(dec.ReadHeader(bytes, 1ull << 30).ok());
+  REQUIRE(dec.DecodeImage(denom, &img).ok());
+  return img;
+}
+
+std::vector<uint8_t> DecodeRegion(JpegDecoder& dec, const std::vector<uint8_t>& bytes,
+                                  const PixelRegion& r, int denom) {
+  std::vector<uint8_t> out;
+  const size_t row_bytes = static_cast<size_t>(r.x1 - r.x0) * 3;
+  REQUIRE(dec.ReadHeader(bytes, 1ull << 30).ok());
+  absl::Status s = dec.DecodeRegion(r, denom, [&](const uint8_t* rows, size_t stride, int count) {
+    for (int i = 0; i < count; ++i) out.insert(out.end(), rows + i * stride, rows + i * stride + row_bytes);
+  });
+  REQUIRE(s.ok());
+  return out;
+}
+
+absl::Status TryDecode(JpegDecoder& dec, const std::vector<uint8_t>& bytes,
+                       uint64_t max_pixels = 1ull << 26) {
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, max_pixels);
+  if (!h.ok()) return h.status();
+  RgbImage img;
+  return dec.DecodeImage(1, &img);
+}
+
+// Offset of the SOF0..SOF2 marker, or npos.
+size_t FindSof(const std::vector<uint8_t>& b) {
+  for (size_t i = 2; i + 1 < b.size(); ++i) {
+    if (b[i] == 0xFF && (b[i + 1] == 0xC0 || b[i + 1] == 0xC1 || b[i + 1] == 0xC2)) return i;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("jpeg decoder: header fields", "[jpeg]") {
+  JpegDecoder dec;
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(Encode(123, 45, Flavour::kGray), 1 << 20);
+  REQUIRE(h.ok());
+  CHECK(h->width == 123);
+  CHECK(h->height == 45);
+  CHECK(h->components == 1);
+  CHECK(h->color == JpegColor::kGray);
+  CHECK_FALSE(h->progressive);
+  h = dec.ReadHeader(Encode(64, 48, Flavour::kProgressive), 1 << 20);
+  REQUIRE(h.ok());
+  CHECK(h->progressive);
+  CHECK(h->color == JpegColor::kYCbCr);
+  h = dec.ReadHeader(Encode(64, 48, Flavour::kCmyk), 1 << 20);
+  REQUIRE(h.ok());
+  CHECK(h->components == 4);
+}
+
+TEST_CASE("jpeg decoder: scaled sizes round up like libjpeg", "[jpeg]") {
+  JpegDecoder dec;
+  const std::vector<uint8_t> bytes = Encode(333, 251, Flavour::k420);
+  for (int d : {1, 2, 4, 8}) {
+    const RgbImage img = DecodeFull(dec, bytes, d);
+    CHECK(img.width == (333 + d - 1) / d);
+    CHECK(img.height == (251 + d - 1) / d);
+  }
+}
+
+TEST_CASE("jpeg decoder: region decode equals full decode at every scale", "[jpeg]") {
+  JpegDecoder dec;
+  Rng rng(99);
+  for (Flavour f : {Flavour::k420, Flavour::k444, Flavour::kGray, Flavour::kCmyk,
+                    Flavour::kProgressive}) {
+    const std::vector<uint8_t> bytes = Encode(301, 217, f, 7);
+    for (int d : {1, 2, 4, 8}) {
+      const RgbImage full = DecodeFull(dec, bytes, d);
+      for (int k = 0; k < 12; ++k) {
+        PixelRegion r;
+        r.x0 = static_cast<int>(rng.Below(full.width - 1));
+        if (k < 3) r.x0 -= r.x0 % 16;  // on an iMCU column
+        r.x1 = r.x0 + 1 + static_cast<int>(rng.Below(full.width - r.x0));
+        r.y0 = static_cast<int>(rng.Below(full.height - 1));
+        r.y1 = r.y0 + 1 + static_cast<int>(rng.Below(full.height - r.y0));
+        const std::vector<uint8_t> got = DecodeRegion(dec, bytes, r, d);
+        bool same = true;
+        const size_t row_bytes = static_cast<size_t>(r.x1 - r.x0) * 3;
+        for (int y = r.y0; y < r.y1 && same; ++y) {
+          same = std::memcmp(got.data() + (y - r.y0) * row_bytes,
+                             full.pixels.data() + (static_cast<size_t>(y) * full.width + r.x0) * 3,
+                             row_bytes) == 0;
+        }
+        INFO("flavour " << static_cast<int>(f) << " d " << d << " region [" << r.x0 << "," << r.x1
+                        << ")x[" << r.y0 << "," << r.y1 << ")");
+        CHECK(same);
+      }
+    }
+  }
+}
+
+TEST_CASE("jpeg decoder: CMYK converts as Pillow's CMYK-inverted + cmyk2rgb", "[jpeg]") {
+  // Stored (inverted) values -> RGB, from PIL 9.4: ink (128, 0, 5, 60) gives
+  // (97, 195, 191); ink (0, 77, 5, 128) gives (127, 89, 125); K ink 255 -> 0.
+  const uint8_t in[12] = {127, 255, 250, 195, 255, 178, 250, 127, 10, 20, 30, 0};
+  uint8_t out[9];
+  CmykToRgb(in, out, 3);
+  CHECK(std::vector<int>(out, out + 3) == std::vector<int>{97, 195, 191});
+  CHECK(std::vector<int>(out + 3, out + 6) == std::vector<int>{127, 89, 125});
+  CHECK(std::vector<int>(out + 6, out + 9) == std::vector<int>{0, 0, 0});
+}
+
+TEST_CASE("jpeg decoder: not-a-JPEG inputs are InvalidArgument", "[jpeg]") {
+  JpegDecoder dec;
+  absl::Status s = TryDecode(dec, {});
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message() == "empty input (0 bytes)");
+  s = TryDecode(dec, {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A});
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message() == "not a JPEG (starts with 0x89 0x50)");
+  s = TryDecode(dec, {0xFF});
+  CHECK(absl::IsInvalidArgument(s));
+  Rng rng(3);
+  std::vector<uint8_t> noise(4096);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng.Below(256));
+  noise[0] = 0x12;
+  CHECK(absl::IsInvalidArgument(TryDecode(dec, noise)));
+  // Random bytes behind a valid SOI: a libjpeg error, reported, not exit().
+  noise[0] = 0xFF;
+  noise[1] = 0xD8;
+  CHECK_FALSE(TryDecode(dec, noise).ok());
+}
+
+TEST_CASE("jpeg decoder: truncated files are DataLoss at every cut", "[jpeg]") {
+  JpegDecoder dec;
+  for (Flavour f : {Flavour::k420, Flavour::kProgressive}) {
+    const std::vector<uint8_t> bytes = Encode(160, 120, f);
+    for (size_t cut = 2; cut < bytes.size() - 1; cut += 1 + cut / 8) {
+      const std::vector<uint8_t> part(bytes.begin(), bytes.begin() + cut);
+      const absl::Status s = TryDecode(dec, part);
+      INFO("cut at " << cut << " of " << bytes.size() << ": " << s.ToString());
+      CHECK(absl::IsDataLoss(s));
+    }
+  }
+  // A cut inside the scan data says so plainly.
+  const std::vector<uint8_t> bytes = Encode(160, 120, Flavour::k420);
+  const std::vector<uint8_t> half(bytes.begin(), bytes.begin() + bytes.size() / 2);
+  CHECK(TryDecode(dec, half).message().find("truncated JPEG data") != std::string::npos);
+}
+
+TEST_CASE("jpeg decoder: corrupt scan bytes never crash and usually fail", "[jpeg]") {
+  JpegDecoder dec;
+  const std::vector<uint8_t> bytes = Encode(200, 150, Flavour::k420);
+  const RgbImage clean = DecodeFull(dec, bytes);
+  Rng rng(17);
+  int failed = 0;
+  const int trials = 300;
+  for (int t = 0; t < trials; ++t) {
+    std::vector<uint8_t> bad = bytes;
+    // Corrupt a run of bytes somewhere after the headers (the first ~600 bytes).
+    const size_t at = 700 + rng.Below(bad.size() - 800);
+    for (size_t i = 0; i < 8; ++i) bad[at + i] = static_cast<uint8_t>(rng.Below(256));
+    const absl::Status s = TryDecode(dec, bad);
+    if (!s.ok()) {
+      ++failed;
+      INFO(s.ToString());
+      CHECK(absl::IsDataLoss(s));
+    }
+  }
+  // Huffman data has no redundancy: most corruptions decode to other pixels
+  // and only those that produce an invalid code or run into a marker are
+  // detectable (leftover bytes after the last MCU would need reading to the
+  // end-of-image marker, which a cropped decode never does). Measured: ~5%.
+  CHECK(failed > 0);
+  // The decoder is fine afterwards.
+  CHECK(DecodeFull(dec, bytes).pixels == clean.pixels);
+}
+
+TEST_CASE("jpeg decoder: huge declared dimensions are refused before allocation", "[jpeg]") {
+  JpegDecoder dec;
+  std::vector<uint8_t> bytes = Encode(64, 48, Flavour::k420);
+  const size_t sof = FindSof(bytes);
+  REQUIRE(sof != std::string::npos);
+  // SOF: FF C0, length(2), precision(1), height(2), width(2).
+  bytes[sof + 5] = 60000 >> 8;
+  bytes[sof + 6] = 60000 & 0xFF;
+  bytes[sof + 7] = 60000 >> 8;
+  bytes[sof + 8] = 60000 & 0xFF;
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, 64ull * 1024 * 1024);
+  REQUIRE_FALSE(h.ok());
+  CHECK(absl::IsInvalidArgument(h.status()));
+  CHECK(h.status().message() == "image 60000x60000 exceeds max_pixels 67108864");
+  // Within max_pixels the lie is found when the data runs out.
+  CHECK(absl::IsDataLoss(TryDecode(dec, bytes, 1ull << 32)));
+  // Zero dimensions are a libjpeg error.
+  bytes[sof + 5] = bytes[sof + 6] = 0;
+  CHECK_FALSE(TryDecode(dec, bytes).ok());
+}
+
+TEST_CASE("jpeg decoder: absurd progressive scan counts are refused", "[jpeg]") {
+  // A valid grayscale progressive script with 704 scans: DC and every AC
+  // coefficient on its own, each first at Al = 10 then refined bit by bit.
+  std::vector<jpeg_scan_info> scans;
+  auto add = [&](int ss, int se, int ah, int al) {
+    jpeg_scan_info s{};
+    s.comps_in_scan = 1;
+    s.component_index[0] = 0;
+    s.Ss = ss;
+    s.Se = se;
+    s.Ah = ah;
+    s.Al = al;
+    scans.push_back(s);
+  };
+  for (int coef = 0; coef < 64; ++coef) {
+    add(coef, coef, 0, 10);
+    for (int k = 10; k > 0; --k) add(coef, coef, k, k - 1);
+  }
+  const int w = 32, h = 24;
+  std::vector<uint8_t> px(w * h);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37);
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  jpeg_mem_dest(&cinfo, &out, &out_size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = 1;
+  cinfo.in_color_space = JCS_GRAYSCALE;
+  jpeg_set_defaults(&cinfo);
+  cinfo.scan_info = scans.data();
+  cinfo.num_scans = static_cast<int>(scans.size());
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = &px[static_cast<size_t>(cinfo.next_scanline) * w];
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  const std::vector<uint8_t> bytes(out, out + out_size);
+  free(out);
+  REQUIRE(scans.size() == 704);
+  JpegDecoder dec;
+  const absl::Status s = TryDecode(dec, bytes);
+  CHECK(absl::IsDataLoss(s));
+  CHECK(s.message() == "corrupt JPEG data: more than 500 progressive scans");
+}
+
+TEST_CASE("jpeg decoder: misuse is reported", "[jpeg]") {
+  JpegDecoder dec;
+  RgbImage img;
+  CHECK(absl::IsFailedPrecondition(dec.DecodeImage(1, &img)));
+  const std::vector<uint8_t> bytes = Encode(64, 48, Flavour::k420);
+  REQUIRE(dec.ReadHeader(bytes, 1 << 20).ok());
+  CHECK(absl::IsInvalidArgument(dec.DecodeRegion({0, 0, 65, 10}, 1, [](auto, auto, auto) {})));
+  REQUIRE(dec.ReadHeader(bytes, 1 << 20).ok());
+  CHECK(absl::IsInvalidArgument(dec.DecodeRegion({0, 0, 8, 8}, 3, [](auto, auto, auto) {})));
+  // One decode per header.
+  REQUIRE(dec.ReadHeader(bytes, 1 << 20).ok());
+  REQUIRE(dec.DecodeImage(1, &img).ok());
+  CHECK(absl::IsFailedPrecondition(dec.DecodeImage(1, &img)));
+}
+
+}  // namespace conveyor
