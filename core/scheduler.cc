@@ -33,7 +33,7 @@ void Scheduler::Start() {
 void Scheduler::Shutdown() {
   std::vector<std::function<void()>> callbacks;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shutdown_) return;
     shutdown_ = true;
     const std::vector<std::shared_ptr<StreamState>> open = streams_;
@@ -55,7 +55,7 @@ uint64_t Scheduler::BatchesInEpoch(const StreamState& s, uint64_t epoch) const {
 }
 
 void Scheduler::Register(const std::shared_ptr<StreamState>& s) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   s->next_epoch = s->options.first_epoch;
   s->registered = true;
   for (int i = 0; i < kNumStages; ++i) s->stages[i].name = ToString(static_cast<Stage>(i));
@@ -485,7 +485,7 @@ void Scheduler::UpdateClocks(StreamState* s, uint64_t now) {
 // ---------------------------------------------------------------- consumer side
 
 Stream::Poll Scheduler::TryNext(StreamState* s, BatchInfo* batch, absl::Status* error) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // Batches emitted before a data failure are still delivered; after a
   // cancel or a shutdown they are not (Cancel clears them, shutdown is
   // Unavailable).
@@ -518,7 +518,7 @@ absl::StatusOr<std::optional<BatchInfo>> Scheduler::Next(StreamState* s, absl::D
       case Stream::Poll::kError: return err;
       case Stream::Poll::kNotReady: break;
     }
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (s->ready.empty() && !s->terminal && !s->Finished()) {
       if (s->ready_cv->WaitWithDeadline(&mu_, deadline) && s->ready.empty() && !s->terminal &&
           !s->Finished()) {
@@ -529,7 +529,7 @@ absl::StatusOr<std::optional<BatchInfo>> Scheduler::Next(StreamState* s, absl::D
 }
 
 absl::Status Scheduler::Release(StreamState* s, uint32_t slot) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (slot >= s->consumer_holds.size() || !s->consumer_holds[slot]) {
     return absl::InvalidArgumentError(
         absl::StrFormat("slot %d is not held by this stream's consumer", slot));
@@ -544,7 +544,7 @@ absl::Status Scheduler::Release(StreamState* s, uint32_t slot) {
 void Scheduler::Cancel(StreamState* s, absl::Status why) {
   std::vector<std::function<void()>> callbacks;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (s->terminal || s->Finished()) {
       s->ready_callback = nullptr;
       MaybeUnregister(s);
@@ -558,7 +558,7 @@ void Scheduler::Cancel(StreamState* s, absl::Status why) {
 }
 
 void Scheduler::SetReadyCallback(StreamState* s, std::function<void()> cb) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   s->ready_callback = std::move(cb);
 }
 
@@ -598,7 +598,7 @@ void Scheduler::SnapshotStages(StreamState* s, uint64_t now,
 }
 
 StreamStats Scheduler::Stats(StreamState* s) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const uint64_t now = MonotonicNanos();
   StreamStats st;
   st.stream_id = s->id;
@@ -617,7 +617,7 @@ EngineStats Scheduler::Stats() {
   std::vector<std::shared_ptr<StreamState>> open;
   EngineStats es;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     open = streams_;
     es.stages = finished_totals_;
     es.streams_total = streams_total_;

@@ -11,7 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/engine.h"
 #include "core/stream_state.h"
 
@@ -81,8 +81,8 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   const uint64_t created_ns_;
   std::atomic<uint64_t> next_stream_id_{0};
 
-  absl::Mutex mu_;
-  absl::CondVar work_cv_;
+  Mutex mu_;
+  CondVar work_cv_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);
   size_t rr_ ABSL_GUARDED_BY(mu_) = 0;

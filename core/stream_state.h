@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/batch_layout.h"
 #include "core/pipeline_config.h"
 #include "core/slot_arena.h"
@@ -62,7 +62,7 @@ struct StreamState {
   uint32_t fetch_limit = 0;
   uint32_t decode_limit = 0;
   uint64_t created_ns = 0;
-  std::unique_ptr<absl::CondVar> ready_cv = std::make_unique<absl::CondVar>();
+  std::unique_ptr<CondVar> ready_cv = std::make_unique<CondVar>();
 
   // Guarded by the Scheduler's mutex.
   bool registered = false;  // in the scheduler's list of runnable streams

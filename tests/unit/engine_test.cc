@@ -293,7 +293,13 @@ TEST_CASE("a stalled consumer stops its stream with bounded memory: others go on
   CHECK(st.stages[static_cast<int>(Stage::kFetch)].items_in <= 2 * 4);
   CHECK(st.stages[static_cast<int>(Stage::kCollate)].wait_output_ns > 0);
   // 150 batches of 8×64×64×3 went through; memory did not grow with them.
+  // (Sanitizers keep shadow memory for every byte touched: RSS means nothing there.)
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
   CHECK(rss1 < rss0 + (16u << 20));
+#else
+  (void)rss0;
+  (void)rss1;
+#endif
 }
 
 TEST_CASE("Cancel wakes a consumer blocked in Next", "[engine][cancel]") {
