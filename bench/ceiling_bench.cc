@@ -60,22 +60,16 @@ int main(int argc, char** argv) {
   }
   if (root.empty() || epochs < 1) return Usage();
 
-  auto index = conveyor::DatasetIndex::LoadImageFolder(root);
-  if (!index.ok()) {
-    std::cerr << index.status() << "\n";
+  conveyor::TransformSpec spec;
+  spec.mode = augment == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
+  spec.output_height = spec.output_width = size;
+  spec.dct_scaling = dct;
+  auto made = conveyor::ImageFolderPipeline("ceiling", root, spec);
+  if (!made.ok()) {
+    std::cerr << made.status() << "\n";
     return 1;
   }
-  auto pipeline = std::make_shared<conveyor::PipelineConfig>();
-  pipeline->name = "ceiling";
-  pipeline->dataset = *index;
-  pipeline->transform.mode =
-      augment == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
-  pipeline->transform.output_height = pipeline->transform.output_width = size;
-  pipeline->transform.dct_scaling = dct;
-  if (auto s = conveyor::ValidatePipelineConfig(*pipeline); !s.ok()) {
-    std::cerr << s << "\n";
-    return 1;
-  }
+  const std::shared_ptr<const conveyor::PipelineConfig> pipeline = *made;
   conveyor::EngineOptions eo;
   eo.num_threads = threads;
   auto engine = conveyor::Engine::Create(eo);
@@ -125,7 +119,7 @@ int main(int argc, char** argv) {
     std::printf("{\"threads\": %d, \"images\": %zu, \"epochs\": %d, \"images_per_s\": %.2f, "
                 "\"images_per_s_min\": %.2f, \"images_per_s_max\": %.2f, "
                 "\"cpu_ms_per_image\": %.4f, \"failed\": %llu}\n",
-                threads, (*index)->size(), epochs, Median(ips),
+                threads, pipeline->dataset->size(), epochs, Median(ips),
                 *std::min_element(ips.begin(), ips.end()), *std::max_element(ips.begin(), ips.end()),
                 Median(cpu_ms), static_cast<unsigned long long>(failed));
   } else {

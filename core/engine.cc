@@ -48,17 +48,10 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   if (!arena.ok()) return arena.status();
   state->arena = std::move(*arena);
 
-  SamplerOptions so;
-  so.dataset_size = pipeline->dataset->size();
-  so.rank = options.rank;
-  so.world_size = options.world_size;
-  so.drop_last = options.drop_last;
-  so.shuffle = options.shuffle;
-  so.seed = options.seed;
-  so.epoch = options.first_epoch;
-  state->samples_per_epoch = SamplesPerRank(so);
-  so.offset = options.epoch_offset;
-  state->first_epoch_samples = SamplesPerRank(so);
+  state->first_epoch_samples =
+      SamplesPerRank(SamplerOptionsFor(*pipeline, options, options.first_epoch));
+  state->samples_per_epoch =
+      SamplesPerRank(SamplerOptionsFor(*pipeline, options, options.first_epoch + 1));
   if (options.num_epochs > 0) {
     state->total_batches = scheduler_->BatchesInEpoch(*state, options.first_epoch) +
                            (options.num_epochs - 1) * scheduler_->BatchesInEpoch(

@@ -31,4 +31,16 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<const PipelineConfig>> ImageFolderPipeline(
+    const std::string& name, const std::string& root, const TransformSpec& transform) {
+  auto index = DatasetIndex::LoadImageFolder(root);
+  if (!index.ok()) return index.status();
+  auto p = std::make_shared<PipelineConfig>();
+  p->name = name;
+  p->dataset = *std::move(index);
+  p->transform = transform;
+  if (absl::Status s = ValidatePipelineConfig(*p); !s.ok()) return s;
+  return std::shared_ptr<const PipelineConfig>(std::move(p));
+}
+
 }  // namespace conveyor

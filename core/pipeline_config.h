@@ -42,4 +42,9 @@ struct PipelineConfig {
 // InvalidArgument naming the bad field, or OK.
 absl::Status ValidatePipelineConfig(const PipelineConfig& config);
 
+// A validated pipeline with default policies over the ImageFolder at `root`
+// (for tools and benchmarks; the daemon builds its pipelines from config).
+absl::StatusOr<std::shared_ptr<const PipelineConfig>> ImageFolderPipeline(
+    const std::string& name, const std::string& root, const TransformSpec& transform);
+
 }  // namespace conveyor

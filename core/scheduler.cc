@@ -220,15 +220,7 @@ void Scheduler::RunTask(Task* t, SampleTransformer* transformer) {
   t->started_ns = MonotonicNanos();
   switch (t->kind) {
     case TaskKind::kSample: {
-      SamplerOptions so;
-      so.dataset_size = s->pipeline->dataset->size();
-      so.seed = s->options.seed;
-      so.epoch = t->epoch;
-      so.rank = s->options.rank;
-      so.world_size = s->options.world_size;
-      so.shuffle = s->options.shuffle;
-      so.drop_last = s->options.drop_last;
-      so.offset = t->epoch == s->options.first_epoch ? s->options.epoch_offset : 0;
+      const SamplerOptions so = SamplerOptionsFor(*s->pipeline, s->options, t->epoch);
       auto plan = RankIndices(so);
       if (plan.ok()) {
         t->plan = std::make_shared<const EpochPlan>(std::move(*plan));

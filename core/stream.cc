@@ -47,16 +47,20 @@ absl::Status ValidateStreamOptions(const PipelineConfig& p, const StreamOptions&
         p.max_batch_size));
   }
   if (o.num_slots == 0) return absl::InvalidArgumentError("credits (num_slots) must be at least 1");
+  return ValidateSamplerOptions(SamplerOptionsFor(p, o, o.first_epoch));
+}
+
+SamplerOptions SamplerOptionsFor(const PipelineConfig& p, const StreamOptions& o, uint64_t epoch) {
   SamplerOptions so;
   so.dataset_size = p.dataset->size();
   so.seed = o.seed;
-  so.epoch = o.first_epoch;
+  so.epoch = epoch;
   so.rank = o.rank;
   so.world_size = o.world_size;
   so.shuffle = o.shuffle;
   so.drop_last = o.drop_last;
-  so.offset = o.epoch_offset;
-  return ValidateSamplerOptions(so);
+  so.offset = epoch == o.first_epoch ? o.epoch_offset : 0;
+  return so;
 }
 
 }  // namespace conveyor

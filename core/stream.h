@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "core/batch_layout.h"
 #include "core/pipeline_config.h"
+#include "core/sampler.h"
 #include "core/slot_arena.h"
 #include "core/stats.h"
 
@@ -122,5 +123,10 @@ class Stream {
 
 // REQUIRES: a valid pipeline. InvalidArgument / OutOfRange naming the field.
 absl::Status ValidateStreamOptions(const PipelineConfig& pipeline, const StreamOptions& options);
+
+// The sampler's view of `epoch` of a stream (the epoch offset applies to the
+// stream's first epoch only).
+SamplerOptions SamplerOptionsFor(const PipelineConfig& pipeline, const StreamOptions& options,
+                                 uint64_t epoch);
 
 }  // namespace conveyor

@@ -48,22 +48,16 @@ int main(int argc, char** argv) {
   }
   if (root.empty() || out.empty()) return Usage();
 
-  auto index = conveyor::DatasetIndex::LoadImageFolder(root);
-  if (!index.ok()) {
-    std::cerr << index.status() << "\n";
+  conveyor::TransformSpec spec;
+  spec.mode = augment == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
+  spec.output_height = spec.output_width = static_cast<int>(size);
+  spec.layout = layout == "nhwc" ? conveyor::Layout::kNHWC : conveyor::Layout::kNCHW;
+  auto made = conveyor::ImageFolderPipeline("dump", root, spec);
+  if (!made.ok()) {
+    std::cerr << made.status() << "\n";
     return 1;
   }
-  auto pipeline = std::make_shared<conveyor::PipelineConfig>();
-  pipeline->name = "dump";
-  pipeline->dataset = *index;
-  pipeline->transform.mode =
-      augment == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
-  pipeline->transform.output_height = pipeline->transform.output_width = static_cast<int>(size);
-  pipeline->transform.layout = layout == "nhwc" ? conveyor::Layout::kNHWC : conveyor::Layout::kNCHW;
-  if (auto s = conveyor::ValidatePipelineConfig(*pipeline); !s.ok()) {
-    std::cerr << s << "\n";
-    return 1;
-  }
+  const std::shared_ptr<const conveyor::PipelineConfig> pipeline = *made;
   conveyor::EngineOptions eo;
   eo.num_threads = threads;
   auto engine = conveyor::Engine::Create(eo);

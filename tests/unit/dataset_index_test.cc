@@ -1,6 +1,7 @@
 // Tests of the dataset index (core/dataset_index.h): ImageFolder trees and
 // list files built in a temporary directory.
 #include "core/dataset_index.h"
+#include "tests/unit/temp_dir.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,33 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = getenv("TMPDIR");
-    std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/dataset_index_test.XXXXXX";
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path_ = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
-  // Creates root/rel (and its parent folders) holding `content`.
-  std::string Write(const std::string& rel, const std::string& content = "x") const {
-    const fs::path full = fs::path(path_) / rel;
-    fs::create_directories(full.parent_path());
-    std::ofstream(full, std::ios::binary) << content;
-    return full.string();
-  }
-  void MakeDir(const std::string& rel) const { fs::create_directories(fs::path(path_) / rel); }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 

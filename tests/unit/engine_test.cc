@@ -189,15 +189,15 @@ TEST_CASE("bad files are counted named and skipped: the stream goes on", "[engin
   TempDir dir;
   MakeImageFolder(dir.path(), 2, 8);
   auto good = testing::EncodeNoiseJpeg(80, 60, 99);
-  testing::WriteFile(dir.path() / "class_0" / "bad_empty.jpg", {});
-  testing::WriteFile(dir.path() / "class_0" / "bad_truncated.jpg",
+  testing::WriteFile(dir.Sub("class_0/bad_empty.jpg"), {});
+  testing::WriteFile(dir.Sub("class_0/bad_truncated.jpg"),
                      std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 3));
-  testing::WriteFile(dir.path() / "class_1" / "bad_png.jpg",
+  testing::WriteFile(dir.Sub("class_1/bad_png.jpg"),
                      {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13});
   std::vector<uint8_t> garbage(4000);
   Rng rng(5);
   for (auto& g : garbage) g = static_cast<uint8_t>(rng.Below(256));
-  testing::WriteFile(dir.path() / "class_1" / "bad_garbage.jpg", garbage);
+  testing::WriteFile(dir.Sub("class_1/bad_garbage.jpg"), garbage);
 
   auto p = MakePipeline(dir.path());
   p->max_failure_rate = 1.0;
@@ -226,7 +226,7 @@ TEST_CASE("bad files are counted named and skipped: the stream goes on", "[engin
 TEST_CASE("fail_fast ends the stream with the file's name", "[engine][errors]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 2, 6);
-  testing::WriteFile(dir.path() / "class_1" / "broken.jpg", {'n', 'o', 'p', 'e'});
+  testing::WriteFile(dir.Sub("class_1/broken.jpg"), {'n', 'o', 'p', 'e'});
   auto p = MakePipeline(dir.path());
   p->error_policy = ErrorPolicy::kFailFast;
   StreamOptions so;
@@ -245,7 +245,7 @@ TEST_CASE("the stream ends once the failure rate passes the maximum", "[engine][
   TempDir dir;
   MakeImageFolder(dir.path(), 1, 10);
   for (int i = 0; i < 10; ++i) {
-    testing::WriteFile(dir.path() / "class_0" / ("zz_bad" + std::to_string(i) + ".jpg"), {1, 2});
+    testing::WriteFile(dir.Sub("class_0/zz_bad" + std::to_string(i) + ".jpg"), {1, 2});
   }
   auto p = MakePipeline(dir.path());
   p->max_failure_rate = 0.2;

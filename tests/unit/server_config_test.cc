@@ -13,6 +13,7 @@
 #include <string>
 
 #include "server/config.h"
+#include "tests/unit/temp_dir.h"
 #include "server/daemon.h"
 
 namespace conveyor::server {
@@ -20,32 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    const char* tmp = getenv("TMPDIR");
-    std::string templ = std::string(tmp != nullptr ? tmp : "/tmp") + "/server_config_test.XXXXXX";
-    REQUIRE(mkdtemp(templ.data()) != nullptr);
-    path_ = fs::canonical(templ).string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& rel) const { return (fs::path(path_) / rel).string(); }
-  // Creates path/rel (and its parent folders) holding `content`.
-  std::string Write(const std::string& rel, const std::string& content = "x") const {
-    const fs::path full = fs::path(path_) / rel;
-    fs::create_directories(full.parent_path());
-    std::ofstream(full, std::ios::binary) << content;
-    return full.string();
-  }
-
- private:
-  std::string path_;
-};
+using ::conveyor::testing::TempDir;
 
 absl::StatusOr<DaemonConfig> Parse(const std::string& yaml, const std::string& base = "/etc") {
   return ParseConfig(yaml, "test.yaml", base);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "tests/unit/temp_dir.h"
 
 namespace conveyor::testing {
 
@@ -61,19 +62,6 @@ inline void WriteFile(const std::filesystem::path& p, const std::vector<uint8_t>
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-// A temporary directory removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "conveyor-test-XXXXXX").string();
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // root/class_<c>/img_<i>.jpg with sizes varying around (w, h).
 inline void MakeImageFolder(const std::filesystem::path& root, int classes, int per_class, int w = 96,
