@@ -407,3 +407,66 @@ def engine_dump(root, out, batch_size=8, seed=0, epoch=0, rank=0, world_size=1,
     subprocess.run(cmd, check=True, timeout=120)
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
+
+
+# --- training-semantics helpers (tests/integration/test_training_*.py) -------
+@pytest.fixture
+def restart_daemon():
+    """restart_daemon(old) -> a new conveyord on `old`'s config, workdir and
+    unix socket (the old process is killed first if it still runs), started
+    and waited for; killed at teardown."""
+    import threading
+
+    started = []
+    lock = threading.Lock()
+    torn_down = [False]
+
+    def restart(old, timeout=30.0):
+        old.kill()
+        if old.use_tcp:
+            old.port_file.unlink(missing_ok=True)  # the new daemon writes its own port
+        d = Daemon(old.workdir, old.config_path.read_text(), threads=old.threads,
+                   tcp=old.use_tcp, extra_args=old.extra_args)
+        with lock:
+            # A restart from a test's helper thread after teardown must not
+            # leave a daemon behind.
+            if torn_down[0]:
+                raise RuntimeError("restart_daemon called after the test ended")
+            started.append(d)
+        try:
+            return d.start(timeout)
+        finally:
+            with lock:
+                if torn_down[0]:
+                    d.kill()
+
+    yield restart
+    with lock:
+        torn_down[0] = True
+        daemons = list(started)
+    for d in daemons:
+        d.kill()
+        if getattr(d, "_log", None):
+            d._log.close()
+
+
+@pytest.fixture(scope="session")
+def large_dataset(tmp_path_factory):
+    """24 larger JPEGs (320-480 px) in 2 classes: decoding dominates, so
+    throughput is the daemon's, not the Python client's."""
+    return make_image_folder(tmp_path_factory.mktemp("large") / "images", classes=2,
+                             per_class=12, seed=3, min_side=320, max_side=480)
+
+
+def write_list_file(path, entries):
+    """A dataset list file (`relative/path<TAB>label` lines); returns the path."""
+    path = Path(path)
+    path.write_text("".join("%s\t%d\n" % (rel, label) for rel, label in entries))
+    return path
+
+
+def collect(batches):
+    """(indices, labels, images) concatenated from Batch objects or copies."""
+    return (np.concatenate([b.indices for b in batches]),
+            np.concatenate([b.labels for b in batches]),
+            np.concatenate([b.images for b in batches]))

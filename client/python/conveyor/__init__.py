@@ -7,7 +7,8 @@
         x = torch.from_numpy(batch.images)   # zero-copy view of the daemon's shared memory
         y = torch.from_numpy(batch.labels)
 
-See conveyor.loader for the stream and release rules, conveyor.errors for
+See conveyor.loader for the stream and release rules, conveyor.retry for the
+opt-in reconnection to a restarted daemon (RetryPolicy), conveyor.errors for
 the exceptions. The CLI is `python3 -m conveyor --help`.
 """
 
@@ -15,11 +16,12 @@ from .errors import (BatchReleasedError, ConveyorError, DataError, InvalidReques
                      ResourceExhausted, Unavailable)
 from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,
                      make_channel, open_stream, stats)
+from .retry import RetryingStream, RetryPolicy
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "BatchReleasedError", "ConveyorError", "DataError", "InvalidRequest", "Loader",
-    "NotFound", "ResourceExhausted", "SampleFailure", "Stream", "Unavailable", "default_address",
-    "list_pipelines", "make_channel", "open_stream", "stats",
+    "NotFound", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Stream",
+    "Unavailable", "default_address", "list_pipelines", "make_channel", "open_stream", "stats",
 ]

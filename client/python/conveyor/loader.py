@@ -42,6 +42,7 @@ from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, Unavailable,
                      from_rpc_error)
+from .retry import RetryingStream, RetryPolicy
 
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: inline batches travel in one message
 DEFAULT_ADDRESS = "unix:///run/conveyor/conveyor.sock"
@@ -457,36 +458,49 @@ class Loader:
 
     Loader(address, pipeline=..., batch_size=..., rank=None, world_size=None,
            seed=0, credits=4, shuffle=True, drop_last=False, transport="auto",
-           first_epoch=0)
+           first_epoch=0, retry=None, local_rank=None)
 
-    rank / world_size default to $RANK / $WORLD_SIZE (set by torchrun), else
-    0 / 1. credits is the prefetch depth: batches the daemon may have sent and
-    the client not yet released.
+    address None means default_address() ($CONVEYOR_SERVER, else the node's
+    default socket). rank / world_size default to $RANK / $WORLD_SIZE (set by
+    torchrun), else 0 / 1: the global rank and world size, which the daemon
+    uses for sharding. local_rank defaults to $LOCAL_RANK, else 0: the rank's
+    index on its node, informational (every local rank of a node talks to the
+    node's one daemon). credits is the prefetch depth: batches the daemon may
+    have sent and the client not yet released. drop_last is the remainder
+    rule (pad by wrapping, or drop), the same on every rank. retry: None
+    (errors surface at once) or a RetryPolicy: streams of this loader then
+    wait for a lost daemon and resume where the trainer was (conveyor.retry).
 
     loader.epoch(e)        a Stream over epoch e (one gRPC call)
     loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
     iter(loader)           the current epoch: the first_epoch at first, the next
                            one after a completed epoch, the rest of an epoch
                            left mid-way
-    loader.state_dict()    {"epoch", "offset", "world_size", "seed"}: the
-                           resume point after the last batch taken (offset:
+    loader.state_dict()    {"pipeline", "epoch", "offset", "world_size", "seed"}:
+                           the resume point after the last batch taken (offset:
                            samples of the epoch's global order consumed by
                            all ranks; loadable at any world size)
     loader.load_state_dict(state)  the next stream of that epoch starts there
+                           (InvalidRequest if the state is of another pipeline)
     """
 
     def __init__(self, address, pipeline, batch_size, rank=None, world_size=None, seed=0,
-                 credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0):
-        self.address = address
+                 credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0,
+                 retry=None, local_rank=None):
+        self.address = address if address is not None else default_address()
         self.pipeline = pipeline
         self.batch_size = int(batch_size)
         self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
         self.rank = _env_int("RANK", 0) if rank is None else int(rank)
+        self.local_rank = _env_int("LOCAL_RANK", 0) if local_rank is None else int(local_rank)
         self.seed = int(seed)
         self.credits = int(credits)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.transport = transport
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidRequest("retry must be None or a conveyor.RetryPolicy, got %r" % (retry,))
+        self.retry = retry
         self._lock = threading.Lock()
         self._epoch = int(first_epoch)   # epoch of the resume point
         self._offset = 0                 # samples of _epoch's global order consumed
@@ -497,7 +511,11 @@ class Loader:
     @property
     def channel(self):
         if self._channel is None:
-            self._channel = make_channel(self.address)
+            # A channel of its own (local subchannel pool): a retry's fresh
+            # channel must not inherit the reconnect backoff of a shared one.
+            self._channel = make_channel(
+                self.address, options=[("grpc.use_local_subchannel_pool", 1)]
+                if self.retry is not None else ())
         return self._channel
 
     def _on_batch(self, batch):
@@ -508,12 +526,24 @@ class Loader:
                 self._epoch, self._offset = batch.epoch, batch.offset
             self._resume_world = self.world_size
 
-    def _open(self, first_epoch, num_epochs, resume):
+    def _open_stream(self, first_epoch, num_epochs, resume, on_batch):
         return open_stream(self.channel, self.pipeline, self.batch_size, seed=self.seed,
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
-                           on_batch=self._on_batch)
+                           on_batch=on_batch)
+
+    def _open(self, first_epoch, num_epochs, resume):
+        if self.retry is not None:
+            return RetryingStream(self, first_epoch, num_epochs, resume)
+        return self._open_stream(first_epoch, num_epochs, resume, self._on_batch)
+
+    def _reset_channel(self):
+        """Drops the channel (the retry path: a fresh one skips gRPC's
+        reconnect backoff of the old one)."""
+        old, self._channel = self._channel, None
+        if old is not None:
+            old.close()
 
     def _resume_for(self, epoch, use_progress):
         with self._lock:
@@ -546,10 +576,16 @@ class Loader:
 
     def state_dict(self):
         with self._lock:
-            return {"epoch": self._epoch, "offset": self._offset,
+            return {"pipeline": self.pipeline, "epoch": self._epoch, "offset": self._offset,
                     "world_size": self._resume_world, "seed": self.seed}
 
     def load_state_dict(self, state):
+        saved = state.get("pipeline")
+        if saved is not None and saved != self.pipeline:
+            raise InvalidRequest(
+                "load_state_dict: the state was saved by a loader of pipeline %r, this loader reads "
+                "%r; a position in one pipeline's epoch means nothing in another's (use a loader "
+                "of pipeline %r, or start %r afresh)" % (saved, self.pipeline, saved, self.pipeline))
         with self._lock:
             self._epoch = int(state["epoch"])
             self._offset = int(state.get("offset", 0))
