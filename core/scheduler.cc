@@ -462,10 +462,10 @@ void Scheduler::UpdateClocks(StreamState* s, uint64_t now) {
   }
   set(Stage::kDecode, s->fetched.empty() && s->decode_inflight == 0 ? StageClock::kStarved
                                                                      : StageClock::kActive);
-  if (!done && s->free_slots.empty() && !s->ready.empty() ) {
+  // Collate waits for output space when no slot is free and none is being
+  // filled: every slot is ready or held by the consumer (backpressure).
+  if (!done && s->free_slots.empty() && (s->open.empty() || !s->ready.empty())) {
     set(Stage::kCollate, StageClock::kBlocked);
-  } else if (!done && s->free_slots.empty() && s->open.empty()) {
-    set(Stage::kCollate, StageClock::kBlocked);  // the consumer holds every slot
   } else if (s->open.empty()) {
     set(Stage::kCollate, StageClock::kStarved);
   } else {
