@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/rng.h"
+#include "tests/unit/test_images.h"
 
 namespace conveyor {
 namespace {
@@ -33,33 +34,12 @@ std::vector<uint8_t> Encode(int w, int h, Flavour flavour, uint64_t seed = 1) {
       }
     }
   }
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* out = nullptr;
-  unsigned long out_size = 0;
-  jpeg_mem_dest(&cinfo, &out, &out_size);
-  cinfo.image_width = w;
-  cinfo.image_height = h;
-  cinfo.input_components = comps;
-  cinfo.in_color_space = comps == 1 ? JCS_GRAYSCALE : (comps == 4 ? JCS_CMYK : JCS_RGB);
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 90, TRUE);
-  if (flavour == Flavour::k444) {
-    cinfo.comp_info[0].h_samp_factor = cinfo.comp_info[0].v_samp_factor = 1;
-  }
-  if (flavour == Flavour::kProgressive) jpeg_simple_progression(&cinfo);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = &px[static_cast<size_t>(cinfo.next_scanline) * w * comps];
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::vector<uint8_t> bytes(out, out + out_size);
-  free(out);
-  return bytes;
+  return testing::CompressJpeg(px, w, h, comps, 90, [flavour](jpeg_compress_struct* cinfo) {
+    if (flavour == Flavour::k444) {
+      cinfo->comp_info[0].h_samp_factor = cinfo->comp_info[0].v_samp_factor = 1;
+    }
+    if (flavour == Flavour::kProgressive) jpeg_simple_progression(cinfo);
+  });
 }
 
 RgbImage DecodeFull(JpegDecoder& dec, const std::vector<uint8_t>& bytes, int denom = 1) {
@@ -277,29 +257,11 @@ TEST_CASE("jpeg decoder: absurd progressive scan counts are refused", "[jpeg]") 
   const int w = 32, h = 24;
   std::vector<uint8_t> px(w * h);
   for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37);
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* out = nullptr;
-  unsigned long out_size = 0;
-  jpeg_mem_dest(&cinfo, &out, &out_size);
-  cinfo.image_width = w;
-  cinfo.image_height = h;
-  cinfo.input_components = 1;
-  cinfo.in_color_space = JCS_GRAYSCALE;
-  jpeg_set_defaults(&cinfo);
-  cinfo.scan_info = scans.data();
-  cinfo.num_scans = static_cast<int>(scans.size());
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = &px[static_cast<size_t>(cinfo.next_scanline) * w];
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  const std::vector<uint8_t> bytes(out, out + out_size);
-  free(out);
+  const std::vector<uint8_t> bytes =
+      testing::CompressJpeg(px, w, h, 1, 75, [&scans](jpeg_compress_struct* cinfo) {
+        cinfo->scan_info = scans.data();
+        cinfo->num_scans = static_cast<int>(scans.size());
+      });
   REQUIRE(scans.size() == 704);
   JpegDecoder dec;
   const absl::Status s = TryDecode(dec, bytes);

@@ -7,7 +7,9 @@
 #include <jpeglib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,6 +20,41 @@
 
 namespace conveyor::testing {
 
+// Compresses interleaved pixels (w × h × components: 1 gray, 3 RGB, 4 CMYK)
+// with libjpeg at `quality`; `configure` may change the compressor after the
+// defaults are set (subsampling, progression, scan scripts).
+inline std::vector<uint8_t> CompressJpeg(
+    const std::vector<uint8_t>& pixels, int w, int h, int components, int quality = 90,
+    const std::function<void(jpeg_compress_struct*)>& configure = nullptr) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  jpeg_mem_dest(&cinfo, &out, &out_size);
+  cinfo.image_width = w;
+  cinfo.image_height = h;
+  cinfo.input_components = components;
+  cinfo.in_color_space =
+      components == 1 ? JCS_GRAYSCALE : (components == 4 ? JCS_CMYK : JCS_RGB);
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  if (configure) configure(&cinfo);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(
+        &pixels[static_cast<size_t>(cinfo.next_scanline) * w * components]);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<uint8_t> bytes(out, out + out_size);
+  free(out);
+  return bytes;
+}
+
+// Noise over gradients (not flat, so decoding has real work), RGB.
 inline std::vector<uint8_t> EncodeNoiseJpeg(int w, int h, uint64_t seed, int quality = 90) {
   std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
   Rng rng(seed);
@@ -31,29 +68,7 @@ inline std::vector<uint8_t> EncodeNoiseJpeg(int w, int h, uint64_t seed, int qua
       }
     }
   }
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* out = nullptr;
-  unsigned long out_size = 0;
-  jpeg_mem_dest(&cinfo, &out, &out_size);
-  cinfo.image_width = w;
-  cinfo.image_height = h;
-  cinfo.input_components = 3;
-  cinfo.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, quality, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = &rgb[static_cast<size_t>(cinfo.next_scanline) * w * 3];
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::vector<uint8_t> bytes(out, out + out_size);
-  free(out);
-  return bytes;
+  return CompressJpeg(rgb, w, h, 3, quality);
 }
 
 inline void WriteFile(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
