@@ -40,6 +40,7 @@ SOURCE_DIR = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
 
 import conveyor  # noqa: E402
+import daemon_proc  # noqa: E402  (bench/, the folder of this script)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -85,21 +86,12 @@ def run_client(args, address, daemon_pid, first_epoch):
             "transport": stream.transport}
 
 
-def write_config(path, args, sock):
-    data = os.path.abspath(args.data)
-    with open(path, "w") as f:
-        f.write("listen:\n  unix: \"%s\"\n" % sock)
-        f.write("threads: %d\n" % args.threads)
-        f.write("pipelines:\n  bench:\n")
-        f.write("    dataset:\n      root: \"%s\"\n" % data)
-        f.write("    augment: train\n    size: %d\n    layout: nchw\n    dtype: uint8\n" % args.size)
-        f.write("    max_batch_size: %d\n" % max(args.batch_size, 1024))
-
-
 def start_daemon(args, workdir):
     sock = os.path.join(workdir, "conveyor.sock")
     cfg = os.path.join(workdir, "conveyord.yaml")
-    write_config(cfg, args, sock)
+    daemon_proc.write_config(cfg, {"unix": sock}, args.threads,
+                             {"root": os.path.abspath(args.data)}, size=args.size,
+                             max_batch_size=max(args.batch_size, 1024), log_level="info")
     log = open(os.path.join(workdir, "conveyord.log"), "wb")
     proc = subprocess.Popen([os.path.join(args.build, "server", "conveyord"), "--config", cfg,
                              "--socket", sock, "--threads", str(args.threads)],
@@ -157,12 +149,7 @@ def main():
                   % (r, a["images_per_s"], b["images_per_s"], rounds[-1]["ratio"]),
                   file=sys.stderr, flush=True)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        daemon_proc.stop(proc)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -45,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import daemon_proc  # noqa: E402  (bench/)
 from vs_dataloader import (_health_serving, now, process_tree, pss_rollup,  # noqa: E402
                            tree_rollup)
 
@@ -184,12 +185,9 @@ def daemon_pss(args, list_path, workdir, tag):
 
     sock = os.path.join(workdir, "%s.sock" % tag)
     cfg = os.path.join(workdir, "%s.yaml" % tag)
-    with open(cfg, "w") as f:
-        f.write("listen:\n  unix: %s\n" % json.dumps(sock))
-        f.write("threads: %d\nlog_level: info\n" % args.threads)
-        f.write("pipelines:\n  imagenet:\n    dataset:\n")
-        f.write("      list: %s\n      root: %s\n" % (json.dumps(list_path), json.dumps(args.root)))
-        f.write("    augment: train\n    size: 224\n    layout: nchw\n    dtype: uint8\n")
+    daemon_proc.write_config(cfg, {"unix": sock}, args.threads,
+                             {"list": list_path, "root": args.root}, log_level="info",
+                             name="imagenet")
     log_path = os.path.join(workdir, "%s.log" % tag)
     with open(log_path, "wb") as log:
         t0 = now()
@@ -218,12 +216,7 @@ def daemon_pss(args, list_path, workdir, tag):
             hwm = proc_status_bytes(p.pid, "VmHWM")
             rss = proc_status_bytes(p.pid, "VmRSS")
         finally:
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            daemon_proc.stop(p)
     log_text = open(log_path, errors="replace").read()
     index_line = next((ln for ln in log_text.splitlines() if "samples" in ln and "index" in ln), "")
     return {"pss_bytes": statistics.median(r["pss"] for r in readings),

@@ -72,6 +72,8 @@ import tempfile
 import threading
 import time
 
+import daemon_proc  # bench/, the folder of this script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -275,20 +277,6 @@ def _health_serving(channel, timeout):
         return False
 
 
-def write_daemon_config(path, args, listen):
-    with open(path, "w") as f:
-        f.write("listen:\n")
-        for k, v in listen.items():
-            f.write("  %s: %s\n" % (k, json.dumps(v)))
-        f.write("threads: %d\n" % args.threads)
-        f.write("log_level: warn\n")
-        f.write("pipelines:\n  bench:\n")
-        f.write("    dataset:\n      root: %s\n" % json.dumps(os.path.abspath(args.data)))
-        f.write("    augment: train\n    size: %d\n    layout: nchw\n    dtype: uint8\n" % args.size)
-        f.write("    dct_scaling: true\n")
-        f.write("    max_batch_size: %d\n" % max(args.batch_size, 256))
-
-
 def contender_conveyor(args):
     import shutil
     workdir = tempfile.mkdtemp(prefix="cvd-", dir="/tmp")  # short: unix socket paths
@@ -301,7 +289,8 @@ def contender_conveyor(args):
     else:
         listen = {"tcp": "127.0.0.1:0"}
         extra = ["--socket", "", "--tcp", "127.0.0.1:0", "--port-file", port_file]
-    write_daemon_config(cfg, args, listen)
+    daemon_proc.write_config(cfg, listen, args.threads, {"root": os.path.abspath(args.data)},
+                             size=args.size, max_batch_size=max(args.batch_size, 256))
     log_path = os.path.join(workdir, "conveyord.log")
     log = open(log_path, "wb")
     t_launch = now()
@@ -360,12 +349,7 @@ def contender_conveyor(args):
             loader.close()
         emit(event="done", transport=transport[0] if transport else None)
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        daemon_proc.stop(daemon)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
 

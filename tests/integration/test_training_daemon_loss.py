@@ -6,7 +6,6 @@ byte-identical to an uninterrupted run."""
 import threading
 import time
 
-import numpy as np
 import pytest
 
 import conveyor
