@@ -35,8 +35,8 @@ def receive_region_fd(fd_socket, stream_id, secret, timeout=10.0):
             sock.connect(fd_socket)
         except OSError as e:
             raise Unavailable("cannot connect to the daemon's fd socket %s: %s" % (fd_socket, e)) from e
-        sock.sendall(struct.pack("<Q", stream_id) + bytes(secret))
         try:
+            sock.sendall(struct.pack("<Q", stream_id) + bytes(secret))
             msg, fds, _flags, _addr = socket.recv_fds(sock, 1, 4)
         except OSError as e:
             raise Unavailable("fd hand-over on %s failed: %s" % (fd_socket, e)) from e

@@ -42,7 +42,7 @@ from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, Unavailable,
                      from_rpc_error)
-from .retry import RetryingStream, RetryPolicy
+from .retry import RetryingStream, RetryPolicy, resume_point
 
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: inline batches travel in one message
 DEFAULT_ADDRESS = "unix:///run/conveyor/conveyor.sock"
@@ -205,6 +205,16 @@ class Batch:
 _CLOSE = object()  # ends the request iterator (half-close)
 
 
+def _drain(requests):
+    """The request iterator of a StreamBatches call: messages put on the
+    queue, until _CLOSE."""
+    while True:
+        msg = requests.get()
+        if msg is _CLOSE:
+            return
+        yield msg
+
+
 class Stream:
     """One StreamBatches call: an iterator of Batch objects.
 
@@ -240,7 +250,10 @@ class Stream:
         self.epoch_ends = []
         self.end = None
         self._requests.put(pb.ClientMessage(open=request))
-        self._call = stub.StreamBatches(self._request_iter())
+        # The request iterator holds only the queue, not the Stream: gRPC's
+        # request thread keeps it alive, and an abandoned Stream must still be
+        # collectable (its __del__ cancels the call and frees the slots).
+        self._call = stub.StreamBatches(_drain(self._requests))
         try:
             first = next(self._call)
         except grpc.RpcError as e:
@@ -275,13 +288,6 @@ class Stream:
             raise ConveyorError("protocol error: the daemon chose transport %r" % opened.transport)
 
     # --- requests -------------------------------------------------------
-    def _request_iter(self):
-        while True:
-            msg = self._requests.get()
-            if msg is _CLOSE:
-                return
-            yield msg
-
     def _release(self, batch):
         with self._lock:
             if batch._released:
@@ -350,10 +356,11 @@ class Stream:
             images = (np.empty(shape, dtype) if nbytes == 0
                       else self._region.view(m.images_offset, nbytes, dtype, shape))
         else:
-            if len(m.images) != nbytes:
+            data = m.images  # each read of a bytes field copies it: read it once
+            if len(data) != nbytes:
                 raise ConveyorError("batch %d: %d inline bytes do not match shape %s of %s"
-                                    % (m.sequence, len(m.images), shape, dtype))
-            images = np.frombuffer(m.images, dtype=dtype).reshape(shape)
+                                    % (m.sequence, len(data), shape, dtype))
+            images = np.frombuffer(data, dtype=dtype).reshape(shape)
         labels = np.array(m.labels, dtype=np.int64)
         indices = np.array(m.sample_indices, dtype=np.int64)
         failures = [SampleFailure(f.sample_index, f.path, f.reason) for f in m.failures]
@@ -510,20 +517,18 @@ class Loader:
 
     @property
     def channel(self):
-        if self._channel is None:
-            # A channel of its own (local subchannel pool): a retry's fresh
-            # channel must not inherit the reconnect backoff of a shared one.
-            self._channel = make_channel(
-                self.address, options=[("grpc.use_local_subchannel_pool", 1)]
-                if self.retry is not None else ())
-        return self._channel
+        with self._lock:
+            if self._channel is None:
+                # A channel of its own (local subchannel pool): a retry's fresh
+                # channel must not inherit the reconnect backoff of a shared one.
+                self._channel = make_channel(
+                    self.address, options=[("grpc.use_local_subchannel_pool", 1)]
+                    if self.retry is not None else ())
+            return self._channel
 
     def _on_batch(self, batch):
         with self._lock:
-            if batch.end_of_epoch:
-                self._epoch, self._offset = batch.epoch + 1, 0
-            else:
-                self._epoch, self._offset = batch.epoch, batch.offset
+            self._epoch, self._offset = resume_point(batch)
             self._resume_world = self.world_size
 
     def _open_stream(self, first_epoch, num_epochs, resume, on_batch):
@@ -538,12 +543,15 @@ class Loader:
             return RetryingStream(self, first_epoch, num_epochs, resume)
         return self._open_stream(first_epoch, num_epochs, resume, self._on_batch)
 
-    def _reset_channel(self):
-        """Drops the channel (the retry path: a fresh one skips gRPC's
-        reconnect backoff of the old one)."""
-        old, self._channel = self._channel, None
-        if old is not None:
-            old.close()
+    def _reset_channel(self, stale):
+        """Drops the channel if it is still `stale` (the retry path: a fresh
+        one skips gRPC's reconnect backoff of the old one). A channel another
+        stream of this loader already replaced is left alone."""
+        with self._lock:
+            if self._channel is not stale or stale is None:
+                return
+            self._channel = None
+        stale.close()
 
     def _resume_for(self, epoch, use_progress):
         with self._lock:

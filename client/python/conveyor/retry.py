@@ -72,6 +72,13 @@ class RetryPolicy:
             self.max_wait_s, self.initial_backoff_s, self.max_backoff_s)
 
 
+def resume_point(batch):
+    """(epoch, offset) to resume at once the trainer consumed `batch`."""
+    if batch.end_of_epoch:
+        return batch.epoch + 1, 0
+    return batch.epoch, batch.offset
+
+
 def daemon_answers(channel, timeout):
     """True when the daemon behind `channel` answers ListPipelines."""
     try:
@@ -106,17 +113,15 @@ class RetryingStream:
         self._closed = False
         self.reconnects = 0
         self.end = None
+        channel = self._loader.channel
         try:
             self._stream = self._open()
         except Unavailable as e:
-            self._stream = self._reopen(e)
+            self._stream = self._reopen(e, channel)
 
     # --- position ---------------------------------------------------------
     def _on_batch(self, batch):
-        if batch.end_of_epoch:
-            self._epoch, self._offset = batch.epoch + 1, 0
-        else:
-            self._epoch, self._offset = batch.epoch, batch.offset
+        self._epoch, self._offset = resume_point(batch)
         self._world = self._loader.world_size
         self._loader._on_batch(batch)
 
@@ -132,7 +137,7 @@ class RetryingStream:
         resume = (self._epoch, self._offset, self._world) if self._offset > 0 else None
         return self._loader._open_stream(self._epoch, num_epochs, resume, self._on_batch)
 
-    def _reopen(self, error):
+    def _reopen(self, error, stale):
         """Waits for the daemon and reopens; raises `error` after max_wait_s."""
         deadline = time.monotonic() + self._policy.max_wait_s
         for delay in self._policy.backoffs():
@@ -143,8 +148,9 @@ class RetryingStream:
                 break
             time.sleep(min(delay, left))
             # A fresh channel: the old one may sit in gRPC's reconnect backoff.
-            self._loader._reset_channel()
-            if not daemon_answers(self._loader.channel, max(0.05, min(2.0, deadline - time.monotonic()))):
+            self._loader._reset_channel(stale)
+            stale = self._loader.channel
+            if not daemon_answers(stale, max(0.05, min(2.0, deadline - time.monotonic()))):
                 continue
             try:
                 stream = self._open()
@@ -179,7 +185,7 @@ class RetryingStream:
                 self._past_epoch_ends.extend(stream.epoch_ends)
                 self._dead.append(stream)
                 self._stream = None
-                self._stream = self._reopen(e)
+                self._stream = self._reopen(e, stream._channel)
                 continue
             if self._dead:
                 # Taking the next batch releases the previous one, as usual.
