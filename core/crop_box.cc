@@ -72,8 +72,8 @@ EvalWindow EvalCenterWindow(int width, int height, const TransformSpec& spec) {
         static_cast<int>(static_cast<double>(size * width) / static_cast<double>(height));
   }
   // CenterCrop: int(round((resized - crop) / 2.0)), Python's half-to-even round.
-  win.top = static_cast<int>(std::nearbyint((win.resized_height - spec.output_height) / 2.0));
-  win.left = static_cast<int>(std::nearbyint((win.resized_width - spec.output_width) / 2.0));
+  win.top = RoundHalfEven((win.resized_height - spec.output_height) / 2.0);
+  win.left = RoundHalfEven((win.resized_width - spec.output_width) / 2.0);
   return win;
 }
 

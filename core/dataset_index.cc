@@ -63,8 +63,9 @@ absl::Status CheckDirectory(const std::string& path, absl::string_view role) {
   return absl::OkStatus();
 }
 
-// Reads the whole file into a string with as few read() calls as possible.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+// Reads a whole list file (a regular file or a pipe) into a string with as
+// few read() calls as possible. (Sample files go through core/file_reader.h.)
+absl::StatusOr<std::string> ReadListFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int err = errno;
@@ -286,7 +287,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
 
 absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
     const std::string& list_path, const std::string& root_arg) {
-  absl::StatusOr<std::string> data = ReadWholeFile(list_path);
+  absl::StatusOr<std::string> data = ReadListFile(list_path);
   if (!data.ok()) return data.status();
   const std::string root = NormalizeRoot(root_arg.empty() ? DirName(list_path) : root_arg);
   if (absl::Status s = CheckDirectory(root, "dataset root"); !s.ok()) return s;

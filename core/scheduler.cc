@@ -177,6 +177,7 @@ bool Scheduler::PickTask(Task* t) {
 void Scheduler::WorkerLoop() {
   SampleTransformer transformer;
   std::vector<std::function<void()>> callbacks;
+  std::vector<std::string> warnings;
   mu_.Lock();
   while (true) {
     Task t;
@@ -204,11 +205,14 @@ void Scheduler::WorkerLoop() {
     --t.stream->tasks_inflight;
     MaybeUnregister(t.stream.get());
     work_cv_.SignalAll();
-    if (!pending_callbacks_.empty()) {
+    if (!pending_callbacks_.empty() || !pending_warnings_.empty()) {
       callbacks.swap(pending_callbacks_);
+      warnings.swap(pending_warnings_);
       mu_.Unlock();
+      for (const std::string& w : warnings) spdlog::warn("{}", w);
       for (auto& cb : callbacks) cb();
       callbacks.clear();
+      warnings.clear();
       mu_.Lock();
     }
   }
@@ -369,10 +373,12 @@ bool Scheduler::EmitInOrder(StreamState* s) {
     s->samples_failed += b->failures.size();
     if (!b->failures.empty()) {
       const SampleFailure& f = b->failures.front().second;
-      spdlog::warn("pipeline {} stream {}: {} sample(s) failed in batch {} of epoch {}; first: "
-                   "sample {} ({}): {}",
-                   p.name, s->id, b->failures.size(), b->batch_in_epoch, b->epoch,
-                   f.sample_index, f.path, f.reason);
+      // Logged by the worker once mu_ is released.
+      pending_warnings_.push_back(absl::StrFormat(
+          "pipeline %s stream %d: %d sample(s) failed in batch %d of epoch %d; first: sample %d "
+          "(%s): %s",
+          p.name, s->id, b->failures.size(), b->batch_in_epoch, b->epoch, f.sample_index, f.path,
+          f.reason));
       if (p.error_policy == ErrorPolicy::kFailFast) {
         Fail(s, absl::DataLossError(absl::StrFormat(
                     "pipeline %s: sample %d (%s) failed: %s (error_policy fail_fast)", p.name,

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,8 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   std::array<StageStats, kNumStages> finished_totals_ ABSL_GUARDED_BY(mu_);
   // Callbacks to run once mu_ is released (collected by Notify).
   std::vector<std::function<void()>> pending_callbacks_ ABSL_GUARDED_BY(mu_);
+  // Warnings to log once mu_ is released (EmitInOrder runs under it).
+  std::vector<std::string> pending_warnings_ ABSL_GUARDED_BY(mu_);
 
   std::vector<std::thread> workers_;
 };
