@@ -104,7 +104,10 @@ void FdServer::Run() {
 }
 
 void FdServer::Serve(int conn) {
-  const timeval timeout{2, 0};
+  // Connections are served one at a time: a client that connects and sends
+  // nothing may hold the others up only briefly (a real client sends its
+  // 40 bytes right after connecting).
+  const timeval timeout{0, 250 * 1000};
   ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   ucred cred{};

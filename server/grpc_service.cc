@@ -175,15 +175,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
   };
 
   // The stream's ready callback (an engine worker or the thread in
-  // Stream::Release/Cancel; no engine lock held).
+  // Stream::Release/Cancel; no engine lock held). A reader lock: concurrent
+  // wakers do not queue behind a pump in progress (Pump's TryLock hands the
+  // work to it); only OnDone, which clears `reactor`, takes it exclusively.
   static void Wake(const std::shared_ptr<Gate>& gate) {
-    absl::MutexLock lock(&gate->mu);
+    absl::ReaderMutexLock lock(&gate->mu);
     if (gate->reactor != nullptr) gate->reactor->Pump();
   }
 
   // The hand-over alarm (a gRPC thread).
   static void Expire(const std::shared_ptr<Gate>& gate) {
-    absl::MutexLock lock(&gate->mu);
+    absl::ReaderMutexLock lock(&gate->mu);
     if (gate->reactor == nullptr) return;
     gate->reactor->handover_expired_.store(true, std::memory_order_release);
     gate->reactor->Pump();

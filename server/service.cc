@@ -198,11 +198,6 @@ uint64_t ConveyorService::StreamBytes(const PipelineConfig& pipeline, uint32_t b
 absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, const std::string& peer,
                                                  const PipelineConfig& p, StreamOptions* o,
                                                  v1::Transport* transport) const {
-  if (req.batch_size() == 0 || req.batch_size() > p.max_batch_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("batch_size must be within [1, %d] for pipeline %s, got %d",
-                        p.max_batch_size, p.name, req.batch_size()));
-  }
   if (req.credits() == 0 || req.credits() > kMaxCredits) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "credits must be within [1, %d] (batches the client may hold unreleased), got %d",
@@ -268,26 +263,17 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
               : absl::StrFormat("resume epoch %d is outside the stream's epochs [%d, %d)",
                                 r.epoch(), o->first_epoch, last));
     }
-    SamplerOptions so;
-    so.dataset_size = p.dataset->size();
-    so.epoch = r.epoch();
-    so.rank = o->rank;
-    so.world_size = world;
-    so.shuffle = o->shuffle;
-    so.drop_last = o->drop_last;
-    so.offset = r.offset();
-    if (absl::Status st = ValidateSamplerOptions(so); !st.ok()) {
-      if (absl::IsOutOfRange(st)) {
-        return absl::OutOfRangeError(absl::StrFormat(
-            "resume offset %d of epoch %d: %s", r.offset(), r.epoch(), st.message()));
-      }
-      return st;
-    }
     if (o->num_epochs != 0) o->num_epochs = last - r.epoch();
     o->first_epoch = r.epoch();
     o->epoch_offset = r.offset();
   }
-  return ValidateStreamOptions(p, *o);
+  absl::Status st = ValidateStreamOptions(p, *o);
+  if (absl::IsOutOfRange(st) && req.has_resume()) {
+    return absl::OutOfRangeError(absl::StrFormat("resume offset %d of epoch %d: %s",
+                                                 req.resume().offset(), req.resume().epoch(),
+                                                 st.message()));
+  }
+  return st;
 }
 
 absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::OpenStream& req,
@@ -351,7 +337,6 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   Entry entry;
   entry.stream = stream;
   entry.peer = peer;
-  entry.bytes = bytes;
   entry.handed_over = std::make_shared<std::atomic<bool>>(false);
   entry.wake = std::move(wake);
   if (transport == v1::SHARED_MEMORY) {

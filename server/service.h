@@ -144,7 +144,6 @@ class ConveyorService {
     UniqueFd region_fd;  // a duplicate, -1 for INLINE streams
     std::weak_ptr<Stream> stream;
     std::string peer;
-    uint64_t bytes = 0;
     std::shared_ptr<std::atomic<bool>> handed_over;
     std::function<void()> wake;
   };
