@@ -11,14 +11,24 @@
 
 namespace conveyor {
 
+namespace {
+size_t PageRounded(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+}  // namespace
+
+uint64_t SlotArena::MappedBytes(size_t num_slots, size_t slot_bytes) {
+  return static_cast<uint64_t>(PageRounded(slot_bytes)) * num_slots;
+}
+
 absl::StatusOr<std::unique_ptr<SlotArena>> SlotArena::Create(size_t num_slots, size_t slot_bytes,
                                                              bool shareable,
                                                              const std::string& name) {
   if (num_slots == 0 || slot_bytes == 0) {
     return absl::InvalidArgumentError("slot arena needs at least one slot of non-zero size");
   }
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  slot_bytes = (slot_bytes + page - 1) / page * page;
+  slot_bytes = PageRounded(slot_bytes);
   if (num_slots > SIZE_MAX / slot_bytes) {
     return absl::InvalidArgumentError("slot arena size overflows");
   }

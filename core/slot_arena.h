@@ -28,6 +28,10 @@ class SlotArena {
   static absl::StatusOr<std::unique_ptr<SlotArena>> Create(size_t num_slots, size_t slot_bytes,
                                                            bool shareable,
                                                            const std::string& name);
+  // Bytes Create(num_slots, slot_bytes, ...) maps: slots rounded up to whole
+  // pages. For budgeting before creating.
+  static uint64_t MappedBytes(size_t num_slots, size_t slot_bytes);
+
   ~SlotArena();
   SlotArena(const SlotArena&) = delete;
   SlotArena& operator=(const SlotArena&) = delete;

@@ -17,9 +17,6 @@ const StreamOptions& Stream::options() const { return state_->options; }
 const BatchLayout& Stream::layout() const { return state_->layout; }
 const SlotArena& Stream::arena() const { return *state_->arena; }
 uint64_t Stream::samples_per_epoch() const { return state_->samples_per_epoch; }
-uint64_t Stream::batches_in_epoch(uint64_t epoch) const {
-  return scheduler_->BatchesInEpoch(*state_, epoch);
-}
 
 Stream::Poll Stream::TryNext(BatchInfo* batch, absl::Status* error) {
   return scheduler_->TryNext(state_.get(), batch, error);

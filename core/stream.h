@@ -89,7 +89,6 @@ class Stream {
   const BatchLayout& layout() const;
   const SlotArena& arena() const;
   uint64_t samples_per_epoch() const;  // this rank's, in a full epoch
-  uint64_t batches_in_epoch(uint64_t epoch) const;
 
   enum class Poll { kBatch, kNotReady, kEnd, kError };
   // Non-blocking. kBatch fills *batch (the consumer now holds batch->slot);

@@ -187,14 +187,6 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   return r;
 }
 
-uint64_t ConveyorService::StreamBytes(const PipelineConfig& pipeline, uint32_t batch_size,
-                                      uint32_t credits) {
-  // What SlotArena::Create maps: slots rounded up to whole pages.
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t slot = BatchLayout::For(pipeline.transform, batch_size).slot_bytes;
-  return (slot + page - 1) / page * page * credits;
-}
-
 absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, const std::string& peer,
                                                  const PipelineConfig& p, StreamOptions* o,
                                                  v1::Transport* transport) const {
@@ -302,7 +294,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   }
 
   // Reserve budget and a stream place before allocating anything.
-  const uint64_t bytes = StreamBytes(*pipeline, so.batch_size, so.num_slots);
+  const uint64_t bytes = SlotArena::MappedBytes(so.num_slots, layout.slot_bytes);
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");

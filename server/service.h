@@ -133,10 +133,6 @@ class ConveyorService {
 
   const ServiceOptions& options() const { return options_; }
 
-  // Bytes a stream of `pipeline` with this batch size and credits reserves.
-  static uint64_t StreamBytes(const PipelineConfig& pipeline, uint32_t batch_size,
-                              uint32_t credits);
-
  private:
   friend class Session;
   struct Entry {
