@@ -18,7 +18,11 @@ Contenders (each in its own process tree, started fresh for every round):
                   (N = each of --workers; default 1, 2 and the core count)
   conveyord-unix  conveyord (--threads = core count) + the Python client
                   (conveyor.Loader) over the unix socket (shared memory)
-  conveyord-tcp   the same over TCP on 127.0.0.1 (batches inline in gRPC)
+  conveyord-tcp   the same over TCP on 127.0.0.1 (the client's default there:
+                  batch headers over gRPC, image bytes on the daemon's data
+                  socket)
+  conveyord-tcp-inline  (only with --only ...,tcp-inline) TCP with the image
+                  bytes inside the gRPC messages (transport="inline")
   ceiling         build/bench/ceiling_bench: the engine in one process, no
                   daemon, no gRPC, no Python (the upper bound)
 Rounds run the contenders alternately (A B C ... A B C ...) so that machine
@@ -78,7 +82,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 BASELINE = "dataloader-w2"
-KINDS = ("dataloader", "unix", "tcp", "ceiling")
+KINDS = ("dataloader", "unix", "tcp", "tcp-inline", "ceiling")
+DEFAULT_KINDS = ("dataloader", "unix", "tcp", "ceiling")
 
 
 def now():
@@ -314,7 +319,7 @@ def contender_conveyor(args):
             if address is None:
                 if args.transport == "unix" and os.path.exists(sock):
                     address = "unix://" + sock
-                elif args.transport == "tcp" and os.path.exists(port_file):
+                elif args.transport != "unix" and os.path.exists(port_file):
                     port = open(port_file).read().strip()
                     if port:
                         address = "127.0.0.1:" + port
@@ -329,7 +334,8 @@ def contender_conveyor(args):
              daemon_pid=daemon.pid)
 
         loader = conveyor.Loader(address, pipeline="bench", batch_size=args.batch_size,
-                                 seed=args.seed, credits=args.credits)
+                                 seed=args.seed, credits=args.credits,
+                                 transport="inline" if args.transport == "tcp-inline" else "auto")
         transport = []
 
         def epoch_iter(e):
@@ -360,7 +366,7 @@ def contender_main(argv):
     ap.add_argument("--data", required=True)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--transport", choices=("unix", "tcp"), default="unix")
+    ap.add_argument("--transport", choices=("unix", "tcp", "tcp-inline"), default="unix")
     ap.add_argument("--conveyord")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--credits", type=int, default=4)
@@ -706,7 +712,7 @@ def main(argv):
     ap.add_argument("--credits", type=int, default=4, help="conveyor client prefetch (credits)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default=",".join(KINDS),
+    ap.add_argument("--only", default=",".join(DEFAULT_KINDS),
                     help="contender kinds to run, comma-separated: %s" % ",".join(KINDS))
     ap.add_argument("--allow-missing", action="store_true",
                     help="skip contenders whose binary is not built instead of failing")
@@ -766,7 +772,7 @@ def main(argv):
         for w in workers:
             contenders.append({"name": "dataloader-w%d" % w, "kind": "dataloader",
                                "runner": "dataloader", "workers": w})
-    for t in ("unix", "tcp"):
+    for t in ("unix", "tcp", "tcp-inline"):
         if t in kinds:
             contenders.append({"name": "conveyord-" + t, "kind": t, "runner": "conveyor",
                                "transport": t, "binary": args.conveyord})

@@ -344,7 +344,7 @@ absl::Status ValidateUnixPath(const std::string& path) {
 }
 
 absl::Status Parser::ParseListen(const YAML::Node& n, ListenConfig* l) const {
-  CONVEYOR_RETURN_IF_ERROR(CheckMap(n, "listen", {"unix", "unix_mode", "tcp"}));
+  CONVEYOR_RETURN_IF_ERROR(CheckMap(n, "listen", {"unix", "unix_mode", "tcp", "data_tcp"}));
   if (n["unix"]) {
     std::string s;
     CONVEYOR_RETURN_IF_ERROR(ReadString(n["unix"], "listen.unix", &s));
@@ -366,6 +366,14 @@ absl::Status Parser::ParseListen(const YAML::Node& n, ListenConfig* l) const {
     if (!l->tcp.empty()) {
       if (absl::Status st = ValidateTcpAddress(l->tcp); !st.ok()) {
         return Error("listen.tcp", n["tcp"], std::string(st.message()));
+      }
+    }
+  }
+  if (n["data_tcp"]) {
+    CONVEYOR_RETURN_IF_ERROR(ReadString(n["data_tcp"], "listen.data_tcp", &l->data_tcp));
+    if (!l->data_tcp.empty() && l->data_tcp != "none") {
+      if (absl::Status st = ValidateTcpAddress(l->data_tcp); !st.ok()) {
+        return Error("listen.data_tcp", n["data_tcp"], std::string(st.message()));
       }
     }
   }
@@ -741,6 +749,11 @@ absl::Status ValidateDaemonFields(const DaemonConfig& c) {
   if (!c.listen.tcp.empty()) {
     if (absl::Status st = ValidateTcpAddress(c.listen.tcp); !st.ok()) return bad("listen.tcp", st);
   }
+  if (!c.listen.data_tcp.empty() && c.listen.data_tcp != "none") {
+    if (absl::Status st = ValidateTcpAddress(c.listen.data_tcp); !st.ok()) {
+      return bad("listen.data_tcp", st);
+    }
+  }
   if (c.engine.num_threads < 0 || c.engine.num_threads > 1024) {
     return bad("threads", absl::InvalidArgumentError("must be within [0, 1024] (0: one per core)"));
   }
@@ -820,6 +833,12 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     out.push_back(std::move(pc));
   }
   return out;
+}
+
+std::string DataSocketAddress(const ListenConfig& listen) {
+  if (listen.tcp.empty() || listen.data_tcp == "none") return "";
+  if (!listen.data_tcp.empty()) return listen.data_tcp;
+  return listen.tcp.substr(0, listen.tcp.rfind(':')) + ":0";
 }
 
 }  // namespace conveyor::server

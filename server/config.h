@@ -51,7 +51,15 @@ struct ListenConfig {
   std::string unix_path = kDefaultUnixSocket;  // "" disables the unix socket
   mode_t unix_mode = 0660;                     // of the socket and its ".fd" sibling
   std::string tcp;                             // "host:port", "" = no TCP listener
+  // The batch-data socket of DATA_SOCKET streams (TCP clients): "host:port";
+  // "" = the TCP listener's host with a free port (announced to each client
+  // in StreamOpened); "none" = no data socket (TCP clients get INLINE
+  // batches). Unused without a TCP listener.
+  std::string data_tcp;
 };
+
+// The address the data socket listens on, or "" for none (see data_tcp).
+std::string DataSocketAddress(const ListenConfig& listen);
 
 struct DaemonConfig {
   std::string source;  // the config file, as named on the command line (for messages)

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "core/batch_layout.h"
+#include "server/data_socket_server.h"
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
 #include "server/service.h"
@@ -101,6 +102,9 @@ gRPC on a unix socket (and optionally TCP).
   --socket PATH          unix socket (listen.unix); '' disables it
   --tcp HOST:PORT        TCP listener (listen.tcp); port 0 picks a free one;
                          'none' disables it
+  --data-tcp HOST:PORT   data socket for TCP clients' batch bytes
+                         (listen.data_tcp); default: the TCP host, a free
+                         port; 'none' sends batches inside gRPC messages
   --port-file PATH       write the bound TCP port to PATH once serving
   --threads N            engine worker threads (threads; 0 = one per core)
   --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
@@ -164,6 +168,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       st = opt(&f.socket);
     } else if (arg == "--tcp") {
       st = opt(&f.tcp);
+    } else if (arg == "--data-tcp") {
+      st = opt(&f.data_tcp);
     } else if (arg == "--threads") {
       st = opt(&f.threads);
     } else if (arg == "--memory-budget") {
@@ -186,6 +192,7 @@ absl::Status ApplyFlags(const Flags& f, DaemonConfig* c) {
     c->listen.unix_path =
         f.socket->empty() ? "" : fs::absolute(*f.socket).lexically_normal().string();
   if (f.tcp) c->listen.tcp = (*f.tcp == "none") ? "" : *f.tcp;
+  if (f.data_tcp) c->listen.data_tcp = f.data_tcp->empty() ? "none" : *f.data_tcp;
   if (f.threads) {
     int n = 0;
     if (!absl::SimpleAtoi(*f.threads, &n) || n < 0 || n > 1024) {
@@ -223,7 +230,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   if (!engine.ok()) return engine.status();
   const int threads = (*engine)->num_threads();
 
+  if (const std::string data = DataSocketAddress(config.listen); !data.empty()) {
+    absl::StatusOr<std::unique_ptr<DataSocketServer>> ds = DataSocketServer::Start(data);
+    if (!ds.ok()) return ds.status();
+    d->data_server_ = *std::move(ds);
+  }
+
   ServiceOptions so;
+  so.data_server = d->data_server_.get();
   so.memory_budget = config.memory_budget;
   so.max_streams = config.max_streams;
   so.fd_socket_path = fd_path;
@@ -298,6 +312,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   if (d->tcp_port_ != 0)
     spdlog::info("listening on TCP {} (port {})", config.listen.tcp, d->tcp_port_);
+  if (d->data_server_ != nullptr) {
+    spdlog::info("data socket for TCP clients on {} (port {})", DataSocketAddress(config.listen),
+                 d->data_server_->port());
+  }
   if (!port_file.empty()) {
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;
   }
@@ -305,6 +323,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
 }
 
 Daemon::Daemon(const DaemonConfig& config) : config_(config) {}
+
+int Daemon::data_port() const { return data_server_ != nullptr ? data_server_->port() : 0; }
 
 Daemon::~Daemon() { Shutdown(); }
 
@@ -333,6 +353,7 @@ void Daemon::Shutdown() {
   // another one serves the path must leave that one's socket alone.
   if (owns_unix_socket_) RemoveSocketFile(config_.listen.unix_path);
   service_.reset();  // joins the engine's workers
+  data_server_.reset();  // drops what ended streams had not flushed yet
   if (serving)
     spdlog::info("shut down in {:.0f} ms",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)

@@ -30,6 +30,7 @@ class Server;
 namespace conveyor::server {
 
 class ConveyorService;
+class DataSocketServer;
 class FdServer;
 class GrpcConveyorService;
 
@@ -43,6 +44,7 @@ struct Flags {
   // Overrides of config fields (unset: keep the file's value).
   std::optional<std::string> socket;         // listen.unix ("" disables)
   std::optional<std::string> tcp;            // listen.tcp ("" or "none" disables)
+  std::optional<std::string> data_tcp;       // listen.data_tcp ("none" disables)
   std::optional<std::string> threads;        // threads
   std::optional<std::string> memory_budget;  // memory_budget
   std::optional<std::string> log_level;      // log_level
@@ -71,6 +73,7 @@ class Daemon {
   void Shutdown();
 
   int tcp_port() const { return tcp_port_; }  // 0 without TCP
+  int data_port() const;                      // 0 without a data socket
   ConveyorService& service() const { return *service_; }
 
  private:
@@ -80,7 +83,8 @@ class Daemon {
   int tcp_port_ = 0;
   bool owns_unix_socket_ = false;  // we bound it (so we remove it)
   // Destroyed in reverse order: the server (and every reactor) before the
-  // fd socket before the service (and engine).
+  // fd socket before the service (and engine) before the data socket.
+  std::unique_ptr<DataSocketServer> data_server_;
   std::unique_ptr<ConveyorService> service_;
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<GrpcConveyorService> grpc_service_;

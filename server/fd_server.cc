@@ -126,8 +126,7 @@ void FdServer::Serve(int conn) {
     }
     got += static_cast<size_t>(r);
   }
-  uint64_t stream_id = 0;
-  for (int i = 7; i >= 0; --i) stream_id = (stream_id << 8) | req[i];
+  const uint64_t stream_id = DecodeStreamId(req);
   Secret secret;
   std::memcpy(secret.data(), req + 8, kSecretBytes);
 

@@ -34,6 +34,8 @@ const char* TransportName(v1::Transport t) {
       return "shared_memory";
     case v1::INLINE:
       return "inline";
+    case v1::DATA_SOCKET:
+      return "data_socket";
     default:
       return "auto";
   }
@@ -49,7 +51,9 @@ const char* TransportName(v1::Transport t) {
 // builds the next message. For INLINE streams that includes the copy of the
 // batch's images into the message (a memcpy of batch bytes; most batches are
 // picked up by the worker that finished them, a backlog by the gRPC thread
-// that finished the previous write). Nothing here waits: a Pump that finds
+// that finished the previous write); for DATA_SOCKET streams it queues the
+// batch's images on the stream's data socket (server/data_socket_server.h),
+// whose own thread writes them. Nothing here waits: a Pump that finds
 // the lock taken leaves a note (pump_wanted_) for the holder instead.
 //
 // The RPC ends once: the first reason (stream end, stream error, bad
@@ -156,6 +160,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     }
     if (session != nullptr) {
       session->stream().SetReadyCallback(nullptr);
+      // Batches already sent over gRPC stay readable on the data socket
+      // after the call ends (Session's destructor closes the channel, which
+      // flushes them), unless nobody is left to read them.
+      if (DataSocketServer::Channel* data = session->data_channel();
+          data != nullptr && (end.error_code() == grpc::StatusCode::CANCELLED ||
+                              end.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+        data->Abort();
+      }
       if (end.ok()) {
         spdlog::info("stream {} done: {} batches, {} samples, {} failed", session->id(), batches,
                      samples, failed);
@@ -373,6 +385,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     o->set_images_bytes(image_bytes);
     if (shared_memory_) {
       o->set_images_offset(arena.slot_offset(b.slot) + layout.images_offset);
+    } else if (DataSocketServer::Channel* data = session_->data_channel(); data != nullptr) {
+      // Queued before the header is: the client reads the header, then
+      // these bytes. The slot is not reused before the client releases it,
+      // which it does only after reading them.
+      data->Send(base + layout.images_offset, image_bytes, session_->stream_keep_alive());
     } else {
       o->set_images(reinterpret_cast<const char*>(base + layout.images_offset), image_bytes);
     }

@@ -1,7 +1,6 @@
 #include "server/service.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,27 +25,6 @@ std::string Bytes(uint64_t b) {
   if (b >= (1ull << 20)) return absl::StrFormat("%.1f MiB", b / double(1ull << 20));
   if (b >= (1ull << 10)) return absl::StrFormat("%.1f KiB", b / double(1ull << 10));
   return absl::StrFormat("%d B", b);
-}
-
-absl::Status FillRandom(uint8_t* buf, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = getrandom(buf + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
-    }
-    got += static_cast<size_t>(r);
-  }
-  return absl::OkStatus();
-}
-
-// Compares all bytes whatever the first difference, so the time taken says
-// nothing about how much of a guess was right.
-bool ConstantTimeEqual(const Secret& a, const Secret& b) {
-  volatile uint8_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff = diff | (a[i] ^ b[i]);
-  return diff == 0;
 }
 
 v1::DType ToProto(DType d) {
@@ -207,7 +185,12 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
   const bool unix_peer = IsUnixPeer(peer);
   switch (req.transport()) {
     case v1::TRANSPORT_AUTO:
-      *transport = unix_peer && !options_.fd_socket_path.empty() ? v1::SHARED_MEMORY : v1::INLINE;
+      if (unix_peer) {
+        *transport = options_.fd_socket_path.empty() ? v1::INLINE : v1::SHARED_MEMORY;
+      } else {
+        *transport = req.accept_data_socket() && options_.data_server != nullptr ? v1::DATA_SOCKET
+                                                                                  : v1::INLINE;
+      }
       break;
     case v1::SHARED_MEMORY:
       if (!unix_peer) {
@@ -222,6 +205,17 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
       break;
     case v1::INLINE:
       *transport = v1::INLINE;
+      break;
+    case v1::DATA_SOCKET:
+      if (unix_peer) {
+        return absl::FailedPreconditionError(
+            "DATA_SOCKET is for TCP connections; over the unix socket use SHARED_MEMORY or AUTO");
+      }
+      if (options_.data_server == nullptr) {
+        return absl::FailedPreconditionError(
+            "this daemon has no data socket (listen.data_tcp is none); use INLINE or AUTO");
+      }
+      *transport = v1::DATA_SOCKET;
       break;
     default:
       return absl::InvalidArgumentError(
@@ -331,11 +325,13 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   entry.peer = peer;
   entry.handed_over = std::make_shared<std::atomic<bool>>(false);
   entry.wake = std::move(wake);
-  if (transport == v1::SHARED_MEMORY) {
-    if (absl::Status st = FillRandom(entry.secret.data(), entry.secret.size()); !st.ok()) {
+  if (transport == v1::SHARED_MEMORY || transport == v1::DATA_SOCKET) {
+    if (absl::Status st = NewSecret(&entry.secret); !st.ok()) {
       unreserve();
       return st;
     }
+  }
+  if (transport == v1::SHARED_MEMORY) {
     entry.region_fd.Reset(fcntl(stream->arena().fd(), F_DUPFD_CLOEXEC, 0));
     if (!entry.region_fd) {
       unreserve();
@@ -352,6 +348,16 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   if (transport == v1::SHARED_MEMORY) {
     op.set_secret(entry.secret.data(), entry.secret.size());
     op.set_fd_socket(options_.fd_socket_path);
+  }
+  if (transport == v1::DATA_SOCKET) {
+    op.set_secret(entry.secret.data(), entry.secret.size());
+    op.set_data_port(static_cast<uint32_t>(options_.data_server->port()));
+    // A failed connection ends the stream with its reason; the reactor then
+    // finishes the call with it.
+    session->data_channel_ = options_.data_server->Open(
+        stream->id(), entry.secret, [weak = std::weak_ptr<Stream>(stream)](absl::Status why) {
+          if (auto s = weak.lock()) s->Cancel(std::move(why));
+        });
   }
   op.set_region_bytes(stream->arena().total_bytes());
   op.set_slot_bytes(stream->arena().slot_bytes());

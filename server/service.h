@@ -31,11 +31,10 @@
 #include "core/pipeline_config.h"
 #include "core/stream.h"
 #include "core/unique_fd.h"
+#include "server/data_socket_server.h"
+#include "server/secret.h"
 
 namespace conveyor::server {
-
-inline constexpr size_t kSecretBytes = 32;
-using Secret = std::array<uint8_t, kSecretBytes>;
 
 // The most batches a client may hold unreleased (OpenStream.credits).
 inline constexpr uint32_t kMaxCredits = 64;
@@ -52,6 +51,9 @@ struct ServiceOptions {
   // The largest message the server may send: INLINE streams whose batch
   // would not fit are refused.
   uint64_t max_message_bytes = 64ull << 20;
+  // The batch-data socket of DATA_SOCKET streams (not owned; outlives the
+  // service), or null: TCP clients then get INLINE batches.
+  DataSocketServer* data_server = nullptr;
 };
 
 class ConveyorService;
@@ -70,6 +72,11 @@ class Session {
 
   uint64_t id() const { return stream_->id(); }
   Stream& stream() const { return *stream_; }
+  // Owns the stream's slot memory: what keeps it mapped while bytes of it
+  // are still being written to a data socket.
+  std::shared_ptr<const void> stream_keep_alive() const { return stream_; }
+  // DATA_SOCKET streams: where the image bytes of each batch go; else null.
+  DataSocketServer::Channel* data_channel() const { return data_channel_.get(); }
   v1::Transport transport() const { return transport_; }
   // The first reply of the stream.
   const v1::StreamOpened& opened() const { return opened_; }
@@ -95,6 +102,7 @@ class Session {
   const uint64_t reserved_bytes_;
   const std::shared_ptr<std::atomic<bool>> handed_over_;  // shared with the registry
   v1::StreamOpened opened_;                               // set before the session is handed out
+  std::unique_ptr<DataSocketServer::Channel> data_channel_;  // set before it is handed out
 };
 
 class ConveyorService {

@@ -52,6 +52,23 @@ def test_fetch_writes_n_batches_with_right_shapes(daemon, dataset, tmp_path, fmt
     assert sorted(first_epoch.tolist()) == list(range(len(samples)))
 
 
+@pytest.mark.parametrize("transport", ["auto", "inline"])
+def test_fetch_from_a_remote_daemon_over_tcp_matches_the_unix_socket(daemon, tmp_path, transport):
+    """What a user on another host gets (TCP: the data socket by default, or
+    inline) is what a local user gets through shared memory."""
+    outs = {}
+    for name, server, t in (("tcp", daemon.tcp, transport), ("unix", daemon.unix, "auto")):
+        outs[name] = tmp_path / name
+        res = run_cli("fetch", "--server", server, "--pipeline", "train", "--batches", 3,
+                      "--batch-size", 8, "--seed", 11, "--out", outs[name], "--transport", t)
+        assert res.returncode == 0, res.stderr
+    for i in range(3):
+        a = np.load(outs["tcp"] / ("batch_%05d.npz" % i))
+        b = np.load(outs["unix"] / ("batch_%05d.npz" % i))
+        for key in ("images", "labels", "indices"):
+            np.testing.assert_array_equal(a[key], b[key])
+
+
 def test_stats_marks_the_bottleneck(daemon):
     loader = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, credits=2)
     with loader.stream(num_epochs=0) as stream:

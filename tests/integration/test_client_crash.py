@@ -1,6 +1,6 @@
 """Clients killed with SIGKILL mid-stream leak nothing: the daemon notices the
-cancelled calls, closes their streams, fds and slot memory, and goes on
-serving."""
+cancelled calls, closes their streams, fds (memfds; data sockets over TCP)
+and slot memory, and goes on serving."""
 
 import os
 import select
@@ -8,11 +8,14 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 import conveyor
 from conveyor_integration import PYTHON, client_env, daemon_config, read_epoch, wait_until
 
 MiB = 1 << 20
-NUM_CLIENTS = 50
+# Over TCP each client also holds a data socket; fewer keep the test short.
+NUM_CLIENTS = {"unix": 50, "tcp": 20}
 
 CLIENT_SCRIPT = r"""
 import sys, time
@@ -20,6 +23,7 @@ import conveyor
 stream = conveyor.open_stream(sys.argv[1], "train", 16, num_epochs=0, credits=2)
 batch = next(stream)
 assert batch.images.shape[0] == 16
+assert stream.transport in ("shared_memory", "data_socket"), stream.transport
 print("ready", flush=True)
 time.sleep(600)
 """
@@ -48,8 +52,10 @@ def _wait_ready(procs, timeout):
     assert not pending, "%d clients not ready in %.0f s" % (len(pending), timeout)
 
 
-def test_killed_clients_leak_no_fds_or_memory(daemon_factory, dataset, tmp_path):
+@pytest.mark.parametrize("via", ["unix", "tcp"])
+def test_killed_clients_leak_no_fds_or_memory(daemon_factory, dataset, tmp_path, via):
     root, samples = dataset
+    num_clients = NUM_CLIENTS[via]
     d = daemon_factory(daemon_config(root), name="crash")
     read_epoch(d.unix)  # warm up: worker threads, page cache, allocator
     assert wait_until(lambda: conveyor.stats(d.unix).streams_open == 0, 10)
@@ -61,16 +67,16 @@ def test_killed_clients_leak_no_fds_or_memory(daemon_factory, dataset, tmp_path)
     script.write_text(CLIENT_SCRIPT)
     procs = []
     try:
-        for _ in range(NUM_CLIENTS):
-            procs.append(subprocess.Popen([PYTHON, str(script), d.unix], stdout=subprocess.PIPE,
+        for _ in range(num_clients):
+            procs.append(subprocess.Popen([PYTHON, str(script), getattr(d, via)], stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, env=client_env()))
         _wait_ready(procs, timeout=120)
         st = conveyor.stats(d.unix)
-        assert st.streams_open == NUM_CLIENTS
+        assert st.streams_open == num_clients
         peak_fds = d.fd_count()
         peak_shmem = _status_kib(d.pid, "RssShmem") * 1024
         print("daemon with %d clients: %d fds (baseline %d), RssShmem %.1f MiB (baseline %.1f), "
-              "RSS %.1f MiB (baseline %.1f)" % (NUM_CLIENTS, peak_fds, base_fds, peak_shmem / MiB,
+              "RSS %.1f MiB (baseline %.1f)" % (num_clients, peak_fds, base_fds, peak_shmem / MiB,
                                                 base_shmem / MiB, d.rss_bytes() / MiB, base_rss / MiB))
         assert peak_fds > base_fds  # the streams really held resources
     finally:

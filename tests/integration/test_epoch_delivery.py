@@ -1,7 +1,8 @@
 """Whole epochs through the Python client, against a real conveyord:
 every sample exactly once, right labels, images byte-identical to the
-in-process engine, over the unix socket (shared memory) and TCP (inline),
-and two concurrent ranks that split the dataset."""
+in-process engine, over the unix socket (shared memory) and TCP (the data
+socket, and inline in gRPC messages), and two concurrent ranks that split
+the dataset."""
 
 import mmap
 import threading
@@ -38,10 +39,13 @@ def test_unix_epoch_is_complete_and_identical_to_engine(daemon, dataset, tmp_pat
     assert got.images.tobytes() == ref["images"].tobytes(), "images differ from the engine's"
 
 
-def test_tcp_epoch_is_inline_and_identical_to_engine(daemon, dataset, tmp_path):
+@pytest.mark.parametrize("transport, expected", [("auto", "data_socket"), ("inline", "inline")])
+def test_tcp_epoch_is_complete_and_identical_to_engine(daemon, dataset, tmp_path, transport,
+                                                       expected):
     root, samples = dataset
-    got = read_epoch(daemon.tcp, pipeline="train", batch_size=16, seed=3, epoch=0)
-    assert got.transport == "inline"
+    got = read_epoch(daemon.tcp, pipeline="train", batch_size=16, seed=3, epoch=0,
+                     transport=transport)
+    assert got.transport == expected
     _check_epoch(got, samples)
     ref = engine_dump(root, tmp_path / "ref.npz", batch_size=16, seed=3, epoch=0)
     np.testing.assert_array_equal(got.indices, ref["indices"])

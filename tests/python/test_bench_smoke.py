@@ -90,7 +90,7 @@ def test_dataloader_contenders(quick_run):
 @pytest.mark.skipif(not built(CONVEYORD), reason="conveyord not built at %s" % CONVEYORD)
 def test_conveyord_contenders(quick_run):
     r = quick_run["result"]
-    for transport, expect in (("unix", "shared_memory"), ("tcp", "inline")):
+    for transport, expect in (("unix", "shared_memory"), ("tcp", "data_socket")):
         name = "conveyord-" + transport
         c = r["contenders"][name]
         assert "skipped" not in c["config"], c["config"]

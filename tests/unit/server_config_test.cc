@@ -375,6 +375,8 @@ TEST_CASE("listen settings are checked", "[config]") {
                 {"field listen.tcp: expected host:port"});
   ExpectRefused("listen: {tcp: 'localhost:99999'}\n" + std::string(kMinimal),
                 {"field listen.tcp: port of 'localhost:99999'"});
+  ExpectRefused("listen: {tcp: '0.0.0.0:7070', data_tcp: 7071}\n" + std::string(kMinimal),
+                {"field listen.data_tcp: expected host:port"});
   ExpectRefused("listen: {unix: '', tcp: ''}\n" + std::string(kMinimal),
                 {"field listen: needs a unix socket, a TCP address or both"});
   ExpectRefused("listen: {unix: /" + std::string(120, 'x') + "}\n" + std::string(kMinimal),
@@ -427,6 +429,29 @@ TEST_CASE("a dataset that cannot be loaded is refused naming the field", "[confi
   INFO(msg);
   CHECK(msg.find(config + ": field pipelines.p.dataset.root: ") == 0);
   CHECK_FALSE(LoadConfigFile(dir.Sub("nope.yaml")).ok());
+}
+
+TEST_CASE("the data socket listens beside TCP unless turned off", "[config]") {
+  ListenConfig l;
+  CHECK(DataSocketAddress(l).empty());  // no TCP listener, no data socket
+  l.tcp = "0.0.0.0:7070";
+  CHECK(DataSocketAddress(l) == "0.0.0.0:0");
+  l.tcp = "[::]:7070";
+  CHECK(DataSocketAddress(l) == "[::]:0");
+  l.data_tcp = "0.0.0.0:7071";
+  CHECK(DataSocketAddress(l) == "0.0.0.0:7071");
+  l.data_tcp = "none";
+  CHECK(DataSocketAddress(l).empty());
+
+  absl::StatusOr<DaemonConfig> c =
+      Parse("listen: {tcp: '0.0.0.0:7070', data_tcp: '0.0.0.0:7071'}\n" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->listen.data_tcp == "0.0.0.0:7071");
+  const char* argv[] = {"conveyord", "--data-tcp", "none"};
+  absl::StatusOr<Flags> f = ParseFlags(3, argv);
+  REQUIRE(f.ok());
+  REQUIRE(ApplyFlags(*f, &*c).ok());
+  CHECK(DataSocketAddress(c->listen).empty());
 }
 
 TEST_CASE("command-line flags override the config", "[config]") {

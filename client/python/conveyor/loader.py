@@ -20,9 +20,12 @@ overwrite - keep data with `batch.copy()`.
 Transports: on a unix socket the daemon hands over a memfd that holds every
 slot of the stream; the client maps it once and `batch.images` is a numpy view
 at the batch's offset (writable, so torch.from_numpy shares it without a
-warning; writes go to the daemon's slot). Over TCP the image bytes come inline
-in the Batch message and `batch.images` is a read-only view of those bytes
-(use `batch.copy()` for a writable array).
+warning; writes go to the daemon's slot). Over TCP the daemon writes each
+batch's images on a data socket beside the gRPC call, straight into a client
+buffer per slot (reused after release, like a slot), and `batch.images` views
+that buffer; with transport="inline" (or a daemon without a data socket) the
+image bytes come inside the Batch message and `batch.images` is a read-only
+view of them (use `batch.copy()` for a writable array).
 
 Threads: one gRPC call per stream; the request side is fed by a queue
 (Release messages), the responses are read by the thread that iterates.
@@ -39,6 +42,7 @@ import numpy as np
 
 from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
+from ._datasock import DataSocket, tcp_host
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, Unavailable,
                      from_rpc_error)
@@ -50,8 +54,9 @@ DEFAULT_ADDRESS = "unix:///run/conveyor/conveyor.sock"
 _DTYPES = {pb.UINT8: np.dtype(np.uint8), pb.FLOAT32: np.dtype(np.float32),
            pb.FLOAT16: np.dtype(np.float16)}
 _TRANSPORTS = {"auto": pb.TRANSPORT_AUTO, "shm": pb.SHARED_MEMORY, "shared_memory": pb.SHARED_MEMORY,
-               "inline": pb.INLINE}
-_TRANSPORT_NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory", pb.INLINE: "inline"}
+               "inline": pb.INLINE, "data_socket": pb.DATA_SOCKET}
+_TRANSPORT_NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory", pb.INLINE: "inline",
+                    pb.DATA_SOCKET: "data_socket"}
 
 SampleFailure = collections.namedtuple("SampleFailure", "sample_index path reason")
 
@@ -228,14 +233,14 @@ class Stream:
     `credits` batches; asking for more raises ConveyorError instead of
     waiting forever for a batch the daemon may not send.
 
-    Attributes after opening: stream_id, transport ("shared_memory" or
-    "inline"), credits, samples_per_epoch, batches_per_epoch, pipeline (the
+    Attributes after opening: stream_id, transport ("shared_memory",
+    "data_socket" or "inline"), credits, samples_per_epoch, batches_per_epoch, pipeline (the
     PipelineInfo), region_bytes, slot_bytes, num_slots, epoch_ends (EpochEnd
     messages seen), end (the StreamEnd message once the stream finished).
     """
 
     def __init__(self, channel_or_address, request, *, auto_release=True, on_batch=None,
-                 fd_timeout=10.0):
+                 fd_timeout=10.0, data_host=None):
         self._channel, stub, self._owns_channel = _stub(channel_or_address)
         self._request = request
         self.credits = request.credits
@@ -247,6 +252,7 @@ class Stream:
         self._current = None   # auto-released when the next batch is taken
         self._done = False
         self._region = None
+        self._data = None
         self.epoch_ends = []
         self.end = None
         self._requests.put(pb.ClientMessage(open=request))
@@ -280,6 +286,17 @@ class Stream:
             try:
                 self._region = SharedRegion.receive(opened.fd_socket, opened.stream_id, opened.secret,
                                                     opened.region_bytes, timeout=fd_timeout)
+            except BaseException:
+                self._finish(cancel=True)
+                raise
+        elif opened.transport == pb.DATA_SOCKET:
+            if data_host is None:
+                self._finish(cancel=True)
+                raise ConveyorError("protocol error: DATA_SOCKET chosen but this client knows no "
+                                    "host for it (pass data_host, or ask for transport='inline')")
+            try:
+                self._data = DataSocket(data_host, opened.data_port, opened.stream_id, opened.secret,
+                                        timeout=fd_timeout)
             except BaseException:
                 self._finish(cancel=True)
                 raise
@@ -325,8 +342,11 @@ class Stream:
             if kind == "batch":
                 try:
                     batch = self._wrap(msg.batch)
-                except ConveyorError:
+                except ConveyorError as e:
                     self._finish(cancel=True, release_held=True)
+                    if isinstance(e, Unavailable):  # the data socket broke
+                        raise Unavailable("stream %d of pipeline %r: %s"
+                                          % (self.stream_id, self._request.pipeline, e)) from None
                     raise
                 with self._lock:
                     self._held[batch.slot] = batch
@@ -355,6 +375,11 @@ class Stream:
                                     % (m.sequence, m.images_bytes, shape, dtype))
             images = (np.empty(shape, dtype) if nbytes == 0
                       else self._region.view(m.images_offset, nbytes, dtype, shape))
+        elif self._data is not None:
+            if m.images_bytes != nbytes:
+                raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
+                                    % (m.sequence, m.images_bytes, shape, dtype))
+            images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
         else:
             data = m.images  # each read of a bytes field copies it: read it once
             if len(data) != nbytes:
@@ -395,6 +420,8 @@ class Stream:
             self._call.cancel()
         if self._region is not None:
             self._region.close()  # deferred while numpy views of it live
+        if self._data is not None:
+            self._data.close()  # buffers live on while views of them do
         if self._owns_channel:
             self._channel.close()
 
@@ -431,9 +458,12 @@ def _env_int(name, default):
         raise InvalidRequest("environment variable %s=%r is not an integer" % (name, value)) from None
 
 
+_FROM_ADDRESS = object()
+
+
 def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
                 world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
-                resume=None, auto_release=True, on_batch=None):
+                resume=None, auto_release=True, on_batch=None, data_host=_FROM_ADDRESS):
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -441,23 +471,30 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
     - offset is Batch.offset of the last batch consumed at that epoch: samples
       of the epoch's global order all ranks consumed. It may have been saved
       at another world size (elastic resume); world_size is informational.
-    transport: "auto" (shared memory on a unix socket, inline on TCP),
-    "shared_memory" or "inline".
+    transport: "auto" (shared memory on a unix socket; on TCP the data
+    socket when the daemon has one, else inline), "shared_memory",
+    "data_socket" or "inline".
+    data_host: the host to connect a data socket to; by default the host of
+    `address` (None when `address` is a unix socket or a grpc.Channel: such
+    a stream is never given a data socket).
     """
     try:
         tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
     except KeyError:
-        raise InvalidRequest("transport must be one of auto, shared_memory, inline; got %r"
-                             % transport) from None
+        raise InvalidRequest("transport must be one of auto, shared_memory, data_socket, inline; "
+                             "got %r" % transport) from None
+    if data_host is _FROM_ADDRESS:
+        data_host = tcp_host(address)
     req = pb.OpenStream(pipeline=pipeline, batch_size=batch_size, seed=seed, first_epoch=first_epoch,
                         num_epochs=num_epochs, rank=rank, world_size=world_size, credits=credits,
-                        shuffle=shuffle, drop_last=drop_last, transport=tcode)
+                        shuffle=shuffle, drop_last=drop_last, transport=tcode,
+                        accept_data_socket=data_host is not None)
     if resume is not None:
         r_epoch, r_offset, r_world = resume
         req.first_epoch = r_epoch
         req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, offset=r_offset,
                                               world_size=r_world))
-    return Stream(address, req, auto_release=auto_release, on_batch=on_batch)
+    return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host)
 
 
 class Loader:
@@ -536,7 +573,7 @@ class Loader:
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
-                           on_batch=on_batch)
+                           on_batch=on_batch, data_host=tcp_host(grpc_target(self.address)))
 
     def _open(self, first_epoch, num_epochs, resume):
         if self.retry is not None:

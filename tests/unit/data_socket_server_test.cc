@@ -1,0 +1,269 @@
+// Tests of the data socket (server/data_socket_server.h) with real TCP
+// connections on 127.0.0.1: the handshake, bytes in order with their
+// keep-alives dropped once written, a slow reader that fills the socket,
+// refusals, failure notices, flush on Close (also to a client that connects
+// after it), Abort and Stop. Compiled only with the server library.
+#ifdef CONVEYOR_HAVE_SERVER
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "core/unique_fd.h"
+#include "server/data_socket_server.h"
+
+namespace conveyor::server {
+namespace {
+
+Secret MakeSecret(uint8_t seed) {
+  Secret s;
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(seed + 7 * i);
+  return s;
+}
+
+UniqueFd Connect(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(fd.valid());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  const timeval timeout{10, 0};  // a test that would hang fails instead
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  return fd;
+}
+
+// Sends the 40-byte request; returns the status byte, or -1 on EOF.
+int Handshake(int fd, uint64_t stream_id, const Secret& secret) {
+  uint8_t req[40];
+  for (int i = 0; i < 8; ++i) req[i] = static_cast<uint8_t>(stream_id >> (8 * i));
+  std::memcpy(req + 8, secret.data(), secret.size());
+  REQUIRE(::send(fd, req, sizeof(req), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(req)));
+  uint8_t status = 0;
+  const ssize_t r = ::recv(fd, &status, 1, 0);
+  return r == 1 ? status : -1;
+}
+
+// Reads exactly n bytes (fails the test on EOF or timeout).
+std::vector<uint8_t> ReadExactly(int fd, size_t n) {
+  std::vector<uint8_t> out(n);
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::recv(fd, out.data() + got, n - got, 0);
+    REQUIRE(r > 0);
+    got += static_cast<size_t>(r);
+  }
+  return out;
+}
+
+bool AtEof(int fd) {
+  uint8_t b;
+  return ::recv(fd, &b, 1, 0) == 0;
+}
+
+std::shared_ptr<std::vector<uint8_t>> Pattern(size_t n, uint8_t seed) {
+  auto v = std::make_shared<std::vector<uint8_t>>(n);
+  for (size_t i = 0; i < n; ++i) v->at(i) = static_cast<uint8_t>(seed + i * 31 + (i >> 11));
+  return v;
+}
+
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+TEST_CASE("data socket: bytes arrive in order and keep-alives are dropped once written",
+          "[data_socket]") {
+  auto server = DataSocketServer::Start("127.0.0.1:0");
+  REQUIRE(server.ok());
+  REQUIRE((*server)->port() > 0);
+  std::atomic<int> failures{0};
+  auto channel = (*server)->Open(42, MakeSecret(1), [&](absl::Status) { ++failures; });
+
+  // Queued before the client connects: kept until it does.
+  auto a = Pattern(3 << 20, 1);  // larger than a socket buffer
+  auto b = Pattern(1000, 2);
+  channel->Send(a->data(), a->size(), a);
+  channel->Send(b->data(), b->size(), b);
+  UniqueFd conn = Connect((*server)->port());
+  REQUIRE(Handshake(conn.get(), 42, MakeSecret(1)) == 0);
+  CHECK(ReadExactly(conn.get(), a->size()) == *a);
+  CHECK(ReadExactly(conn.get(), b->size()) == *b);
+  // The server's references go once the bytes are out.
+  std::weak_ptr<std::vector<uint8_t>> weak_a = a, weak_b = b;
+  a.reset();
+  b.reset();
+  CHECK(Eventually([&] { return weak_a.expired() && weak_b.expired(); }));
+
+  // Sent after the connection: written at once.
+  auto c = Pattern(777, 3);
+  channel->Send(c->data(), c->size(), c);
+  CHECK(ReadExactly(conn.get(), c->size()) == *c);
+
+  // Close(): what is queued still arrives, then the connection ends.
+  auto d = Pattern(5 << 20, 4);
+  channel->Send(d->data(), d->size(), d);
+  channel->Close();
+  CHECK(ReadExactly(conn.get(), d->size()) == *d);
+  CHECK(AtEof(conn.get()));
+  CHECK(failures == 0);
+}
+
+TEST_CASE("data socket: a slow reader gets every byte without blocking the sender",
+          "[data_socket]") {
+  auto server = DataSocketServer::Start("127.0.0.1:0");
+  REQUIRE(server.ok());
+  auto channel = (*server)->Open(7, MakeSecret(9), [](absl::Status) {});
+  UniqueFd conn = Connect((*server)->port());
+  REQUIRE(Handshake(conn.get(), 7, MakeSecret(9)) == 0);
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> sent;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 8; ++i) {
+    sent.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));
+    channel->Send(sent.back()->data(), sent.back()->size(), sent.back());
+  }
+  // 16 MiB queued, nobody reading: Send never waited for the socket.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (const auto& v : sent) {
+    // Small reads, like a slow client.
+    std::vector<uint8_t> got;
+    while (got.size() < v->size()) {
+      auto part = ReadExactly(conn.get(), std::min<size_t>(65536, v->size() - got.size()));
+      got.insert(got.end(), part.begin(), part.end());
+    }
+    CHECK(got == *v);
+  }
+}
+
+TEST_CASE("data socket: wrong secrets, unknown streams and second connections are refused",
+          "[data_socket]") {
+  auto server = DataSocketServer::Start("127.0.0.1:0");
+  REQUIRE(server.ok());
+  std::atomic<int> failures{0};
+  auto channel = (*server)->Open(5, MakeSecret(3), [&](absl::Status) { ++failures; });
+  {
+    UniqueFd conn = Connect((*server)->port());
+    CHECK(Handshake(conn.get(), 5, MakeSecret(4)) == 1);
+    CHECK(AtEof(conn.get()));
+  }
+  {
+    UniqueFd conn = Connect((*server)->port());
+    CHECK(Handshake(conn.get(), 6, MakeSecret(3)) == 1);
+    CHECK(AtEof(conn.get()));
+  }
+  UniqueFd good = Connect((*server)->port());
+  CHECK(Handshake(good.get(), 5, MakeSecret(3)) == 0);
+  {
+    UniqueFd again = Connect((*server)->port());
+    CHECK(Handshake(again.get(), 5, MakeSecret(3)) == 1);
+  }
+  // The refusals did not harm the stream.
+  auto v = Pattern(4096, 5);
+  channel->Send(v->data(), v->size(), v);
+  CHECK(ReadExactly(good.get(), v->size()) == *v);
+  CHECK(failures == 0);
+}
+
+TEST_CASE("data socket: a client that closes its connection is reported once", "[data_socket]") {
+  auto server = DataSocketServer::Start("127.0.0.1:0");
+  REQUIRE(server.ok());
+  std::atomic<int> failures{0};
+  absl::Notification failed;
+  absl::Status why;  // written by the server's thread before Notify (Catch2 asserts stay here)
+  auto channel = (*server)->Open(11, MakeSecret(5), [&](absl::Status st) {
+    if (++failures == 1) {
+      why = std::move(st);
+      failed.Notify();
+    }
+  });
+  {
+    UniqueFd conn = Connect((*server)->port());
+    REQUIRE(Handshake(conn.get(), 11, MakeSecret(5)) == 0);
+  }  // closed
+  REQUIRE(failed.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  CHECK(absl::IsUnavailable(why));
+  CHECK(std::string(why.message()).find("closed") != std::string::npos);
+  // Later sends are dropped (their keep-alives with them), nothing more is reported.
+  auto v = Pattern(1000, 6);
+  std::weak_ptr<std::vector<uint8_t>> weak = v;
+  const uint8_t* data = v->data();
+  channel->Send(data, 1000, std::move(v));
+  CHECK(weak.expired());
+  channel->Close();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(failures == 1);
+}
+
+TEST_CASE("data socket: a stream closed before its client connected still delivers",
+          "[data_socket]") {
+  auto server = DataSocketServer::Start("127.0.0.1:0");
+  REQUIRE(server.ok());
+  std::atomic<int> failures{0};
+  auto channel = (*server)->Open(3, MakeSecret(8), [&](absl::Status) { ++failures; });
+  auto v = Pattern(1 << 20, 7);
+  channel->Send(v->data(), v->size(), v);
+  channel->Close();  // a short stream: over before the client connected
+  UniqueFd late = Connect((*server)->port());
+  REQUIRE(Handshake(late.get(), 3, MakeSecret(8)) == 0);
+  CHECK(ReadExactly(late.get(), v->size()) == *v);
+  CHECK(AtEof(late.get()));
+  CHECK(failures == 0);
+}
+
+TEST_CASE("data socket: Abort drops what is queued, Stop ends every connection",
+          "[data_socket]") {
+  auto server = DataSocketServer::Start("127.0.0.1:0");
+  REQUIRE(server.ok());
+  std::atomic<int> failures{0};
+  auto channel = (*server)->Open(3, MakeSecret(8), [&](absl::Status) { ++failures; });
+  auto v = Pattern(1 << 20, 7);
+  std::weak_ptr<std::vector<uint8_t>> weak = v;
+  const uint8_t* data = v->data();
+  channel->Send(data, 1 << 20, std::move(v));
+  channel->Abort();  // the client went away: nobody will read it
+  CHECK(Eventually([&] { return weak.expired(); }));
+  UniqueFd late = Connect((*server)->port());
+  CHECK(Handshake(late.get(), 3, MakeSecret(8)) == 1);
+
+  auto other = (*server)->Open(4, MakeSecret(1), [&](absl::Status) { ++failures; });
+  UniqueFd conn = Connect((*server)->port());
+  REQUIRE(Handshake(conn.get(), 4, MakeSecret(1)) == 0);
+  (*server)->Stop();
+  CHECK(AtEof(conn.get()));
+  auto w = Pattern(10, 1);
+  other->Send(w->data(), w->size(), w);  // after Stop: dropped, no crash
+  CHECK(failures == 0);
+}
+
+TEST_CASE("data socket: bad listen addresses are refused with the address named",
+          "[data_socket]") {
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:99999", "no-such-host.invalid:0"}) {
+    auto server = DataSocketServer::Start(bad);
+    REQUIRE_FALSE(server.ok());
+    CHECK(std::string(server.status().message()).find(bad) != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace conveyor::server
+
+#endif  // CONVEYOR_HAVE_SERVER
