@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/vs_dataloader.py --data DIR [--images 2000] [--build DIR]
         [--epochs 3] [--warmup-epochs 1] [--rounds 3] [--workers 1,2,NCORES]
-        [--threads NCORES] [--batch-size 64] [--credits 4]
+        [--threads NCORES] [--batch-size 64] [--credits 4] [--credits-sweep 1,2]
         [--json-out FILE.json] [--chart-out FILE.png] [--only KINDS] [--quick]
 
 The same work for every contender, on an ImageFolder tree of JPEGs (made with
@@ -23,6 +23,8 @@ Contenders (each in its own process tree, started fresh for every round):
                   socket)
   conveyord-tcp-inline  (only with --only ...,tcp-inline) TCP with the image
                   bytes inside the gRPC messages (transport="inline")
+  conveyord-unix-cN  (with --credits-sweep N,...) conveyord-unix with N
+                  credits instead of --credits: memory against prefetch depth
   ceiling         build/bench/ceiling_bench: the engine in one process, no
                   daemon, no gRPC, no Python (the upper bound)
 Rounds run the contenders alternately (A B C ... A B C ...) so that machine
@@ -400,7 +402,7 @@ def run_python_contender(c, args, workdir):
     cmd = [sys.executable, os.path.abspath(__file__), "_contender", c["runner"],
            "--data", args.data, "--batch-size", str(args.batch_size), "--size", str(args.size),
            "--epochs", str(args.epochs), "--warmup-epochs", str(args.warmup_epochs),
-           "--seed", str(args.seed), "--credits", str(args.credits),
+           "--seed", str(args.seed), "--credits", str(c.get("credits", args.credits)),
            "--threads", str(args.threads)]
     if c["runner"] == "dataloader":
         cmd += ["--workers", str(c["workers"])]
@@ -710,6 +712,9 @@ def main(argv):
                     help="conveyord / ceiling worker threads (default: the core count)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--credits", type=int, default=4, help="conveyor client prefetch (credits)")
+    ap.add_argument("--credits-sweep", default="",
+                    help="extra conveyord-unix-cN contenders with N credits, e.g. 1,2 (memory "
+                         "against prefetch depth)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default=",".join(DEFAULT_KINDS),
@@ -776,6 +781,9 @@ def main(argv):
         if t in kinds:
             contenders.append({"name": "conveyord-" + t, "kind": t, "runner": "conveyor",
                                "transport": t, "binary": args.conveyord})
+    for n in [int(x) for x in args.credits_sweep.split(",") if x.strip()]:
+        contenders.append({"name": "conveyord-unix-c%d" % n, "kind": "unix", "runner": "conveyor",
+                           "transport": "unix", "binary": args.conveyord, "credits": n})
     if "ceiling" in kinds:
         contenders.append({"name": "ceiling", "kind": "ceiling", "runner": "ceiling",
                            "binary": args.ceiling})
