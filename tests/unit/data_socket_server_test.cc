@@ -80,6 +80,30 @@ std::shared_ptr<std::vector<uint8_t>> Pattern(size_t n, uint8_t seed) {
   return v;
 }
 
+// Queues `v` with the channel holding the only reference: the returned
+// weak pointer expires once the server has dropped the bytes.
+std::weak_ptr<std::vector<uint8_t>> SendOwned(DataSocketServer::Channel& channel,
+                                              std::shared_ptr<std::vector<uint8_t>> v) {
+  std::weak_ptr<std::vector<uint8_t>> weak = v;
+  const uint8_t* data = v->data();
+  const size_t size = v->size();
+  channel.Send(data, size, std::move(v));
+  return weak;
+}
+
+// A started server with one open channel whose failure reports are counted.
+struct OneChannel {
+  OneChannel(uint64_t stream_id, const Secret& secret) {
+    auto started = DataSocketServer::Start("127.0.0.1:0");
+    REQUIRE(started.ok());
+    server = *std::move(started);
+    channel = server->Open(stream_id, secret, [this](absl::Status) { ++failures; });
+  }
+  std::unique_ptr<DataSocketServer> server;
+  std::atomic<int> failures{0};
+  std::unique_ptr<DataSocketServer::Channel> channel;
+};
+
 template <typename Pred>
 bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -203,11 +227,7 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
   CHECK(absl::IsUnavailable(why));
   CHECK(std::string(why.message()).find("closed") != std::string::npos);
   // Later sends are dropped (their keep-alives with them), nothing more is reported.
-  auto v = Pattern(1000, 6);
-  std::weak_ptr<std::vector<uint8_t>> weak = v;
-  const uint8_t* data = v->data();
-  channel->Send(data, 1000, std::move(v));
-  CHECK(weak.expired());
+  CHECK(SendOwned(*channel, Pattern(1000, 6)).expired());
   channel->Close();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(failures == 1);
@@ -215,43 +235,34 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
 
 TEST_CASE("data socket: a stream closed before its client connected still delivers",
           "[data_socket]") {
-  auto server = DataSocketServer::Start("127.0.0.1:0");
-  REQUIRE(server.ok());
-  std::atomic<int> failures{0};
-  auto channel = (*server)->Open(3, MakeSecret(8), [&](absl::Status) { ++failures; });
+  OneChannel t(3, MakeSecret(8));
   auto v = Pattern(1 << 20, 7);
-  channel->Send(v->data(), v->size(), v);
-  channel->Close();  // a short stream: over before the client connected
-  UniqueFd late = Connect((*server)->port());
+  t.channel->Send(v->data(), v->size(), v);
+  t.channel->Close();  // a short stream: over before the client connected
+  UniqueFd late = Connect(t.server->port());
   REQUIRE(Handshake(late.get(), 3, MakeSecret(8)) == 0);
   CHECK(ReadExactly(late.get(), v->size()) == *v);
   CHECK(AtEof(late.get()));
-  CHECK(failures == 0);
+  CHECK(t.failures == 0);
 }
 
 TEST_CASE("data socket: Abort drops what is queued, Stop ends every connection",
           "[data_socket]") {
-  auto server = DataSocketServer::Start("127.0.0.1:0");
-  REQUIRE(server.ok());
-  std::atomic<int> failures{0};
-  auto channel = (*server)->Open(3, MakeSecret(8), [&](absl::Status) { ++failures; });
-  auto v = Pattern(1 << 20, 7);
-  std::weak_ptr<std::vector<uint8_t>> weak = v;
-  const uint8_t* data = v->data();
-  channel->Send(data, 1 << 20, std::move(v));
-  channel->Abort();  // the client went away: nobody will read it
+  OneChannel t(3, MakeSecret(8));
+  auto weak = SendOwned(*t.channel, Pattern(1 << 20, 7));
+  t.channel->Abort();  // the client went away: nobody will read it
   CHECK(Eventually([&] { return weak.expired(); }));
-  UniqueFd late = Connect((*server)->port());
+  UniqueFd late = Connect(t.server->port());
   CHECK(Handshake(late.get(), 3, MakeSecret(8)) == 1);
 
-  auto other = (*server)->Open(4, MakeSecret(1), [&](absl::Status) { ++failures; });
-  UniqueFd conn = Connect((*server)->port());
+  auto other = t.server->Open(4, MakeSecret(1), [&](absl::Status) { ++t.failures; });
+  UniqueFd conn = Connect(t.server->port());
   REQUIRE(Handshake(conn.get(), 4, MakeSecret(1)) == 0);
-  (*server)->Stop();
+  t.server->Stop();
   CHECK(AtEof(conn.get()));
   auto w = Pattern(10, 1);
   other->Send(w->data(), w->size(), w);  // after Stop: dropped, no crash
-  CHECK(failures == 0);
+  CHECK(t.failures == 0);
 }
 
 TEST_CASE("data socket: bad listen addresses are refused with the address named",
