@@ -32,7 +32,7 @@ double Median(std::vector<double> v) {
 int Usage() {
   std::cerr << "usage: ceiling_bench --root DIR [--threads 2] [--batch-size 64] [--epochs 3]\n"
                "       [--warmup-epochs 1] [--size 224] [--credits 4] [--augment train|eval]\n"
-               "       [--no-dct-scaling] [--json]\n";
+               "       [--no-dct-scaling] [--shared-memory] [--json]\n";
   return 2;
 }
 
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   std::string root, augment = "train";
   int threads = 2, epochs = 3, warmup = 1, size = 224;
   uint32_t batch = 64, credits = 4;
-  bool json = false, dct = true;
+  bool json = false, dct = true, shared = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : "0"; };
@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
     else if (a == "--credits") credits = std::stoul(next());
     else if (a == "--augment") augment = next();
     else if (a == "--no-dct-scaling") dct = false;
+    else if (a == "--shared-memory") shared = true;
     else if (a == "--json") json = true;
     else return Usage();
   }
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     so.seed = 1;
     so.first_epoch = static_cast<uint64_t>(e);
     so.num_slots = credits;
+    so.shareable_memory = shared;  // slots in a memfd, as the daemon's for unix clients
     const double cpu0 = CpuSeconds();
     const auto t0 = std::chrono::steady_clock::now();
     auto stream = (*engine)->OpenStream(pipeline, so);

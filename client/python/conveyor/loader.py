@@ -33,6 +33,7 @@ Threads: one gRPC call per stream; the request side is fed by a queue
 """
 
 import collections
+import math
 import os
 import queue
 import threading
@@ -247,7 +248,7 @@ class Stream:
         self._auto_release = auto_release
         self._on_batch = on_batch
         self._lock = threading.Lock()
-        self._requests = queue.Queue()
+        self._requests = queue.SimpleQueue()  # C-level put/get: one Release per batch
         self._held = {}        # slot -> Batch taken and not released
         self._current = None   # auto-released when the next batch is taken
         self._done = False
@@ -368,7 +369,7 @@ class Stream:
     def _wrap(self, m):
         dtype = dtype_of(m.dtype)
         shape = tuple(m.shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else 0
+        nbytes = math.prod(shape) * dtype.itemsize if shape else 0
         if self._region is not None:
             if m.images_bytes != nbytes:
                 raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
