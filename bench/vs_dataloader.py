@@ -28,7 +28,9 @@ Contenders (each in its own process tree, started fresh for every round):
   ceiling         build/bench/ceiling_bench: the engine in one process, no
                   daemon, no gRPC, no Python (the upper bound)
 Rounds run the contenders alternately (A B C ... A B C ...) so that machine
-drift affects all of them alike.
+drift affects all of them alike; before the next one starts, every process
+of the previous one must be gone, then --settle s (2) pass (a DataLoader's
+teardown otherwise lands on whoever runs next).
 
 What is measured, per contender run:
   images/s        per timed epoch: images / wall time from asking for the
@@ -194,6 +196,7 @@ class PssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.interval, self.rescan = root, interval, rescan
         self.samples = []
+        self.seen = set()  # every pid of the tree ever listed
         self._halt = threading.Event()
 
     def run(self):
@@ -202,6 +205,7 @@ class PssSampler(threading.Thread):
             t = now()
             if t - listed >= self.rescan:
                 pids, listed = process_tree(self.root), t
+                self.seen.update(pids)
             r = tree_rollup(self.root, pids)
             if r["pss"]:
                 self.samples.append((t, r["pss"], r["processes"], r))
@@ -220,6 +224,25 @@ class PssSampler(threading.Thread):
     def peak(self, t0=None, t1=None):
         s = self.peak_sample(t0, t1)
         return s["pss"] if s else None
+
+
+def settle(pids, seconds, timeout=60.0):
+    """Waits until every process of a finished contender is gone (DataLoader
+    workers and daemons exit after their parent returns, and freeing a few
+    hundred MiB takes the kernel a while), then `seconds` more: the next
+    contender must not pay for the previous one's teardown."""
+    deadline = now() + timeout
+    while now() < deadline and any(os.path.exists("/proc/%d" % pid) and
+                                   not _is_zombie(pid) for pid in pids):
+        time.sleep(0.05)
+    time.sleep(seconds)
+
+
+def _is_zombie(pid):
+    try:
+        return _stat_fields(pid)[0] == b"Z"
+    except OSError:
+        return True
 
 
 # --------------------------------------------------------------- contender runners
@@ -425,6 +448,8 @@ def run_python_contender(c, args, workdir):
         finally:
             sampler.stop()
     events = parse_events(out)
+    settle(sampler.seen | {p.pid} | {e["daemon_pid"] for e in events if "daemon_pid" in e},
+           args.settle)
     errtext = open(err_path, errors="replace").read()
     if p.returncode != 0:
         raise RuntimeError("%s exited with %d:\n%s" % (c["name"], p.returncode, errtext[-4000:]))
@@ -473,6 +498,7 @@ def run_ceiling(c, args, workdir):
         out, err = p.communicate(timeout=args.timeout)
     finally:
         sampler.stop()
+        settle(sampler.seen | {p.pid}, args.settle)
     if p.returncode != 0:
         raise RuntimeError("ceiling_bench exited with %d:\n%s" % (p.returncode, err[-4000:]))
     line = [ln for ln in out.splitlines() if ln.strip().startswith("{")][-1]
@@ -749,6 +775,8 @@ def main(argv):
     # its client, 2 ms for the ceiling, more for DataLoader's 3 processes): at
     # 0.1 s the sampler took a few % of this 2-core machine from the contenders.
     ap.add_argument("--pss-interval", type=float, default=0.5)
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds of rest after a contender's processes are all gone")
     ap.add_argument("--timeout", type=float, default=3600, help="per contender run, seconds")
     ap.add_argument("--json-out", default=os.path.join(SOURCE_DIR, "bench", "results",
                                                        "vs_dataloader.json"))
@@ -762,6 +790,7 @@ def main(argv):
     cores = len(os.sched_getaffinity(0))
     if args.quick:
         args.rounds, args.epochs, args.warmup_epochs = 1, 1, 0
+        args.settle = min(args.settle, 0.2)
     if args.images is None:
         args.images = 40 if args.quick else 2000
     if args.classes is None:
