@@ -32,6 +32,9 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kDrainTimeout = std::chrono::seconds(10);
 constexpr size_t kRequestBytes = 8 + kSecretBytes;
+// Connections that have not sent their request yet: more are closed at once
+// (a flood of idle connections must not grow without bound).
+constexpr size_t kMaxPendingHandshakes = 128;
 constexpr uint8_t kStatusOk = 0;
 constexpr uint8_t kStatusRefused = 1;
 
@@ -255,6 +258,11 @@ class DataSocketServer::Core {
         return;
       }
       const int fd = conn.get();
+      if (handshakes_.size() >= kMaxPendingHandshakes) {
+        spdlog::warn("data socket: {} handshakes pending; closed the connection from {}",
+                     handshakes_.size(), PeerName(fd));
+        continue;
+      }
       epoll_event ev{};
       ev.events = EPOLLIN | EPOLLRDHUP;
       ev.data.u64 = Key(kHandshake, static_cast<uint64_t>(fd));

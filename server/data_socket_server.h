@@ -19,7 +19,9 @@
 // One thread serves every connection with epoll and non-blocking sockets:
 // sending never blocks an engine worker or a gRPC thread, and a client that
 // stops reading only stops its own stream (credits bound what is queued for
-// it). Limits: a handshake must complete within 5 s of the connect, a
+// it). Limits: at most 128 connections may be waiting to send their
+// request (more are closed at once); a handshake must complete within 5 s of
+// the connect, a
 // stream's client must connect within 10 s of Open(), and the bytes still
 // queued when a stream closes are kept for at most 10 s (a short stream can
 // end before its client connected: the channel outlives the gRPC call).
