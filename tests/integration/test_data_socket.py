@@ -138,3 +138,35 @@ def test_daemon_without_data_socket_serves_tcp_inline(daemon_factory, dataset):
         conveyor.open_stream(d.tcp, "train", 8, transport="data_socket")
     assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert "data socket" in str(info.value)
+
+
+def test_held_batches_keep_their_own_buffers_until_released(daemon, dataset):
+    """With auto_release=False a client holds several batches at once: each
+    sits in its own slot's buffer, and every one of them equals what the
+    shared-memory transport delivers for the same stream."""
+    _, samples = dataset
+    kw = dict(num_epochs=1, credits=3, seed=13, auto_release=False)
+    unix = conveyor.open_stream(daemon.unix, "train", 8, **kw)
+    tcp = conveyor.open_stream(daemon.tcp, "train", 8, **kw)
+    try:
+        assert tcp.transport == "data_socket"
+        seen = 0
+        while True:
+            held_tcp = [b for b in (next(tcp, None) for _ in range(3)) if b is not None]
+            held_unix = [b for b in (next(unix, None) for _ in range(3)) if b is not None]
+            assert len(held_tcp) == len(held_unix)
+            if not held_tcp:
+                break
+            for a, b in zip(held_tcp, held_unix):
+                assert a.sequence == b.sequence
+                np.testing.assert_array_equal(a.labels, b.labels)
+                assert a.images.tobytes() == b.images.tobytes()
+            for a in reversed(held_tcp):  # out of order
+                a.release()
+            for b in held_unix:
+                b.release()
+            seen += sum(b.num_samples for b in held_tcp)
+        assert seen == len(samples)
+    finally:
+        unix.close()
+        tcp.close()
