@@ -40,7 +40,7 @@ constexpr uint8_t kStatusRefused = 1;
 
 // What an epoll event is about: the tag in the top bits of its u64, a file
 // descriptor (handshakes) or a stream id (connections) below.
-enum Tag : uint64_t { kListen = 1, kStop = 2, kWake = 3, kHandshake = 4, kConnection = 5 };
+enum Tag : uint64_t { kListen = 1, kWake = 2, kHandshake = 3, kConnection = 4 };
 constexpr int kTagShift = 60;
 constexpr uint64_t kValueMask = (uint64_t{1} << kTagShift) - 1;
 uint64_t Key(Tag tag, uint64_t value) { return (uint64_t{tag} << kTagShift) | value; }
@@ -103,10 +103,9 @@ struct ChannelState {
 
 class DataSocketServer::Core {
  public:
-  Core(UniqueFd listen_fd, UniqueFd wake_fd, UniqueFd stop_fd, UniqueFd epoll_fd)
+  Core(UniqueFd listen_fd, UniqueFd wake_fd, UniqueFd epoll_fd)
       : listen_fd_(std::move(listen_fd)),
         wake_fd_(std::move(wake_fd)),
-        stop_fd_(std::move(stop_fd)),
         epoll_fd_(std::move(epoll_fd)) {}
 
   // --- called from any thread -------------------------------------------
@@ -145,17 +144,17 @@ class DataSocketServer::Core {
     Wake();
   }
 
+  // From here on Register and Send are dropped; the thread ends at its next
+  // wake-up and closes every connection.
   void RequestStop() {
-    const uint64_t one = 1;
-    if (::write(stop_fd_.get(), &one, sizeof(one)) < 0) {
-      spdlog::error("data socket: cannot signal stop: {}", strerror(errno));
-    }
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    Wake();
   }
 
   // --- the server's thread ----------------------------------------------
   absl::Status Arm() {
-    for (auto [fd, tag] : {std::pair{listen_fd_.get(), kListen}, std::pair{stop_fd_.get(), kStop},
-                           std::pair{wake_fd_.get(), kWake}}) {
+    for (auto [fd, tag] : {std::pair{listen_fd_.get(), kListen}, std::pair{wake_fd_.get(), kWake}}) {
       epoll_event ev{};
       ev.events = EPOLLIN;
       ev.data.u64 = Key(tag, 0);
@@ -173,13 +172,13 @@ class DataSocketServer::Core {
         spdlog::error("data socket: epoll_wait: {}", strerror(errno));
         break;
       }
-      bool stop = false;
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopped_) break;
+      }
       for (int i = 0; i < n; ++i) {
         const uint64_t value = events[i].data.u64 & kValueMask;
         switch (static_cast<Tag>(events[i].data.u64 >> kTagShift)) {
-          case kStop:
-            stop = true;
-            break;
           case kListen:
             AcceptAll();
             break;
@@ -201,7 +200,6 @@ class DataSocketServer::Core {
             break;
         }
       }
-      if (stop) break;
       Service();
     }
     Shutdown();
@@ -482,8 +480,7 @@ class DataSocketServer::Core {
   }
 
   const UniqueFd listen_fd_;
-  const UniqueFd wake_fd_;  // eventfd: the channels changed
-  const UniqueFd stop_fd_;  // eventfd: Stop()
+  const UniqueFd wake_fd_;  // eventfd: the channels changed, or Stop()
   const UniqueFd epoll_fd_;
 
   absl::Mutex mu_;
@@ -550,11 +547,10 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  UniqueFd stop(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
-  if (!wake || !stop || !epoll) return Errno("eventfd/epoll");
+  if (!wake || !epoll) return Errno("eventfd/epoll");
   auto core =
-      std::make_shared<Core>(std::move(listen_fd), std::move(wake), std::move(stop), std::move(epoll));
+      std::make_shared<Core>(std::move(listen_fd), std::move(wake), std::move(epoll));
   if (absl::Status st = core->Arm(); !st.ok()) return st;
   std::unique_ptr<DataSocketServer> server(new DataSocketServer(core, bound_port));
   server->thread_ = std::thread([core] { core->Run(); });

@@ -28,6 +28,15 @@ namespace {
 // fetch the region before the call is finished anyway.
 constexpr std::chrono::seconds kHandOverGrace(10);
 
+// Whether a stream that ended with `code` still has a client that will read
+// the batches already sent (fetch the region, drain the data socket): not
+// when the client went away (CANCELLED) or the daemon is going
+// (UNAVAILABLE). absl and gRPC share the code numbers.
+bool ClientStillReads(int code) {
+  return code != static_cast<int>(absl::StatusCode::kCancelled) &&
+         code != static_cast<int>(absl::StatusCode::kUnavailable);
+}
+
 const char* TransportName(v1::Transport t) {
   switch (t) {
     case v1::SHARED_MEMORY:
@@ -164,8 +173,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
       // after the call ends (Session's destructor closes the channel, which
       // flushes them), unless nobody is left to read them.
       if (DataSocketServer::Channel* data = session->data_channel();
-          data != nullptr && (end.error_code() == grpc::StatusCode::CANCELLED ||
-                              end.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+          data != nullptr && !ClientStillReads(end.error_code())) {
         data->Abort();
       }
       if (end.ok()) {
@@ -268,7 +276,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
           end_ = ToGrpcStatus(error);
           // The batches before a data error are delivered and readable.
           hold_for_handover_ =
-              shared_memory_ && !absl::IsCancelled(error) && !absl::IsUnavailable(error);
+              shared_memory_ && ClientStillReads(static_cast<int>(error.code()));
           break;
       }
     }

@@ -325,7 +325,10 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   entry.peer = peer;
   entry.handed_over = std::make_shared<std::atomic<bool>>(false);
   entry.wake = std::move(wake);
-  if (transport == v1::SHARED_MEMORY || transport == v1::DATA_SOCKET) {
+  // The client proves it owns the stream with this when it fetches the
+  // memfd or connects the data socket.
+  const bool needs_secret = transport == v1::SHARED_MEMORY || transport == v1::DATA_SOCKET;
+  if (needs_secret) {
     if (absl::Status st = NewSecret(&entry.secret); !st.ok()) {
       unreserve();
       return st;
@@ -345,12 +348,9 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   v1::StreamOpened& op = session->opened_;
   op.set_stream_id(stream->id());
   op.set_transport(transport);
-  if (transport == v1::SHARED_MEMORY) {
-    op.set_secret(entry.secret.data(), entry.secret.size());
-    op.set_fd_socket(options_.fd_socket_path);
-  }
+  if (needs_secret) op.set_secret(entry.secret.data(), entry.secret.size());
+  if (transport == v1::SHARED_MEMORY) op.set_fd_socket(options_.fd_socket_path);
   if (transport == v1::DATA_SOCKET) {
-    op.set_secret(entry.secret.data(), entry.secret.size());
     op.set_data_port(static_cast<uint32_t>(options_.data_server->port()));
     // A failed connection ends the stream with its reason; the reactor then
     // finishes the call with it.

@@ -19,6 +19,7 @@ import struct
 
 import numpy as np
 
+from ._closing import ClosesOnExit
 from .errors import ConveyorError, Unavailable
 
 SECRET_BYTES = 32
@@ -54,7 +55,7 @@ def receive_region_fd(fd_socket, stream_id, secret, timeout=10.0):
     return fds[0]
 
 
-class SharedRegion:
+class SharedRegion(ClosesOnExit):
     """One stream's slot region, mapped once.
 
     The mapping is read-write (PROT_READ | PROT_WRITE, MAP_SHARED) so that
@@ -111,16 +112,4 @@ class SharedRegion:
             mm.close()
         except BufferError:
             # Views are still alive: the mapping goes when the last one does.
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
             pass

@@ -43,6 +43,7 @@ import numpy as np
 
 from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
+from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, Unavailable,
@@ -221,7 +222,7 @@ def _drain(requests):
         yield msg
 
 
-class Stream:
+class Stream(ClosesOnExit):
     """One StreamBatches call: an iterator of Batch objects.
 
     Usually made by Loader.epoch / Loader.stream or open_stream(). Iterate it
@@ -370,16 +371,13 @@ class Stream:
         dtype = dtype_of(m.dtype)
         shape = tuple(m.shape)
         nbytes = math.prod(shape) * dtype.itemsize if shape else 0
+        if (self._region is not None or self._data is not None) and m.images_bytes != nbytes:
+            raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
+                                % (m.sequence, m.images_bytes, shape, dtype))
         if self._region is not None:
-            if m.images_bytes != nbytes:
-                raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
-                                    % (m.sequence, m.images_bytes, shape, dtype))
             images = (np.empty(shape, dtype) if nbytes == 0
                       else self._region.view(m.images_offset, nbytes, dtype, shape))
         elif self._data is not None:
-            if m.images_bytes != nbytes:
-                raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
-                                    % (m.sequence, m.images_bytes, shape, dtype))
             images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
         else:
             data = m.images  # each read of a bytes field copies it: read it once
@@ -435,18 +433,6 @@ class Stream:
         a finished stream's region, and the mapping lives as long as any view
         of it does."""
         self._finish(cancel=True, release_held=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self._finish(cancel=True, release_held=True)
-        except Exception:
-            pass
 
 
 def _env_int(name, default):
@@ -552,6 +538,7 @@ class Loader:
         self._pending_resume = False     # set by load_state_dict
         self._resume_world = self.world_size  # world size when the offset was saved
         self._channel = None
+        self._data_host = tcp_host(grpc_target(self.address))  # None on a unix socket
 
     @property
     def channel(self):
@@ -574,7 +561,7 @@ class Loader:
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
-                           on_batch=on_batch, data_host=tcp_host(grpc_target(self.address)))
+                           on_batch=on_batch, data_host=self._data_host)
 
     def _open(self, first_epoch, num_epochs, resume):
         if self.retry is not None:

@@ -33,6 +33,7 @@ import time
 
 import grpc
 
+from ._closing import ClosesOnExit
 from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from .errors import InvalidRequest, Unavailable
@@ -88,7 +89,7 @@ def daemon_answers(channel, timeout):
         return False
 
 
-class RetryingStream:
+class RetryingStream(ClosesOnExit):
     """A Loader stream that reopens itself after Unavailable errors (see the
     module doc). It iterates like conveyor.Stream and forwards its other
     attributes (transport, batches_per_epoch, held, ...) to the current
@@ -216,15 +217,3 @@ class RetryingStream:
         for s in self._dead + ([self._stream] if self._stream is not None else []):
             s.close()
         self._dead.clear()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
