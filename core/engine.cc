@@ -6,8 +6,36 @@
 #include "absl/strings/str_format.h"
 #include "core/sampler.h"
 #include "core/scheduler.h"
+#include "core/status_macros.h"
+#include "core/stream_machine.h"
 
 namespace conveyor {
+
+namespace {
+
+absl::Status ValidateRetry(const EngineOptions& o) {
+  if (o.fetch_retry_max_attempts == 0) {
+    return absl::InvalidArgumentError("fetch_retry_max_attempts must be at least 1 (1: no retry)");
+  }
+  if (o.fetch_retry_initial_backoff < absl::ZeroDuration() ||
+      o.fetch_retry_max_backoff < o.fetch_retry_initial_backoff) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("fetch retry backoff must satisfy 0 <= fetch_retry_initial_backoff (%s) "
+                        "<= fetch_retry_max_backoff (%s)",
+                        absl::FormatDuration(o.fetch_retry_initial_backoff),
+                        absl::FormatDuration(o.fetch_retry_max_backoff)));
+  }
+  if (o.fetch_retry_deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("fetch_retry_deadline must be positive");
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Nanos(absl::Duration d) {
+  return d == absl::InfiniteDuration() ? ~uint64_t{0} : static_cast<uint64_t>(absl::ToInt64Nanoseconds(d));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   EngineOptions o = options;
@@ -15,6 +43,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError(
         absl::StrFormat("num_threads %d must be within [0, 1024] (0: one per core)", o.num_threads));
   }
+  RETURN_IF_ERROR(ValidateRetry(o));
   if (o.num_threads == 0) o.num_threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.fetch_queue_capacity == 0) o.fetch_queue_capacity = std::max(4, 2 * o.num_threads);
   if (o.fetch_concurrency == 0) o.fetch_concurrency = 1;
@@ -32,43 +61,37 @@ int Engine::num_threads() const { return scheduler_->options().num_threads; }
 
 EngineStats Engine::Stats() const { return scheduler_->Stats(); }
 
+SchedulerStats Engine::scheduler_stats() const { return scheduler_->scheduler_stats(); }
+
 absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
     std::shared_ptr<const PipelineConfig> pipeline, const StreamOptions& options) {
   if (pipeline == nullptr) return absl::InvalidArgumentError("no pipeline given");
-  if (absl::Status s = ValidateStreamOptions(*pipeline, options); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateStreamOptions(*pipeline, options));
+  ASSIGN_OR_RETURN(const uint64_t total_batches, TotalBatches(*pipeline, options));
 
-  auto state = std::make_shared<StreamState>();
-  state->id = scheduler_->NextStreamId();
-  state->pipeline = pipeline;
-  state->options = options;
-  state->layout = BatchLayout::For(pipeline->transform, options.batch_size);
-  auto arena = SlotArena::Create(options.num_slots, state->layout.slot_bytes,
-                                 options.shareable_memory,
-                                 absl::StrFormat("conveyor-stream-%d", state->id));
-  if (!arena.ok()) return arena.status();
-  state->arena = std::move(*arena);
-
-  state->first_epoch_samples =
-      SamplesPerRank(SamplerOptionsFor(*pipeline, options, options.first_epoch));
-  state->samples_per_epoch =
-      SamplesPerRank(SamplerOptionsFor(*pipeline, options, options.first_epoch + 1));
-  if (options.num_epochs > 0) {
-    state->total_batches = scheduler_->BatchesInEpoch(*state, options.first_epoch) +
-                           (options.num_epochs - 1) * scheduler_->BatchesInEpoch(
-                                                           *state, options.first_epoch + 1);
-  }
+  StreamMachine::Config c;
+  c.id = scheduler_->NextStreamId();
+  c.pipeline = pipeline;
+  c.options = options;
+  c.layout = BatchLayout::For(pipeline->transform, options.batch_size);
+  c.first_epoch_samples = SamplesPerRank(SamplerOptionsFor(*pipeline, options, options.first_epoch));
+  SamplerOptions full = SamplerOptionsFor(*pipeline, options, options.first_epoch);
+  full.offset = 0;
+  c.samples_per_epoch = SamplesPerRank(full);
+  c.total_batches = total_batches;
   const EngineOptions& eo = scheduler_->options();
-  state->fetch_capacity = eo.fetch_queue_capacity;
-  state->fetch_limit = eo.fetch_concurrency;
-  state->decode_limit = eo.decode_concurrency;
-  // Fetch buffers: one per queued sample, plus one per decode in flight.
-  const uint32_t num_buffers = state->fetch_capacity + state->decode_limit;
-  state->buffers.resize(num_buffers);
-  for (uint32_t i = 0; i < num_buffers; ++i) state->free_buffers.push_back(i);
-  // Slots are handed out lowest first.
-  for (uint32_t i = options.num_slots; i > 0; --i) state->free_slots.push_back(i - 1);
-  state->consumer_holds.assign(options.num_slots, 0);
-  state->created_ns = MonotonicNanos();
+  c.fetch_capacity = eo.fetch_queue_capacity;
+  c.fetch_limit = eo.fetch_concurrency;
+  c.decode_limit = eo.decode_concurrency;
+  c.retry.max_attempts = eo.fetch_retry_max_attempts;
+  c.retry.initial_backoff_ns = Nanos(eo.fetch_retry_initial_backoff);
+  c.retry.max_backoff_ns = Nanos(eo.fetch_retry_max_backoff);
+  c.retry.deadline_ns = Nanos(eo.fetch_retry_deadline);
+  ASSIGN_OR_RETURN(std::unique_ptr<SlotArena> arena,
+                   SlotArena::Create(options.num_slots, c.layout.slot_bytes,
+                                     options.shareable_memory,
+                                     absl::StrFormat("conveyor-stream-%d", c.id)));
+  auto state = std::make_shared<StreamMachine>(std::move(c), std::move(arena), scheduler_->mu());
   scheduler_->Register(state);
   return std::unique_ptr<Stream>(new Stream(scheduler_, std::move(state)));
 }

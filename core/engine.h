@@ -14,7 +14,9 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/pipeline_config.h"
+#include "core/sample_decoder.h"
 #include "core/stats.h"
 #include "core/stream.h"
 
@@ -25,6 +27,35 @@ struct EngineOptions {
   uint32_t fetch_queue_capacity = 0; // fetched-but-not-decoded samples per stream; 0: 2×threads (≥ 4)
   uint32_t fetch_concurrency = 4;    // fetch tasks running at once per stream
   uint32_t decode_concurrency = 0;   // decode tasks running at once per stream; 0: threads
+
+  // Errors of the system while fetching a sample (IsSystemError: EMFILE,
+  // ENFILE, ENOMEM, EIO, EAGAIN, ...) are retried: the fetch is queued again
+  // to run after a backoff of fetch_retry_initial_backoff, doubling each time
+  // up to fetch_retry_max_backoff. No worker sleeps meanwhile: it runs other
+  // work, or waits for the earliest retry with a deadline. Once a sample has
+  // been tried fetch_retry_max_attempts times, or fetch_retry_deadline has
+  // passed since its first failure, the stream fails with UNAVAILABLE naming
+  // the file and the errno (a retryable status for the client).
+  uint32_t fetch_retry_max_attempts = 8;                                 // ≥ 1; 1: no retry
+  absl::Duration fetch_retry_initial_backoff = absl::Milliseconds(10);  // ≥ 0
+  absl::Duration fetch_retry_max_backoff = absl::Seconds(1);            // ≥ initial
+  absl::Duration fetch_retry_deadline = absl::Seconds(30);              // > 0
+
+  // Makes the per-worker-thread decoder of the decode stage. Null: a
+  // SampleTransformer (libjpeg-turbo and the pipeline's TransformSpec).
+  // Other decoders (synthetic ones for benchmarks) plug in here.
+  SampleDecoderFactory decoder_factory;
+};
+
+// The scheduler's own cost, summed over workers since the engine started:
+// what a worker spends per task outside the task itself.
+struct SchedulerStats {
+  uint64_t tasks_run = 0;
+  uint64_t lock_acquisitions = 0;  // by workers
+  uint64_t lock_wait_ns = 0;       // waiting to acquire the scheduler lock
+  uint64_t lock_hold_ns = 0;       // holding it (picking and completing tasks)
+  uint64_t wakeups = 0;            // workers woken to look for work
+  uint64_t idle_wakeups = 0;       // ... that found none
 };
 
 class Engine {
@@ -40,6 +71,7 @@ class Engine {
                                                      const StreamOptions& options);
 
   EngineStats Stats() const;
+  SchedulerStats scheduler_stats() const;
   int num_threads() const;
 
   // Cancels every stream with `why` and joins the workers. Idempotent.

@@ -10,10 +10,18 @@
 
 #include "absl/status/status.h"
 #include "core/dataset_index.h"
+#include "core/sample_source.h"
 #include "core/transform_spec.h"
 
 namespace conveyor {
 
+// What happens when a sample fails. Only errors of the sample obey it: not
+// found, permission denied, not a regular file, larger than max_file_bytes,
+// not a JPEG or corrupt. Errors of the system (IsSystemError in
+// core/posix_error.h: out of fds or memory, I/O errors) are never a sample's
+// fault: the engine retries them with backoff (EngineOptions' retry fields)
+// and then ends the stream with UNAVAILABLE naming the file and the errno,
+// whatever the policy, so no batch ever silently loses a sample to them.
 enum class ErrorPolicy {
   // A sample that cannot be read or decoded is left out of its batch and
   // reported with the batch (the batch comes out short and says so). The
@@ -37,6 +45,9 @@ struct PipelineConfig {
   uint32_t max_batch_size = 1024;
   // Files larger than this are refused by the fetch stage.
   uint64_t max_file_bytes = 64ull << 20;
+  // Where sample bytes come from. Null: the dataset's files, read whole
+  // (FileSampleSource over `dataset` with max_file_bytes).
+  std::shared_ptr<const SampleSource> source;
 };
 
 // InvalidArgument naming the bad field, or OK.

@@ -11,6 +11,8 @@
 // as torchvision does); at d > 1 it differs by the DCT-domain downscale (see
 // "Decode accuracy" in bench/README.md for measured figures).
 //
+// The engine's default SampleDecoder (core/sample_decoder.h).
+//
 // Thread-safety: not thread-safe; one SampleTransformer per worker thread.
 // It keeps the libjpeg decompressor and all scratch buffers between samples,
 // so after warm-up no sample allocates (libjpeg's own per-image pool aside).
@@ -24,6 +26,7 @@
 #include "core/crop_box.h"
 #include "core/jpeg_decoder.h"
 #include "core/resize.h"
+#include "core/sample_decoder.h"
 #include "core/rng.h"
 #include "core/transform_spec.h"
 
@@ -37,7 +40,7 @@ int ChooseScaleDenom(double src_w, double src_h, int out_w, int out_h);
 // (overflow to infinity, NaN kept quiet). Matches torch's .half().
 uint16_t FloatToHalf(float f);
 
-class SampleTransformer {
+class SampleTransformer final : public SampleDecoder {
  public:
   // What the last successful Run did; for tests, tools and statistics.
   struct Trace {
@@ -54,7 +57,7 @@ class SampleTransformer {
   SampleTransformer();
   // allow_simd = false forces the portable resampling kernels.
   explicit SampleTransformer(bool allow_simd);
-  ~SampleTransformer();
+  ~SampleTransformer() override;
   SampleTransformer(const SampleTransformer&) = delete;
   SampleTransformer& operator=(const SampleTransformer&) = delete;
 
@@ -67,7 +70,7 @@ class SampleTransformer {
   // REQUIRES: spec passed ValidateTransformSpec (checked again, cheaply);
   // out has SampleBytes(spec) writable bytes, aligned to ElementSize(dtype).
   absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
-                   uint8_t* out);
+                   uint8_t* out) override;
 
   // Train mode with the geometry given instead of drawn (tools, tests): the
   // crop box in full-resolution pixels, the flip, and the DCT scale

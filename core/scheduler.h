@@ -1,100 +1,113 @@
-// Internal to the engine: the worker pool and the task scheduler that every
-// Stream and the Engine forward to. One mutex (mu_) guards all scheduling
-// state; tasks (reading files, decoding) run without it. Callbacks and
-// logging happen outside it.
+// Internal to the engine: the worker pool and the fair choice of which
+// stream a worker serves next. Everything about one stream's work is its
+// StreamMachine's (core/stream_machine.h); the scheduler keeps the list of
+// streams that need workers, picks round-robin among them, wakes workers,
+// and forwards the consumer's calls under its lock.
+//
+// Locking: one mutex (mu_) guards the scheduler's fields and, by reference,
+// every StreamMachine's (see stream_machine.h for why one lock). Tasks
+// (reading files, decoding) run without it; consumer callbacks and logging
+// run after it is released.
+//
+// Waking: a worker sleeps on work_cv_ only when no stream has a task it may
+// run. Whoever makes work runnable wakes one sleeping worker, and a worker
+// that takes a task while more runnable work and sleeping workers remain
+// wakes one more (a baton), so every runnable task finds a worker without
+// waking the whole pool after every task; only shutdown wakes all. A fetch
+// waiting to be retried after an error of the system is picked up by
+// whichever worker looks at its time; when all are idle, one of them waits
+// with that time as its deadline (the "timer" worker). Consumers blocked in
+// Next wait on their own stream's condition variable.
+//
+// Lifetime: a stream is registered from OpenStream until it can leave
+// (StreamMachine::CanLeave: no task in flight, and it failed, was cancelled,
+// or produced everything and its consumer took it all or left). Every call
+// that can make that true ends with MaybeUnregister; debug builds assert it.
 #pragma once
 
 #include <atomic>
 #include <memory>
-#include <string>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "core/mutex.h"
+#include "absl/status/statusor.h"
 #include "core/engine.h"
-#include "core/stream_state.h"
+#include "core/mutex.h"
+#include "core/stream_machine.h"
 
 namespace conveyor {
 
-class SampleTransformer;
-
-class Scheduler : public std::enable_shared_from_this<Scheduler> {
+class Scheduler {
  public:
   explicit Scheduler(const EngineOptions& options);
   ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
 
   void Start();
+  // Fails every stream with UNAVAILABLE and joins the workers. Idempotent.
   void Shutdown();
 
-  // Takes ownership of a fully built state and makes it runnable.
-  void Register(const std::shared_ptr<StreamState>& s);
+  // The mutex every StreamMachine of this scheduler is guarded by.
+  Mutex* mu() ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+  // Makes a fully built stream runnable (or fails it if shutting down).
+  void Register(const std::shared_ptr<StreamMachine>& s);
 
-  Stream::Poll TryNext(StreamState* s, BatchInfo* batch, absl::Status* error);
-  absl::StatusOr<std::optional<BatchInfo>> Next(StreamState* s, absl::Duration timeout);
-  absl::Status Release(StreamState* s, uint32_t slot);
-  void Cancel(StreamState* s, absl::Status why);
-  void SetReadyCallback(StreamState* s, std::function<void()> cb);
-  StreamStats Stats(StreamState* s);
+  // The consumer's calls (see Stream), each under mu_.
+  Stream::Poll TryNext(StreamMachine* s, BatchInfo* batch, absl::Status* error);
+  absl::StatusOr<std::optional<BatchInfo>> Next(StreamMachine* s, absl::Duration timeout);
+  absl::Status Release(StreamMachine* s, uint32_t slot);
+  void Cancel(StreamMachine* s, absl::Status why);
+  // The Stream handle is being destroyed: cancel, and let the stream leave
+  // whatever it still holds.
+  void Close(StreamMachine* s);
+  void SetReadyCallback(StreamMachine* s, std::function<void()> cb);
+  StreamStats Stats(StreamMachine* s);
   EngineStats Stats();
+  SchedulerStats scheduler_stats();
 
   const EngineOptions& options() const { return options_; }
   uint64_t NextStreamId() { return next_stream_id_.fetch_add(1) + 1; }
-  uint64_t BatchesInEpoch(const StreamState& s, uint64_t epoch) const;
 
  private:
-  enum class TaskKind { kSample, kFetch, kDecode };
-  struct Task {
-    TaskKind kind;
-    std::shared_ptr<StreamState> stream;
-    BatchWork* batch = nullptr;
-    uint32_t position = 0;
-    uint32_t buffer = 0;
-    uint64_t epoch = 0;
-    // Results, filled by Run.
-    absl::Status status;
-    std::shared_ptr<const EpochPlan> plan;
-    uint64_t started_ns = 0, finished_ns = 0;
-  };
-
   void WorkerLoop();
-  bool PickTask(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool PickTaskFor(const std::shared_ptr<StreamState>& s, Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StartBatches(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunTask(Task* t, SampleTransformer* transformer);
-  // Returns true when the stream has something new for its consumer.
-  bool Complete(Task* t, BatchWork** needs_compaction) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool EmitInOrder(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(StreamState* s, absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UpdateClocks(StreamState* s, uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeUnregister(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecordFailure(StreamState* s, BatchWork* b, uint32_t pos, const absl::Status& st)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Notify(StreamState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void CompactBatch(StreamState* s, BatchWork* b);
+  // Round-robin over the registered streams from rr_. When nothing may run
+  // only because retries are not due, *retry_at is their earliest time.
+  bool PickTask(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether some registered stream has a task that may run now (`hint`,
+  // the stream most likely to, is looked at first).
+  bool AnyRunnable(uint64_t now, StreamMachine* hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes one sleeping worker, unless every sleeper was already woken.
+  void WakeOne() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unregisters s if it can leave; the scheduler's reference goes to
+  // out->retired, to be dropped once mu_ is released.
+  void MaybeUnregister(StreamMachine* s, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void AddStages(std::array<StageStats, kNumStages>* into,
                         const std::array<StageStats, kNumStages>& from);
-  void SnapshotStages(StreamState* s, uint64_t now, std::array<StageStats, kNumStages>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ---- constant after construction
   const EngineOptions options_;
   const uint64_t created_ns_;
   std::atomic<uint64_t> next_stream_id_{0};
+  std::vector<std::thread> workers_;  // touched by Start/Shutdown only
 
   Mutex mu_;
-  CondVar work_cv_;
+  CondVar work_cv_;  // idle workers wait here
+
+  // ---- guarded by mu_
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);
-  size_t rr_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<StreamMachine>> streams_ ABSL_GUARDED_BY(mu_);  // registered
+  size_t rr_ ABSL_GUARDED_BY(mu_) = 0;  // where the next pick starts
   uint64_t streams_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<StageStats, kNumStages> finished_totals_ ABSL_GUARDED_BY(mu_);
-  // Callbacks to run once mu_ is released (collected by Notify).
-  std::vector<std::function<void()>> pending_callbacks_ ABSL_GUARDED_BY(mu_);
-  // Warnings to log once mu_ is released (EmitInOrder runs under it).
-  std::vector<std::string> pending_warnings_ ABSL_GUARDED_BY(mu_);
-
-  std::vector<std::thread> workers_;
+  uint32_t idle_ ABSL_GUARDED_BY(mu_) = 0;           // workers waiting on work_cv_
+  uint32_t wakes_pending_ ABSL_GUARDED_BY(mu_) = 0;  // signalled, not yet awake
+  // Deadline of the timer worker's wait (StreamMachine::kNever: none).
+  uint64_t timer_at_ ABSL_GUARDED_BY(mu_) = StreamMachine::kNever;
+  SchedulerStats sched_stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace conveyor

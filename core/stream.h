@@ -75,11 +75,14 @@ struct BatchInfo {
 };
 
 class Scheduler;
-struct StreamState;
+class StreamMachine;
 
 class Stream {
  public:
-  ~Stream();  // cancels the stream if it is still running
+  // Cancels the stream if it is still running and drops the batches not
+  // taken; the engine lets go of the stream (and its memory, once no task of
+  // it runs) on every path: mid-stream, after the end, after a failure.
+  ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -102,8 +105,10 @@ class Stream {
   // Returns a slot the consumer holds. InvalidArgument if it does not hold it.
   absl::Status Release(uint32_t slot);
 
-  // Stops the stream: no new work, in-flight work is dropped, waiters wake
-  // with `why`. Idempotent.
+  // Stops the stream: no new work, in-flight work is dropped, batches not
+  // yet taken are dropped, waiters wake with `why`, and TryNext/Next report
+  // `why` from then on. A stream whose every batch was already taken stays
+  // ended (kEnd). Idempotent.
   void Cancel(absl::Status why = absl::CancelledError("stream cancelled"));
 
   // `cb` runs whenever TryNext may return something new. Set it before
@@ -114,14 +119,23 @@ class Stream {
 
  private:
   friend class Engine;
-  Stream(std::shared_ptr<Scheduler> scheduler, std::shared_ptr<StreamState> state);
+  Stream(std::shared_ptr<Scheduler> scheduler, std::shared_ptr<StreamMachine> state);
 
   std::shared_ptr<Scheduler> scheduler_;
-  std::shared_ptr<StreamState> state_;
+  std::shared_ptr<StreamMachine> state_;
 };
 
 // REQUIRES: a valid pipeline. InvalidArgument / OutOfRange naming the field.
+// Besides each field's own range, every number the stream derives from them
+// must fit 64 bits: the epochs [first_epoch, first_epoch + num_epochs) (an
+// endless stream must start below 2^63), the total batch count (batches of
+// the first epoch + (num_epochs − 1) × batches of a full epoch), and the
+// arena (num_slots × the page-rounded slot size).
 absl::Status ValidateStreamOptions(const PipelineConfig& pipeline, const StreamOptions& options);
+
+// Batches a stream of these options emits in all (0: endless), computed with
+// checked arithmetic. Errors as ValidateStreamOptions.
+absl::StatusOr<uint64_t> TotalBatches(const PipelineConfig& pipeline, const StreamOptions& options);
 
 // The sampler's view of `epoch` of a stream (the epoch offset applies to the
 // stream's first epoch only).

@@ -10,72 +10,18 @@
 
 #include "core/engine.h"
 #include "core/sampler.h"
-#include "tests/unit/test_images.h"
+#include "tests/unit/engine_test_util.h"
 
 namespace conveyor {
 namespace {
 
+using testing::Collected;
+using testing::Drain;
+using testing::MakeEngine;
 using testing::MakeImageFolder;
+using testing::MakePipeline;
+using testing::RunOnce;
 using testing::TempDir;
-
-std::shared_ptr<PipelineConfig> MakePipeline(const std::filesystem::path& root, int size = 32) {
-  auto index = DatasetIndex::LoadImageFolder(root.string());
-  REQUIRE(index.ok());
-  auto p = std::make_shared<PipelineConfig>();
-  p->name = "test";
-  p->dataset = *index;
-  p->transform.output_height = p->transform.output_width = size;
-  REQUIRE(ValidatePipelineConfig(*p).ok());
-  return p;
-}
-
-std::unique_ptr<Engine> MakeEngine(int threads) {
-  EngineOptions o;
-  o.num_threads = threads;
-  auto e = Engine::Create(o);
-  REQUIRE(e.ok());
-  return std::move(*e);
-}
-
-struct Collected {
-  std::vector<BatchInfo> batches;
-  std::vector<uint8_t> images;
-  std::vector<int64_t> labels, indices;
-  absl::Status end = absl::OkStatus();
-};
-
-// Consumes a stream to its end, releasing each batch after copying it.
-Collected Drain(Stream& s) {
-  Collected c;
-  const BatchLayout& l = s.layout();
-  while (true) {
-    auto next = s.Next(absl::Seconds(60));
-    if (!next.ok()) {
-      c.end = next.status();
-      return c;
-    }
-    if (!next->has_value()) return c;
-    const BatchInfo& b = **next;
-    const uint8_t* slot = s.arena().slot(b.slot);
-    c.images.insert(c.images.end(), slot, slot + b.num_samples * l.sample_bytes);
-    const auto* lab = reinterpret_cast<const int64_t*>(slot + l.labels_offset);
-    const auto* idx = reinterpret_cast<const int64_t*>(slot + l.indices_offset);
-    c.labels.insert(c.labels.end(), lab, lab + b.num_samples);
-    c.indices.insert(c.indices.end(), idx, idx + b.num_samples);
-    c.batches.push_back(b);
-    if (!s.Release(b.slot).ok()) {
-      c.end = absl::InternalError("release failed");
-      return c;
-    }
-  }
-}
-
-Collected RunOnce(const std::shared_ptr<PipelineConfig>& p, int threads, StreamOptions so) {
-  auto engine = MakeEngine(threads);
-  auto stream = engine->OpenStream(p, so);
-  REQUIRE(stream.ok());
-  return Drain(**stream);
-}
 
 uint64_t RssBytes() {
   std::ifstream f("/proc/self/status");
@@ -358,6 +304,42 @@ TEST_CASE("stream options are validated with the field named", "[engine]") {
   so.epoch_offset = 0;
   so.num_slots = 0;
   CHECK(absl::IsInvalidArgument(engine->OpenStream(p, so).status()));
+}
+
+TEST_CASE("client numbers whose products or sums overflow are refused naming the field",
+          "[engine][validate]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 1, 4);  // 4 samples
+  auto p = MakePipeline(dir.path());
+  auto engine = MakeEngine(1);
+  auto refused = [&](const StreamOptions& so, const std::string& field) {
+    auto s = engine->OpenStream(p, so);
+    CHECK((absl::IsOutOfRange(s.status()) || absl::IsInvalidArgument(s.status())));
+    CHECK(std::string(s.status().message()).find(field) != std::string::npos);
+    CHECK(absl::IsOutOfRange(ValidateStreamOptions(*p, so)) ==
+          absl::IsOutOfRange(s.status()));
+  };
+  StreamOptions so;
+  so.batch_size = 1;  // 4 batches per epoch
+  // 4 + (2^62) × 4 = 2^64 + 4 batches: wrapped, the stream would end after 4.
+  so.num_epochs = (uint64_t{1} << 62) + 1;
+  refused(so, "num_epochs");
+  so.num_epochs = ~uint64_t{0};
+  refused(so, "num_epochs");
+  // The last epoch's number must exist.
+  so.num_epochs = 2;
+  so.first_epoch = ~uint64_t{0};
+  refused(so, "first_epoch");
+  so.num_epochs = 0;  // endless: epoch numbers would wrap
+  refused(so, "first_epoch");
+  // The largest that fit are accepted (a stream's batch count need not be
+  // reachable, only representable).
+  so.first_epoch = 0;
+  so.num_epochs = (uint64_t{1} << 62) - 1;
+  CHECK(engine->OpenStream(p, so).ok());
+  so.first_epoch = ~uint64_t{0} - 5;
+  so.num_epochs = 5;
+  CHECK(engine->OpenStream(p, so).ok());
 }
 
 TEST_CASE("stats name the stages and count their work", "[engine][stats]") {

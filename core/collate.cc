@@ -1,0 +1,126 @@
+// Collate: compaction, the failure policy and in-order emission. The
+// StreamMachine methods here run under the scheduler lock, except
+// CompactBatch, which a worker runs without it once the batch is complete.
+#include "core/collate.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "core/stream_machine.h"
+
+namespace conveyor {
+
+uint32_t CompactSamples(const BatchLayout& layout, uint8_t* slot, std::span<const uint8_t> failed) {
+  const size_t bytes = layout.sample_bytes;
+  auto* labels = reinterpret_cast<int64_t*>(slot + layout.labels_offset);
+  auto* indices = reinterpret_cast<int64_t*>(slot + layout.indices_offset);
+  uint8_t* images = slot + layout.images_offset;
+  uint32_t w = 0;
+  for (uint32_t r = 0; r < failed.size(); ++r) {
+    if (failed[r]) continue;
+    if (w != r) {
+      std::memmove(images + w * bytes, images + r * bytes, bytes);
+      labels[w] = labels[r];
+      indices[w] = indices[r];
+    }
+    ++w;
+  }
+  return w;
+}
+
+absl::Status ApplyFailurePolicy(const PipelineConfig& p, uint64_t samples_seen,
+                                uint64_t samples_failed, const SampleFailure& f) {
+  if (p.error_policy == ErrorPolicy::kFailFast) {
+    return absl::DataLossError(
+        absl::StrFormat("pipeline %s: sample %d (%s) failed: %s (error_policy fail_fast)", p.name,
+                        f.sample_index, f.path, f.reason));
+  }
+  const double rate = samples_seen == 0 ? 0 : static_cast<double>(samples_failed) / samples_seen;
+  if (samples_seen >= p.failure_rate_min_samples && rate > p.max_failure_rate) {
+    return absl::DataLossError(absl::StrFormat(
+        "pipeline %s: %d of %d samples failed (%.1f%%), above max_failure_rate %.1f%%; last: "
+        "sample %d (%s): %s",
+        p.name, samples_failed, samples_seen, 100 * rate, 100 * p.max_failure_rate,
+        f.sample_index, f.path, f.reason));
+  }
+  return absl::OkStatus();
+}
+
+void StreamMachine::RecordFailure(BatchWork* b, uint32_t pos, const absl::Status& st) {
+  const uint64_t index = b->sample_index(pos);
+  SampleFailure f;
+  f.sample_index = index;
+  f.path = std::string(config_.pipeline->dataset->relative_path(index));
+  f.reason = std::string(st.message());
+  b->failed[pos] = 1;
+  b->failures.emplace_back(pos, std::move(f));
+}
+
+BatchWork* StreamMachine::PositionDone(BatchWork* b, Outbox* out) {
+  if (++b->done != b->size) return nullptr;
+  stage(Stage::kCollate).items_in += b->size;
+  if (!b->failures.empty()) return b;  // compacted without the lock first
+  b->finalized = true;
+  EmitInOrder(out);
+  return nullptr;
+}
+
+void StreamMachine::CompactBatch(const BatchWork& b) const {
+  CompactSamples(config_.layout, arena_->slot(b.slot), b.failed);
+}
+
+void StreamMachine::FinishCompaction(BatchWork* b, uint64_t busy_ns, Outbox* out) {
+  stage(Stage::kCollate).busy_ns += busy_ns;
+  b->finalized = true;  // still in open_: a terminal stream keeps its batches
+  EmitInOrder(out);
+  UpdateClocks(MonotonicNanos());
+  CheckInvariants();
+}
+
+void StreamMachine::EmitInOrder(Outbox* out) {
+  const PipelineConfig& p = *config_.pipeline;
+  bool news = false;
+  while (!terminal_ && !open_.empty() && open_.front()->finalized) {
+    std::unique_ptr<BatchWork> b = std::move(open_.front());
+    open_.pop_front();
+    std::sort(b->failures.begin(), b->failures.end(),
+              [](const auto& x, const auto& y) { return x.first < y.first; });
+    samples_seen_ += b->size;
+    samples_failed_ += b->failures.size();
+    if (!b->failures.empty()) {
+      const SampleFailure& f = b->failures.front().second;
+      out->warnings.push_back(absl::StrFormat(
+          "pipeline %s stream %d: %d sample(s) failed in batch %d of epoch %d; first: sample %d "
+          "(%s): %s",
+          p.name, config_.id, b->failures.size(), b->batch_in_epoch, b->epoch, f.sample_index,
+          f.path, f.reason));
+      if (absl::Status st = ApplyFailurePolicy(p, samples_seen_, samples_failed_, f); !st.ok()) {
+        free_slots_.push_back(b->slot);  // not emitted: its slot is free again
+        Fail(std::move(st), out);
+        return;
+      }
+    }
+    BatchInfo info;
+    info.sequence = b->sequence;
+    info.epoch = b->epoch;
+    info.batch_in_epoch = b->batch_in_epoch;
+    info.position = b->position_after;
+    info.offset = b->offset_after;
+    info.epoch_samples = b->epoch_samples;
+    info.slot = b->slot;
+    info.num_samples = b->size - static_cast<uint32_t>(b->failures.size());
+    info.end_of_epoch = b->end_of_epoch;
+    info.failures.reserve(b->failures.size());
+    for (auto& [pos, f] : b->failures) info.failures.push_back(std::move(f));
+    samples_emitted_ += info.num_samples;
+    ++emitted_;
+    ++stage(Stage::kCollate).items_out;
+    ++stage(Stage::kDeliver).items_in;
+    ready_.push_back(std::move(info));
+    news = true;
+  }
+  if (news) Notify(out);
+}
+
+}  // namespace conveyor

@@ -1,0 +1,33 @@
+// Collate: the last stage of a batch. Once every sample of a batch is
+// written or failed, the surviving samples are moved together (compaction),
+// the pipeline's failure policy is applied, and the batch is emitted to the
+// consumer in stream order (StreamMachine's collate methods, in
+// core/collate.cc). The pure parts are here so they can be tested alone.
+//
+// Thread-safety: pure functions over the caller's data.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "core/batch_layout.h"
+#include "core/pipeline_config.h"
+#include "core/stream.h"
+
+namespace conveyor {
+
+// Moves the samples whose failed[i] == 0 (images, labels, indices) to the
+// front of `slot`, keeping their order. Returns how many survived.
+// REQUIRES: slot holds failed.size() samples laid out by `layout`.
+uint32_t CompactSamples(const BatchLayout& layout, uint8_t* slot, std::span<const uint8_t> failed);
+
+// The failure policy after a batch with failures: OK to deliver it, or the
+// DataLoss status that ends the stream (fail_fast: at the first failure;
+// skip: once more than max_failure_rate of samples_seen failed, judged after
+// failure_rate_min_samples). `first` is the batch's first failure, named in
+// the status. Errors of the system never reach this (they are retried).
+absl::Status ApplyFailurePolicy(const PipelineConfig& pipeline, uint64_t samples_seen,
+                                uint64_t samples_failed, const SampleFailure& first);
+
+}  // namespace conveyor

@@ -1,0 +1,36 @@
+// SampleDecoder: the Decode stage's interface — turns one sample's bytes into
+// its place in the batch slot (decode + augment + convert). The engine makes
+// one per worker thread with EngineOptions::decoder_factory (default:
+// SampleTransformer, libjpeg-turbo with the pipeline's TransformSpec), so an
+// implementation may keep per-thread scratch state without locks. Other
+// formats (FFmpeg) and synthetic stages (benchmarks of the scheduler) are
+// further implementations.
+//
+// Thread-safety: one instance per worker thread; never shared.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "absl/status/status.h"
+#include "core/rng.h"
+#include "core/transform_spec.h"
+
+namespace conveyor {
+
+class SampleDecoder {
+ public:
+  virtual ~SampleDecoder() = default;
+  // Writes exactly SampleBytes(spec) bytes at `out`, drawing any randomness
+  // from `rng`. Errors are the sample's (error_policy applies): the caller
+  // adds the sample's name. REQUIRES: out has SampleBytes(spec) writable
+  // bytes, aligned to ElementSize(spec.dtype).
+  virtual absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                           uint8_t* out) = 0;
+};
+
+using SampleDecoderFactory = std::function<std::unique_ptr<SampleDecoder>()>;
+
+}  // namespace conveyor

@@ -1,0 +1,49 @@
+// SampleSource: the Fetch stage's interface — turns a sample index of a
+// dataset into its bytes. The default, FileSampleSource, reads the dataset's
+// files whole with pread (core/file_reader.h); tar members and HTTP ranges
+// are later implementations, and tests inject sources that fail on cue.
+//
+// Error contract (the engine acts on it, see EngineOptions' retry fields):
+//   - errors of the sample (not found, permission, not a regular file, too
+//     large) are plain statuses: the pipeline's error_policy decides;
+//   - errors of the system (out of fds or memory, I/O errors: whatever
+//     IsSystemError() in core/posix_error.h reports) are retried with
+//     backoff and then end the stream with UNAVAILABLE, never a short batch.
+//
+// Thread-safety: Read is called concurrently from every worker thread, so
+// implementations must be safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/dataset_index.h"
+
+namespace conveyor {
+
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  // Replaces *out with the bytes of sample `index` (REQUIRES: index < the
+  // dataset's size). *out's capacity is reused across calls: implementations
+  // should resize, not reallocate, so a warmed-up stream allocates nothing.
+  virtual absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const = 0;
+};
+
+// Reads dataset->FullPath(index) whole; files over max_file_bytes are refused
+// (ResourceExhausted, an error of the sample).
+class FileSampleSource final : public SampleSource {
+ public:
+  // REQUIRES: dataset != nullptr.
+  FileSampleSource(std::shared_ptr<const DatasetIndex> dataset, uint64_t max_file_bytes)
+      : dataset_(std::move(dataset)), max_file_bytes_(max_file_bytes) {}
+  absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
+
+ private:
+  const std::shared_ptr<const DatasetIndex> dataset_;
+  const uint64_t max_file_bytes_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,459 @@
+// StreamMachine: construction, the pick / run / complete steps of the
+// sample, fetch and decode stages, and statistics. Collate is in
+// core/collate.cc, the consumer side in core/deliver.cc.
+#include "core/stream_machine.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/strings/str_format.h"
+#include "core/posix_error.h"
+#include "core/sampler.h"
+#include "spdlog/spdlog.h"
+
+namespace conveyor {
+
+namespace {
+int StageIndex(Stage s) { return static_cast<int>(s); }
+
+const SampleSource* ChooseSource(const PipelineConfig& p,
+                                 const std::unique_ptr<SampleSource>& fallback) {
+  return p.source != nullptr ? p.source.get() : fallback.get();
+}
+}  // namespace
+
+void Outbox::Flush() {
+  for (const std::string& w : warnings) spdlog::warn("{}", w);
+  for (auto& cb : callbacks) cb();
+  warnings.clear();
+  callbacks.clear();
+  retired.clear();
+}
+
+uint64_t RetryPolicy::BackoffNs(uint32_t attempt) const {
+  uint64_t b = initial_backoff_ns;
+  for (uint32_t i = 1; i < attempt && b < max_backoff_ns; ++i) {
+    b = b > max_backoff_ns / 2 ? max_backoff_ns : 2 * b;
+  }
+  return std::min(b, max_backoff_ns);
+}
+
+StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mutex* mu)
+    : config_(std::move(config)),
+      arena_(std::move(arena)),
+      source_(nullptr),
+      default_source_(config_.pipeline->source != nullptr
+                          ? nullptr
+                          : std::make_unique<FileSampleSource>(config_.pipeline->dataset,
+                                                               config_.pipeline->max_file_bytes)),
+      created_ns_(MonotonicNanos()),
+      mu_(*mu) {
+  source_ = ChooseSource(*config_.pipeline, default_source_);
+  // Fetch buffers: one per queued sample, plus one per decode in flight.
+  const uint32_t num_buffers = config_.fetch_capacity + config_.decode_limit;
+  buffers_.resize(num_buffers);
+  // Not yet shared with any other thread; the lock is taken for the analysis.
+  MutexLock lock(&mu_);
+  free_buffers_.reserve(num_buffers);
+  for (uint32_t i = num_buffers; i > 0; --i) free_buffers_.push_back(i - 1);
+  // Slots are handed out lowest first.
+  const uint32_t n = config_.options.num_slots;
+  free_slots_.reserve(n);
+  for (uint32_t i = n; i > 0; --i) free_slots_.push_back(i - 1);
+  consumer_holds_.assign(n, 0);
+  next_epoch_ = config_.options.first_epoch;
+  for (int i = 0; i < kNumStages; ++i) stages_[i].name = ToString(static_cast<Stage>(i));
+}
+
+uint64_t StreamMachine::BatchesInEpoch(uint64_t epoch) const {
+  const uint64_t n = epoch == config_.options.first_epoch ? config_.first_epoch_samples
+                                                          : config_.samples_per_epoch;
+  return n / config_.options.batch_size + (n % config_.options.batch_size != 0);
+}
+
+bool StreamMachine::CanLeave() const {
+  if (tasks_inflight_ != 0) return false;
+  if (terminal_) return true;
+  // A finished stream stays until its consumer took the last batch (so the
+  // engine's totals include the delivery), or left without it.
+  return Finished() && (ready_.empty() || consumer_gone_);
+}
+
+// ---------------------------------------------------------------- picking
+
+void StreamMachine::StartBatches() {
+  const StreamOptions& o = config_.options;
+  while (!terminal_ && !free_slots_.empty() && !AllStarted()) {
+    auto it = plans_.find(next_epoch_);
+    if (it == plans_.end()) return;  // a sample task must plan this epoch first
+    const bool first = next_epoch_ == o.first_epoch;
+    const uint64_t epoch_samples = first ? config_.first_epoch_samples : config_.samples_per_epoch;
+    const uint64_t base_offset = first ? o.epoch_offset : 0;
+    const uint64_t in_epoch = BatchesInEpoch(next_epoch_);
+    auto b = std::make_unique<BatchWork>();
+    b->sequence = next_sequence_;
+    b->epoch = next_epoch_;
+    b->batch_in_epoch = next_in_epoch_;
+    b->plan = it->second;
+    b->first = next_in_epoch_ * o.batch_size;  // < epoch_samples: no overflow
+    b->size = static_cast<uint32_t>(std::min<uint64_t>(o.batch_size, epoch_samples - b->first));
+    b->slot = free_slots_.back();
+    free_slots_.pop_back();
+    b->failed.assign(b->size, 0);
+    b->position_after = b->first + b->size;
+    // position_after ≤ ceil((N - offset) / W), so base_offset + position_after × W < N + W.
+    b->offset_after = std::min<uint64_t>(config_.pipeline->dataset->size(),
+                                         base_offset + b->position_after * o.world_size);
+    b->epoch_samples = epoch_samples;
+    b->end_of_epoch = next_in_epoch_ + 1 == in_epoch;
+    open_.push_back(std::move(b));
+    ++next_sequence_;
+    if (++next_in_epoch_ == in_epoch) {
+      next_in_epoch_ = 0;
+      ++next_epoch_;  // ValidateStreamOptions: the stream's epochs fit uint64
+    }
+    // Plans of epochs no open batch uses any more are dropped.
+    while (!plans_.empty() && plans_.begin()->first < open_.front()->epoch) {
+      plans_.erase(plans_.begin());
+    }
+  }
+}
+
+bool StreamMachine::CanSample() const {
+  return !plan_pending_ && !AllStarted() && !plans_.count(next_epoch_);
+}
+
+bool StreamMachine::FetchRoom() const {
+  return fetched_.size() + fetch_inflight_ < config_.fetch_capacity && !free_buffers_.empty() &&
+         fetch_inflight_ < config_.fetch_limit;
+}
+
+BatchWork* StreamMachine::Fetchable() const {
+  for (const auto& b : open_) {
+    if (b->next_fetch < b->size) return b.get();
+  }
+  return nullptr;
+}
+
+int StreamMachine::DueRetry(uint64_t now, uint64_t* retry_at) const {
+  for (size_t i = 0; i < retries_.size(); ++i) {
+    if (retries_[i].not_before_ns <= now) return static_cast<int>(i);
+  }
+  for (const PendingRetry& r : retries_) *retry_at = std::min(*retry_at, r.not_before_ns);
+  return -1;
+}
+
+bool StreamMachine::CanDecode() const {
+  return !fetched_.empty() && decode_inflight_ < config_.decode_limit;
+}
+
+bool StreamMachine::HasRunnableTask(uint64_t now) {
+  if (terminal_) return false;
+  StartBatches();
+  if (CanSample() || CanDecode()) return true;
+  if (!FetchRoom()) return false;
+  uint64_t ignored = kNever;
+  return Fetchable() != nullptr || DueRetry(now, &ignored) >= 0;
+}
+
+bool StreamMachine::PickTask(uint64_t now, Task* t, uint64_t* retry_at) {
+  if (terminal_) return false;
+  StartBatches();
+  if (CanSample()) {
+    TakeSample(t);
+  } else {
+    const bool room = FetchRoom();
+    const bool can_fetch =
+        room && (Fetchable() != nullptr || (!retries_.empty() && DueRetry(now, retry_at) >= 0));
+    // Keep the fetched queue primed: fetch first while it is short.
+    const bool prefer_fetch = can_fetch && fetched_.size() < config_.decode_limit;
+    if (CanDecode() && !prefer_fetch) {
+      TakeDecode(t);
+    } else if (can_fetch) {
+      TakeFetch(now, t, retry_at);
+    } else {
+      return false;
+    }
+  }
+  t->stream = this;
+  ++tasks_inflight_;
+  UpdateClocks(now);
+  return true;
+}
+
+BatchWork* StreamMachine::Complete(Task* t, Outbox* out) {
+  BatchWork* compact = nullptr;
+  switch (t->kind) {
+    case TaskKind::kSample: CompleteSample(t, out); break;
+    case TaskKind::kFetch: compact = CompleteFetch(t, out); break;
+    case TaskKind::kDecode: compact = CompleteDecode(t, out); break;
+  }
+  UpdateClocks(t->finished_ns);
+  CheckInvariants();
+  return compact;
+}
+
+void StreamMachine::RunTask(Task* t, SampleDecoder* decoder) const {
+  t->started_ns = MonotonicNanos();
+  switch (t->kind) {
+    case TaskKind::kSample: RunSample(t); break;
+    case TaskKind::kFetch: RunFetch(t); break;
+    case TaskKind::kDecode: RunDecode(t, decoder); break;
+  }
+  t->finished_ns = MonotonicNanos();
+}
+
+// ---------------------------------------------------------------- sample
+
+void StreamMachine::TakeSample(Task* t) {
+  plan_pending_ = true;
+  t->kind = TaskKind::kSample;
+  t->epoch = next_epoch_;
+}
+
+void StreamMachine::RunSample(Task* t) const {
+  auto plan = RankIndices(SamplerOptionsFor(*config_.pipeline, config_.options, t->epoch));
+  if (plan.ok()) {
+    t->plan = std::make_shared<const EpochPlan>(std::move(*plan));
+  } else {
+    t->status = plan.status();
+  }
+}
+
+void StreamMachine::CompleteSample(Task* t, Outbox* out) {
+  StageStats& st = stage(Stage::kSample);
+  st.busy_ns += t->finished_ns - t->started_ns;
+  ++st.items_in;
+  plan_pending_ = false;
+  if (!t->status.ok()) {
+    ++st.failures;
+    Fail(t->status, out);
+    return;
+  }
+  ++st.items_out;
+  plans_[t->epoch] = std::move(t->plan);
+}
+
+// ---------------------------------------------------------------- fetch
+
+void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
+  t->kind = TaskKind::kFetch;
+  t->buffer = free_buffers_.back();
+  free_buffers_.pop_back();
+  ++fetch_inflight_;
+  // A due retry goes first: its batch is the oldest unfinished one.
+  if (const int i = retries_.empty() ? -1 : DueRetry(now, retry_at); i >= 0) {
+    const PendingRetry r = retries_[static_cast<size_t>(i)];
+    retries_[static_cast<size_t>(i)] = retries_.back();
+    retries_.pop_back();
+    t->batch = r.batch;
+    t->position = r.position;
+    t->attempt = r.attempt;
+    t->first_failure_ns = r.first_failure_ns;
+    return;
+  }
+  BatchWork* b = Fetchable();
+  t->batch = b;
+  t->position = b->next_fetch++;
+  t->attempt = 0;
+  t->first_failure_ns = 0;
+}
+
+void StreamMachine::RunFetch(Task* t) const {
+  // This task has exclusive use of its buffer.
+  t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
+}
+
+BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
+  StageStats& st = stage(Stage::kFetch);
+  st.busy_ns += t->finished_ns - t->started_ns;
+  ++st.items_in;
+  --fetch_inflight_;
+  if (terminal_) {
+    free_buffers_.push_back(t->buffer);
+    return nullptr;
+  }
+  if (t->status.ok()) {
+    ++st.items_out;
+    fetched_.push_back(Fetched{t->batch, t->position, t->buffer});
+    return nullptr;
+  }
+  free_buffers_.push_back(t->buffer);
+  ++st.failures;
+  if (!IsSystemError(t->status)) {
+    RecordFailure(t->batch, t->position, t->status);
+    return PositionDone(t->batch, out);
+  }
+  // An error of the system: not this sample's fault. Try again later, or
+  // give the stream up with a retryable status; never a gap in the batch.
+  const uint64_t now = t->finished_ns;
+  const uint32_t failures = t->attempt + 1;
+  const uint64_t first = t->first_failure_ns != 0 ? t->first_failure_ns : now;
+  const RetryPolicy& rp = config_.retry;
+  if (failures >= rp.max_attempts || now - first >= rp.deadline_ns) {
+    const uint64_t index = t->batch->sample_index(t->position);
+    Fail(absl::UnavailableError(absl::StrFormat(
+             "pipeline %s stream %d: sample %d (%s) could not be read after %d attempt(s) over "
+             "%d ms: %s (an error of the system, not of the sample: retry the stream)",
+             config_.pipeline->name, config_.id, index,
+             config_.pipeline->dataset->relative_path(index), failures, (now - first) / 1000000,
+             t->status.message())),
+         out);
+    return nullptr;
+  }
+  const uint64_t backoff = std::min(rp.BackoffNs(failures), kNever - 1 - now);
+  retries_.push_back(PendingRetry{t->batch, t->position, failures, now + backoff, first});
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- decode
+
+void StreamMachine::TakeDecode(Task* t) {
+  const Fetched f = fetched_.front();
+  fetched_.pop_front();
+  ++decode_inflight_;
+  t->kind = TaskKind::kDecode;
+  t->batch = f.batch;
+  t->position = f.position;
+  t->buffer = f.buffer;
+}
+
+void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
+  const BatchWork* b = t->batch;
+  const std::vector<uint8_t>& buf = buffers_[t->buffer];
+  const uint64_t index = b->sample_index(t->position);
+  const BatchLayout& l = config_.layout;
+  uint8_t* slot = arena_->slot(b->slot);
+  uint8_t* dst = slot + l.images_offset + t->position * l.sample_bytes;
+  Rng rng = Rng::ForKeys(config_.options.seed, b->epoch, index);
+  t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()),
+                           config_.pipeline->transform, rng, dst);
+  reinterpret_cast<int64_t*>(slot + l.labels_offset)[t->position] =
+      config_.pipeline->dataset->label(index);
+  reinterpret_cast<int64_t*>(slot + l.indices_offset)[t->position] = static_cast<int64_t>(index);
+}
+
+BatchWork* StreamMachine::CompleteDecode(Task* t, Outbox* out) {
+  StageStats& st = stage(Stage::kDecode);
+  st.busy_ns += t->finished_ns - t->started_ns;
+  ++st.items_in;
+  --decode_inflight_;
+  free_buffers_.push_back(t->buffer);
+  if (terminal_) return nullptr;
+  if (t->status.ok()) {
+    ++st.items_out;
+  } else {
+    ++st.failures;
+    RecordFailure(t->batch, t->position, t->status);
+  }
+  return PositionDone(t->batch, out);
+}
+
+// ---------------------------------------------------------------- failure
+
+void StreamMachine::Fail(absl::Status why, Outbox* out) {
+  if (terminal_) return;
+  terminal_ = true;
+  error_ = std::move(why);
+  // Work not yet started is dropped; tasks in flight finish and are ignored.
+  for (const Fetched& f : fetched_) free_buffers_.push_back(f.buffer);
+  fetched_.clear();
+  retries_.clear();
+  Notify(out);
+  CheckInvariants();
+}
+
+// ---------------------------------------------------------------- statistics
+
+void StreamMachine::UpdateClocks(uint64_t now) {
+  auto set = [&](Stage st, StageClock::State state) { clocks_[StageIndex(st)].Set(state, now); };
+  const bool fetchable = Fetchable() != nullptr || !retries_.empty();
+  const bool done = terminal_ || AllStarted();
+  set(Stage::kSample, plan_pending_ ? StageClock::kActive : StageClock::kStarved);
+  if (!fetchable) {
+    set(Stage::kFetch, StageClock::kStarved);
+  } else if (fetched_.size() + fetch_inflight_ >= config_.fetch_capacity || free_buffers_.empty()) {
+    set(Stage::kFetch, StageClock::kBlocked);
+  } else {
+    set(Stage::kFetch, StageClock::kActive);
+  }
+  set(Stage::kDecode, fetched_.empty() && decode_inflight_ == 0 ? StageClock::kStarved
+                                                                : StageClock::kActive);
+  // Collate waits for output space when no slot is free and none is being
+  // filled: every slot is ready or held by the consumer (backpressure).
+  if (!done && free_slots_.empty() && (open_.empty() || !ready_.empty())) {
+    set(Stage::kCollate, StageClock::kBlocked);
+  } else if (open_.empty()) {
+    set(Stage::kCollate, StageClock::kStarved);
+  } else {
+    set(Stage::kCollate, StageClock::kActive);
+  }
+  set(Stage::kDeliver, ready_.empty() ? StageClock::kStarved : StageClock::kActive);
+}
+
+void StreamMachine::SnapshotStages(uint64_t now, std::array<StageStats, kNumStages>* out) {
+  *out = stages_;
+  for (int i = 0; i < kNumStages; ++i) clocks_[i].AddTo(&(*out)[i], now);
+  StageStats& fetch = (*out)[StageIndex(Stage::kFetch)];
+  fetch.in_flight = fetch_inflight_;
+  StageStats& decode = (*out)[StageIndex(Stage::kDecode)];
+  decode.queue_size = fetched_.size();
+  decode.queue_capacity = config_.fetch_capacity;
+  decode.in_flight = decode_inflight_;
+  StageStats& collate = (*out)[StageIndex(Stage::kCollate)];
+  collate.queue_size = open_.size();
+  collate.queue_capacity = config_.options.num_slots;
+  StageStats& deliver = (*out)[StageIndex(Stage::kDeliver)];
+  deliver.queue_size = ready_.size();
+  deliver.queue_capacity = config_.options.num_slots;
+}
+
+StreamStats StreamMachine::Stats(uint64_t now) {
+  StreamStats st;
+  st.stream_id = config_.id;
+  st.pipeline = config_.pipeline->name;
+  st.batches_emitted = emitted_;
+  st.samples_emitted = samples_emitted_;
+  st.samples_failed = samples_failed_;
+  st.slots_total = config_.options.num_slots;
+  st.slots_held_by_consumer = slots_held_;
+  st.elapsed_ns = now - created_ns_;
+  SnapshotStages(now, &st.stages);
+  return st;
+}
+
+void StreamMachine::CheckInvariants() const {
+#ifndef NDEBUG
+  mu_.AssertHeld();
+  const size_t slots = config_.options.num_slots;
+  // Every slot is in exactly one place.
+  std::vector<uint8_t> seen(slots, 0);
+  auto mark = [&](uint32_t slot) {
+    assert(slot < slots);
+    assert(!seen[slot]);
+    seen[slot] = 1;
+  };
+  for (uint32_t s : free_slots_) mark(s);
+  for (const auto& b : open_) mark(b->slot);
+  for (const BatchInfo& b : ready_) mark(b.slot);
+  uint32_t held = 0;
+  for (uint32_t s = 0; s < slots; ++s) {
+    if (consumer_holds_[s]) {
+      mark(s);
+      ++held;
+    }
+  }
+  assert(held == slots_held_);
+  assert(free_slots_.size() + open_.size() + ready_.size() + held == slots);
+  // Every buffer is free, queued for decode, or owned by a running task.
+  assert(free_buffers_.size() + fetched_.size() + fetch_inflight_ + decode_inflight_ ==
+         buffers_.size());
+  assert(fetch_inflight_ + decode_inflight_ <= tasks_inflight_);
+  // A terminal stream queues no work.
+  assert(!terminal_ || (fetched_.empty() && retries_.empty()));
+  // Batches are emitted in order, never more than the stream has.
+  assert(config_.total_batches == 0 || emitted_ <= config_.total_batches);
+#endif
+}
+
+}  // namespace conveyor

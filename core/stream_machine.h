@@ -1,0 +1,316 @@
+// Internal to the engine: StreamMachine, the state machine of one stream —
+// which task of the stream may run next (sample → fetch → decode), what a
+// finished task changes, how batches are collated and emitted in order
+// (core/collate.cc) and handed to the consumer (core/deliver.cc). The
+// Scheduler (core/scheduler.h) owns the worker pool and only chooses which
+// stream a worker serves next; it never looks inside a stream.
+//
+// Locking: every mutable field is guarded by the engine's one scheduler
+// mutex, which the machine references as mu_; methods that touch them say
+// so with ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_), checked by clang's
+// -Wthread-safety. One lock for the scheduler and all its streams, not one
+// per stream, because a worker completes its last task and picks its next
+// one (possibly of another stream) in a single critical section: per-stream
+// locks would cost two or three lock round trips per task and the fair
+// round-robin pick would have to lock every stream it looks at. Critical
+// sections are short and allocation-free (bench/scheduler_bench.cc measures
+// them). The constant part is set before the stream is registered and read
+// without the lock. Task bodies (Run*) run without the lock and touch only
+// what their task owns: one fetch buffer, one sample's place in a slot.
+//
+// Slot accounting (checked in debug builds, CheckInvariants): every slot is
+// in exactly one of free_slots_, open_ (being filled), ready_ (emitted, not
+// taken) or held by the consumer. Every fetch buffer is free, queued in
+// fetched_, or owned by one running fetch or decode task.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "core/batch_layout.h"
+#include "core/mutex.h"
+#include "core/pipeline_config.h"
+#include "core/sample_decoder.h"
+#include "core/slot_arena.h"
+#include "core/stats.h"
+#include "core/stream.h"
+
+namespace conveyor {
+
+struct EngineOptions;
+
+using EpochPlan = std::vector<uint64_t>;  // this rank's dataset indices, in order
+
+// A batch between its start (a slot was assigned) and its emission. Owned by
+// the machine's open_ queue; tasks in flight point at it (open_ entries are
+// only dropped once emitted, and a terminal stream keeps them until freed).
+struct BatchWork {
+  uint64_t sequence = 0;
+  uint64_t epoch = 0;
+  uint64_t batch_in_epoch = 0;
+  std::shared_ptr<const EpochPlan> plan;
+  uint64_t first = 0;  // index into *plan of the batch's first sample
+  uint32_t size = 0;   // samples assigned
+  uint32_t slot = 0;
+  uint32_t next_fetch = 0;  // next position to fetch
+  uint32_t done = 0;        // positions finished (written or failed)
+  std::vector<uint8_t> failed;  // per position
+  std::vector<std::pair<uint32_t, SampleFailure>> failures;  // (position, failure)
+  uint64_t position_after = 0;
+  uint64_t offset_after = 0;
+  uint64_t epoch_samples = 0;
+  bool end_of_epoch = false;
+  bool finalized = false;  // complete and compacted: may be emitted
+
+  uint64_t sample_index(uint32_t position) const { return (*plan)[first + position]; }
+};
+
+class StreamMachine;
+
+enum class TaskKind : uint8_t { kSample, kFetch, kDecode };
+
+// One unit of work a worker runs without the lock.
+struct Task {
+  TaskKind kind = TaskKind::kSample;
+  // Not owning: a stream stays registered (so alive) while it has tasks in
+  // flight.
+  StreamMachine* stream = nullptr;
+  BatchWork* batch = nullptr;
+  uint32_t position = 0;
+  uint32_t buffer = 0;
+  uint32_t attempt = 0;          // fetch: earlier attempts that hit a system error
+  uint64_t first_failure_ns = 0; // fetch: when the first of them failed
+  uint64_t epoch = 0;            // sample: the epoch to plan
+  // Results, filled by Run.
+  absl::Status status;
+  std::shared_ptr<const EpochPlan> plan;
+  uint64_t started_ns = 0, finished_ns = 0;
+};
+
+// What a thread collects under the lock and acts on once it is released:
+// consumer callbacks to run, warnings to log, and streams that left the
+// scheduler (their last reference may be this one: freeing an arena unmaps
+// memory, which is not done under the lock). Owned by one thread.
+struct Outbox {
+  std::vector<std::function<void()>> callbacks;
+  std::vector<std::string> warnings;
+  std::vector<std::shared_ptr<StreamMachine>> retired;
+  bool empty() const { return callbacks.empty() && warnings.empty() && retired.empty(); }
+  void Flush();  // runs, logs and lets go of everything, then clears (keeps capacity)
+};
+
+// The retry schedule of fetches that hit errors of the system, in monotonic
+// nanoseconds (from EngineOptions).
+struct RetryPolicy {
+  uint32_t max_attempts = 8;
+  uint64_t initial_backoff_ns = 10'000'000;
+  uint64_t max_backoff_ns = 1'000'000'000;
+  uint64_t deadline_ns = 30'000'000'000;
+  // Backoff before attempt `attempt` + 1, after `attempt` failures (≥ 1).
+  uint64_t BackoffNs(uint32_t attempt) const;
+};
+
+class StreamMachine {
+ public:
+  static constexpr uint64_t kNever = ~uint64_t{0};
+
+  // Everything constant about a stream, fixed before it is registered.
+  struct Config {
+    uint64_t id = 0;
+    std::shared_ptr<const PipelineConfig> pipeline;
+    StreamOptions options;
+    BatchLayout layout;
+    uint64_t samples_per_epoch = 0;    // this rank's, full epoch
+    uint64_t first_epoch_samples = 0;  // this rank's, first epoch after epoch_offset
+    uint64_t total_batches = 0;        // 0: endless
+    uint32_t fetch_capacity = 0;
+    uint32_t fetch_limit = 0;
+    uint32_t decode_limit = 0;
+    RetryPolicy retry;
+  };
+
+  // REQUIRES: *mu outlives the machine (it is the scheduler's mutex).
+  StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mutex* mu);
+  StreamMachine(const StreamMachine&) = delete;
+  StreamMachine& operator=(const StreamMachine&) = delete;
+
+  // ---- constant after construction: read without the lock
+  const Config& config() const { return config_; }
+  uint64_t id() const { return config_.id; }
+  const SlotArena& arena() const { return *arena_; }
+  uint64_t BatchesInEpoch(uint64_t epoch) const;
+  Mutex& mu() const ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
+  // ---- registration (the scheduler's list of streams that need workers)
+  bool registered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_; }
+  void set_registered(bool r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { registered_ = r; }
+  // Whether the stream no longer needs a worker nor its place in the
+  // scheduler: no task in flight, and it failed or was cancelled, or it
+  // produced every batch and either the consumer took them all or left.
+  bool CanLeave() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t tasks_inflight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tasks_inflight_; }
+  // A task PickTask handed out is over (after Complete, and after
+  // FinishCompaction when Complete asked for one).
+  void EndTask() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --tasks_inflight_; }
+
+  // ---- the pipeline, stage by stage (core/stream_machine.cc)
+  // Picks the next task of this stream that may run at `now`, if any: first
+  // starts batches into free slots, then plans an epoch (sample), decodes a
+  // fetched sample, or fetches one (retries first, once due). When nothing
+  // may run only because a retry is not due yet, lowers *retry_at to its time.
+  bool PickTask(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether PickTask would find a task at `now` (for waking idle workers).
+  bool HasRunnableTask(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs t without the lock. REQUIRES: t came from this machine's PickTask.
+  void RunTask(Task* t, SampleDecoder* decoder) const;
+  // Applies a finished task. Returns a batch that completed with failures and
+  // must be compacted (CompactBatch, without the lock) and then passed to
+  // FinishCompaction; nullptr otherwise.
+  BatchWork* Complete(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- collate (core/collate.cc)
+  // Moves the surviving samples of a batch with failures together. REQUIRES:
+  // every task of `b` finished (so nothing else touches its slot). Lock-free.
+  void CompactBatch(const BatchWork& b) const;
+  void FinishCompaction(BatchWork* b, uint64_t busy_ns, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- deliver: the consumer API (core/deliver.cc)
+  Stream::Poll TryNext(BatchInfo* batch, absl::Status* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits on this stream's own condition variable until TryNext may return
+  // something new or `deadline` passes. Returns false on timeout with
+  // nothing new.
+  bool WaitForNews(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns a slot the consumer holds; true when it may start new work.
+  absl::Status Release(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the stream (see Stream::Cancel). `consumer_gone`: the handle is
+  // being destroyed, nobody will read again.
+  void Cancel(absl::Status why, bool consumer_gone, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetReadyCallback(std::function<void()> cb) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Fails the stream with `why` (first failure wins): no new work, queued
+  // work dropped, consumer woken.
+  void Fail(absl::Status why, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool terminal() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return terminal_; }
+
+  // ---- statistics
+  void UpdateClocks(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SnapshotStages(uint64_t now, std::array<StageStats, kNumStages>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StreamStats Stats(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Debug builds: asserts the slot and buffer accounting. Release: nothing.
+  void CheckInvariants() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+ private:
+  // A fetch that hit an error of the system, waiting for its next attempt.
+  struct PendingRetry {
+    BatchWork* batch;
+    uint32_t position;
+    uint32_t attempt;  // failures so far
+    uint64_t not_before_ns;
+    uint64_t first_failure_ns;
+  };
+
+  bool AllStarted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return config_.total_batches != 0 && next_sequence_ >= config_.total_batches;
+  }
+  bool Finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return config_.total_batches != 0 && emitted_ >= config_.total_batches;
+  }
+  StageStats& stage(Stage s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stages_[static_cast<int>(s)];
+  }
+
+  // Stage by stage: whether a task may start, taking it, applying it.
+  void StartBatches() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CanSample() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeSample(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteSample(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunSample(Task* t) const;
+
+  bool FetchRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BatchWork* Fetchable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Index of a due retry in retries_, or -1; lowers *retry_at otherwise.
+  int DueRetry(uint64_t now, uint64_t* retry_at) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BatchWork* CompleteFetch(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunFetch(Task* t) const;
+
+  bool CanDecode() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeDecode(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BatchWork* CompleteDecode(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RunDecode(Task* t, SampleDecoder* decoder) const;
+
+  // Collate (core/collate.cc).
+  void RecordFailure(BatchWork* b, uint32_t pos, const absl::Status& st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A position of b finished; returns b when that completed it with
+  // failures (to compact), emits it when it completed cleanly.
+  BatchWork* PositionDone(BatchWork* b, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EmitInOrder(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Deliver (core/deliver.cc): wakes the consumer and queues its callback.
+  void Notify(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns ready batches' slots to free_slots_ (they will not be taken).
+  void DropReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- constant after construction
+  const Config config_;
+  const std::unique_ptr<SlotArena> arena_;
+  const SampleSource* source_;  // config_.pipeline->source, or default_source_
+  const std::unique_ptr<SampleSource> default_source_;
+  const uint64_t created_ns_;
+  // Fetch buffers: the vector is fixed; buffer i's bytes belong to whoever
+  // holds index i (free_buffers_, a fetched_ entry, or one running task).
+  mutable std::vector<std::vector<uint8_t>> buffers_;
+
+  Mutex& mu_;
+  // Consumers blocked in Next wait here (not on the workers' condvar).
+  CondVar ready_cv_;
+
+  // ---- guarded by mu_
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  bool terminal_ ABSL_GUARDED_BY(mu_) = false;  // failed or cancelled: no new work
+  bool consumer_gone_ ABSL_GUARDED_BY(mu_) = false;  // the Stream handle is gone
+  absl::Status error_ ABSL_GUARDED_BY(mu_);      // why it is terminal
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // next batch to start
+  uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 0;     // its epoch
+  uint64_t next_in_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // its batch_in_epoch
+  uint64_t emitted_ ABSL_GUARDED_BY(mu_) = 0;        // batches emitted
+  uint64_t samples_emitted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;   // of emitted batches, failed included
+  uint64_t samples_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, std::shared_ptr<const EpochPlan>> plans_ ABSL_GUARDED_BY(mu_);
+  bool plan_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::unique_ptr<BatchWork>> open_ ABSL_GUARDED_BY(mu_);  // started, in order
+  struct Fetched {
+    BatchWork* batch;
+    uint32_t position;
+    uint32_t buffer;
+  };
+  std::deque<Fetched> fetched_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingRetry> retries_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_buffers_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> consumer_holds_ ABSL_GUARDED_BY(mu_);  // per slot
+  uint32_t slots_held_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<BatchInfo> ready_ ABSL_GUARDED_BY(mu_);
+  uint32_t fetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t decode_inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t tasks_inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t consumers_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> ready_callback_ ABSL_GUARDED_BY(mu_);
+  std::array<StageStats, kNumStages> stages_ ABSL_GUARDED_BY(mu_);
+  std::array<StageClock, kNumStages> clocks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace conveyor
