@@ -3,6 +3,7 @@
 #include <csetjmp>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first
 #include <cstring>
+#include <utility>
 
 // clang-format off
 #include <jpeglib.h>
@@ -76,6 +77,35 @@ void CmykToRgb(const uint8_t* in, uint8_t* out, int n) {
   }
 }
 
+// Owns the libjpeg image in progress, from jpeg_read_header until the
+// decoder is done with it: its destructor calls jpeg_abort_decompress, which
+// frees libjpeg's per-image memory and readies the decompressor for the next
+// image, on every path (errors, early returns, rows below a region that are
+// never decoded). Moved from ReadHeader (on success) into the decoder's
+// state, and from there into DecodeRegion, which lets it go on return.
+class ImageInProgress {
+ public:
+  ImageInProgress() = default;
+  explicit ImageInProgress(jpeg_decompress_struct* cinfo) : cinfo_(cinfo) {}
+  ImageInProgress(ImageInProgress&& o) noexcept : cinfo_(std::exchange(o.cinfo_, nullptr)) {}
+  ImageInProgress& operator=(ImageInProgress&& o) noexcept {
+    if (this != &o) {
+      Abort();
+      cinfo_ = std::exchange(o.cinfo_, nullptr);
+    }
+    return *this;
+  }
+  ~ImageInProgress() { Abort(); }
+  explicit operator bool() const { return cinfo_ != nullptr; }
+
+ private:
+  void Abort() {
+    if (cinfo_ != nullptr) jpeg_abort_decompress(cinfo_);
+    cinfo_ = nullptr;
+  }
+  jpeg_decompress_struct* cinfo_ = nullptr;
+};
+
 struct JpegDecoder::State {
   jpeg_decompress_struct cinfo;
   jpeg_error_mgr err;
@@ -86,6 +116,8 @@ struct JpegDecoder::State {
   bool truncated;
   bool decoding_scans = false;  // past jpeg_read_header
   bool created = false;
+  // A header read by ReadHeader, waiting for DecodeRegion (empty otherwise).
+  ImageInProgress image;
 
   State() {
     std::memset(&cinfo, 0, sizeof(cinfo));
@@ -109,6 +141,7 @@ struct JpegDecoder::State {
   }
 
   ~State() {
+    image = ImageInProgress();  // aborted before the decompressor goes
     if (created) jpeg_destroy_decompress(&cinfo);
   }
 
@@ -158,9 +191,8 @@ absl::Status JpegDecoder::LibjpegError(const char* what) const {
 
 absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> bytes,
                                                    uint64_t max_pixels) {
-  header_ready_ = false;
+  state_->image = ImageInProgress();  // drops a header read but never decoded
   if (!state_->created) return absl::InternalError("libjpeg decompressor could not be created");
-  jpeg_abort_decompress(&state_->cinfo);  // drop any image in progress
   if (bytes.empty()) return absl::InvalidArgumentError("empty input (0 bytes)");
   if (bytes.size() < 2 || bytes[0] != 0xFF || bytes[1] != 0xD8) {
     if (bytes.size() == 1) {
@@ -171,13 +203,10 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
   }
   bytes_ = bytes;
   JpegHeader header;
-  if (!ReadHeaderLibjpeg(&header)) {
-    jpeg_abort_decompress(&state_->cinfo);
-    return LibjpegError("corrupt JPEG header");
-  }
+  ImageInProgress image(&state_->cinfo);  // aborted on every return but the last
+  if (!ReadHeaderLibjpeg(&header)) return LibjpegError("corrupt JPEG header");
   const uint64_t pixels = static_cast<uint64_t>(header.width) * static_cast<uint64_t>(header.height);
   if (pixels > max_pixels) {
-    jpeg_abort_decompress(&state_->cinfo);
     return absl::InvalidArgumentError(absl::StrFormat("image %dx%d exceeds max_pixels %d",
                                                       header.width, header.height, max_pixels));
   }
@@ -193,10 +222,9 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
     }
   }
   if (!has_eoi) {
-    jpeg_abort_decompress(&state_->cinfo);
     return absl::DataLossError("truncated JPEG data (no end-of-image marker after the scan data)");
   }
-  header_ready_ = true;
+  state_->image = std::move(image);  // kept for DecodeRegion
   return header;
 }
 
@@ -235,26 +263,22 @@ bool JpegDecoder::ReadHeaderLibjpeg(JpegHeader* header) {
 }
 
 absl::Status JpegDecoder::DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink) {
-  if (!header_ready_) return absl::FailedPreconditionError("DecodeRegion without ReadHeader");
-  header_ready_ = false;
+  if (!state_->image) return absl::FailedPreconditionError("DecodeRegion without ReadHeader");
+  // Aborted whenever this returns: rows below the region are never decoded,
+  // and an error leaves libjpeg's per-image memory to free.
+  const ImageInProgress image = std::move(state_->image);
   if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
-    jpeg_abort_decompress(&state_->cinfo);
     return absl::InvalidArgumentError(absl::StrCat("bad scale denominator ", scale_denom));
   }
   const int sw = ScaledSize(static_cast<int>(state_->cinfo.image_width), scale_denom);
   const int sh = ScaledSize(static_cast<int>(state_->cinfo.image_height), scale_denom);
   if (region.x0 < 0 || region.y0 < 0 || region.x1 > sw || region.y1 > sh ||
       region.x0 >= region.x1 || region.y0 >= region.y1) {
-    jpeg_abort_decompress(&state_->cinfo);
     return absl::InvalidArgumentError(absl::StrFormat(
         "region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1, region.y0,
         region.y1, sw, sh));
   }
-  const bool ok = DecodeRegionLibjpeg(region, scale_denom, sink);
-  // Rows below the region are never decoded; this also releases libjpeg's
-  // per-image memory after an error.
-  jpeg_abort_decompress(&state_->cinfo);
-  if (!ok) return LibjpegError("corrupt JPEG data");
+  if (!DecodeRegionLibjpeg(region, scale_denom, sink)) return LibjpegError("corrupt JPEG data");
   return absl::OkStatus();
 }
 
@@ -327,7 +351,7 @@ bool JpegDecoder::DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom
 }
 
 absl::Status JpegDecoder::DecodeImage(int scale_denom, RgbImage* out) {
-  if (!header_ready_) return absl::FailedPreconditionError("DecodeImage without ReadHeader");
+  if (!state_->image) return absl::FailedPreconditionError("DecodeImage without ReadHeader");
   PixelRegion region;
   region.x1 = ScaledSize(static_cast<int>(state_->cinfo.image_width), scale_denom);
   region.y1 = ScaledSize(static_cast<int>(state_->cinfo.image_height), scale_denom);

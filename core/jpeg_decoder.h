@@ -125,7 +125,6 @@ class JpegDecoder {
 
   std::unique_ptr<State> state_;
   std::span<const uint8_t> bytes_;
-  bool header_ready_ = false;
   // Decoded rows of one batch (plus kRowSlack); grows, never shrinks.
   std::unique_ptr<uint8_t[]> batch_;
   size_t batch_capacity_ = 0;

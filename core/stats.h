@@ -44,6 +44,7 @@ struct StreamStats {
   uint64_t samples_failed = 0;
   uint64_t slots_total = 0;
   uint64_t slots_held_by_consumer = 0;
+  uint64_t consumers_waiting = 0;  // threads blocked in Stream::Next now
   uint64_t elapsed_ns = 0;
   std::array<StageStats, kNumStages> stages;
 };

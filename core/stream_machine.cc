@@ -366,7 +366,9 @@ void StreamMachine::Fail(absl::Status why, Outbox* out) {
 // ---------------------------------------------------------------- statistics
 
 void StreamMachine::UpdateClocks(uint64_t now) {
-  auto set = [&](Stage st, StageClock::State state) { clocks_[StageIndex(st)].Set(state, now); };
+  auto set = [&](Stage st, StageClock::State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    clocks_[StageIndex(st)].Set(state, now);
+  };
   const bool fetchable = Fetchable() != nullptr || !retries_.empty();
   const bool done = terminal_ || AllStarted();
   set(Stage::kSample, plan_pending_ ? StageClock::kActive : StageClock::kStarved);
@@ -417,6 +419,7 @@ StreamStats StreamMachine::Stats(uint64_t now) {
   st.samples_failed = samples_failed_;
   st.slots_total = config_.options.num_slots;
   st.slots_held_by_consumer = slots_held_;
+  st.consumers_waiting = consumers_waiting_;
   st.elapsed_ns = now - created_ns_;
   SnapshotStages(now, &st.stages);
   return st;

@@ -264,9 +264,11 @@ TEST_CASE("Cancel wakes a consumer blocked in Next", "[engine][cancel]") {
   // The only slot is held: the next Next blocks until cancelled.
   absl::Status seen;
   std::thread waiter([&] { seen = (*s)->Next(absl::Seconds(30)).status(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Cancel only once the waiter really is blocked in Next.
+  const bool blocked = testing::WaitFor([&] { return (*s)->Stats().consumers_waiting == 1; });
   (*s)->Cancel(absl::CancelledError("test cancel"));
   waiter.join();
+  CHECK(blocked);
   CHECK(absl::IsCancelled(seen));
 }
 

@@ -285,3 +285,64 @@ TEST_CASE("jpeg decoder: misuse is reported", "[jpeg]") {
 }
 
 }  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// After every way an image can end early, the same decoder decodes the next
+// image exactly as a fresh one does (the image in progress was released).
+TEST_CASE("jpeg decoder: every early end leaves the decoder ready for the next image", "[jpeg]") {
+  const std::vector<uint8_t> good = Encode(96, 64, Flavour::k420);
+  const std::vector<uint8_t> other = Encode(40, 72, Flavour::k444);
+  RgbImage want;
+  {
+    JpegDecoder fresh;
+    REQUIRE(fresh.ReadHeader(good, 1 << 20).ok());
+    REQUIRE(fresh.DecodeImage(1, &want).ok());
+  }
+  std::vector<uint8_t> corrupt_scan = good;
+  for (size_t i = corrupt_scan.size() / 2; i < corrupt_scan.size() - 2; i += 7) {
+    corrupt_scan[i] = 0xFF;  // markers inside entropy-coded data
+  }
+  std::vector<uint8_t> bad_header = good;
+  bad_header[FindSof(good) + 2] = 0xFF;  // SOF length garbage
+  const std::vector<uint8_t> no_eoi(good.begin(), good.end() - 2);
+  auto noop = [](const uint8_t*, size_t, int) {};
+
+  JpegDecoder dec;
+  const std::vector<std::function<void()>> early_ends = {
+      [&] { CHECK_FALSE(dec.ReadHeader(bad_header, 1 << 20).ok()); },
+      [&] { CHECK_FALSE(dec.ReadHeader(good, 16).ok()); },  // too many pixels
+      [&] { CHECK(absl::IsDataLoss(dec.ReadHeader(no_eoi, 1 << 20).status())); },
+      [&] {
+        REQUIRE(dec.ReadHeader(good, 1 << 20).ok());
+        CHECK(absl::IsInvalidArgument(dec.DecodeRegion({0, 0, 8, 8}, 3, noop)));
+      },
+      [&] {
+        REQUIRE(dec.ReadHeader(good, 1 << 20).ok());
+        CHECK(absl::IsInvalidArgument(dec.DecodeRegion({0, 0, 97, 8}, 1, noop)));
+      },
+      [&] {
+        if (dec.ReadHeader(corrupt_scan, 1 << 20).ok()) {
+          RgbImage img;
+          (void)dec.DecodeImage(1, &img);
+        }
+      },
+      [&] { REQUIRE(dec.ReadHeader(other, 1 << 20).ok()); },  // read, never decoded
+      [&] {
+        REQUIRE(dec.ReadHeader(other, 1 << 20).ok());
+        CHECK(dec.DecodeRegion({4, 4, 20, 20}, 2, noop).ok());  // rows below left undecoded
+      },
+  };
+  for (size_t i = 0; i < early_ends.size(); ++i) {
+    INFO("early end " << i);
+    early_ends[i]();
+    RgbImage got;
+    REQUIRE(dec.ReadHeader(good, 1 << 20).ok());
+    REQUIRE(dec.DecodeImage(1, &got).ok());
+    CHECK(got.pixels == want.pixels);
+  }
+}
+
+}  // namespace
+}  // namespace conveyor
