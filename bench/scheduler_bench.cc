@@ -12,7 +12,10 @@
 // task, and wakeups. With --stage spin, "overhead/sample" is the CPU a
 // sample costs beyond the stage itself (process CPU / samples − stage-us):
 // fetch and decode task dispatch, collate, delivery to the consumer, and
-// all lock and wakeup costs; "% of stage" relates it to the stage's cost.
+// all lock and wakeup costs, and the kernel's cost of switching threads;
+// "% of stage" relates it to the stage's cost. Context switches per task
+// tell the scheduler's blocking (blocked: waiting for its lock or for work)
+// from oversubscription (preempted: more runnable threads than cores).
 #include <sys/resource.h>
 #include <time.h>
 
@@ -30,10 +33,20 @@
 
 namespace {
 
-double CpuSeconds() {
+struct ProcUsage {
+  double cpu_s = 0;
+  double voluntary = 0;    // context switches: blocked (lock, condition variable)
+  double involuntary = 0;  // preempted (more runnable threads than cores)
+};
+
+ProcUsage ProcessUsage() {
   rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  ProcUsage u;
+  u.cpu_s = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  u.voluntary = static_cast<double>(ru.ru_nvcsw);
+  u.involuntary = static_cast<double>(ru.ru_nivcsw);
+  return u;
 }
 
 uint64_t ThreadCpuNanos() {
@@ -84,7 +97,7 @@ int Usage() {
 
 struct Result {
   int threads = 0;
-  double wall_s = 0, cpu_s = 0;
+  double wall_s = 0, cpu_s = 0, voluntary = 0, involuntary = 0;
   uint64_t tasks = 0, samples = 0;
   conveyor::SchedulerStats sched;
 };
@@ -174,12 +187,12 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // warm-up
     const conveyor::SchedulerStats s0 = (*engine)->scheduler_stats();
     const uint64_t d0 = decoded();
-    const double c0 = CpuSeconds();
+    const ProcUsage c0 = ProcessUsage();
     const auto t0 = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
     const conveyor::SchedulerStats s1 = (*engine)->scheduler_stats();
     const uint64_t d1 = decoded();
-    const double c1 = CpuSeconds();
+    const ProcUsage c1 = ProcessUsage();
     const auto t1 = std::chrono::steady_clock::now();
     stop = true;
     for (auto& s : open) s->Cancel();
@@ -190,7 +203,9 @@ int main(int argc, char** argv) {
     Result r;
     r.threads = threads;
     r.wall_s = std::chrono::duration<double>(t1 - t0).count();
-    r.cpu_s = c1 - c0;
+    r.cpu_s = c1.cpu_s - c0.cpu_s;
+    r.voluntary = c1.voluntary - c0.voluntary;
+    r.involuntary = c1.involuntary - c0.involuntary;
     r.samples = d1 - d0;
     r.sched.tasks_run = s1.tasks_run - s0.tasks_run;
     r.sched.lock_acquisitions = s1.lock_acquisitions - s0.lock_acquisitions;
@@ -218,10 +233,12 @@ int main(int argc, char** argv) {
           "\"tasks_per_s\": %.0f, \"samples_per_s\": %.0f, \"cpu_us_per_task\": %.2f, "
           "\"cpu_us_per_sample\": %.2f, \"overhead_us_per_sample\": %.2f, "
           "\"lock_wait_us_per_task\": %.3f, \"lock_hold_us_per_task\": %.3f, "
-          "\"wakeups_per_task\": %.3f, \"idle_wakeups_per_task\": %.3f}%s\n",
+          "\"wakeups_per_task\": %.3f, \"idle_wakeups_per_task\": %.3f, "
+          "\"voluntary_switches_per_task\": %.3f, \"involuntary_switches_per_task\": %.3f}%s\n",
           r.threads, cores, stage.c_str(), stage_ns ? stage_us : 0, streams, tasks / r.wall_s,
           samples / r.wall_s, cpu_task_us, cpu_sample_us, overhead_us, wait_us, hold_us,
-          r.sched.wakeups / tasks, r.sched.idle_wakeups / tasks, i + 1 < results.size() ? "," : "");
+          r.sched.wakeups / tasks, r.sched.idle_wakeups / tasks, r.voluntary / tasks,
+          r.involuntary / tasks, i + 1 < results.size() ? "," : "");
     } else {
       std::printf(
           "threads %3d (%u cores), stage %s%s, %d stream(s): %9.0f tasks/s %8.0f samples/s | "
@@ -233,8 +250,11 @@ int main(int argc, char** argv) {
         std::printf(" (overhead %.2f us/sample = %.2f%% of stage)", overhead_us,
                     100 * overhead_us / (stage_ns / 1e3));
       }
-      std::printf(" | lock wait %.3f us/task, hold %.3f us/task | wakeups %.3f/task (%.3f idle)\n",
-                  wait_us, hold_us, r.sched.wakeups / tasks, r.sched.idle_wakeups / tasks);
+      std::printf(
+          " | lock wait %.3f us/task, hold %.3f us/task | wakeups %.3f/task (%.3f idle) | "
+          "switches %.3f blocked + %.3f preempted /task\n",
+          wait_us, hold_us, r.sched.wakeups / tasks, r.sched.idle_wakeups / tasks,
+          r.voluntary / tasks, r.involuntary / tasks);
     }
   }
   if (json) std::printf("]\n");
