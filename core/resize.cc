@@ -157,7 +157,7 @@ __attribute__((target("avx2"), always_inline)) inline void HorizontalRowAvx2Impl
 // Up to kMaxUniformGroups groups all pixels run the same unrolled count; the
 // extra taps read at most 4 * kMaxUniformGroups - 1 pixels past a pixel's
 // last tap (inside kReadPadding, see BuildHorizontalTables).
-constexpr int kMaxUniformGroups = 2;
+[[maybe_unused]] constexpr int kMaxUniformGroups = 2;  // documents the bound below
 
 // `start` holds each pixel's first tap as a byte offset (3 * pixel).
 __attribute__((target("avx2"))) void HorizontalRowAvx2(const uint8_t* src, uint8_t* dst,

@@ -214,8 +214,10 @@ void Scheduler::MaybeUnregister(StreamMachine* s, Outbox* out) {
     assert(false && "a registered stream is in streams_");
     return;
   }
-  // A registered stream is one that can still run or whose consumer lives.
+  // A registered stream is one that can still run or whose consumer lives:
+  // every transition that can let it leave ends here.
   assert(!s->registered() || !s->CanLeave());
+  assert(!s->registered() || !s->consumer_gone() || s->tasks_inflight() > 0);
 }
 
 // ---------------------------------------------------------------- consumer side

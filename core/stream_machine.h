@@ -157,6 +157,7 @@ class StreamMachine {
   // produced every batch and either the consumer took them all or left.
   bool CanLeave() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t tasks_inflight() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tasks_inflight_; }
+  bool consumer_gone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return consumer_gone_; }
   // A task PickTask handed out is over (after Complete, and after
   // FinishCompaction when Complete asked for one).
   void EndTask() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --tasks_inflight_; }
