@@ -7,8 +7,8 @@
 // is not started. See core/stream.h for the per-stream contract.
 //
 // Thread-safety: all methods are safe to call concurrently. Destroying the
-// engine cancels open streams (their handles stay valid and report the
-// cancellation) and joins the workers.
+// engine shuts it down (Shutdown): open streams' handles stay valid and
+// report UNAVAILABLE. Stream handles may outlive the engine.
 #pragma once
 
 #include <memory>
@@ -74,7 +74,8 @@ class Engine {
   SchedulerStats scheduler_stats() const;
   int num_threads() const;
 
-  // Cancels every stream with `why` and joins the workers. Idempotent.
+  // Fails every open stream with UNAVAILABLE ("engine shutting down"), lets
+  // the workers finish the tasks they run, and joins them. Idempotent.
   void Shutdown();
 
  private:
