@@ -320,16 +320,20 @@ StreamStats Scheduler::Stats(StreamMachine* s) {
 EngineStats Scheduler::Stats() {
   EngineStats es;
   es.num_threads = options_.num_threads;
-  MutexLock lock(&mu_);
-  const uint64_t now = MonotonicNanos();
-  es.stages = finished_totals_;
-  es.streams_total = streams_total_;
-  es.uptime_ns = now - created_ns_;
-  es.streams_open = streams_.size();
-  es.streams.reserve(streams_.size());
-  for (const auto& s : streams_) {
-    s->mu().AssertHeld();
-    es.streams.push_back(s->Stats(now));
+  std::vector<std::shared_ptr<StreamMachine>> open;
+  {
+    MutexLock lock(&mu_);
+    open = streams_;
+    es.stages = finished_totals_;
+    es.streams_total = streams_total_;
+  }
+  es.uptime_ns = MonotonicNanos() - created_ns_;
+  es.streams_open = open.size();
+  es.streams.reserve(open.size());
+  // One short critical section per stream, so a stats poll never holds
+  // the workers up for the whole list.
+  for (const auto& s : open) {
+    es.streams.push_back(Stats(s.get()));
     AddStages(&es.stages, es.streams.back().stages);
   }
   return es;
