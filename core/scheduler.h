@@ -14,10 +14,12 @@
 // that takes a task while more runnable work and sleeping workers remain
 // wakes one more (a baton), so every runnable task finds a worker without
 // waking the whole pool after every task; only shutdown wakes all. A fetch
-// waiting to be retried after an error of the system is picked up by
-// whichever worker looks at its time; when all are idle, one of them waits
-// with that time as its deadline (the "timer" worker). Consumers blocked in
-// Next wait on their own stream's condition variable.
+// waiting to be retried after an error of the system is taken by the first
+// pick after its time; a worker that finds nothing to run waits with the
+// earliest retry time as its deadline unless another worker already waits
+// for an earlier one (the "timer" worker), so a due retry waits at most for
+// a running task to end. Consumers blocked in Next wait on their own
+// stream's condition variable.
 //
 // Lifetime: a stream is registered from OpenStream until it can leave
 // (StreamMachine::CanLeave: no task in flight, and it failed, was cancelled,

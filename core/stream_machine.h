@@ -190,7 +190,8 @@ class StreamMachine {
   // something new or `deadline` passes. Returns false on timeout with
   // nothing new.
   bool WaitForNews(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Returns a slot the consumer holds; true when it may start new work.
+  // Returns a slot the consumer holds to the free slots. InvalidArgument if
+  // the consumer does not hold it.
   absl::Status Release(uint32_t slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the stream (see Stream::Cancel). `consumer_gone`: the handle is
   // being destroyed, nobody will read again.
