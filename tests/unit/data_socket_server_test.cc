@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/unique_fd.h"
 #include "server/data_socket_server.h"
+#include "tests/unit/socket_test_util.h"
 
 namespace conveyor::server {
 namespace {
@@ -287,6 +288,45 @@ TEST_CASE("data socket: a flood of silent connections is bounded and harms no st
     conn = Connect(t.server->port());
     return Handshake(conn.get(), 9, MakeSecret(2)) == 0;
   }));
+  auto v = Pattern(1000, 3);
+  t.channel->Send(v->data(), v->size(), v);
+  CHECK(ReadExactly(conn.get(), v->size()) == *v);
+  CHECK(t.failures == 0);
+}
+
+TEST_CASE("data socket: out of file descriptors it backs off, then serves again",
+          "[data_socket][emfile]") {
+  const std::set<pid_t> threads_before = testing::ThreadIds();
+  OneChannel t(21, MakeSecret(4));
+  const std::vector<pid_t> added = testing::NewThreads(threads_before);
+  REQUIRE(added.size() == 1);  // the server's thread
+  // Made before the process runs out: connecting needs no new fd here.
+  UniqueFd conn(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(conn.valid());
+  const testing::ThreadCpuClock cpu(added[0]);
+  REQUIRE(cpu.valid());
+  long busy_ticks = 0;
+  {
+    testing::FdExhaustion exhausted;
+    REQUIRE(exhausted.ok());
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(t.server->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(conn.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    // The server cannot accept the connection now. Over one second, a
+    // thread that retries accept() in a loop burns that second; one that
+    // backs off burns next to nothing.
+    const long before = cpu.Ticks();
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // the measured window
+    busy_ticks = cpu.Ticks() - before;
+  }
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  INFO("server thread CPU over 1 s: " << busy_ticks << " of " << ticks_per_second << " ticks");
+  CHECK(busy_ticks <= ticks_per_second / 10);
+  // Fds are free again: the waiting connection is served.
+  testing::SetRecvTimeout(conn.get(), 10);
+  REQUIRE(Handshake(conn.get(), 21, MakeSecret(4)) == 0);
   auto v = Pattern(1000, 3);
   t.channel->Send(v->data(), v->size(), v);
   CHECK(ReadExactly(conn.get(), v->size()) == *v);
