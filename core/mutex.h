@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace conveyor {
@@ -23,6 +24,8 @@ class ABSL_LOCKABLE Mutex {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  // Takes the lock if it is free; true when it did.
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
   std::mutex& native() { return mu_; }
 
  private:
