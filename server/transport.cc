@@ -38,6 +38,11 @@ absl::StatusOr<Transport*> TransportSet::Choose(const v1::OpenStream& request,
     if (absl::Status st = t->CanServe(request, peer); !st.ok()) return st;
     return t.get();
   }
+  if (v1::Transport_IsValid(request.transport())) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("this daemon does not offer transport %s; use AUTO",
+                        TransportName(request.transport())));
+  }
   return absl::InvalidArgumentError(
       absl::StrFormat("unknown transport %d", static_cast<int>(request.transport())));
 }

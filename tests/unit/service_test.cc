@@ -1,0 +1,531 @@
+// Tests of ConveyorService (server/service.h) and its gRPC adapter
+// (server/grpc_service.h) without a network: the service driven directly,
+// and the adapter's StreamReactor over an in-process channel. Covered: the
+// fd hand-over with right and wrong secrets, DATA_LOSS under fail_fast and
+// failures listed under skip (end to end through the reactor), the wait
+// for a shared-memory client's hand-over (woken by it, or ended by the
+// grace period), the reactor's protocol errors, and OpenStream racing
+// BeginShutdown with no budget leaked. Compiled only with the server
+// library.
+#ifdef CONVEYOR_HAVE_SERVER
+
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conveyor/v1/conveyor.grpc.pb.h"
+#include "core/engine.h"
+#include "server/fd_server.h"
+#include "server/grpc_service.h"
+#include "server/data_socket_transport.h"
+#include "server/inline_transport.h"
+#include "server/service.h"
+#include "server/shm_transport.h"
+#include "tests/unit/socket_test_util.h"
+#include "tests/unit/test_images.h"
+
+namespace conveyor::server {
+namespace {
+
+using testing::MakeImageFolder;
+using testing::TempDir;
+
+constexpr char kUnixPeer[] = "unix:/run/conveyor/test.sock";
+constexpr char kTcpPeer[] = "ipv4:10.0.0.1:4000";
+
+// ShmTransport, offered to every peer: the in-process channel's peer is not
+// a unix socket, yet the reactor's wait for the hand-over is what the
+// tests look at. Everything else is the real transport's.
+class AnyPeerShm final : public Transport {
+ public:
+  explicit AnyPeerShm(ShmTransport* shm) : shm_(shm) {}
+  v1::Transport kind() const override { return v1::SHARED_MEMORY; }
+  absl::Status CanServe(const v1::OpenStream&, const std::string&) const override {
+    return absl::OkStatus();
+  }
+  bool shares_memory() const override { return true; }
+  absl::StatusOr<std::unique_ptr<StreamTransport>> Open(const std::shared_ptr<Stream>& stream,
+                                                        std::function<void()> wake) override {
+    return shm_->Open(stream, std::move(wake));
+  }
+
+ private:
+  ShmTransport* const shm_;
+};
+
+struct Options {
+  ErrorPolicy error_policy = ErrorPolicy::kSkip;
+  bool corrupt_sample = false;  // a last sample that is not a JPEG
+  bool shm_for_every_peer = false;
+  std::chrono::milliseconds handover_grace{10'000};
+  uint64_t memory_budget = 64ull << 20;
+};
+
+// A service over a small ImageFolder (2 classes × 3 images, 32 px output),
+// with a shared-memory transport (fd socket path in the temp folder, not
+// served unless a test starts an FdServer) and inline; and the gRPC adapter
+// on an in-process channel.
+struct Fixture {
+  explicit Fixture(Options o = {}) {
+    MakeImageFolder(dir.Sub("images"), 2, 3, 48, 40);
+    if (o.corrupt_sample) {
+      // Sorted last: class_1, after img_1000 … img_1002.
+      dir.Write("images/class_1/img_9999.jpg", "this is not a JPEG file");
+    }
+    auto index = DatasetIndex::LoadImageFolder(dir.Sub("images"));
+    REQUIRE(index.ok());
+    auto p = std::make_shared<PipelineConfig>();
+    p->name = "test";
+    p->dataset = *index;
+    p->transform.output_height = p->transform.output_width = 32;
+    p->error_policy = o.error_policy;
+    REQUIRE(ValidatePipelineConfig(*p).ok());
+
+    EngineOptions eo;
+    eo.num_threads = 2;
+    auto engine = Engine::Create(eo);
+    REQUIRE(engine.ok());
+    fd_path = dir.Sub("conveyor.sock.fd");
+    auto shm_owned = std::make_unique<ShmTransport>(fd_path);
+    shm = shm_owned.get();
+    std::vector<std::unique_ptr<Transport>> transports;
+    if (o.shm_for_every_peer) transports.push_back(std::make_unique<AnyPeerShm>(shm));
+    transports.push_back(std::move(shm_owned));
+    transports.push_back(std::make_unique<DataSocketTransport>(nullptr));  // no data socket
+    transports.push_back(std::make_unique<InlineTransport>(64ull << 20));
+
+    ServiceOptions so;
+    so.memory_budget = o.memory_budget;
+    so.max_streams = 256;
+    so.handover_grace = o.handover_grace;
+    auto created = ConveyorService::Create(so, {p}, *std::move(engine),
+                                           std::make_unique<TransportSet>(std::move(transports)));
+    REQUIRE(created.ok());
+    service = *std::move(created);
+
+    grpc_service = std::make_unique<GrpcConveyorService>(service.get());
+    grpc::ServerBuilder builder;
+    builder.RegisterService(grpc_service.get());
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    stub = v1::Conveyor::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  }
+
+  ~Fixture() {
+    service->BeginShutdown();
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  uint64_t BytesInUse() const { return service->GetStats().slot_bytes_in_use(); }
+
+  TempDir dir;
+  std::string fd_path;
+  ShmTransport* shm = nullptr;  // owned by the service
+  std::unique_ptr<ConveyorService> service;
+  std::unique_ptr<GrpcConveyorService> grpc_service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1::Conveyor::Stub> stub;
+};
+
+v1::OpenStream Request(uint32_t batch_size = 2, v1::Transport transport = v1::TRANSPORT_AUTO) {
+  v1::OpenStream r;
+  r.set_pipeline("test");
+  r.set_batch_size(batch_size);
+  r.set_credits(2);
+  r.set_num_epochs(1);
+  r.set_shuffle(false);
+  r.set_transport(transport);
+  return r;
+}
+
+v1::ClientMessage OpenMessage(const v1::OpenStream& r) {
+  v1::ClientMessage m;
+  *m.mutable_open() = r;
+  return m;
+}
+
+v1::ClientMessage ReleaseMessage(uint32_t slot) {
+  v1::ClientMessage m;
+  m.mutable_release()->add_slots(slot);
+  return m;
+}
+
+// One StreamBatches call over the in-process channel, with a deadline so
+// that a test that would hang fails instead.
+struct Call {
+  explicit Call(v1::Conveyor::Stub* stub, std::chrono::seconds deadline = std::chrono::seconds(20)) {
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
+    stream = stub->StreamBatches(&context);
+  }
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::ServerMessage>> stream;
+};
+
+// What a client that releases every batch at once saw of its stream.
+struct Seen {
+  v1::StreamOpened opened;
+  std::vector<v1::Batch> batches;
+  int epoch_ends = 0;
+  bool stream_end = false;
+  grpc::Status status;
+};
+
+// Reads a call to its end, releasing each batch; stops after StreamEnd when
+// `until_end` (the call then stays open until the server finishes it).
+Seen ReadAll(Call& call, bool until_end = false) {
+  Seen seen;
+  v1::ServerMessage m;
+  while (call.stream->Read(&m)) {
+    switch (m.kind_case()) {
+      case v1::ServerMessage::kOpened:
+        seen.opened = m.opened();
+        break;
+      case v1::ServerMessage::kBatch:
+        seen.batches.push_back(m.batch());
+        call.stream->Write(ReleaseMessage(m.batch().slot()));
+        break;
+      case v1::ServerMessage::kEpochEnd:
+        ++seen.epoch_ends;
+        break;
+      case v1::ServerMessage::kEnd:
+        seen.stream_end = true;
+        if (until_end) return seen;
+        break;
+      default:
+        break;
+    }
+  }
+  seen.status = call.stream->Finish();
+  return seen;
+}
+
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+Secret SecretOf(const v1::StreamOpened& opened) {
+  Secret s{};
+  REQUIRE(opened.secret().size() == s.size());
+  std::memcpy(s.data(), opened.secret().data(), s.size());
+  return s;
+}
+
+// ------------------------------------------------------------ the service
+
+TEST_CASE("service: the fd socket hands the region over for the right secret only",
+          "[service]") {
+  Fixture t;
+  std::atomic<int> wakes{0};
+  auto session = t.service->OpenStream(Request(), kUnixPeer, [&] { ++wakes; });
+  REQUIRE(session.ok());
+  const v1::StreamOpened& opened = (*session)->opened();
+  CHECK(opened.transport() == v1::SHARED_MEMORY);
+  CHECK(opened.fd_socket() == t.fd_path);
+  const Secret secret = SecretOf(opened);
+  auto fd_server = FdServer::Start(t.fd_path, 0600, [&t](uint64_t id, const Secret& s) {
+    return t.shm->RegionFd(id, s);
+  });
+  REQUIRE(fd_server.ok());
+
+  Secret wrong = secret;
+  wrong[31] ^= 1;
+  for (auto [id, s] : {std::pair{opened.stream_id(), wrong}, {opened.stream_id() + 1, secret}}) {
+    UniqueFd conn = testing::ConnectUnix(t.fd_path);
+    REQUIRE(conn.valid());
+    testing::HandOverReply r = testing::RequestRegion(conn.get(), id, s);
+    CHECK(r.status == 1);
+    CHECK_FALSE(r.fd.valid());
+  }
+  CHECK(wakes == 0);
+
+  UniqueFd conn = testing::ConnectUnix(t.fd_path);
+  REQUIRE(conn.valid());
+  testing::HandOverReply r = testing::RequestRegion(conn.get(), opened.stream_id(), secret);
+  CHECK(r.status == 0);
+  REQUIRE(r.fd.valid());
+  struct stat st {};
+  REQUIRE(::fstat(r.fd.get(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) >= opened.region_bytes());
+  CHECK(wakes == 1);  // the stream's owner may have been waiting for this
+
+  // Once the session is gone, so is the stream's entry.
+  session->reset();
+  UniqueFd late = testing::ConnectUnix(t.fd_path);
+  CHECK(testing::RequestRegion(late.get(), opened.stream_id(), secret).status == 1);
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("service: transports are chosen by peer and request", "[service]") {
+  Fixture t;
+  auto unix_auto = t.service->OpenStream(Request(), kUnixPeer);
+  REQUIRE(unix_auto.ok());
+  CHECK((*unix_auto)->opened().transport() == v1::SHARED_MEMORY);
+  auto tcp_auto = t.service->OpenStream(Request(), kTcpPeer);
+  REQUIRE(tcp_auto.ok());
+  CHECK((*tcp_auto)->opened().transport() == v1::INLINE);
+  CHECK((*tcp_auto)->opened().secret().empty());
+
+  auto shm_over_tcp = t.service->OpenStream(Request(2, v1::SHARED_MEMORY), kTcpPeer);
+  CHECK(absl::IsFailedPrecondition(shm_over_tcp.status()));
+  // This daemon has no data socket.
+  auto data_socket = t.service->OpenStream(Request(2, v1::DATA_SOCKET), kTcpPeer);
+  CHECK(absl::IsFailedPrecondition(data_socket.status()));
+  CHECK(std::string(data_socket.status().message()).find("no data socket") != std::string::npos);
+  auto unknown = t.service->OpenStream(Request(2, static_cast<v1::Transport>(77)), kTcpPeer);
+  CHECK(absl::IsInvalidArgument(unknown.status()));
+}
+
+TEST_CASE("service: OpenStream racing BeginShutdown either opens a cancelled stream or is "
+          "refused, and leaks no budget",
+          "[service]") {
+  Fixture t;
+  constexpr int kThreads = 8, kOpensPerThread = 6;
+  struct Outcome {
+    bool opened = false;
+    absl::Status open_status;
+    absl::Status stream_end;  // how an opened stream ended
+  };
+  std::vector<std::vector<Outcome>> outcomes(kThreads);
+  std::atomic<int> started{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ++started;
+      while (!go.load()) std::this_thread::yield();
+      for (int k = 0; k < kOpensPerThread; ++k) {
+        v1::OpenStream r = Request();
+        r.set_num_epochs(0);  // endless: only a cancel ends it
+        auto session = t.service->OpenStream(r, (i + k) % 2 == 0 ? kUnixPeer : kTcpPeer);
+        Outcome o;
+        o.opened = session.ok();
+        o.open_status = session.status();
+        if (session.ok()) {
+          // Consume until the stream ends: it must, since shutdown cancels it.
+          Stream& s = (*session)->stream();
+          while (true) {
+            auto next = s.Next(absl::Seconds(20));
+            if (!next.ok()) {
+              o.stream_end = next.status();
+              break;
+            }
+            if (!next->has_value()) {
+              o.stream_end = absl::InternalError("an endless stream ended");
+              break;
+            }
+            (void)s.Release((*next)->slot);
+          }
+        }
+        outcomes[i].push_back(o);
+      }
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  go.store(true);
+  std::this_thread::yield();
+  t.service->BeginShutdown();
+  for (auto& th : threads) th.join();
+
+  int opened = 0, refused = 0;
+  for (const auto& per_thread : outcomes) {
+    for (const Outcome& o : per_thread) {
+      if (o.opened) {
+        ++opened;
+        INFO("stream ended with " << o.stream_end.ToString());
+        CHECK(absl::IsUnavailable(o.stream_end));
+      } else {
+        ++refused;
+        INFO("open failed with " << o.open_status.ToString());
+        CHECK(absl::IsUnavailable(o.open_status));
+      }
+    }
+  }
+  CHECK(opened + refused == kThreads * kOpensPerThread);
+  CHECK(refused > 0);  // every thread opens again after its stream was cancelled
+  CHECK(t.BytesInUse() == 0);
+  CHECK(Eventually([&] { return t.service->GetStats().streams_size() == 0; }));
+}
+
+// ------------------------------------------------- end to end over gRPC
+
+TEST_CASE("service over gRPC: an inline stream delivers every batch, then StreamEnd",
+          "[service][grpc]") {
+  Fixture t;
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.ok());
+  CHECK(seen.opened.transport() == v1::INLINE);
+  REQUIRE(seen.batches.size() == 3);
+  CHECK(seen.stream_end);
+  CHECK(seen.epoch_ends == 1);
+  for (const v1::Batch& b : seen.batches) {
+    CHECK(b.images().size() == b.images_bytes());
+    CHECK(b.images_bytes() == 2u * 3 * 32 * 32);
+    CHECK(b.shape_size() == 4);
+    CHECK(b.labels_size() == 2);
+  }
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: a corrupt sample under fail_fast ends the call with DATA_LOSS "
+          "after the batches before it",
+          "[service][grpc]") {
+  Options o;
+  o.error_policy = ErrorPolicy::kFailFast;
+  o.corrupt_sample = true;
+  Fixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+  Seen seen = ReadAll(call);
+  // 7 samples in order: batches {0,1} {2,3} {4,5}, then {6 (corrupt)}.
+  CHECK(seen.status.error_code() == grpc::StatusCode::DATA_LOSS);
+  CHECK(seen.status.error_message().find("img_9999.jpg") != std::string::npos);
+  CHECK(seen.status.error_message().find("fail_fast") != std::string::npos);
+  CHECK(seen.batches.size() == 3);
+  CHECK_FALSE(seen.stream_end);
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: a corrupt sample under skip is left out and named in its batch",
+          "[service][grpc]") {
+  Options o;
+  o.corrupt_sample = true;
+  Fixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.ok());
+  REQUIRE(seen.batches.size() == 4);
+  // 7 samples in order: batches {0,1} {2,3} {4,5}, then {6 (corrupt)}.
+  for (size_t i = 0; i < 3; ++i) CHECK(seen.batches[i].failures_size() == 0);
+  const v1::Batch& last = seen.batches.back();
+  CHECK(last.num_samples() == 0);
+  CHECK(last.shape(0) == 0);
+  CHECK(last.images().empty());
+  CHECK(last.end_of_epoch());
+  REQUIRE(last.failures_size() == 1);
+  CHECK(last.failures(0).path().find("img_9999.jpg") != std::string::npos);
+  CHECK(seen.stream_end);
+}
+
+TEST_CASE("service over gRPC: a shared-memory call waits for the hand-over and ends when it "
+          "comes",
+          "[service][grpc]") {
+  Options o;
+  o.shm_for_every_peer = true;
+  o.handover_grace = std::chrono::hours(1);  // only the hand-over can end the wait
+  Fixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2))));
+  Seen seen = ReadAll(call, /*until_end=*/true);
+  REQUIRE(seen.stream_end);
+  REQUIRE(seen.opened.transport() == v1::SHARED_MEMORY);
+  CHECK(seen.batches.size() == 3);
+  for (const v1::Batch& b : seen.batches) CHECK(b.images().empty());
+  // The stream is over, yet the call (and with it the registry entry) is
+  // still there for the client to fetch its region.
+  auto region = t.shm->RegionFd(seen.opened.stream_id(), SecretOf(seen.opened));
+  REQUIRE(region.ok());
+  // The hand-over woke the call: it finishes now, not in an hour.
+  v1::ServerMessage m;
+  CHECK_FALSE(call.stream->Read(&m));
+  CHECK(call.stream->Finish().ok());
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: a shared-memory call whose client never fetches its region "
+          "ends after the grace period",
+          "[service][grpc]") {
+  Options o;
+  o.shm_for_every_peer = true;
+  o.handover_grace = std::chrono::milliseconds(100);
+  Fixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2))));
+  Seen seen = ReadAll(call);  // to the end of the call
+  CHECK(seen.stream_end);
+  CHECK(seen.status.ok());
+  // The call is over: the region is no longer handed out.
+  CHECK(Eventually([&] {
+    return absl::IsPermissionDenied(
+        t.shm->RegionFd(seen.opened.stream_id(), SecretOf(seen.opened)).status());
+  }));
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT",
+          "[service][grpc]") {
+  Fixture t;
+  SECTION("OpenStream twice") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(OpenMessage(Request())));
+    call.stream->Write(OpenMessage(Request()));
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(seen.status.error_message().find("twice") != std::string::npos);
+  }
+  SECTION("Release before OpenStream") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(ReleaseMessage(0)));
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(seen.status.error_message().find("before OpenStream") != std::string::npos);
+  }
+  SECTION("Release of a slot the client does not hold") {
+    Call call(t.stub.get());
+    v1::OpenStream r = Request();
+    r.set_num_epochs(0);
+    REQUIRE(call.stream->Write(OpenMessage(r)));
+    v1::ServerMessage m;
+    REQUIRE(call.stream->Read(&m));
+    REQUIRE(m.has_opened());
+    call.stream->Write(ReleaseMessage(m.opened().num_slots() + 5));
+    while (call.stream->Read(&m)) {
+    }
+    const grpc::Status status = call.stream->Finish();
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  SECTION("an empty message") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(v1::ClientMessage()));
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(seen.status.error_message().find("empty") != std::string::npos);
+  }
+  SECTION("closing before OpenStream") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->WritesDone());
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: a call made while shutting down is UNAVAILABLE", "[service][grpc]") {
+  Fixture t;
+  t.service->BeginShutdown();
+  Call call(t.stub.get());
+  call.stream->Write(OpenMessage(Request()));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+}  // namespace
+}  // namespace conveyor::server
+
+#endif  // CONVEYOR_HAVE_SERVER
