@@ -116,6 +116,18 @@ bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seco
   return true;
 }
 
+// A full exchange on a fresh stream `stream_id`: returns once the server's
+// thread has admitted a connection and flushed bytes queued after it, so
+// everything it was asked to do before (a Close, a Send) has been handled.
+void RoundTrip(DataSocketServer& server, uint64_t stream_id) {
+  auto channel = server.Open(stream_id, MakeSecret(99), [](absl::Status) {});
+  UniqueFd conn = Connect(server.port());
+  REQUIRE(Handshake(conn.get(), stream_id, MakeSecret(99)) == 0);
+  auto v = Pattern(10, 1);
+  channel->Send(v->data(), v->size(), v);
+  REQUIRE(ReadExactly(conn.get(), v->size()) == *v);
+}
+
 TEST_CASE("data socket: bytes arrive in order and keep-alives are dropped once written",
           "[data_socket]") {
   auto server = DataSocketServer::Start("127.0.0.1:0");
@@ -161,14 +173,20 @@ TEST_CASE("data socket: a slow reader gets every byte without blocking the sende
   UniqueFd conn = Connect((*server)->port());
   REQUIRE(Handshake(conn.get(), 7, MakeSecret(9)) == 0);
   std::vector<std::shared_ptr<std::vector<uint8_t>>> sent;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 8; ++i) {
-    sent.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));
-    channel->Send(sent.back()->data(), sent.back()->size(), sent.back());
-  }
-  // 16 MiB queued, nobody reading: Send never waited for the socket.
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 8; ++i) sent.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));
+  // 16 MiB queued while nobody reads: far more than the socket holds, so a
+  // Send that waited for the socket would never return. The sends run on
+  // their own thread; this one waits for them (with a deadline that only a
+  // blocked Send reaches) before it reads a byte.
+  absl::Notification all_sent;
+  std::thread sender([&] {
+    for (const auto& v : sent) channel->Send(v->data(), v->size(), v);
+    all_sent.Notify();
+  });
+  const bool returned = all_sent.WaitForNotificationWithTimeout(absl::Seconds(30));
+  if (!returned) conn.Reset();  // unblocks a stuck sender (its socket is gone)
+  sender.join();
+  REQUIRE(returned);
   for (const auto& v : sent) {
     // Small reads, like a slow client.
     std::vector<uint8_t> got;
@@ -231,7 +249,7 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
   // Later sends are dropped (their keep-alives with them), nothing more is reported.
   CHECK(SendOwned(*channel, Pattern(1000, 6)).expired());
   channel->Close();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  RoundTrip(**server, 12);  // the server's thread has handled the Close by now
   CHECK(failures == 1);
 }
 
