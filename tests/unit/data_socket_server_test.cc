@@ -20,7 +20,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "core/unique_fd.h"
 #include "server/data_socket_server.h"
 #include "tests/unit/socket_test_util.h"
@@ -178,12 +177,12 @@ TEST_CASE("data socket: a slow reader gets every byte without blocking the sende
   // Send that waited for the socket would never return. The sends run on
   // their own thread; this one waits for them (with a deadline that only a
   // blocked Send reaches) before it reads a byte.
-  absl::Notification all_sent;
+  testing::Notification all_sent;
   std::thread sender([&] {
     for (const auto& v : sent) channel->Send(v->data(), v->size(), v);
     all_sent.Notify();
   });
-  const bool returned = all_sent.WaitForNotificationWithTimeout(absl::Seconds(30));
+  const bool returned = all_sent.WaitFor(std::chrono::seconds(30));
   if (!returned) conn.Reset();  // unblocks a stuck sender (its socket is gone)
   sender.join();
   REQUIRE(returned);
@@ -231,7 +230,7 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
   auto server = DataSocketServer::Start("127.0.0.1:0");
   REQUIRE(server.ok());
   std::atomic<int> failures{0};
-  absl::Notification failed;
+  testing::Notification failed;
   absl::Status why;  // written by the server's thread before Notify (Catch2 asserts stay here)
   auto channel = (*server)->Open(11, MakeSecret(5), [&](absl::Status st) {
     if (++failures == 1) {
@@ -243,7 +242,7 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
     UniqueFd conn = Connect((*server)->port());
     REQUIRE(Handshake(conn.get(), 11, MakeSecret(5)) == 0);
   }  // closed
-  REQUIRE(failed.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  REQUIRE(failed.WaitFor(std::chrono::seconds(5)));
   CHECK(absl::IsUnavailable(why));
   CHECK(std::string(why.message()).find("closed") != std::string::npos);
   // Later sends are dropped (their keep-alives with them), nothing more is reported.

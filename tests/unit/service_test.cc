@@ -22,141 +22,14 @@
 #include <vector>
 
 #include "conveyor/v1/conveyor.grpc.pb.h"
-#include "core/engine.h"
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
-#include "server/data_socket_transport.h"
-#include "server/inline_transport.h"
 #include "server/service.h"
-#include "server/shm_transport.h"
+#include "tests/unit/service_test_util.h"
 #include "tests/unit/socket_test_util.h"
-#include "tests/unit/test_images.h"
 
 namespace conveyor::server {
 namespace {
-
-using testing::MakeImageFolder;
-using testing::TempDir;
-
-constexpr char kUnixPeer[] = "unix:/run/conveyor/test.sock";
-constexpr char kTcpPeer[] = "ipv4:10.0.0.1:4000";
-
-// ShmTransport, offered to every peer: the in-process channel's peer is not
-// a unix socket, yet the reactor's wait for the hand-over is what the
-// tests look at. Everything else is the real transport's.
-class AnyPeerShm final : public Transport {
- public:
-  explicit AnyPeerShm(ShmTransport* shm) : shm_(shm) {}
-  v1::Transport kind() const override { return v1::SHARED_MEMORY; }
-  absl::Status CanServe(const v1::OpenStream&, const std::string&) const override {
-    return absl::OkStatus();
-  }
-  bool shares_memory() const override { return true; }
-  absl::StatusOr<std::unique_ptr<StreamTransport>> Open(const std::shared_ptr<Stream>& stream,
-                                                        std::function<void()> wake) override {
-    return shm_->Open(stream, std::move(wake));
-  }
-
- private:
-  ShmTransport* const shm_;
-};
-
-struct Options {
-  ErrorPolicy error_policy = ErrorPolicy::kSkip;
-  bool corrupt_sample = false;  // a last sample that is not a JPEG
-  bool shm_for_every_peer = false;
-  std::chrono::milliseconds handover_grace{10'000};
-  uint64_t memory_budget = 64ull << 20;
-};
-
-// A service over a small ImageFolder (2 classes × 3 images, 32 px output),
-// with a shared-memory transport (fd socket path in the temp folder, not
-// served unless a test starts an FdServer) and inline; and the gRPC adapter
-// on an in-process channel.
-struct Fixture {
-  explicit Fixture(Options o = {}) {
-    MakeImageFolder(dir.Sub("images"), 2, 3, 48, 40);
-    if (o.corrupt_sample) {
-      // Sorted last: class_1, after img_1000 … img_1002.
-      dir.Write("images/class_1/img_9999.jpg", "this is not a JPEG file");
-    }
-    auto index = DatasetIndex::LoadImageFolder(dir.Sub("images"));
-    REQUIRE(index.ok());
-    auto p = std::make_shared<PipelineConfig>();
-    p->name = "test";
-    p->dataset = *index;
-    p->transform.output_height = p->transform.output_width = 32;
-    p->error_policy = o.error_policy;
-    REQUIRE(ValidatePipelineConfig(*p).ok());
-
-    EngineOptions eo;
-    eo.num_threads = 2;
-    auto engine = Engine::Create(eo);
-    REQUIRE(engine.ok());
-    fd_path = dir.Sub("conveyor.sock.fd");
-    auto shm_owned = std::make_unique<ShmTransport>(fd_path);
-    shm = shm_owned.get();
-    std::vector<std::unique_ptr<Transport>> transports;
-    if (o.shm_for_every_peer) transports.push_back(std::make_unique<AnyPeerShm>(shm));
-    transports.push_back(std::move(shm_owned));
-    transports.push_back(std::make_unique<DataSocketTransport>(nullptr));  // no data socket
-    transports.push_back(std::make_unique<InlineTransport>(64ull << 20));
-
-    ServiceOptions so;
-    so.memory_budget = o.memory_budget;
-    so.max_streams = 256;
-    so.handover_grace = o.handover_grace;
-    auto created = ConveyorService::Create(so, {p}, *std::move(engine),
-                                           std::make_unique<TransportSet>(std::move(transports)));
-    REQUIRE(created.ok());
-    service = *std::move(created);
-
-    grpc_service = std::make_unique<GrpcConveyorService>(service.get());
-    grpc::ServerBuilder builder;
-    builder.RegisterService(grpc_service.get());
-    server = builder.BuildAndStart();
-    REQUIRE(server != nullptr);
-    stub = v1::Conveyor::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
-  }
-
-  ~Fixture() {
-    service->BeginShutdown();
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  }
-
-  uint64_t BytesInUse() const { return service->GetStats().slot_bytes_in_use(); }
-
-  TempDir dir;
-  std::string fd_path;
-  ShmTransport* shm = nullptr;  // owned by the service
-  std::unique_ptr<ConveyorService> service;
-  std::unique_ptr<GrpcConveyorService> grpc_service;
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<v1::Conveyor::Stub> stub;
-};
-
-v1::OpenStream Request(uint32_t batch_size = 2, v1::Transport transport = v1::TRANSPORT_AUTO) {
-  v1::OpenStream r;
-  r.set_pipeline("test");
-  r.set_batch_size(batch_size);
-  r.set_credits(2);
-  r.set_num_epochs(1);
-  r.set_shuffle(false);
-  r.set_transport(transport);
-  return r;
-}
-
-v1::ClientMessage OpenMessage(const v1::OpenStream& r) {
-  v1::ClientMessage m;
-  *m.mutable_open() = r;
-  return m;
-}
-
-v1::ClientMessage ReleaseMessage(uint32_t slot) {
-  v1::ClientMessage m;
-  m.mutable_release()->add_slots(slot);
-  return m;
-}
 
 // One StreamBatches call over the in-process channel, with a deadline so
 // that a test that would hang fails instead.
@@ -207,32 +80,15 @@ Seen ReadAll(Call& call, bool until_end = false) {
   return seen;
 }
 
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
-
-Secret SecretOf(const v1::StreamOpened& opened) {
-  Secret s{};
-  REQUIRE(opened.secret().size() == s.size());
-  std::memcpy(s.data(), opened.secret().data(), s.size());
-  return s;
-}
-
 // ------------------------------------------------------------ the service
 
 TEST_CASE("service: the fd socket hands the region over for the right secret only",
           "[service]") {
-  Fixture t;
+  ServiceFixture t;
   std::atomic<int> wakes{0};
   auto session = t.service->OpenStream(Request(), kUnixPeer, [&] { ++wakes; });
   REQUIRE(session.ok());
-  const v1::StreamOpened& opened = (*session)->opened();
+  const v1::StreamOpened opened = (*session)->opened();  // a copy: it outlives the session
   CHECK(opened.transport() == v1::SHARED_MEMORY);
   CHECK(opened.fd_socket() == t.fd_path);
   const Secret secret = SecretOf(opened);
@@ -270,7 +126,7 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
 }
 
 TEST_CASE("service: transports are chosen by peer and request", "[service]") {
-  Fixture t;
+  ServiceFixture t;
   auto unix_auto = t.service->OpenStream(Request(), kUnixPeer);
   REQUIRE(unix_auto.ok());
   CHECK((*unix_auto)->opened().transport() == v1::SHARED_MEMORY);
@@ -292,7 +148,7 @@ TEST_CASE("service: transports are chosen by peer and request", "[service]") {
 TEST_CASE("service: OpenStream racing BeginShutdown either opens a cancelled stream or is "
           "refused, and leaks no budget",
           "[service]") {
-  Fixture t;
+  ServiceFixture t;
   constexpr int kThreads = 8, kOpensPerThread = 6;
   struct Outcome {
     bool opened = false;
@@ -364,7 +220,7 @@ TEST_CASE("service: OpenStream racing BeginShutdown either opens a cancelled str
 
 TEST_CASE("service over gRPC: an inline stream delivers every batch, then StreamEnd",
           "[service][grpc]") {
-  Fixture t;
+  ServiceFixture t;
   Call call(t.stub.get());
   REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
   Seen seen = ReadAll(call);
@@ -385,10 +241,10 @@ TEST_CASE("service over gRPC: an inline stream delivers every batch, then Stream
 TEST_CASE("service over gRPC: a corrupt sample under fail_fast ends the call with DATA_LOSS "
           "after the batches before it",
           "[service][grpc]") {
-  Options o;
+  ServiceFixtureOptions o;
   o.error_policy = ErrorPolicy::kFailFast;
   o.corrupt_sample = true;
-  Fixture t(o);
+  ServiceFixture t(o);
   Call call(t.stub.get());
   REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
   Seen seen = ReadAll(call);
@@ -403,9 +259,9 @@ TEST_CASE("service over gRPC: a corrupt sample under fail_fast ends the call wit
 
 TEST_CASE("service over gRPC: a corrupt sample under skip is left out and named in its batch",
           "[service][grpc]") {
-  Options o;
+  ServiceFixtureOptions o;
   o.corrupt_sample = true;
-  Fixture t(o);
+  ServiceFixture t(o);
   Call call(t.stub.get());
   REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
   Seen seen = ReadAll(call);
@@ -426,10 +282,10 @@ TEST_CASE("service over gRPC: a corrupt sample under skip is left out and named 
 TEST_CASE("service over gRPC: a shared-memory call waits for the hand-over and ends when it "
           "comes",
           "[service][grpc]") {
-  Options o;
+  ServiceFixtureOptions o;
   o.shm_for_every_peer = true;
   o.handover_grace = std::chrono::hours(1);  // only the hand-over can end the wait
-  Fixture t(o);
+  ServiceFixture t(o);
   Call call(t.stub.get());
   REQUIRE(call.stream->Write(OpenMessage(Request(2))));
   Seen seen = ReadAll(call, /*until_end=*/true);
@@ -451,10 +307,10 @@ TEST_CASE("service over gRPC: a shared-memory call waits for the hand-over and e
 TEST_CASE("service over gRPC: a shared-memory call whose client never fetches its region "
           "ends after the grace period",
           "[service][grpc]") {
-  Options o;
+  ServiceFixtureOptions o;
   o.shm_for_every_peer = true;
   o.handover_grace = std::chrono::milliseconds(100);
-  Fixture t(o);
+  ServiceFixture t(o);
   Call call(t.stub.get());
   REQUIRE(call.stream->Write(OpenMessage(Request(2))));
   Seen seen = ReadAll(call);  // to the end of the call
@@ -470,7 +326,7 @@ TEST_CASE("service over gRPC: a shared-memory call whose client never fetches it
 
 TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT",
           "[service][grpc]") {
-  Fixture t;
+  ServiceFixture t;
   SECTION("OpenStream twice") {
     Call call(t.stub.get());
     REQUIRE(call.stream->Write(OpenMessage(Request())));
@@ -517,7 +373,7 @@ TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT
 }
 
 TEST_CASE("service over gRPC: a call made while shutting down is UNAVAILABLE", "[service][grpc]") {
-  Fixture t;
+  ServiceFixture t;
   t.service->BeginShutdown();
   Call call(t.stub.get());
   call.stream->Write(OpenMessage(Request()));

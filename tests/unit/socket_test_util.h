@@ -17,9 +17,11 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -38,6 +40,30 @@ std::vector<uint8_t> HandshakeBytes(uint64_t stream_id, const SecretT& secret) {
   std::memcpy(req.data() + 8, secret.data(), secret.size());
   return req;
 }
+
+// Notification: one thread says something happened, another waits for it
+// with a deadline. On std::mutex, so that ThreadSanitizer sees the
+// hand-off (absl::Notification is opaque to it in Debian's abseil).
+class Notification {
+ public:
+  void Notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      notified_ = true;
+    }
+    cv_.notify_all();
+  }
+  // True once notified; false if `timeout` passed first.
+  bool WaitFor(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return notified_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool notified_ = false;
+};
 
 // Sets a receive timeout so that a test that would hang fails instead.
 inline void SetRecvTimeout(int fd, int seconds) {
