@@ -16,6 +16,9 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,14 +35,72 @@ namespace conveyor::server {
 namespace {
 
 // One StreamBatches call over the in-process channel, with a deadline so
-// that a test that would hang fails instead.
-struct Call {
+// that a test that would hang fails instead. Messages after the first go
+// through Send, written by a thread of the call's own like a real client's:
+// a write waits until the server reads, and the server stops reading once
+// the stream has ended, so a reader that wrote its releases itself could
+// wait for ever while the server waits for it to read.
+class Call {
+ public:
   explicit Call(v1::Conveyor::Stub* stub, std::chrono::seconds deadline = std::chrono::seconds(20)) {
     context.set_deadline(std::chrono::system_clock::now() + deadline);
     stream = stub->StreamBatches(&context);
+    writer_ = std::thread([this] { WriteLoop(); });
   }
+  ~Call() {
+    if (!finished_) context.TryCancel();
+    StopWriter();
+  }
+
+  // Queues `m` for the writer thread; never waits.
+  void Send(v1::ClientMessage m) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(m));
+    }
+    cv_.notify_all();
+  }
+
+  grpc::Status Finish() {
+    grpc::Status status = stream->Finish();
+    finished_ = true;
+    StopWriter();
+    return status;
+  }
+
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::ServerMessage>> stream;
+
+ private:
+  void WriteLoop() {
+    while (true) {
+      v1::ClientMessage m;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping
+        m = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (!stream->Write(m)) return;  // the call is over
+    }
+  }
+  void StopWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      queue_.clear();
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+
+  bool finished_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::ClientMessage> queue_;
+  bool stop_ = false;
+  std::thread writer_;
 };
 
 // What a client that releases every batch at once saw of its stream.
@@ -63,7 +124,7 @@ Seen ReadAll(Call& call, bool until_end = false) {
         break;
       case v1::ServerMessage::kBatch:
         seen.batches.push_back(m.batch());
-        call.stream->Write(ReleaseMessage(m.batch().slot()));
+        call.Send(ReleaseMessage(m.batch().slot()));
         break;
       case v1::ServerMessage::kEpochEnd:
         ++seen.epoch_ends;
@@ -76,7 +137,7 @@ Seen ReadAll(Call& call, bool until_end = false) {
         break;
     }
   }
-  seen.status = call.stream->Finish();
+  seen.status = call.Finish();
   return seen;
 }
 
@@ -300,7 +361,7 @@ TEST_CASE("service over gRPC: a shared-memory call waits for the hand-over and e
   // The hand-over woke the call: it finishes now, not in an hour.
   v1::ServerMessage m;
   CHECK_FALSE(call.stream->Read(&m));
-  CHECK(call.stream->Finish().ok());
+  CHECK(call.Finish().ok());
   CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
 }
 
@@ -330,7 +391,7 @@ TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT
   SECTION("OpenStream twice") {
     Call call(t.stub.get());
     REQUIRE(call.stream->Write(OpenMessage(Request())));
-    call.stream->Write(OpenMessage(Request()));
+    call.Send(OpenMessage(Request()));
     Seen seen = ReadAll(call);
     CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK(seen.status.error_message().find("twice") != std::string::npos);
@@ -350,10 +411,10 @@ TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT
     v1::ServerMessage m;
     REQUIRE(call.stream->Read(&m));
     REQUIRE(m.has_opened());
-    call.stream->Write(ReleaseMessage(m.opened().num_slots() + 5));
+    call.Send(ReleaseMessage(m.opened().num_slots() + 5));
     while (call.stream->Read(&m)) {
     }
-    const grpc::Status status = call.stream->Finish();
+    const grpc::Status status = call.Finish();
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
   SECTION("an empty message") {
