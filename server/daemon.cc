@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/batch_layout.h"
+#include "core/posix_error.h"
 #include "server/data_socket_server.h"
 #include "server/data_socket_transport.h"
 #include "server/fd_server.h"
@@ -296,7 +297,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
                      " (see gRPC's message above)"));
   }
   if (!unix_path.empty() && ::chmod(unix_path.c_str(), config.listen.unix_mode) != 0) {
-    return absl::InternalError(absl::StrCat("chmod ", unix_path, ": ", strerror(errno)));
+    return PosixError(absl::StrCat("chmod ", unix_path), errno);
   }
   if (!config.listen.tcp.empty()) {
     if (tcp_port == 0) {
