@@ -13,8 +13,8 @@
 // secret from StreamOpened, answered by one status byte (0 = accepted,
 // 1 = unknown stream or wrong secret, then the server closes). After a 0
 // the server writes, for every Batch message of the stream and in the same
-// order, exactly `images_bytes` bytes: that batch's images. The client sends nothing more; closing the
-// connection ends the stream (UNAVAILABLE).
+// order, exactly `images_bytes` bytes: that batch's images. The client
+// sends nothing more; closing the connection ends the stream (UNAVAILABLE).
 //
 // One thread serves every connection with epoll and non-blocking sockets:
 // sending never blocks an engine worker or a gRPC thread, and a client that

@@ -25,7 +25,8 @@ namespace {
 class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>,
                             private StreamCall::Rpc {
  public:
-  StreamReactor(ConveyorService* service, std::string peer) : call_(service, std::move(peer), this) {
+  StreamReactor(ConveyorService* service, std::string peer)
+      : call_(service, std::move(peer), this) {
     call_.Start();
   }
 

@@ -62,7 +62,8 @@ void StreamCall::OnRead(const v1::ClientMessage* message) {
     // flowing while there are credits; no more reads.
     MutexLock lock(&mu_);
     if (stream_ == nullptr) {
-      EndLocked(absl::InvalidArgumentError("the client closed the stream before sending OpenStream"));
+      EndLocked(
+          absl::InvalidArgumentError("the client closed the stream before sending OpenStream"));
     }
   } else {
     switch (message->kind_case()) {

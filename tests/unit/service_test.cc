@@ -9,6 +9,8 @@
 // library.
 #ifdef CONVEYOR_HAVE_SERVER
 
+#include "server/service.h"
+
 #include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -18,8 +20,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +29,6 @@
 #include "conveyor/v1/conveyor.grpc.pb.h"
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
-#include "server/service.h"
 #include "tests/unit/service_test_util.h"
 #include "tests/unit/socket_test_util.h"
 
@@ -42,7 +43,8 @@ namespace {
 // wait for ever while the server waits for it to read.
 class Call {
  public:
-  explicit Call(v1::Conveyor::Stub* stub, std::chrono::seconds deadline = std::chrono::seconds(20)) {
+  explicit Call(v1::Conveyor::Stub* stub,
+                std::chrono::seconds deadline = std::chrono::seconds(20)) {
     context.set_deadline(std::chrono::system_clock::now() + deadline);
     stream = stub->StreamBatches(&context);
     writer_ = std::thread([this] { WriteLoop(); });
@@ -143,8 +145,7 @@ Seen ReadAll(Call& call, bool until_end = false) {
 
 // ------------------------------------------------------------ the service
 
-TEST_CASE("service: the fd socket hands the region over for the right secret only",
-          "[service]") {
+TEST_CASE("service: the fd socket hands the region over for the right secret only", "[service]") {
   ServiceFixture t;
   std::atomic<int> wakes{0};
   auto session = t.service->OpenStream(Request(), kUnixPeer, [&] { ++wakes; });
@@ -153,9 +154,8 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   CHECK(opened.transport() == v1::SHARED_MEMORY);
   CHECK(opened.fd_socket() == t.fd_path);
   const Secret secret = SecretOf(opened);
-  auto fd_server = FdServer::Start(t.fd_path, 0600, [&t](uint64_t id, const Secret& s) {
-    return t.shm->RegionFd(id, s);
-  });
+  auto fd_server = FdServer::Start(
+      t.fd_path, 0600, [&t](uint64_t id, const Secret& s) { return t.shm->RegionFd(id, s); });
   REQUIRE(fd_server.ok());
 
   Secret wrong = secret;
@@ -206,9 +206,10 @@ TEST_CASE("service: transports are chosen by peer and request", "[service]") {
   CHECK(absl::IsInvalidArgument(unknown.status()));
 }
 
-TEST_CASE("service: OpenStream racing BeginShutdown either opens a cancelled stream or is "
-          "refused, and leaks no budget",
-          "[service]") {
+TEST_CASE(
+    "service: OpenStream racing BeginShutdown either opens a cancelled stream or is "
+    "refused, and leaks no budget",
+    "[service]") {
   ServiceFixture t;
   constexpr int kThreads = 8, kOpensPerThread = 6;
   struct Outcome {
@@ -299,9 +300,10 @@ TEST_CASE("service over gRPC: an inline stream delivers every batch, then Stream
   CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
 }
 
-TEST_CASE("service over gRPC: a corrupt sample under fail_fast ends the call with DATA_LOSS "
-          "after the batches before it",
-          "[service][grpc]") {
+TEST_CASE(
+    "service over gRPC: a corrupt sample under fail_fast ends the call with DATA_LOSS "
+    "after the batches before it",
+    "[service][grpc]") {
   ServiceFixtureOptions o;
   o.error_policy = ErrorPolicy::kFailFast;
   o.corrupt_sample = true;
@@ -340,9 +342,10 @@ TEST_CASE("service over gRPC: a corrupt sample under skip is left out and named 
   CHECK(seen.stream_end);
 }
 
-TEST_CASE("service over gRPC: a shared-memory call waits for the hand-over and ends when it "
-          "comes",
-          "[service][grpc]") {
+TEST_CASE(
+    "service over gRPC: a shared-memory call waits for the hand-over and ends when it "
+    "comes",
+    "[service][grpc]") {
   ServiceFixtureOptions o;
   o.shm_for_every_peer = true;
   o.handover_grace = std::chrono::hours(1);  // only the hand-over can end the wait
@@ -365,9 +368,10 @@ TEST_CASE("service over gRPC: a shared-memory call waits for the hand-over and e
   CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
 }
 
-TEST_CASE("service over gRPC: a shared-memory call whose client never fetches its region "
-          "ends after the grace period",
-          "[service][grpc]") {
+TEST_CASE(
+    "service over gRPC: a shared-memory call whose client never fetches its region "
+    "ends after the grace period",
+    "[service][grpc]") {
   ServiceFixtureOptions o;
   o.shm_for_every_peer = true;
   o.handover_grace = std::chrono::milliseconds(100);

@@ -124,7 +124,8 @@ struct ServiceFixture {
   std::unique_ptr<v1::Conveyor::Stub> stub;
 };
 
-inline v1::OpenStream Request(uint32_t batch_size = 2, v1::Transport transport = v1::TRANSPORT_AUTO) {
+inline v1::OpenStream Request(uint32_t batch_size = 2,
+                              v1::Transport transport = v1::TRANSPORT_AUTO) {
   v1::OpenStream r;
   r.set_pipeline("test");
   r.set_batch_size(batch_size);
