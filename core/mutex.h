@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace conveyor {
@@ -36,6 +37,12 @@ class ABSL_LOCKABLE Mutex {
   void Unlock() ABSL_UNLOCK_FUNCTION() {
     ClearOwner();
     mu_.unlock();
+  }
+  // Takes the lock if it is free; true when it did.
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    if (!mu_.try_lock()) return false;
+    SetOwner();
+    return true;
   }
   // Tells the analysis (and, in debug builds, checks) that the calling
   // thread holds this mutex. Used where one mutex is reached by two names

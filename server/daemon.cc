@@ -22,12 +22,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
 #include "core/batch_layout.h"
+#include "core/posix_error.h"
 #include "server/data_socket_server.h"
+#include "server/data_socket_transport.h"
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
+#include "server/inline_transport.h"
 #include "server/service.h"
+#include "server/shm_transport.h"
 #include "server/unix_socket.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -237,23 +240,30 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
 
   ServiceOptions so;
-  so.data_server = d->data_server_.get();
   so.memory_budget = config.memory_budget;
   so.max_streams = config.max_streams;
-  so.fd_socket_path = fd_path;
-  so.max_message_bytes = MaxMessageBytes(pipelines);
+  const uint64_t max_message_bytes = MaxMessageBytes(pipelines);
+  // The transports in AUTO's order of preference: shared memory on the
+  // unix socket, the data socket over TCP, inline for everyone else.
+  auto shm = std::make_unique<ShmTransport>(fd_path);
+  ShmTransport* const shm_transport = shm.get();  // owned by the service from here
+  std::vector<std::unique_ptr<Transport>> transports;
+  transports.push_back(std::move(shm));
+  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get()));
+  transports.push_back(std::make_unique<InlineTransport>(max_message_bytes));
   absl::StatusOr<std::unique_ptr<ConveyorService>> service =
-      ConveyorService::Create(so, std::move(pipelines), *std::move(engine));
+      ConveyorService::Create(so, std::move(pipelines), *std::move(engine),
+                              std::make_unique<TransportSet>(std::move(transports)));
   if (!service.ok()) return service.status();
   d->service_ = *std::move(service);
 
   if (!unix_path.empty()) {
     if (absl::Status st = PrepareUnixSocketPath(unix_path); !st.ok()) return st;
     if (absl::Status st = PrepareUnixSocketPath(fd_path); !st.ok()) return st;
-    ConveyorService* svc = d->service_.get();
     absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
-        fd_path, config.listen.unix_mode,
-        [svc](uint64_t id, const Secret& secret) { return svc->RegionFd(id, secret); });
+        fd_path, config.listen.unix_mode, [shm_transport](uint64_t id, const Secret& secret) {
+          return shm_transport->RegionFd(id, secret);
+        });
     if (!fds.ok()) return fds.status();
     d->fd_server_ = *std::move(fds);
   }
@@ -268,7 +278,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   if (!config.listen.tcp.empty()) {
     builder.AddListeningPort(config.listen.tcp, grpc::InsecureServerCredentials(), &tcp_port);
   }
-  builder.SetMaxSendMessageSize(static_cast<int>(so.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   // Notice peers that vanished without closing (TCP across hosts).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
@@ -287,7 +297,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
                      " (see gRPC's message above)"));
   }
   if (!unix_path.empty() && ::chmod(unix_path.c_str(), config.listen.unix_mode) != 0) {
-    return absl::InternalError(absl::StrCat("chmod ", unix_path, ": ", strerror(errno)));
+    return PosixError(absl::StrCat("chmod ", unix_path), errno);
   }
   if (!config.listen.tcp.empty()) {
     if (tcp_port == 0) {
@@ -305,7 +315,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
       "conveyord {} serving {} pipeline(s) with {} worker threads, slot memory budget "
       "{:.1f} MiB, max {} streams, max message {:.1f} MiB",
       CONVEYOR_VERSION, d->service_->ListPipelines().pipelines_size(), threads,
-      config.memory_budget / 1048576.0, config.max_streams, so.max_message_bytes / 1048576.0);
+      config.memory_budget / 1048576.0, config.max_streams, max_message_bytes / 1048576.0);
   if (!unix_path.empty()) {
     spdlog::info("listening on unix:{} (mode {:o}), fd hand-over on {}", unix_path,
                  config.listen.unix_mode, fd_path);
@@ -330,7 +340,7 @@ Daemon::~Daemon() { Shutdown(); }
 
 void Daemon::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
   }
@@ -452,7 +462,10 @@ int DaemonMain(int argc, char** argv) {
   }
 
   // The signal thread: the only place SIGINT/SIGTERM are received.
-  absl::Notification stop;
+  // Set once by the signal thread; main waits for it.
+  Mutex stop_mu;
+  CondVar stop_cv;
+  bool stop_requested = false;
   std::atomic<bool> exiting{false};
   std::thread signal_thread([&] {
     bool seen = false;
@@ -467,7 +480,11 @@ int DaemonMain(int argc, char** argv) {
       }
       seen = true;
       spdlog::info("{}: shutting down", strsignal(sig));
-      stop.Notify();
+      {
+        MutexLock lock(&stop_mu);
+        stop_requested = true;
+      }
+      stop_cv.Signal();
     }
   });
   auto stop_signal_thread = [&] {
@@ -483,7 +500,10 @@ int DaemonMain(int argc, char** argv) {
     stop_signal_thread();
     return kExitFailure;
   }
-  stop.WaitForNotification();
+  {
+    MutexLock lock(&stop_mu);
+    while (!stop_requested) stop_cv.Wait(&stop_mu);
+  }
   (*daemon)->Shutdown();
   daemon->reset();
   stop_signal_thread();

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "server/config.h"
 
 namespace grpc {
@@ -90,7 +90,7 @@ class Daemon {
   std::unique_ptr<GrpcConveyorService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

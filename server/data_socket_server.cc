@@ -2,6 +2,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -20,7 +21,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
+#include "core/posix_error.h"
+#include "server/handshake.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -28,38 +31,8 @@ namespace conveyor::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kDrainTimeout = std::chrono::seconds(10);
-constexpr size_t kRequestBytes = 8 + kSecretBytes;
-// Connections that have not sent their request yet: more are closed at once
-// (a flood of idle connections must not grow without bound).
-constexpr size_t kMaxPendingHandshakes = 128;
-constexpr uint8_t kStatusOk = 0;
-constexpr uint8_t kStatusRefused = 1;
-
-// What an epoll event is about: the tag in the top bits of its u64, a file
-// descriptor (handshakes) or a stream id (connections) below.
-enum Tag : uint64_t { kListen = 1, kWake = 2, kHandshake = 3, kConnection = 4 };
-constexpr int kTagShift = 60;
-constexpr uint64_t kValueMask = (uint64_t{1} << kTagShift) - 1;
-uint64_t Key(Tag tag, uint64_t value) { return (uint64_t{tag} << kTagShift) | value; }
-
-absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
-}
-
-std::string PeerName(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
-  char host[NI_MAXHOST], port[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port,
-                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "?";
-  }
-  return absl::StrCat(host, ":", port);
-}
 
 // Splits "HOST:PORT" / "[V6]:PORT" / ":PORT".
 absl::Status SplitHostPort(const std::string& text, std::string* host, std::string* port) {
@@ -103,15 +76,13 @@ struct ChannelState {
 
 class DataSocketServer::Core {
  public:
-  Core(UniqueFd listen_fd, UniqueFd wake_fd, UniqueFd epoll_fd)
-      : listen_fd_(std::move(listen_fd)),
-        wake_fd_(std::move(wake_fd)),
-        epoll_fd_(std::move(epoll_fd)) {}
+  Core(UniqueFd wake_fd, UniqueFd epoll_fd)
+      : wake_fd_(std::move(wake_fd)), epoll_fd_(std::move(epoll_fd)) {}
 
   // --- called from any thread -------------------------------------------
   void Register(uint64_t stream_id, const Secret& secret,
                 std::function<void(absl::Status)> on_failure) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     ChannelState& ch = channels_[stream_id];
     ch.secret = secret;
@@ -122,7 +93,7 @@ class DataSocketServer::Core {
 
   void Send(uint64_t stream_id, const uint8_t* data, size_t size,
             std::shared_ptr<const void> keep_alive) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = channels_.find(stream_id);
     if (stopped_ || it == channels_.end() || it->second.closing) return;  // dropped
     const bool was_empty = it->second.queue.empty();
@@ -133,7 +104,7 @@ class DataSocketServer::Core {
   }
 
   void Close(uint64_t stream_id, bool abort) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = channels_.find(stream_id);
     if (it == channels_.end()) return;
     if (abort) it->second.aborted = true;
@@ -147,72 +118,65 @@ class DataSocketServer::Core {
   // From here on Register and Send are dropped; the thread ends at its next
   // wake-up and closes every connection.
   void RequestStop() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopped_ = true;
     Wake();
   }
 
-  // --- the server's thread ----------------------------------------------
-  absl::Status Arm() {
-    for (auto [fd, tag] : {std::pair{listen_fd_.get(), kListen}, std::pair{wake_fd_.get(), kWake}}) {
-      epoll_event ev{};
-      ev.events = EPOLLIN;
-      ev.data.u64 = Key(tag, 0);
-      if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return Errno("epoll_ctl");
+  // --- the server's thread (and Start, before the thread exists) ---------
+  absl::Status Arm(UniqueFd listen_fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = EventKey(EventTag::kWake, 0);
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
+      return PosixError("data socket: epoll_ctl ADD of the eventfd", errno);
     }
+    absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> acceptor = HandshakeAcceptor::Create(
+        epoll_fd_.get(), std::move(listen_fd), HandshakeAcceptor::Options{.name = "data socket"},
+        [this](UniqueFd conn, const HandshakeRequest& request) {
+          Admit(std::move(conn), request);
+        });
+    if (!acceptor.ok()) return acceptor.status();
+    acceptor_ = *std::move(acceptor);
     return absl::OkStatus();
   }
 
   void Run() {
     epoll_event events[64];
+    int timeout_ms = -1;
     while (true) {
-      const int n = ::epoll_wait(epoll_fd_.get(), events, 64, NextTimeoutMs());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        spdlog::error("data socket: epoll_wait: {}", strerror(errno));
+      const int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        spdlog::error("data socket: {}; the data socket stops serving",
+                      std::string(PosixError("epoll_wait", errno).message()));
         break;
       }
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         if (stopped_) break;
       }
       for (int i = 0; i < n; ++i) {
-        const uint64_t value = events[i].data.u64 & kValueMask;
-        switch (static_cast<Tag>(events[i].data.u64 >> kTagShift)) {
-          case kListen:
-            AcceptAll();
-            break;
-          case kWake: {
-            uint64_t count;
-            while (::read(wake_fd_.get(), &count, sizeof(count)) > 0) {
-            }
-            break;
+        const uint64_t key = events[i].data.u64;
+        if (HandshakeAcceptor::Owns(key)) {
+          acceptor_->OnEvent(key);
+        } else if (TagOf(key) == EventTag::kWake) {
+          uint64_t count;
+          while (::read(wake_fd_.get(), &count, sizeof(count)) > 0) {
           }
-          case kHandshake:
-            ReadHandshake(static_cast<int>(value));
-            break;
-          case kConnection:
-            if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-              ConnectionReadable(value);
-            } else if (events[i].events & EPOLLOUT) {
-              Flush(value);
-            }
-            break;
+        } else if (TagOf(key) == EventTag::kConnection) {
+          if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+            ConnectionReadable(ValueOf(key));
+          } else if (events[i].events & EPOLLOUT) {
+            Flush(ValueOf(key));
+          }
         }
       }
-      Service();
+      timeout_ms = Service();
     }
     Shutdown();
   }
 
  private:
-  struct Handshake {
-    UniqueFd fd;
-    uint8_t request[kRequestBytes];
-    size_t got = 0;
-    Clock::time_point deadline;
-  };
-
   void Wake() {
     const uint64_t one = 1;
     (void)::write(wake_fd_.get(), &one, sizeof(one));  // a full counter is still a wake-up
@@ -221,96 +185,41 @@ class DataSocketServer::Core {
   void SetInterest(int fd, uint64_t stream_id, bool writable) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0u);
-    ev.data.u64 = Key(kConnection, stream_id);
+    ev.data.u64 = EventKey(EventTag::kConnection, stream_id);
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev) != 0) {
-      spdlog::error("data socket: epoll_ctl: {}", strerror(errno));
+      spdlog::error("data socket: {}", std::string(PosixError("epoll_ctl MOD", errno).message()));
     }
   }
 
-  int NextTimeoutMs() {
-    std::optional<Clock::time_point> next;
-    auto consider = [&](Clock::time_point t) {
-      if (!next || t < *next) next = t;
-    };
-    for (const auto& [fd, h] : handshakes_) consider(h.deadline);
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& [id, ch] : channels_) {
-        if (!ch.fd.valid() || ch.closing) consider(ch.deadline);
-      }
-    }
-    if (!next) return -1;
-    const auto ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
-    return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));
-  }
-
-  void AcceptAll() {
-    while (true) {
-      UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-      if (!conn) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          spdlog::warn("data socket: accept: {}", strerror(errno));
-        }
-        return;
-      }
-      const int fd = conn.get();
-      if (handshakes_.size() >= kMaxPendingHandshakes) {
-        spdlog::warn("data socket: {} handshakes pending; closed the connection from {}",
-                     handshakes_.size(), PeerName(fd));
-        continue;
-      }
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.u64 = Key(kHandshake, static_cast<uint64_t>(fd));
-      if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-        spdlog::warn("data socket: epoll_ctl: {}", strerror(errno));
-        continue;
-      }
-      Handshake& h = handshakes_[fd];
-      h.fd = std::move(conn);
-      h.deadline = Clock::now() + kHandshakeTimeout;
-    }
-  }
-
-  void ReadHandshake(int fd) {
-    auto hit = handshakes_.find(fd);
-    if (hit == handshakes_.end()) return;
-    Handshake& h = hit->second;
-    const ssize_t r = ::recv(fd, h.request + h.got, kRequestBytes - h.got, MSG_DONTWAIT);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (r <= 0) {
-      spdlog::warn("data socket: {} closed the connection after {} of {} request bytes",
-                   PeerName(fd), h.got, kRequestBytes);
-      handshakes_.erase(hit);
-      return;
-    }
-    h.got += static_cast<size_t>(r);
-    if (h.got < kRequestBytes) return;
-
-    const uint64_t stream_id = DecodeStreamId(h.request);
-    Secret secret;
-    std::memcpy(secret.data(), h.request + 8, kSecretBytes);
-    UniqueFd conn = std::move(h.fd);
-    handshakes_.erase(hit);
+  // A complete handshake (from the acceptor): the connection becomes its
+  // stream's, or is refused.
+  void Admit(UniqueFd conn, const HandshakeRequest& request) {
+    const int fd = conn.get();
+    const uint64_t stream_id = request.stream_id;
     bool accepted = false;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto it = channels_.find(stream_id);
       static const Secret kNone{};
       // Compare against something either way, so an unknown id costs the same.
       // A closed stream's client may still connect: its batches are queued.
       const bool open = it != channels_.end() && !it->second.fd.valid() && !it->second.aborted;
-      accepted = ConstantTimeEqual(open ? it->second.secret : kNone, secret) && open;
+      accepted = ConstantTimeEqual(open ? it->second.secret : kNone, request.secret) && open;
       if (accepted) {
         // A fresh connection's send buffer is empty: the byte always fits.
-        if (::send(fd, &kStatusOk, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+        if (::send(fd, &kHandshakeAccepted, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
           spdlog::warn("data socket: stream {}: cannot answer {}: {}", stream_id, PeerName(fd),
-                       strerror(errno));
+                       std::string(PosixError("send", errno).message()));
           return;  // the client retries or its stream times out
         }
-        SetInterest(fd, stream_id, false);
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLRDHUP;
+        ev.data.u64 = EventKey(EventTag::kConnection, stream_id);
+        if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+          spdlog::warn("data socket: stream {}: {}", stream_id,
+                       std::string(PosixError("epoll_ctl ADD", errno).message()));
+          return;  // closes it: the client sees the connection end
+        }
         it->second.fd = std::move(conn);
       }
     }
@@ -318,7 +227,7 @@ class DataSocketServer::Core {
       spdlog::warn("data socket: refused {} for stream {}: unknown stream, already connected, or "
                    "wrong secret",
                    PeerName(fd), stream_id);
-      (void)::send(fd, &kStatusRefused, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)::send(fd, &kHandshakeRefused, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       return;  // closes
     }
     spdlog::debug("data socket: stream {} connected from {}", stream_id, PeerName(fd));
@@ -330,7 +239,7 @@ class DataSocketServer::Core {
   void ConnectionReadable(uint64_t stream_id) {
     int fd = -1;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto it = channels_.find(stream_id);
       if (it == channels_.end() || !it->second.fd.valid()) return;
       fd = it->second.fd.get();
@@ -351,7 +260,7 @@ class DataSocketServer::Core {
       const uint8_t* p;
       size_t n;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         auto it = channels_.find(stream_id);
         if (it == channels_.end() || !it->second.fd.valid() || it->second.aborted) break;
         ChannelState& ch = it->second;
@@ -373,7 +282,7 @@ class DataSocketServer::Core {
       const ssize_t r = n == 0 ? 0 : ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         auto it = channels_.find(stream_id);
         if (it != channels_.end() && !it->second.want_writable) {
           it->second.want_writable = true;
@@ -382,11 +291,12 @@ class DataSocketServer::Core {
         break;
       }
       if (r < 0) {
-        Fail(stream_id, absl::UnavailableError(
-                            absl::StrCat("writing to the data socket failed: ", strerror(errno))));
+        Fail(stream_id,
+             absl::UnavailableError(
+                 std::string(PosixError("writing to the data socket failed", errno).message())));
         break;
       }
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto it = channels_.find(stream_id);
       if (it == channels_.end()) break;
       Chunk& c = it->second.queue.front();
@@ -403,7 +313,7 @@ class DataSocketServer::Core {
     std::function<void(absl::Status)> notify;
     std::optional<ChannelState> gone;  // destroyed outside the lock
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto it = channels_.find(stream_id);
       if (it == channels_.end()) return;
       if (!it->second.closing) notify = std::move(it->second.on_failure);
@@ -414,14 +324,15 @@ class DataSocketServer::Core {
     if (notify) notify(std::move(why));
   }
 
-  // Flushes connected channels, ends closed ones, enforces the deadlines.
-  void Service() {
+  // Flushes connected channels, ends closed ones, enforces the deadlines;
+  // returns the wait until the next deadline (ms, -1 for none).
+  int Service() {
     std::vector<uint64_t> to_flush;
     std::vector<std::pair<uint64_t, absl::Status>> to_fail;
     std::vector<ChannelState> finished;  // destroyed outside the lock
     const Clock::time_point now = Clock::now();
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       for (auto it = channels_.begin(); it != channels_.end();) {
         ChannelState& ch = it->second;
         const bool connected = ch.fd.valid();
@@ -457,37 +368,37 @@ class DataSocketServer::Core {
     }
     for (auto& [id, why] : to_fail) Fail(id, std::move(why));
     for (uint64_t id : to_flush) Flush(id);
-    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
-      if (now >= it->second.deadline) {
-        spdlog::warn("data socket: {} sent {} of {} request bytes in {} s; dropped",
-                     PeerName(it->first), it->second.got, kRequestBytes,
-                     std::chrono::seconds(kHandshakeTimeout).count());
-        it = handshakes_.erase(it);
-      } else {
-        ++it;
+    std::optional<Clock::time_point> next = acceptor_->Tick(now);
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [id, ch] : channels_) {
+        if ((!ch.fd.valid() || ch.closing) && (!next || ch.deadline < *next)) next = ch.deadline;
       }
     }
+    if (!next) return -1;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now).count();
+    return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));
   }
 
   void Shutdown() {
     std::map<uint64_t, ChannelState> gone;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stopped_ = true;
       gone.swap(channels_);
     }
-    handshakes_.clear();
+    acceptor_.reset();  // closes the listening socket and pending handshakes
   }
 
-  const UniqueFd listen_fd_;
   const UniqueFd wake_fd_;  // eventfd: the channels changed, or Stop()
   const UniqueFd epoll_fd_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, ChannelState> channels_ ABSL_GUARDED_BY(mu_);
 
-  std::map<int, Handshake> handshakes_;  // the server's thread only
+  // Set by Arm before the thread starts; the server's thread's only.
+  std::unique_ptr<HandshakeAcceptor> acceptor_;
 };
 
 DataSocketServer::Channel::~Channel() { Close(); }
@@ -526,7 +437,10 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
       continue;
     }
     const int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+      return PosixError(absl::StrCat("data socket ", host_port, ": setsockopt SO_REUSEADDR"),
+                        errno);
+    }
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 64) != 0) {
       last_error = strerror(errno);
       continue;
@@ -541,19 +455,20 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   if (::getsockname(listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    return Errno("getsockname");
+    return PosixError(absl::StrCat("data socket ", host_port, ": getsockname"), errno);
   }
   const int bound_port =
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake) return PosixError("data socket: eventfd", errno);
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
-  if (!wake || !epoll) return Errno("eventfd/epoll");
-  auto core =
-      std::make_shared<Core>(std::move(listen_fd), std::move(wake), std::move(epoll));
-  if (absl::Status st = core->Arm(); !st.ok()) return st;
+  if (!epoll) return PosixError("data socket: epoll_create1", errno);
+  auto core = std::make_shared<Core>(std::move(wake), std::move(epoll));
+  if (absl::Status st = core->Arm(std::move(listen_fd)); !st.ok()) return st;
   std::unique_ptr<DataSocketServer> server(new DataSocketServer(core, bound_port));
   server->thread_ = std::thread([core] { core->Run(); });
+  pthread_setname_np(server->thread_.native_handle(), "conveyor-data");
   return server;
 }
 

@@ -8,23 +8,24 @@
 // decisions).
 //
 // Protocol (also in conveyor.proto, StreamOpened.data_port): the client
-// connects to the daemon's host at `data_port`, sends the 8-byte
-// little-endian stream id then the 32-byte secret from StreamOpened, and
-// reads one status byte (0 = accepted, 1 = unknown stream or wrong secret,
-// then the server closes). After a 0 the server writes, for every Batch
-// message of the stream and in the same order, exactly `images_bytes` bytes:
-// that batch's images. The client sends nothing more; closing the
-// connection ends the stream (UNAVAILABLE).
+// connects to the daemon's host at `data_port` and makes the handshake of
+// server/handshake.h: the 8-byte little-endian stream id then the 32-byte
+// secret from StreamOpened, answered by one status byte (0 = accepted,
+// 1 = unknown stream or wrong secret, then the server closes). After a 0
+// the server writes, for every Batch message of the stream and in the same
+// order, exactly `images_bytes` bytes: that batch's images. The client
+// sends nothing more; closing the connection ends the stream (UNAVAILABLE).
 //
 // One thread serves every connection with epoll and non-blocking sockets:
 // sending never blocks an engine worker or a gRPC thread, and a client that
 // stops reading only stops its own stream (credits bound what is queued for
 // it). Limits: at most 128 connections may be waiting to send their
 // request (more are closed at once); a handshake must complete within 5 s of
-// the connect, a
-// stream's client must connect within 10 s of Open(), and the bytes still
-// queued when a stream closes are kept for at most 10 s (a short stream can
-// end before its client connected: the channel outlives the gRPC call).
+// the connect (both HandshakeAcceptor's); a stream's client must connect
+// within 10 s of Open(), and the bytes still queued when a stream closes
+// are kept for at most 10 s (a short stream can end before its client
+// connected: the channel outlives the gRPC call). Out of fds, the thread
+// pauses accepting (HandshakeAcceptor) instead of spinning.
 //
 // Thread-safety: every method, and Channel's, may be called from any thread.
 // Channels stay valid after Stop() (their Sends are dropped).

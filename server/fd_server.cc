@@ -1,34 +1,28 @@
 #include "server/fd_server.h"
 
-#include <poll.h>
+#include <pthread.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/posix_error.h"
 #include "server/unix_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
 
-namespace {
-constexpr size_t kRequestBytes = 8 + kSecretBytes;
-constexpr uint8_t kStatusOk = 0;
-constexpr uint8_t kStatusRefused = 1;
-
-absl::Status Errno(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
-}
-}  // namespace
-
-FdServer::FdServer(std::string path, UniqueFd listen_fd, UniqueFd stop_fd, Lookup lookup)
+FdServer::FdServer(std::string path, UniqueFd epoll_fd, UniqueFd stop_fd, Lookup lookup)
     : path_(std::move(path)),
-      listen_fd_(std::move(listen_fd)),
+      epoll_fd_(std::move(epoll_fd)),
       stop_fd_(std::move(stop_fd)),
       lookup_(std::move(lookup)) {}
 
@@ -38,35 +32,46 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& pat
   if (path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("fd socket path too long: ", path));
   }
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return Errno("socket");
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return PosixError("fd socket: socket", errno);
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   {
     // Owner-only while bind() creates the file; then exactly `mode`.
     ScopedUmask umask(0177);
     if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return Errno(absl::StrCat("bind ", path));
+      return PosixError(absl::StrCat("bind ", path), errno);
     }
   }
+  // From here on the file is ours: removed again on any failure.
+  auto fail = [&path](absl::Status st) {
+    ::unlink(path.c_str());
+    return st;
+  };
   if (::chmod(path.c_str(), mode) != 0) {
-    absl::Status st = Errno(absl::StrCat("chmod ", path));
-    ::unlink(path.c_str());
-    return st;
+    return fail(PosixError(absl::StrCat("chmod ", path), errno));
   }
-  if (::listen(fd.get(), 64) != 0) {
-    absl::Status st = Errno(absl::StrCat("listen ", path));
-    ::unlink(path.c_str());
-    return st;
-  }
+  if (::listen(fd.get(), 64) != 0) return fail(PosixError(absl::StrCat("listen ", path), errno));
   UniqueFd stop(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!stop) {
-    ::unlink(path.c_str());
-    return Errno("eventfd");
+  if (!stop) return fail(PosixError("fd socket: eventfd", errno));
+  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll) return fail(PosixError("fd socket: epoll_create1", errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = EventKey(EventTag::kWake, 0);
+  if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, stop.get(), &ev) != 0) {
+    return fail(PosixError("fd socket: epoll_ctl ADD", errno));
   }
   std::unique_ptr<FdServer> server(
-      new FdServer(path, std::move(fd), std::move(stop), std::move(lookup)));
-  server->thread_ = std::thread([s = server.get()] { s->Run(); });
+      new FdServer(path, std::move(epoll), std::move(stop), std::move(lookup)));
+  FdServer* s = server.get();
+  absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> acceptor = HandshakeAcceptor::Create(
+      s->epoll_fd_.get(), std::move(fd), HandshakeAcceptor::Options{.name = "fd hand-over"},
+      [s](UniqueFd conn, const HandshakeRequest& request) { s->Serve(std::move(conn), request); });
+  if (!acceptor.ok()) return fail(acceptor.status());
+  s->acceptor_ = *std::move(acceptor);
+  s->thread_ = std::thread([s] { s->Run(); });
+  pthread_setname_np(s->thread_.native_handle(), "conveyor-fd");
   return server;
 }
 
@@ -76,62 +81,44 @@ void FdServer::Stop() {
   if (!thread_.joinable()) return;
   const uint64_t one = 1;
   if (::write(stop_fd_.get(), &one, sizeof(one)) < 0) {
-    spdlog::error("fd server: cannot signal stop: {}", strerror(errno));
+    // Not expected (the counter cannot overflow with one write): the
+    // thread would never end, so say why before waiting for it.
+    spdlog::error("fd server: {}", std::string(PosixError("cannot signal stop", errno).message()));
   }
   thread_.join();
+  acceptor_.reset();  // closes the socket and the connections not served
   RemoveSocketFile(path_);
 }
 
 void FdServer::Run() {
+  using Clock = HandshakeAcceptor::Clock;
+  epoll_event events[32];
+  int timeout_ms = -1;
   while (true) {
-    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("fd server: poll: {}", strerror(errno));
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 32, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("fd server: {}; the fd hand-over socket stops serving",
+                    std::string(PosixError("epoll_wait", errno).message()));
       return;
     }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
-    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!conn) {
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
-        spdlog::warn("fd server: accept: {}", strerror(errno));
-      }
-      continue;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t key = events[i].data.u64;
+      if (TagOf(key) == EventTag::kWake) return;  // Stop()
+      if (HandshakeAcceptor::Owns(key)) acceptor_->OnEvent(key);
     }
-    Serve(conn.get());
-  }  // conn closes here, after the reply
+    const Clock::time_point now = Clock::now();
+    const std::optional<Clock::time_point> next = acceptor_->Tick(now);
+    timeout_ms = -1;
+    if (next) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now).count();
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));
+    }
+  }
 }
 
-void FdServer::Serve(int conn) {
-  // Connections are served one at a time: a client that connects and sends
-  // nothing may hold the others up only briefly (a real client sends its
-  // 40 bytes right after connecting).
-  const timeval timeout{0, 250 * 1000};
-  ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  ucred cred{};
-  socklen_t cred_len = sizeof(cred);
-  ::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len);
-
-  uint8_t req[kRequestBytes];
-  size_t got = 0;
-  while (got < kRequestBytes) {
-    const ssize_t r = ::recv(conn, req + got, kRequestBytes - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      spdlog::warn("fd hand-over: pid {} sent {} of {} request bytes; dropped", cred.pid, got,
-                   kRequestBytes);
-      return;
-    }
-    got += static_cast<size_t>(r);
-  }
-  const uint64_t stream_id = DecodeStreamId(req);
-  Secret secret;
-  std::memcpy(secret.data(), req + 8, kSecretBytes);
-
-  absl::StatusOr<UniqueFd> fd = lookup_(stream_id, secret);
-  uint8_t status = fd.ok() ? kStatusOk : kStatusRefused;
+void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
+  absl::StatusOr<UniqueFd> fd = lookup_(request.stream_id, request.secret);
+  uint8_t status = fd.ok() ? kHandshakeAccepted : kHandshakeRefused;
   iovec iov{&status, 1};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -147,20 +134,23 @@ void FdServer::Serve(int conn) {
     const int raw = fd->get();
     std::memcpy(CMSG_DATA(cm), &raw, sizeof(int));
   }
+  // A fresh connection's send buffer is empty: one byte and its fd fit, so
+  // this does not block (and must not: the thread serves everyone).
   ssize_t sent;
   do {
-    sent = ::sendmsg(conn, &msg, MSG_NOSIGNAL);
+    sent = ::sendmsg(conn.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   } while (sent < 0 && errno == EINTR);
+  const int send_errno = errno;
   if (!fd.ok()) {
-    spdlog::warn("fd hand-over refused: stream {} from pid {} uid {}: {}", stream_id, cred.pid,
-                 cred.uid, fd.status().ToString());
+    spdlog::warn("fd hand-over refused: stream {} from {}: {}", request.stream_id,
+                 PeerName(conn.get()), fd.status().ToString());
   } else if (sent != 1) {
-    spdlog::warn("fd hand-over of stream {} to pid {} failed: {}", stream_id, cred.pid,
-                 strerror(errno));
+    spdlog::warn("fd hand-over of stream {} to {} failed: {}", request.stream_id,
+                 PeerName(conn.get()), std::string(PosixError("sendmsg", send_errno).message()));
   } else {
-    spdlog::debug("fd hand-over: stream {} region sent to pid {} uid {}", stream_id, cred.pid,
-                  cred.uid);
+    spdlog::debug("fd hand-over: stream {} region sent to {}", request.stream_id,
+                  PeerName(conn.get()));
   }
-}  // our copy of the fd closes here
+}  // our copies of the fd and the connection close here
 
 }  // namespace conveyor::server

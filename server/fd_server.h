@@ -1,14 +1,17 @@
 // FdServer: the fd hand-over socket next to the gRPC unix socket
-// ("<socket>.fd"). A client of a SHARED_MEMORY stream connects, sends the
-// 8-byte little-endian stream id then the 32-byte secret from StreamOpened,
-// and reads one status byte: 0 with the stream's region memfd attached as
-// SCM_RIGHTS ancillary data, or 1 (unknown stream or wrong secret, no fd).
-// The server then closes the connection. It is a SOCK_STREAM socket, so a
-// client may send the 40 bytes in one write or several.
+// ("<socket>.fd"). A client of a SHARED_MEMORY stream connects and sends
+// the handshake of server/handshake.h (stream id and secret from
+// StreamOpened); the reply is the status byte, kHandshakeAccepted with the
+// stream's region memfd attached as SCM_RIGHTS ancillary data, or
+// kHandshakeRefused (unknown stream or wrong secret, no fd). The server
+// then closes the connection.
 //
-// One thread serves the socket, one connection at a time (each is a few
-// syscalls; a client that stalls is dropped after a 2 s timeout). The thread
-// polls the listening socket and an eventfd, so Stop() ends it promptly.
+// One thread serves every connection at once with epoll and non-blocking
+// sockets (HandshakeAcceptor): a client that connects and stays silent is
+// dropped after 5 s without delaying anyone else's hand-over; at most 128
+// connections may wait to send their request (more are closed at once);
+// when the process runs out of fds the thread backs off instead of
+// spinning. The thread also watches an eventfd, so Stop() ends it promptly.
 //
 // Thread-safety: Stop() and the destructor may be called from any thread;
 // `lookup` is called from the server's thread.
@@ -23,14 +26,15 @@
 
 #include "absl/status/statusor.h"
 #include "core/unique_fd.h"
-#include "server/service.h"
+#include "server/handshake.h"
+#include "server/secret.h"
 
 namespace conveyor::server {
 
 class FdServer {
  public:
   // Returns the fd to hand over (the server closes its copy after sending),
-  // or an error (the client gets status byte 1).
+  // or an error (the client gets kHandshakeRefused).
   using Lookup = std::function<absl::StatusOr<UniqueFd>(uint64_t stream_id, const Secret& secret)>;
 
   // Binds `path` (which PrepareUnixSocketPath made ready) with permissions
@@ -41,20 +45,25 @@ class FdServer {
   FdServer(const FdServer&) = delete;
   FdServer& operator=(const FdServer&) = delete;
 
-  // Stops the thread, closes the socket and removes its file. Idempotent.
+  // Stops the thread, closes the socket (and connections not served yet)
+  // and removes its file. Idempotent.
   void Stop();
 
   const std::string& path() const { return path_; }
 
  private:
-  FdServer(std::string path, UniqueFd listen_fd, UniqueFd stop_fd, Lookup lookup);
+  FdServer(std::string path, UniqueFd epoll_fd, UniqueFd stop_fd, Lookup lookup);
   void Run();
-  void Serve(int conn);
+  // Answers a complete request (the server's thread).
+  void Serve(UniqueFd conn, const HandshakeRequest& request);
 
   const std::string path_;
-  const UniqueFd listen_fd_;
+  const UniqueFd epoll_fd_;
   const UniqueFd stop_fd_;  // eventfd; readable once Stop() was called
   const Lookup lookup_;
+  // Set by Start before the thread starts; used by the thread only; reset
+  // by Stop after the thread is joined.
+  std::unique_ptr<HandshakeAcceptor> acceptor_;
   std::thread thread_;
 };
 

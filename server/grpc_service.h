@@ -1,8 +1,8 @@
 // GrpcConveyorService: the gRPC face of ConveyorService — a thin adapter
 // built on gRPC's callback API. Unary calls forward to the core service and
 // convert its absl::Status once (ToGrpcStatus). Each StreamBatches call gets
-// one StreamReactor (see grpc_service.cc) that turns the core Stream into
-// messages: it keeps at most one write in flight and is woken by the
+// one StreamReactor (see grpc_service.cc), a thin adapter over the call's
+// protocol (server/stream_call.h): at most one write in flight, woken by the
 // stream's ready callback or by the end of its previous write.
 //
 // Thread-safety: gRPC calls the methods concurrently; the adapter holds no

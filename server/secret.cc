@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
+#include "core/posix_error.h"
 
 namespace conveyor::server {
 
@@ -15,7 +15,7 @@ absl::Status NewSecret(Secret* secret) {
     const ssize_t r = getrandom(secret->data() + got, secret->size() - got, 0);
     if (r < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("getrandom: ", strerror(errno)));
+      return PosixError("getrandom", errno);
     }
     got += static_cast<size_t>(r);
   }
@@ -26,12 +26,6 @@ bool ConstantTimeEqual(const Secret& a, const Secret& b) {
   volatile uint8_t diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff = diff | (a[i] ^ b[i]);
   return diff == 0;
-}
-
-uint64_t DecodeStreamId(const uint8_t bytes[8]) {
-  uint64_t id = 0;
-  for (int i = 7; i >= 0; --i) id = (id << 8) | bytes[i];
-  return id;
 }
 
 }  // namespace conveyor::server

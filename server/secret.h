@@ -23,7 +23,4 @@ absl::Status NewSecret(Secret* secret);
 // nothing about how much of a guess was right.
 bool ConstantTimeEqual(const Secret& a, const Secret& b);
 
-// The stream id (8 bytes little-endian) of a hand-over request.
-uint64_t DecodeStreamId(const uint8_t bytes[8]);
-
 }  // namespace conveyor::server

@@ -1,10 +1,5 @@
 #include "server/service.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <limits>
 
 #include "absl/strings/match.h"
@@ -14,6 +9,8 @@
 #include "core/batch_layout.h"
 #include "core/sampler.h"
 #include "core/stats.h"
+#include "core/status_macros.h"
+#include "server/batch_message.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -26,20 +23,6 @@ std::string Bytes(uint64_t b) {
   if (b >= (1ull << 10)) return absl::StrFormat("%.1f KiB", b / double(1ull << 10));
   return absl::StrFormat("%d B", b);
 }
-
-v1::DType ToProto(DType d) {
-  switch (d) {
-    case DType::kUint8:
-      return v1::UINT8;
-    case DType::kFloat32:
-      return v1::FLOAT32;
-    case DType::kFloat16:
-      return v1::FLOAT16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
-v1::Layout ToProto(Layout l) { return l == Layout::kNCHW ? v1::NCHW : v1::NHWC; }
 
 void ToProto(const StageStats& s, v1::StageStats* out) {
   out->set_name(s.name);
@@ -56,12 +39,11 @@ void ToProto(const StageStats& s, v1::StageStats* out) {
 
 }  // namespace
 
-bool IsUnixPeer(const std::string& peer) { return absl::StartsWith(peer, "unix:"); }
-
 // ---------------------------------------------------------------- Session
 
 Session::~Session() {
   stream_->Cancel(absl::CancelledError("stream closed"));
+  transport_.reset();  // leaves the transport's registries (fd hand-over, data socket)
   service_->Unregister(stream_->id(), reserved_bytes_);
 }
 
@@ -78,18 +60,21 @@ std::map<std::string, std::shared_ptr<const PipelineConfig>> ByName(
 
 ConveyorService::ConveyorService(const ServiceOptions& options,
                                  std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
-                                 std::unique_ptr<Engine> engine)
+                                 std::unique_ptr<Engine> engine,
+                                 std::unique_ptr<TransportSet> transports)
     : options_(options),
       pipelines_(std::move(pipelines)),
       by_name_(ByName(pipelines_)),
-      engine_(std::move(engine)) {}
+      engine_(std::move(engine)),
+      transports_(std::move(transports)) {}
 
 ConveyorService::~ConveyorService() { engine_->Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     const ServiceOptions& options, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
-    std::unique_ptr<Engine> engine) {
+    std::unique_ptr<Engine> engine, std::unique_ptr<TransportSet> transports) {
   if (engine == nullptr) return absl::InvalidArgumentError("no engine");
+  if (transports == nullptr) return absl::InvalidArgumentError("no transports");
   if (pipelines.empty()) return absl::InvalidArgumentError("no pipelines");
   std::map<std::string, int> names;
   for (const auto& p : pipelines) {
@@ -100,36 +85,13 @@ absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     }
   }
   if (options.max_streams == 0) return absl::InvalidArgumentError("max_streams must be positive");
-  return std::unique_ptr<ConveyorService>(
-      new ConveyorService(options, std::move(pipelines), std::move(engine)));
-}
-
-v1::PipelineInfo ConveyorService::Info(const PipelineConfig& p) const {
-  v1::PipelineInfo info;
-  info.set_name(p.name);
-  info.set_dataset_size(p.dataset->size());
-  info.set_num_classes(static_cast<uint32_t>(p.dataset->num_classes()));
-  const TransformSpec& t = p.transform;
-  if (t.layout == Layout::kNCHW) {
-    info.add_sample_shape(3);
-    info.add_sample_shape(t.output_height);
-    info.add_sample_shape(t.output_width);
-  } else {
-    info.add_sample_shape(t.output_height);
-    info.add_sample_shape(t.output_width);
-    info.add_sample_shape(3);
-  }
-  info.set_dtype(ToProto(t.dtype));
-  info.set_layout(ToProto(t.layout));
-  info.set_max_batch_size(p.max_batch_size);
-  info.set_augment(ToString(t.mode));
-  info.set_error_policy(ToString(p.error_policy));
-  return info;
+  return std::unique_ptr<ConveyorService>(new ConveyorService(
+      options, std::move(pipelines), std::move(engine), std::move(transports)));
 }
 
 v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
   v1::ListPipelinesResponse r;
-  for (const auto& p : pipelines_) *r.add_pipelines() = Info(*p);
+  for (const auto& p : pipelines_) *r.add_pipelines() = PipelineInfoOf(*p);
   return r;
 }
 
@@ -144,7 +106,7 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   r.set_bottleneck(ToString(Bottleneck(es.stages)));
   std::map<uint64_t, std::string> peers;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (const auto& [id, e] : sessions_) peers[id] = e.peer;
     r.set_slot_bytes_in_use(reserved_bytes_);
   }
@@ -167,7 +129,7 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
 
 absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, const std::string& peer,
                                                  const PipelineConfig& p, StreamOptions* o,
-                                                 v1::Transport* transport) const {
+                                                 Transport** transport) const {
   if (req.credits() == 0 || req.credits() > kMaxCredits) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "credits must be within [1, %d] (batches the client may hold unreleased), got %d",
@@ -182,45 +144,7 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
     return absl::InvalidArgumentError("first_epoch + num_epochs overflows");
   }
 
-  const bool unix_peer = IsUnixPeer(peer);
-  switch (req.transport()) {
-    case v1::TRANSPORT_AUTO:
-      if (unix_peer) {
-        *transport = options_.fd_socket_path.empty() ? v1::INLINE : v1::SHARED_MEMORY;
-      } else {
-        *transport = req.accept_data_socket() && options_.data_server != nullptr ? v1::DATA_SOCKET
-                                                                                  : v1::INLINE;
-      }
-      break;
-    case v1::SHARED_MEMORY:
-      if (!unix_peer) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "SHARED_MEMORY needs a connection over the daemon's unix socket; this one is ", peer,
-            " (use INLINE or AUTO over TCP)"));
-      }
-      if (options_.fd_socket_path.empty()) {
-        return absl::FailedPreconditionError("this daemon has no fd hand-over socket");
-      }
-      *transport = v1::SHARED_MEMORY;
-      break;
-    case v1::INLINE:
-      *transport = v1::INLINE;
-      break;
-    case v1::DATA_SOCKET:
-      if (unix_peer) {
-        return absl::FailedPreconditionError(
-            "DATA_SOCKET is for TCP connections; over the unix socket use SHARED_MEMORY or AUTO");
-      }
-      if (options_.data_server == nullptr) {
-        return absl::FailedPreconditionError(
-            "this daemon has no data socket (listen.data_tcp is none); use INLINE or AUTO");
-      }
-      *transport = v1::DATA_SOCKET;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrFormat("unknown transport %d", static_cast<int>(req.transport())));
-  }
+  ASSIGN_OR_RETURN(*transport, transports_->Choose(req, peer));
 
   o->batch_size = req.batch_size();
   o->seed = req.seed();
@@ -232,7 +156,7 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
   o->drop_last = req.drop_last();
   o->num_slots = req.credits();
   o->epoch_offset = 0;
-  o->shareable_memory = *transport == v1::SHARED_MEMORY;
+  o->shareable_memory = (*transport)->shares_memory();
 
   if (req.has_resume()) {
     // The offset counts samples of the epoch's global order, whatever the
@@ -275,22 +199,15 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   }
   const std::shared_ptr<const PipelineConfig>& pipeline = it->second;
   StreamOptions so;
-  v1::Transport transport = v1::INLINE;
-  if (absl::Status st = BuildStreamOptions(req, peer, *pipeline, &so, &transport); !st.ok()) {
-    return st;
-  }
+  Transport* transport = nullptr;
+  RETURN_IF_ERROR(BuildStreamOptions(req, peer, *pipeline, &so, &transport));
   const BatchLayout layout = BatchLayout::For(pipeline->transform, so.batch_size);
-  if (transport == v1::INLINE && layout.slot_bytes + (1u << 20) > options_.max_message_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "an INLINE batch of %s does not fit in one message (limit %s); lower batch_size or use "
-        "SHARED_MEMORY over the unix socket",
-        Bytes(layout.slot_bytes), Bytes(options_.max_message_bytes)));
-  }
+  RETURN_IF_ERROR(transport->CheckLayout(layout));
 
   // Reserve budget and a stream place before allocating anything.
   const uint64_t bytes = SlotArena::MappedBytes(so.num_slots, layout.slot_bytes);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
     if (reserved_streams_ >= options_.max_streams) {
       return absl::ResourceExhaustedError(absl::StrFormat(
@@ -309,7 +226,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     ++reserved_streams_;
   }
   auto unreserve = [&] {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     reserved_bytes_ -= bytes;
     --reserved_streams_;
   };
@@ -320,84 +237,36 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     return opened.status();
   }
   std::shared_ptr<Stream> stream(std::move(*opened));
-  Entry entry;
-  entry.stream = stream;
-  entry.peer = peer;
-  entry.handed_over = std::make_shared<std::atomic<bool>>(false);
-  entry.wake = std::move(wake);
-  // The client proves it owns the stream with this when it fetches the
-  // memfd or connects the data socket.
-  const bool needs_secret = transport == v1::SHARED_MEMORY || transport == v1::DATA_SOCKET;
-  if (needs_secret) {
-    if (absl::Status st = NewSecret(&entry.secret); !st.ok()) {
-      unreserve();
-      return st;
-    }
-  }
-  if (transport == v1::SHARED_MEMORY) {
-    entry.region_fd.Reset(fcntl(stream->arena().fd(), F_DUPFD_CLOEXEC, 0));
-    if (!entry.region_fd) {
-      unreserve();
-      return absl::InternalError(absl::StrCat("dup of the region memfd: ", strerror(errno)));
-    }
-  }
-
   // From here on the session's destructor gives the reservation back.
-  std::unique_ptr<Session> session(
-      new Session(this, stream, transport, peer, bytes, entry.handed_over));
+  std::unique_ptr<Session> session(new Session(this, stream, peer, bytes));
+  absl::StatusOr<std::unique_ptr<StreamTransport>> stream_transport =
+      transport->Open(stream, wake);
+  if (!stream_transport.ok()) return stream_transport.status();
+  session->transport_ = *std::move(stream_transport);
+
   v1::StreamOpened& op = session->opened_;
   op.set_stream_id(stream->id());
-  op.set_transport(transport);
-  if (needs_secret) op.set_secret(entry.secret.data(), entry.secret.size());
-  if (transport == v1::SHARED_MEMORY) op.set_fd_socket(options_.fd_socket_path);
-  if (transport == v1::DATA_SOCKET) {
-    op.set_data_port(static_cast<uint32_t>(options_.data_server->port()));
-    // A failed connection ends the stream with its reason; the reactor then
-    // finishes the call with it.
-    session->data_channel_ = options_.data_server->Open(
-        stream->id(), entry.secret, [weak = std::weak_ptr<Stream>(stream)](absl::Status why) {
-          if (auto s = weak.lock()) s->Cancel(std::move(why));
-        });
-  }
+  op.set_transport(transport->kind());
   op.set_region_bytes(stream->arena().total_bytes());
   op.set_slot_bytes(stream->arena().slot_bytes());
   op.set_num_slots(static_cast<uint32_t>(stream->arena().num_slots()));
   op.set_samples_per_epoch(stream->samples_per_epoch());
   op.set_batches_per_epoch((stream->samples_per_epoch() + so.batch_size - 1) / so.batch_size);
-  *op.mutable_pipeline() = Info(*pipeline);
+  *op.mutable_pipeline() = PipelineInfoOf(*pipeline);
+  session->transport_->DescribeIn(&op);
 
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     // BeginShutdown may have run since the reservation; it could not see
     // this stream, so refuse it here.
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
-    sessions_.emplace(stream->id(), std::move(entry));
+    sessions_.emplace(stream->id(), Entry{stream, peer, std::move(wake)});
   }
   return session;
 }
 
-absl::StatusOr<UniqueFd> ConveyorService::RegionFd(uint64_t stream_id, const Secret& secret) {
-  UniqueFd fd;
-  std::function<void()> wake;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(stream_id);
-    // Compare against something either way so that an unknown id costs the same.
-    static const Secret kNone{};
-    const bool known = it != sessions_.end() && it->second.region_fd.valid();
-    const bool match = ConstantTimeEqual(known ? it->second.secret : kNone, secret);
-    if (!known || !match) return absl::PermissionDeniedError("unknown stream or wrong secret");
-    fd.Reset(fcntl(it->second.region_fd.get(), F_DUPFD_CLOEXEC, 0));
-    if (!fd) return absl::InternalError(absl::StrCat("dup: ", strerror(errno)));
-    it->second.handed_over->store(true, std::memory_order_release);
-    wake = it->second.wake;
-  }
-  if (wake) wake();
-  return fd;
-}
-
 void ConveyorService::Unregister(uint64_t stream_id, uint64_t reserved_bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   sessions_.erase(stream_id);  // closes the duplicate region fd
   reserved_bytes_ -= reserved_bytes;
   --reserved_streams_;
@@ -407,7 +276,7 @@ void ConveyorService::BeginShutdown() {
   std::vector<std::shared_ptr<Stream>> streams;
   std::vector<std::function<void()>> wakes;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return;
     shutting_down_ = true;
     for (auto& [id, e] : sessions_) {
@@ -423,7 +292,7 @@ void ConveyorService::BeginShutdown() {
 }
 
 bool ConveyorService::shutting_down() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return shutting_down_;
 }
 

@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "core/unique_fd.h"
 #include "server/data_socket_server.h"
+#include "tests/unit/socket_test_util.h"
 
 namespace conveyor::server {
 namespace {
@@ -115,6 +115,18 @@ bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seco
   return true;
 }
 
+// A full exchange on a fresh stream `stream_id`: returns once the server's
+// thread has admitted a connection and flushed bytes queued after it, so
+// everything it was asked to do before (a Close, a Send) has been handled.
+void RoundTrip(DataSocketServer& server, uint64_t stream_id) {
+  auto channel = server.Open(stream_id, MakeSecret(99), [](absl::Status) {});
+  UniqueFd conn = Connect(server.port());
+  REQUIRE(Handshake(conn.get(), stream_id, MakeSecret(99)) == 0);
+  auto v = Pattern(10, 1);
+  channel->Send(v->data(), v->size(), v);
+  REQUIRE(ReadExactly(conn.get(), v->size()) == *v);
+}
+
 TEST_CASE("data socket: bytes arrive in order and keep-alives are dropped once written",
           "[data_socket]") {
   auto server = DataSocketServer::Start("127.0.0.1:0");
@@ -160,14 +172,20 @@ TEST_CASE("data socket: a slow reader gets every byte without blocking the sende
   UniqueFd conn = Connect((*server)->port());
   REQUIRE(Handshake(conn.get(), 7, MakeSecret(9)) == 0);
   std::vector<std::shared_ptr<std::vector<uint8_t>>> sent;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 8; ++i) {
-    sent.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));
-    channel->Send(sent.back()->data(), sent.back()->size(), sent.back());
-  }
-  // 16 MiB queued, nobody reading: Send never waited for the socket.
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 8; ++i) sent.push_back(Pattern(2 << 20, static_cast<uint8_t>(i)));
+  // 16 MiB queued while nobody reads: far more than the socket holds, so a
+  // Send that waited for the socket would never return. The sends run on
+  // their own thread; this one waits for them (with a deadline that only a
+  // blocked Send reaches) before it reads a byte.
+  testing::Notification all_sent;
+  std::thread sender([&] {
+    for (const auto& v : sent) channel->Send(v->data(), v->size(), v);
+    all_sent.Notify();
+  });
+  const bool returned = all_sent.WaitFor(std::chrono::seconds(30));
+  if (!returned) conn.Reset();  // unblocks a stuck sender (its socket is gone)
+  sender.join();
+  REQUIRE(returned);
   for (const auto& v : sent) {
     // Small reads, like a slow client.
     std::vector<uint8_t> got;
@@ -212,7 +230,7 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
   auto server = DataSocketServer::Start("127.0.0.1:0");
   REQUIRE(server.ok());
   std::atomic<int> failures{0};
-  absl::Notification failed;
+  testing::Notification failed;
   absl::Status why;  // written by the server's thread before Notify (Catch2 asserts stay here)
   auto channel = (*server)->Open(11, MakeSecret(5), [&](absl::Status st) {
     if (++failures == 1) {
@@ -224,13 +242,13 @@ TEST_CASE("data socket: a client that closes its connection is reported once", "
     UniqueFd conn = Connect((*server)->port());
     REQUIRE(Handshake(conn.get(), 11, MakeSecret(5)) == 0);
   }  // closed
-  REQUIRE(failed.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  REQUIRE(failed.WaitFor(std::chrono::seconds(5)));
   CHECK(absl::IsUnavailable(why));
   CHECK(std::string(why.message()).find("closed") != std::string::npos);
   // Later sends are dropped (their keep-alives with them), nothing more is reported.
   CHECK(SendOwned(*channel, Pattern(1000, 6)).expired());
   channel->Close();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  RoundTrip(**server, 12);  // the server's thread has handled the Close by now
   CHECK(failures == 1);
 }
 
@@ -287,6 +305,45 @@ TEST_CASE("data socket: a flood of silent connections is bounded and harms no st
     conn = Connect(t.server->port());
     return Handshake(conn.get(), 9, MakeSecret(2)) == 0;
   }));
+  auto v = Pattern(1000, 3);
+  t.channel->Send(v->data(), v->size(), v);
+  CHECK(ReadExactly(conn.get(), v->size()) == *v);
+  CHECK(t.failures == 0);
+}
+
+TEST_CASE("data socket: out of file descriptors it backs off, then serves again",
+          "[data_socket][emfile]") {
+  const std::set<pid_t> threads_before = testing::ThreadIds();
+  OneChannel t(21, MakeSecret(4));
+  const std::vector<pid_t> added = testing::NewThreads(threads_before);
+  REQUIRE(added.size() == 1);  // the server's thread
+  // Made before the process runs out: connecting needs no new fd here.
+  UniqueFd conn(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  REQUIRE(conn.valid());
+  const testing::ThreadCpuClock cpu(added[0]);
+  REQUIRE(cpu.valid());
+  long busy_ticks = 0;
+  {
+    testing::FdExhaustion exhausted;
+    REQUIRE(exhausted.ok());
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(t.server->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(conn.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    // The server cannot accept the connection now. Over one second, a
+    // thread that retries accept() in a loop burns that second; one that
+    // backs off burns next to nothing.
+    const long before = cpu.Ticks();
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // the measured window
+    busy_ticks = cpu.Ticks() - before;
+  }
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  INFO("server thread CPU over 1 s: " << busy_ticks << " of " << ticks_per_second << " ticks");
+  CHECK(busy_ticks <= ticks_per_second / 10);
+  // Fds are free again: the waiting connection is served.
+  testing::SetRecvTimeout(conn.get(), 10);
+  REQUIRE(Handshake(conn.get(), 21, MakeSecret(4)) == 0);
   auto v = Pattern(1000, 3);
   t.channel->Send(v->data(), v->size(), v);
   CHECK(ReadExactly(conn.get(), v->size()) == *v);

@@ -1,0 +1,83 @@
+#include "server/batch_message.h"
+
+#include <cstring>
+
+#include "core/batch_layout.h"
+#include "core/slot_arena.h"
+
+namespace conveyor::server {
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8:
+      return v1::UINT8;
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+v1::Layout ToProto(Layout layout) { return layout == Layout::kNCHW ? v1::NCHW : v1::NHWC; }
+
+void AddSampleShape(const TransformSpec& t, google::protobuf::RepeatedField<int64_t>* shape) {
+  if (t.layout == Layout::kNCHW) {
+    shape->Add(3);
+    shape->Add(t.output_height);
+    shape->Add(t.output_width);
+  } else {
+    shape->Add(t.output_height);
+    shape->Add(t.output_width);
+    shape->Add(3);
+  }
+}
+
+v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
+  v1::PipelineInfo info;
+  info.set_name(p.name);
+  info.set_dataset_size(p.dataset->size());
+  info.set_num_classes(static_cast<uint32_t>(p.dataset->num_classes()));
+  AddSampleShape(p.transform, info.mutable_sample_shape());
+  info.set_dtype(ToProto(p.transform.dtype));
+  info.set_layout(ToProto(p.transform.layout));
+  info.set_max_batch_size(p.max_batch_size);
+  info.set_augment(ToString(p.transform.mode));
+  info.set_error_policy(ToString(p.error_policy));
+  return info;
+}
+
+void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
+  const BatchLayout& layout = stream.layout();
+  const TransformSpec& t = stream.pipeline().transform;
+  const uint8_t* base = stream.arena().slot(b.slot);
+  const uint32_t n = b.num_samples;
+  o->set_sequence(b.sequence);
+  o->set_epoch(b.epoch);
+  o->set_batch_in_epoch(b.batch_in_epoch);
+  o->set_position(b.position);
+  o->set_offset(b.offset);
+  o->set_epoch_samples(b.epoch_samples);
+  o->set_end_of_epoch(b.end_of_epoch);
+  o->set_num_samples(n);
+  o->add_shape(n);
+  AddSampleShape(t, o->mutable_shape());
+  o->set_layout(ToProto(t.layout));
+  o->set_dtype(ToProto(t.dtype));
+  o->set_slot(b.slot);
+  o->set_images_bytes(static_cast<uint64_t>(n) * layout.sample_bytes);
+  o->mutable_labels()->Resize(static_cast<int>(n), 0);
+  std::memcpy(o->mutable_labels()->mutable_data(), base + layout.labels_offset,
+              sizeof(int64_t) * n);
+  o->mutable_sample_indices()->Resize(static_cast<int>(n), 0);
+  std::memcpy(o->mutable_sample_indices()->mutable_data(), base + layout.indices_offset,
+              sizeof(int64_t) * n);
+  for (const SampleFailure& f : b.failures) {
+    v1::SampleFailure* pf = o->add_failures();
+    pf->set_sample_index(f.sample_index);
+    pf->set_path(f.path);
+    pf->set_reason(f.reason);
+  }
+}
+
+}  // namespace conveyor::server

@@ -1,0 +1,133 @@
+// The handshake of the daemon's side sockets (the fd hand-over socket of
+// SHARED_MEMORY streams and the data socket of DATA_SOCKET streams), written
+// once for both: the client connects, sends the 8-byte little-endian stream
+// id then the 32-byte secret from StreamOpened (in one write or several),
+// and reads one status byte: kHandshakeAccepted, or kHandshakeRefused
+// (unknown stream or wrong secret; the server then closes). What follows an
+// accepted handshake is the socket's own business (an fd, batch bytes).
+//
+// HandshakeAcceptor is the server side: it accepts connections on a
+// listening socket and reads their requests on the owner's epoll thread,
+// many at once and without blocking, so a client that connects and stays
+// silent holds up no other client. It bounds what a flood can cost: at most
+// `max_pending` connections may wait to send their request (more are closed
+// at once) and each gets `timeout` to send it. When accept() fails for want
+// of resources (the process or the system is out of fds, buffers or
+// memory) the listening socket stays readable, so retrying at once would
+// spin: the acceptor stops watching it for a short, growing pause (10 ms
+// doubling up to 500 ms) and tries again after, logging once when the
+// episode begins and once when it ends.
+//
+// Thread-safety: a HandshakeAcceptor belongs to the one thread that runs
+// its owner's epoll loop; every method must be called from it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/unique_fd.h"
+#include "server/secret.h"
+
+namespace conveyor::server {
+
+inline constexpr size_t kHandshakeRequestBytes = 8 + kSecretBytes;
+inline constexpr uint8_t kHandshakeAccepted = 0;
+inline constexpr uint8_t kHandshakeRefused = 1;
+
+struct HandshakeRequest {
+  uint64_t stream_id = 0;
+  Secret secret{};
+};
+
+// The request in its 40 wire bytes.
+HandshakeRequest DecodeHandshake(const uint8_t bytes[kHandshakeRequestBytes]);
+
+// What an epoll event of a side socket's loop is about: a tag in the top
+// bits of the event's u64, a value (an fd, a stream id) below. The
+// acceptor's events carry kListen and kHandshake; owners use the others.
+enum class EventTag : uint64_t { kListen = 1, kHandshake = 2, kWake = 3, kConnection = 4 };
+inline constexpr int kEventTagShift = 60;
+inline uint64_t EventKey(EventTag tag, uint64_t value) {
+  return (static_cast<uint64_t>(tag) << kEventTagShift) | value;
+}
+inline EventTag TagOf(uint64_t key) { return static_cast<EventTag>(key >> kEventTagShift); }
+inline uint64_t ValueOf(uint64_t key) { return key & ((uint64_t{1} << kEventTagShift) - 1); }
+
+// "HOST:PORT" of a connected socket's peer, "pid P uid U" for a unix peer,
+// "?" when unknown; for logs.
+std::string PeerName(int fd);
+
+class HandshakeAcceptor {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Options {
+    std::string name;  // the socket in logs: "data socket", "fd hand-over"
+    size_t max_pending = 128;
+    Clock::duration timeout = std::chrono::seconds(5);
+  };
+  // Called (on the loop's thread) with a connection whose request is
+  // complete; the connection is no longer in the epoll set. Closing `conn`
+  // refuses it without a word; the callee answers with the status byte.
+  using OnRequest = std::function<void(UniqueFd conn, const HandshakeRequest& request)>;
+
+  // Adds `listen_fd` (non-blocking, listening) to `epoll_fd` (not owned;
+  // outlives the acceptor) under EventKey(kListen, 0).
+  static absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> Create(int epoll_fd,
+                                                                   UniqueFd listen_fd,
+                                                                   Options options,
+                                                                   OnRequest on_request);
+  ~HandshakeAcceptor();  // closes the listening socket and pending connections
+  HandshakeAcceptor(const HandshakeAcceptor&) = delete;
+  HandshakeAcceptor& operator=(const HandshakeAcceptor&) = delete;
+
+  // Whether an event key (kListen, kHandshake) is the acceptor's.
+  static bool Owns(uint64_t key);
+  // Handles an event of the acceptor's.
+  void OnEvent(uint64_t key);
+
+  // Ends handshakes past their deadline and resumes accepting after a
+  // pause; returns when it next needs to be called (nullopt: no deadline).
+  std::optional<Clock::time_point> Tick(Clock::time_point now);
+
+  size_t pending() const { return pending_.size(); }
+  bool paused() const { return paused_; }
+
+ private:
+  struct Pending {
+    UniqueFd fd;
+    uint8_t request[kHandshakeRequestBytes];
+    size_t got = 0;
+    Clock::time_point deadline;
+  };
+
+  HandshakeAcceptor(int epoll_fd, UniqueFd listen_fd, Options options, OnRequest on_request);
+  void AcceptAll();
+  void Read(int fd);
+  // accept() failed for want of resources: stop watching the listener.
+  void Pause(int error_number);
+  absl::Status WatchListener(bool watch);
+
+  const int epoll_fd_;
+  const UniqueFd listen_fd_;
+  const Options options_;
+  const OnRequest on_request_;
+
+  std::map<int, Pending> pending_;
+  bool paused_ = false;           // the listener is out of the epoll set's interest
+  bool in_episode_ = false;       // accept() has been failing since the last success
+  bool refusing_ = false;         // max_pending reached (logged once until it is not)
+  uint64_t failed_accepts_ = 0;   // in this episode
+  Clock::duration backoff_{};
+  Clock::time_point resume_at_;
+};
+
+}  // namespace conveyor::server

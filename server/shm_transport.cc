@@ -1,0 +1,106 @@
+#include "server/shm_transport.h"
+
+#include <fcntl.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "core/posix_error.h"
+
+namespace conveyor::server {
+
+class ShmTransport::Stream final : public StreamTransport {
+ public:
+  Stream(ShmTransport* owner, const std::shared_ptr<conveyor::Stream>& stream,
+         const Secret& secret, std::shared_ptr<std::atomic<bool>> handed_over)
+      : owner_(owner),
+        stream_id_(stream->id()),
+        stream_(stream.get()),
+        secret_(secret),
+        handed_over_(std::move(handed_over)) {}
+  ~Stream() override { owner_->Unregister(stream_id_); }
+
+  void DescribeIn(v1::StreamOpened* opened) const override {
+    opened->set_secret(secret_.data(), secret_.size());
+    opened->set_fd_socket(owner_->fd_socket_path_);
+  }
+
+  void Deliver(const BatchInfo& batch, v1::Batch* message) override {
+    message->set_images_offset(stream_->arena().slot_offset(batch.slot) +
+                               stream_->layout().images_offset);
+  }
+
+  // The batches before the end are in the region: a client that has not
+  // fetched it yet (and is still there to) needs the registry entry, which
+  // goes with this object when the call ends.
+  bool MustWaitForClient(const absl::Status& end) const override {
+    return ClientStillReads(end) && !handed_over_->load(std::memory_order_acquire);
+  }
+
+ private:
+  ShmTransport* const owner_;  // not owned; outlives this
+  const uint64_t stream_id_;
+  conveyor::Stream* const stream_;  // not owned; the session keeps it alive
+  const Secret secret_;
+  const std::shared_ptr<std::atomic<bool>> handed_over_;
+};
+
+ShmTransport::~ShmTransport() = default;
+
+absl::Status ShmTransport::CanServe(const v1::OpenStream& request, const std::string& peer) const {
+  if (!IsUnixPeer(peer)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "SHARED_MEMORY needs a connection over the daemon's unix socket; this one is ", peer,
+        " (use INLINE or AUTO over TCP)"));
+  }
+  if (fd_socket_path_.empty()) {
+    return absl::FailedPreconditionError("this daemon has no fd hand-over socket");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StreamTransport>> ShmTransport::Open(
+    const std::shared_ptr<conveyor::Stream>& stream, std::function<void()> wake) {
+  Entry entry;
+  // The client proves it owns the stream with this when it fetches the memfd.
+  if (absl::Status st = NewSecret(&entry.secret); !st.ok()) return st;
+  entry.region_fd.Reset(::fcntl(stream->arena().fd(), F_DUPFD_CLOEXEC, 0));
+  if (!entry.region_fd) return PosixError("dup of the region memfd", errno);
+  entry.handed_over = std::make_shared<std::atomic<bool>>(false);
+  entry.wake = std::move(wake);
+  auto transport = std::make_unique<Stream>(this, stream, entry.secret, entry.handed_over);
+  MutexLock lock(&mu_);
+  entries_[stream->id()] = std::move(entry);
+  return transport;
+}
+
+absl::StatusOr<UniqueFd> ShmTransport::RegionFd(uint64_t stream_id, const Secret& secret) {
+  UniqueFd fd;
+  std::function<void()> wake;
+  {
+    MutexLock lock(&mu_);
+    auto it = entries_.find(stream_id);
+    // Compare against something either way so that an unknown id costs the same.
+    static const Secret kNone{};
+    const bool known = it != entries_.end();
+    const bool match = ConstantTimeEqual(known ? it->second.secret : kNone, secret);
+    if (!known || !match) return absl::PermissionDeniedError("unknown stream or wrong secret");
+    fd.Reset(::fcntl(it->second.region_fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!fd) return PosixError("dup of the region memfd", errno);
+    it->second.handed_over->store(true, std::memory_order_release);
+    wake = it->second.wake;
+  }
+  if (wake) wake();
+  return fd;
+}
+
+void ShmTransport::Unregister(uint64_t stream_id) {
+  Entry gone;  // its fd closes outside the lock
+  MutexLock lock(&mu_);
+  auto it = entries_.find(stream_id);
+  if (it == entries_.end()) return;
+  gone = std::move(it->second);
+  entries_.erase(it);
+}
+
+}  // namespace conveyor::server

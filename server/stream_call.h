@@ -1,0 +1,132 @@
+// StreamCall: the protocol of one StreamBatches call, with no gRPC type in
+// it, so that tests can drive it message by message. The gRPC reactor
+// (server/grpc_service.cc) is a thin adapter: its reactions forward here,
+// and it carries out what the call asks of its RPC (Rpc: start a read or a
+// write, finish, set the wait alarm).
+//
+// Reading: one read is outstanding until the stream ends; OpenStream opens
+// the core stream (ConveyorService::OpenStream), Release returns slots.
+// Writing: messages go out one at a time from a queue (StreamOpened, Batch,
+// EpochEnd, StreamEnd); when the queue is empty the call polls the core
+// stream (TryNext). Polling happens in Pump(), from two places: the
+// stream's ready callback (an engine worker, after a batch is emitted) and
+// the end of the previous write (a gRPC thread). Whichever finds no write
+// in flight builds the next message: its header (server/batch_message.h),
+// then the stream's transport hands over the images (server/transport.h;
+// for INLINE streams that is a memcpy of the batch's bytes into the
+// message, most often on the worker that finished the batch). Nothing here
+// waits: a Pump that finds the lock taken leaves a note for the holder.
+//
+// The call ends once: the first reason (stream end, stream error, bad
+// request, cancel) is recorded, and Rpc::Finish is called when no write is
+// in flight — and, when the stream ended by itself and its transport says
+// the client may still need the call (MustWaitForClient: a shared-memory
+// client that has not fetched its region yet), once the transport wakes it,
+// or ServiceOptions::handover_grace after the end (Rpc::SetWaitDeadline,
+// then Expire) if it never does.
+//
+// Thread-safety: the reactions (Start, OnRead, OnWriteDone, OnCancel,
+// Detach) come from gRPC, one read and one write reaction at a time; wakes
+// come from any thread. Engine threads, the transports and the alarm reach
+// the call only through a shared gate that Detach() closes, after which
+// none of them touches the call. Locking: the gate before the call's mutex
+// before the engine's lock; Stream::Cancel (it runs ready callbacks, which
+// take both) is never called with either held. Rpc methods are called with
+// the call's mutex held and must not call back into the call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "conveyor/v1/conveyor.pb.h"
+#include "core/mutex.h"
+#include "server/service.h"
+
+namespace conveyor::server {
+
+class StreamCall {
+ public:
+  // What the call needs from its RPC.
+  class Rpc {
+   public:
+    virtual ~Rpc() = default;
+    // Reads the next client message; its end comes back as OnRead.
+    virtual void StartRead() = 0;
+    // Writes `message` (owned by the call until OnWriteDone).
+    virtual void StartWrite(const v1::ServerMessage* message) = 0;
+    // Ends the RPC with `status`; called once.
+    virtual void Finish(const absl::Status& status) = 0;
+    // Calls `expire` (from any thread) at `deadline` or when the RPC is
+    // torn down, whichever comes first; called at most once.
+    virtual void SetWaitDeadline(std::chrono::system_clock::time_point deadline,
+                                 std::function<void()> expire) = 0;
+  };
+
+  // `service` and `rpc` are not owned and outlive the call.
+  StreamCall(ConveyorService* service, std::string peer, Rpc* rpc);
+  ~StreamCall();  // REQUIRES: Detach() was called
+  StreamCall(const StreamCall&) = delete;
+  StreamCall& operator=(const StreamCall&) = delete;
+
+  // The RPC has begun: the first read, or UNAVAILABLE when shutting down.
+  void Start();
+  // A read ended: `message` is the client's message, or null when the
+  // client half-closed (or the RPC is going).
+  void OnRead(const v1::ClientMessage* message);
+  // The write in flight ended; !ok: the client is gone.
+  void OnWriteDone(bool ok);
+  // The RPC was cancelled (client gone, deadline, server shutdown).
+  void OnCancel();
+  // The RPC is over (after Finish): cuts the call off from every other
+  // thread, waits for those inside it to leave, and ends the session (the
+  // core stream is cancelled, its budget and transport given back).
+  void Detach();
+
+ private:
+  struct Gate;
+
+  static void Wake(const std::shared_ptr<Gate>& gate);
+  static void Expire(const std::shared_ptr<Gate>& gate);
+  void Pump();
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleOpen(const v1::OpenStream& open);
+  void HandleRelease(const v1::Release& release);
+  void AddBatchLocked(const BatchInfo& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ConveyorService* const service_;
+  const std::string peer_;
+  Rpc* const rpc_;
+  const std::shared_ptr<Gate> gate_;
+  std::atomic<bool> pump_wanted_{false};
+  std::atomic<bool> wait_expired_{false};
+
+  Mutex mu_;
+  std::unique_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  // The session's stream, set once with it and valid until Detach.
+  Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::deque<v1::ServerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  v1::ServerMessage writing_ ABSL_GUARDED_BY(mu_);  // the RPC's while write_in_flight_
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
+  // end_ came from the stream (its end or its error), not from the call
+  // (cancel, bad request, shutdown): only then may the client still read.
+  bool ended_by_stream_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;         // Rpc::Finish called
+  bool wait_deadline_set_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t total_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t total_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t total_failed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace conveyor::server

@@ -1,0 +1,50 @@
+#include "server/transport.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+
+namespace conveyor::server {
+
+bool IsUnixPeer(const std::string& peer) { return absl::StartsWith(peer, "unix:"); }
+
+bool ClientStillReads(const absl::Status& status) {
+  return !absl::IsCancelled(status) && !absl::IsUnavailable(status);
+}
+
+const char* TransportName(v1::Transport kind) {
+  switch (kind) {
+    case v1::SHARED_MEMORY:
+      return "shared_memory";
+    case v1::INLINE:
+      return "inline";
+    case v1::DATA_SOCKET:
+      return "data_socket";
+    default:
+      return "auto";
+  }
+}
+
+absl::StatusOr<Transport*> TransportSet::Choose(const v1::OpenStream& request,
+                                                const std::string& peer) const {
+  if (request.transport() == v1::TRANSPORT_AUTO) {
+    for (const auto& t : transports_) {
+      if (t->OfferedByAuto(request, peer)) return t.get();
+    }
+    return absl::FailedPreconditionError(
+        absl::StrFormat("no transport of this daemon can serve the client at %s", peer));
+  }
+  for (const auto& t : transports_) {
+    if (t->kind() != request.transport()) continue;
+    if (absl::Status st = t->CanServe(request, peer); !st.ok()) return st;
+    return t.get();
+  }
+  if (v1::Transport_IsValid(request.transport())) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("this daemon does not offer transport %s; use AUTO",
+                        TransportName(request.transport())));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown transport %d", static_cast<int>(request.transport())));
+}
+
+}  // namespace conveyor::server

@@ -1,0 +1,452 @@
+// Tests of ConveyorService (server/service.h) and its gRPC adapter
+// (server/grpc_service.h) without a network: the service driven directly,
+// and the adapter's StreamReactor over an in-process channel. Covered: the
+// fd hand-over with right and wrong secrets, DATA_LOSS under fail_fast and
+// failures listed under skip (end to end through the reactor), the wait
+// for a shared-memory client's hand-over (woken by it, or ended by the
+// grace period), the reactor's protocol errors, and OpenStream racing
+// BeginShutdown with no budget leaked. Compiled only with the server
+// library.
+#ifdef CONVEYOR_HAVE_SERVER
+
+#include "server/service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conveyor/v1/conveyor.grpc.pb.h"
+#include "server/fd_server.h"
+#include "server/grpc_service.h"
+#include "tests/unit/service_test_util.h"
+#include "tests/unit/socket_test_util.h"
+
+namespace conveyor::server {
+namespace {
+
+// One StreamBatches call over the in-process channel, with a deadline so
+// that a test that would hang fails instead. Messages after the first go
+// through Send, written by a thread of the call's own like a real client's:
+// a write waits until the server reads, and the server stops reading once
+// the stream has ended, so a reader that wrote its releases itself could
+// wait for ever while the server waits for it to read.
+class Call {
+ public:
+  explicit Call(v1::Conveyor::Stub* stub,
+                std::chrono::seconds deadline = std::chrono::seconds(20)) {
+    context.set_deadline(std::chrono::system_clock::now() + deadline);
+    stream = stub->StreamBatches(&context);
+    writer_ = std::thread([this] { WriteLoop(); });
+  }
+  ~Call() {
+    if (!finished_) context.TryCancel();
+    StopWriter();
+  }
+
+  // Queues `m` for the writer thread; never waits.
+  void Send(v1::ClientMessage m) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(m));
+    }
+    cv_.notify_all();
+  }
+
+  grpc::Status Finish() {
+    grpc::Status status = stream->Finish();
+    finished_ = true;
+    StopWriter();
+    return status;
+  }
+
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::ServerMessage>> stream;
+
+ private:
+  void WriteLoop() {
+    while (true) {
+      v1::ClientMessage m;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping
+        m = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (!stream->Write(m)) return;  // the call is over
+    }
+  }
+  void StopWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      queue_.clear();
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+
+  bool finished_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::ClientMessage> queue_;
+  bool stop_ = false;
+  std::thread writer_;
+};
+
+// What a client that releases every batch at once saw of its stream.
+struct Seen {
+  v1::StreamOpened opened;
+  std::vector<v1::Batch> batches;
+  int epoch_ends = 0;
+  bool stream_end = false;
+  grpc::Status status;
+};
+
+// Reads a call to its end, releasing each batch; stops after StreamEnd when
+// `until_end` (the call then stays open until the server finishes it).
+Seen ReadAll(Call& call, bool until_end = false) {
+  Seen seen;
+  v1::ServerMessage m;
+  while (call.stream->Read(&m)) {
+    switch (m.kind_case()) {
+      case v1::ServerMessage::kOpened:
+        seen.opened = m.opened();
+        break;
+      case v1::ServerMessage::kBatch:
+        seen.batches.push_back(m.batch());
+        call.Send(ReleaseMessage(m.batch().slot()));
+        break;
+      case v1::ServerMessage::kEpochEnd:
+        ++seen.epoch_ends;
+        break;
+      case v1::ServerMessage::kEnd:
+        seen.stream_end = true;
+        if (until_end) return seen;
+        break;
+      default:
+        break;
+    }
+  }
+  seen.status = call.Finish();
+  return seen;
+}
+
+// ------------------------------------------------------------ the service
+
+TEST_CASE("service: the fd socket hands the region over for the right secret only", "[service]") {
+  ServiceFixture t;
+  std::atomic<int> wakes{0};
+  auto session = t.service->OpenStream(Request(), kUnixPeer, [&] { ++wakes; });
+  REQUIRE(session.ok());
+  const v1::StreamOpened opened = (*session)->opened();  // a copy: it outlives the session
+  CHECK(opened.transport() == v1::SHARED_MEMORY);
+  CHECK(opened.fd_socket() == t.fd_path);
+  const Secret secret = SecretOf(opened);
+  auto fd_server = FdServer::Start(
+      t.fd_path, 0600, [&t](uint64_t id, const Secret& s) { return t.shm->RegionFd(id, s); });
+  REQUIRE(fd_server.ok());
+
+  Secret wrong = secret;
+  wrong[31] ^= 1;
+  for (auto [id, s] : {std::pair{opened.stream_id(), wrong}, {opened.stream_id() + 1, secret}}) {
+    UniqueFd conn = testing::ConnectUnix(t.fd_path);
+    REQUIRE(conn.valid());
+    testing::HandOverReply r = testing::RequestRegion(conn.get(), id, s);
+    CHECK(r.status == 1);
+    CHECK_FALSE(r.fd.valid());
+  }
+  CHECK(wakes == 0);
+
+  UniqueFd conn = testing::ConnectUnix(t.fd_path);
+  REQUIRE(conn.valid());
+  testing::HandOverReply r = testing::RequestRegion(conn.get(), opened.stream_id(), secret);
+  CHECK(r.status == 0);
+  REQUIRE(r.fd.valid());
+  struct stat st {};
+  REQUIRE(::fstat(r.fd.get(), &st) == 0);
+  CHECK(static_cast<uint64_t>(st.st_size) >= opened.region_bytes());
+  CHECK(wakes == 1);  // the stream's owner may have been waiting for this
+
+  // Once the session is gone, so is the stream's entry.
+  session->reset();
+  UniqueFd late = testing::ConnectUnix(t.fd_path);
+  CHECK(testing::RequestRegion(late.get(), opened.stream_id(), secret).status == 1);
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("service: transports are chosen by peer and request", "[service]") {
+  ServiceFixture t;
+  auto unix_auto = t.service->OpenStream(Request(), kUnixPeer);
+  REQUIRE(unix_auto.ok());
+  CHECK((*unix_auto)->opened().transport() == v1::SHARED_MEMORY);
+  auto tcp_auto = t.service->OpenStream(Request(), kTcpPeer);
+  REQUIRE(tcp_auto.ok());
+  CHECK((*tcp_auto)->opened().transport() == v1::INLINE);
+  CHECK((*tcp_auto)->opened().secret().empty());
+
+  auto shm_over_tcp = t.service->OpenStream(Request(2, v1::SHARED_MEMORY), kTcpPeer);
+  CHECK(absl::IsFailedPrecondition(shm_over_tcp.status()));
+  // This daemon has no data socket.
+  auto data_socket = t.service->OpenStream(Request(2, v1::DATA_SOCKET), kTcpPeer);
+  CHECK(absl::IsFailedPrecondition(data_socket.status()));
+  CHECK(std::string(data_socket.status().message()).find("no data socket") != std::string::npos);
+  auto unknown = t.service->OpenStream(Request(2, static_cast<v1::Transport>(77)), kTcpPeer);
+  CHECK(absl::IsInvalidArgument(unknown.status()));
+}
+
+TEST_CASE(
+    "service: OpenStream racing BeginShutdown either opens a cancelled stream or is "
+    "refused, and leaks no budget",
+    "[service]") {
+  ServiceFixture t;
+  constexpr int kThreads = 8, kOpensPerThread = 6;
+  struct Outcome {
+    bool opened = false;
+    absl::Status open_status;
+    absl::Status stream_end;  // how an opened stream ended
+  };
+  std::vector<std::vector<Outcome>> outcomes(kThreads);
+  std::atomic<int> started{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ++started;
+      while (!go.load()) std::this_thread::yield();
+      for (int k = 0; k < kOpensPerThread; ++k) {
+        v1::OpenStream r = Request();
+        r.set_num_epochs(0);  // endless: only a cancel ends it
+        auto session = t.service->OpenStream(r, (i + k) % 2 == 0 ? kUnixPeer : kTcpPeer);
+        Outcome o;
+        o.opened = session.ok();
+        o.open_status = session.status();
+        if (session.ok()) {
+          // Consume until the stream ends: it must, since shutdown cancels it.
+          Stream& s = (*session)->stream();
+          while (true) {
+            auto next = s.Next(absl::Seconds(20));
+            if (!next.ok()) {
+              o.stream_end = next.status();
+              break;
+            }
+            if (!next->has_value()) {
+              o.stream_end = absl::InternalError("an endless stream ended");
+              break;
+            }
+            (void)s.Release((*next)->slot);
+          }
+        }
+        outcomes[i].push_back(o);
+      }
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  go.store(true);
+  std::this_thread::yield();
+  t.service->BeginShutdown();
+  for (auto& th : threads) th.join();
+
+  int opened = 0, refused = 0;
+  for (const auto& per_thread : outcomes) {
+    for (const Outcome& o : per_thread) {
+      if (o.opened) {
+        ++opened;
+        INFO("stream ended with " << o.stream_end.ToString());
+        CHECK(absl::IsUnavailable(o.stream_end));
+      } else {
+        ++refused;
+        INFO("open failed with " << o.open_status.ToString());
+        CHECK(absl::IsUnavailable(o.open_status));
+      }
+    }
+  }
+  CHECK(opened + refused == kThreads * kOpensPerThread);
+  CHECK(refused > 0);  // every thread opens again after its stream was cancelled
+  CHECK(t.BytesInUse() == 0);
+  CHECK(Eventually([&] { return t.service->GetStats().streams_size() == 0; }));
+}
+
+// ------------------------------------------------- end to end over gRPC
+
+TEST_CASE("service over gRPC: an inline stream delivers every batch, then StreamEnd",
+          "[service][grpc]") {
+  ServiceFixture t;
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.ok());
+  CHECK(seen.opened.transport() == v1::INLINE);
+  REQUIRE(seen.batches.size() == 3);
+  CHECK(seen.stream_end);
+  CHECK(seen.epoch_ends == 1);
+  for (const v1::Batch& b : seen.batches) {
+    CHECK(b.images().size() == b.images_bytes());
+    CHECK(b.images_bytes() == 2u * 3 * 32 * 32);
+    CHECK(b.shape_size() == 4);
+    CHECK(b.labels_size() == 2);
+  }
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE(
+    "service over gRPC: a corrupt sample under fail_fast ends the call with DATA_LOSS "
+    "after the batches before it",
+    "[service][grpc]") {
+  ServiceFixtureOptions o;
+  o.error_policy = ErrorPolicy::kFailFast;
+  o.corrupt_sample = true;
+  ServiceFixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+  Seen seen = ReadAll(call);
+  // 7 samples in order: batches {0,1} {2,3} {4,5}, then {6 (corrupt)}.
+  CHECK(seen.status.error_code() == grpc::StatusCode::DATA_LOSS);
+  CHECK(seen.status.error_message().find("img_9999.jpg") != std::string::npos);
+  CHECK(seen.status.error_message().find("fail_fast") != std::string::npos);
+  CHECK(seen.batches.size() == 3);
+  CHECK_FALSE(seen.stream_end);
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: a corrupt sample under skip is left out and named in its batch",
+          "[service][grpc]") {
+  ServiceFixtureOptions o;
+  o.corrupt_sample = true;
+  ServiceFixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.ok());
+  REQUIRE(seen.batches.size() == 4);
+  // 7 samples in order: batches {0,1} {2,3} {4,5}, then {6 (corrupt)}.
+  for (size_t i = 0; i < 3; ++i) CHECK(seen.batches[i].failures_size() == 0);
+  const v1::Batch& last = seen.batches.back();
+  CHECK(last.num_samples() == 0);
+  CHECK(last.shape(0) == 0);
+  CHECK(last.images().empty());
+  CHECK(last.end_of_epoch());
+  REQUIRE(last.failures_size() == 1);
+  CHECK(last.failures(0).path().find("img_9999.jpg") != std::string::npos);
+  CHECK(seen.stream_end);
+}
+
+TEST_CASE(
+    "service over gRPC: a shared-memory call waits for the hand-over and ends when it "
+    "comes",
+    "[service][grpc]") {
+  ServiceFixtureOptions o;
+  o.shm_for_every_peer = true;
+  o.handover_grace = std::chrono::hours(1);  // only the hand-over can end the wait
+  ServiceFixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2))));
+  Seen seen = ReadAll(call, /*until_end=*/true);
+  REQUIRE(seen.stream_end);
+  REQUIRE(seen.opened.transport() == v1::SHARED_MEMORY);
+  CHECK(seen.batches.size() == 3);
+  for (const v1::Batch& b : seen.batches) CHECK(b.images().empty());
+  // The stream is over, yet the call (and with it the registry entry) is
+  // still there for the client to fetch its region.
+  auto region = t.shm->RegionFd(seen.opened.stream_id(), SecretOf(seen.opened));
+  REQUIRE(region.ok());
+  // The hand-over woke the call: it finishes now, not in an hour.
+  v1::ServerMessage m;
+  CHECK_FALSE(call.stream->Read(&m));
+  CHECK(call.Finish().ok());
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE(
+    "service over gRPC: a shared-memory call whose client never fetches its region "
+    "ends after the grace period",
+    "[service][grpc]") {
+  ServiceFixtureOptions o;
+  o.shm_for_every_peer = true;
+  o.handover_grace = std::chrono::milliseconds(100);
+  ServiceFixture t(o);
+  Call call(t.stub.get());
+  REQUIRE(call.stream->Write(OpenMessage(Request(2))));
+  Seen seen = ReadAll(call);  // to the end of the call
+  CHECK(seen.stream_end);
+  CHECK(seen.status.ok());
+  // The call is over: the region is no longer handed out.
+  CHECK(Eventually([&] {
+    return absl::IsPermissionDenied(
+        t.shm->RegionFd(seen.opened.stream_id(), SecretOf(seen.opened)).status());
+  }));
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT",
+          "[service][grpc]") {
+  ServiceFixture t;
+  SECTION("OpenStream twice") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(OpenMessage(Request())));
+    call.Send(OpenMessage(Request()));
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(seen.status.error_message().find("twice") != std::string::npos);
+  }
+  SECTION("Release before OpenStream") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(ReleaseMessage(0)));
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(seen.status.error_message().find("before OpenStream") != std::string::npos);
+  }
+  SECTION("Release of a slot the client does not hold") {
+    Call call(t.stub.get());
+    v1::OpenStream r = Request();
+    r.set_num_epochs(0);
+    REQUIRE(call.stream->Write(OpenMessage(r)));
+    v1::ServerMessage m;
+    REQUIRE(call.stream->Read(&m));
+    REQUIRE(m.has_opened());
+    call.Send(ReleaseMessage(m.opened().num_slots() + 5));
+    while (call.stream->Read(&m)) {
+    }
+    const grpc::Status status = call.Finish();
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  SECTION("an empty message") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(v1::ClientMessage()));
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(seen.status.error_message().find("empty") != std::string::npos);
+  }
+  SECTION("closing before OpenStream") {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->WritesDone());
+    Seen seen = ReadAll(call);
+    CHECK(seen.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+TEST_CASE("service over gRPC: a call made while shutting down is UNAVAILABLE", "[service][grpc]") {
+  ServiceFixture t;
+  t.service->BeginShutdown();
+  Call call(t.stub.get());
+  call.stream->Write(OpenMessage(Request()));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+}  // namespace
+}  // namespace conveyor::server
+
+#endif  // CONVEYOR_HAVE_SERVER

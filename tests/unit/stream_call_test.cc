@@ -1,0 +1,213 @@
+// Tests of StreamCall (server/stream_call.h), the protocol of a
+// StreamBatches call, driven message by message through a fake RPC with
+// no gRPC: one write at a time and StreamEnd before Finish, a failed
+// write, the wait for a shared-memory client's hand-over (woken by it, or
+// ended when the deadline's callback runs), and Detach giving everything
+// back. Compiled only with the server library.
+#ifdef CONVEYOR_HAVE_SERVER
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "server/stream_call.h"
+#include "tests/unit/service_test_util.h"
+
+namespace conveyor::server {
+namespace {
+
+// Records what the call asks of its RPC. The call invokes it from engine
+// threads too (with its own lock held), hence the mutex; the test thread
+// completes writes by calling OnWriteDone itself.
+class FakeRpc final : public StreamCall::Rpc {
+ public:
+  void StartRead() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++reads_;
+  }
+  void StartWrite(const v1::ServerMessage* message) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_) overlapping_writes_ = true;
+    in_flight_ = true;
+    written_.push_back(*message);
+  }
+  void Finish(const absl::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) finished_twice_ = true;
+    if (in_flight_) finished_during_write_ = true;
+    finished_ = status;
+  }
+  void SetWaitDeadline(std::chrono::system_clock::time_point deadline,
+                       std::function<void()> expire) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++deadlines_set_;
+    expire_ = std::move(expire);
+  }
+
+  // The write in flight, taken off (nullopt if none).
+  std::optional<v1::ServerMessage> TakeWrite() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!in_flight_) return std::nullopt;
+    in_flight_ = false;
+    return written_.back();
+  }
+  std::optional<absl::Status> finished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+  std::function<void()> expire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return expire_;
+  }
+  int deadlines_set() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return deadlines_set_;
+  }
+  int reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+  bool misused() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return overlapping_writes_ || finished_twice_ || finished_during_write_;
+  }
+
+ private:
+  std::mutex mu_;
+  int reads_ = 0;
+  bool in_flight_ = false;
+  std::vector<v1::ServerMessage> written_;
+  std::optional<absl::Status> finished_;
+  std::function<void()> expire_;
+  int deadlines_set_ = 0;
+  bool overlapping_writes_ = false, finished_twice_ = false, finished_during_write_ = false;
+};
+
+// Completes writes (releasing each batch) until the call has written
+// StreamEnd or finished; returns the kinds written, in order.
+std::vector<v1::ServerMessage::KindCase> DriveToEnd(StreamCall& call, FakeRpc& rpc,
+                                                    std::vector<v1::ServerMessage>* out = nullptr) {
+  std::vector<v1::ServerMessage::KindCase> kinds;
+  while (true) {
+    std::optional<v1::ServerMessage> m;
+    REQUIRE(Eventually([&] { return (m = rpc.TakeWrite()).has_value() || rpc.finished(); }));
+    if (!m) return kinds;
+    kinds.push_back(m->kind_case());
+    if (out != nullptr) out->push_back(*m);
+    if (m->has_batch()) {
+      v1::ClientMessage release = ReleaseMessage(m->batch().slot());
+      call.OnRead(&release);
+    }
+    call.OnWriteDone(true);
+    if (m->has_end()) return kinds;
+  }
+}
+
+TEST_CASE("stream call: one write at a time, StreamEnd, then Finish", "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  {
+    StreamCall call(t.service.get(), kTcpPeer, &rpc);
+    call.Start();
+    CHECK(rpc.reads() == 1);
+    v1::ClientMessage open = OpenMessage(Request(2));
+    call.OnRead(&open);
+    std::vector<v1::ServerMessage> written;
+    const auto kinds = DriveToEnd(call, rpc, &written);
+    using K = v1::ServerMessage::KindCase;
+    CHECK(kinds == std::vector<K>{K::kOpened, K::kBatch, K::kBatch, K::kBatch, K::kEpochEnd,
+                                  K::kEnd});
+    CHECK(written[0].opened().transport() == v1::INLINE);
+    CHECK(written[3].batch().images().size() == written[3].batch().images_bytes());
+    CHECK(written[5].end().batches() == 3);
+    REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+    CHECK(rpc.finished()->ok());
+    CHECK_FALSE(rpc.misused());
+    CHECK(t.BytesInUse() > 0);  // the session lives until Detach
+    call.Detach();
+  }
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("stream call: a failed write ends the call CANCELLED and drops the rest",
+          "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  v1::OpenStream r = Request(2);
+  r.set_num_epochs(0);  // endless
+  v1::ClientMessage open = OpenMessage(r);
+  call.OnRead(&open);
+  REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
+  call.OnWriteDone(false);  // the client is gone
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(absl::IsCancelled(*rpc.finished()));
+  CHECK_FALSE(rpc.misused());
+  call.Detach();
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("stream call: a shared-memory stream's call waits for the hand-over",
+          "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kUnixPeer, &rpc);
+  call.Start();
+  v1::ClientMessage open = OpenMessage(Request(2));
+  call.OnRead(&open);
+  std::vector<v1::ServerMessage> written;
+  DriveToEnd(call, rpc, &written);
+  REQUIRE(written[0].opened().transport() == v1::SHARED_MEMORY);
+  // StreamEnd is written and nothing is in flight, yet the call waits: the
+  // client has not fetched its region.
+  REQUIRE(Eventually([&] { return rpc.deadlines_set() == 1; }));
+  CHECK_FALSE(rpc.finished().has_value());
+
+  SECTION("the hand-over wakes it") {
+    auto region = t.shm->RegionFd(written[0].opened().stream_id(), SecretOf(written[0].opened()));
+    REQUIRE(region.ok());
+    REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+    CHECK(rpc.finished()->ok());
+  }
+  SECTION("the deadline ends it") {
+    rpc.expire()();  // what the RPC's alarm does when the grace period is over
+    REQUIRE(rpc.finished().has_value());
+    CHECK(rpc.finished()->ok());
+  }
+  SECTION("shutdown ends it") {
+    t.service->BeginShutdown();
+    REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  }
+  CHECK(rpc.deadlines_set() == 1);
+  CHECK_FALSE(rpc.misused());
+  call.Detach();
+  CHECK(t.BytesInUse() == 0);
+  // After Detach the deadline's callback reaches nothing.
+  rpc.expire()();
+}
+
+TEST_CASE("stream call: a call cancelled before the stream ends does not wait", "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kUnixPeer, &rpc);
+  call.Start();
+  v1::ClientMessage open = OpenMessage(Request(2));
+  call.OnRead(&open);
+  REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
+  call.OnCancel();
+  call.OnWriteDone(true);
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(absl::IsCancelled(*rpc.finished()));
+  CHECK(rpc.deadlines_set() == 0);  // nobody is left to fetch the region
+  call.Detach();
+  CHECK(t.BytesInUse() == 0);
+}
+
+}  // namespace
+}  // namespace conveyor::server
+
+#endif  // CONVEYOR_HAVE_SERVER
