@@ -244,6 +244,12 @@ class Daemon(DaemonProcess):
         socket) says SERVING."""
         return daemon_is_serving(address or self.unix, timeout)
 
+    def idle(self):
+        """True when the daemon's own accounting (GetStats) has no stream
+        open and no slot memory reserved."""
+        st = conveyor.stats(self.unix)
+        return st.streams_open == 0 and st.slot_bytes_in_use == 0
+
     # /proc figures of the daemon
     def rss_bytes(self):
         with open("/proc/%d/status" % self.pid) as f:
