@@ -36,7 +36,7 @@ if str(CLIENT_DIR) not in sys.path:
     sys.path.insert(0, str(CLIENT_DIR))
 
 import conveyor  # noqa: E402
-from conveyor.daemon import DaemonProcess, health_status  # noqa: E402,F401  (tests import them)
+from conveyor.daemon import DaemonProcess  # noqa: E402
 from conveyor.daemon import is_serving as daemon_is_serving  # noqa: E402
 
 # Test modules import these helpers as `conveyor_integration`, a name of their

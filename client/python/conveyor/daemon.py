@@ -161,8 +161,11 @@ class DaemonProcess:
                  extra_args=(), env=None):
         if not binary:
             raise DaemonError("no conveyord binary given (nor $CONVEYORD, nor conveyord on $PATH)")
-        self.binary = str(binary)
-        self.config_path = str(config)
+        # The process runs in the work folder: relative paths are made absolute
+        # (a bare name is looked up on $PATH).
+        binary = str(binary)
+        self.binary = os.path.abspath(binary) if os.sep in binary else binary
+        self.config_path = os.path.abspath(str(config))
         self._own_workdir = workdir is None
         # Short paths: a unix socket path is limited to 107 bytes.
         self.workdir = tempfile.mkdtemp(prefix="conveyord-", dir="/tmp") if workdir is None \
