@@ -36,6 +36,8 @@ if str(CLIENT_DIR) not in sys.path:
     sys.path.insert(0, str(CLIENT_DIR))
 
 import conveyor  # noqa: E402
+from conveyor._proto.v1 import conveyor_pb2 as pb  # noqa: E402,F401  (tests import them)
+from conveyor._proto.v1 import conveyor_pb2_grpc as pb_grpc  # noqa: E402,F401
 from conveyor.daemon import DaemonProcess  # noqa: E402
 from conveyor.daemon import is_serving as daemon_is_serving  # noqa: E402
 

@@ -86,7 +86,7 @@ def test_daemon_killed_mid_stream_client_errors_within_seconds(daemon_factory, l
     latency = outcome["t_error"] - t_kill
     print("daemon SIGKILL -> client error in %.3f s: %s" % (latency, outcome["error"]))
     assert isinstance(outcome["error"], conveyor.Unavailable), outcome["error"]
-    assert latency < 10.0
+    assert latency < scaled(10.0)
     loader.close()
 
 
@@ -103,12 +103,12 @@ def test_without_retry_policy_the_error_surfaces_at_once(daemon_factory, dataset
     with pytest.raises(conveyor.Unavailable):
         for _ in stream:
             pass
-    assert time.monotonic() - t0 < 10.0
+    assert time.monotonic() - t0 < scaled(10.0)
     # Opening without a daemon is refused at once too.
     t0 = time.monotonic()
     with pytest.raises(conveyor.Unavailable):
         loader.epoch(0)
-    assert time.monotonic() - t0 < 10.0
+    assert time.monotonic() - t0 < scaled(10.0)
     loader.close()
 
 
@@ -208,7 +208,7 @@ def test_retry_policy_gives_up_with_the_original_error(daemon_factory, dataset):
         for _ in stream:
             pass
     waited = time.monotonic() - t0
-    assert 1.4 <= waited < 10.0, waited
+    assert 1.4 <= waited < scaled(10.0), waited
     assert "UNAVAILABLE" in str(info.value) or "without StreamEnd" in str(info.value)
     stream.close()
     loader.close()
