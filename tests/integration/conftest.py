@@ -356,7 +356,7 @@ def engine_dump(root, out, batch_size=8, seed=0, epoch=0, rank=0, world_size=1,
     cmd = [str(ENGINE_DUMP), "--root", str(root), "--batch-size", str(batch_size), "--seed",
            str(seed), "--epoch", str(epoch), "--rank", str(rank), "--world-size", str(world_size),
            "--augment", augment, "--size", str(size), "--out", str(out)]
-    subprocess.run(cmd, check=True, timeout=120)
+    subprocess.run(cmd, check=True, timeout=scaled(120))
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
 
