@@ -269,14 +269,20 @@ class DaemonProcess:
                         not self.unix or os.path.exists(self.socket_path)):
                     channel = make_channel(self.address)
                 if channel is not None and (not self.tcp_listen or self.port is not None):
+                    left = deadline - time.monotonic()
                     try:
-                        status = health_status(channel, timeout=min(1.0, max(0.05, deadline - time.monotonic())))
+                        status = health_status(channel, timeout=min(1.0, max(0.05, left)))
                         if status == SERVING:
                             self.serving_at = time.monotonic()
                             return self
                         last = "health status %d" % status
                     except grpc.RpcError as e:
                         last = "%s: %s" % (e.code(), e.details())
+                        # A fresh channel next time: a failed one waits out
+                        # gRPC's reconnect backoff (a stale socket file of an
+                        # earlier daemon in this folder, say).
+                        channel.close()
+                        channel = None
                 if time.monotonic() >= deadline:
                     raise DaemonError("conveyord (pid %d) not SERVING within %.1f s (last: %s):\n%s"
                                       % (self.proc.pid, timeout, last, self.log_tail()))
@@ -369,7 +375,8 @@ def main(argv=None):
     ap.add_argument("--socket", default=None,
                     help="unix socket path (default: conveyor.sock in a temporary folder)")
     ap.add_argument("--tcp", default=None, help="also listen on TCP HOST:PORT (port 0: a free one)")
-    ap.add_argument("--threads", type=int, default=None, help="worker threads (default: the config's)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="worker threads (default: the config's)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for SERVING")
     ap.add_argument("--keep-log", action="store_true", help="print the daemon's log at the end")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
