@@ -14,11 +14,13 @@ Environment:
 Every daemon is started through conveyor.daemon (the project's one launcher)
 on a unix socket in a temporary folder plus TCP on 127.0.0.1 port 0 (the port
 comes back through --port-file), waited for with the gRPC health check, never
-with a fixed sleep, and killed at teardown whatever happened. Absolute RSS
-checks are skipped when the daemon is sanitized (daemon_sanitizer()).
+with a fixed sleep, and stopped at teardown whatever happened (SIGTERM, then
+SIGKILL); a sanitizer report in its log fails the test. Absolute RSS checks
+are skipped when the daemon is sanitized (daemon_sanitizer()).
 """
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -39,7 +41,6 @@ import conveyor  # noqa: E402
 from conveyor._proto.v1 import conveyor_pb2 as pb  # noqa: E402,F401  (tests import them)
 from conveyor._proto.v1 import conveyor_pb2_grpc as pb_grpc  # noqa: E402,F401
 from conveyor.daemon import DaemonProcess  # noqa: E402
-from conveyor.daemon import is_serving as daemon_is_serving  # noqa: E402
 
 # Test modules import these helpers as `conveyor_integration`, a name of their
 # own: with several test folders in one pytest run, each with a conftest.py,
@@ -220,6 +221,31 @@ def skip_rss_check_if_sanitized(what="absolute RSS check"):
     return bool(san)
 
 
+# What sanitizers print: ASan/LSan/TSan reports and UBSan's runtime errors.
+_SANITIZER_REPORT = re.compile(
+    r"^(==\d+==ERROR: \w*Sanitizer.*|WARNING: ThreadSanitizer.*|.*: runtime error: .*)$", re.M)
+
+
+def sanitizer_report(log):
+    """The first sanitizer report line of a daemon log and what follows (up
+    to 40 lines), or None."""
+    m = _SANITIZER_REPORT.search(log)
+    return None if m is None else "\n".join(log[m.start():].splitlines()[:40])
+
+
+def finish_daemons(daemons):
+    """Test teardown: stops every daemon with SIGTERM (SIGKILL if it hangs),
+    so that a sanitized one runs its exit checks (LeakSanitizer's among
+    them), then fails the test if any log holds a sanitizer report."""
+    for d in daemons:
+        d.stop(timeout=scaled(10))
+    reports = [(d, sanitizer_report(d.log())) for d in daemons]
+    reports = [(d, r) for d, r in reports if r]
+    if reports:
+        pytest.fail("\n\n".join("conveyord (pid %d, log %s) reported:\n%s" % (d.pid, d.log_path, r)
+                                for d, r in reports), pytrace=False)
+
+
 class Daemon(DaemonProcess):
     """One conveyord process for a test: on a unix socket in `workdir` plus
     TCP on 127.0.0.1 port 0 (unless tcp=False), with /proc figures of the
@@ -240,11 +266,6 @@ class Daemon(DaemonProcess):
     def start(self, timeout=30.0):
         require_daemon()
         return super().start(scaled(timeout))
-
-    def is_serving(self, timeout=2.0, address=None):
-        """True when the health check (at `address`, default the unix
-        socket) says SERVING."""
-        return daemon_is_serving(address or self.unix, timeout)
 
     def idle(self):
         """True when the daemon's own accounting (GetStats) has no stream
@@ -278,8 +299,9 @@ class Daemon(DaemonProcess):
 
 @pytest.fixture
 def daemon_factory(tmp_path_factory):
-    """Starts daemons for one test and always kills them at teardown:
-    daemon_factory(config_dict, **Daemon kwargs) -> started Daemon."""
+    """Starts daemons for one test and always stops them at teardown
+    (finish_daemons): daemon_factory(config_dict, **Daemon kwargs) -> started
+    Daemon."""
     started = []
 
     def start(config, name="daemon", **kwargs):
@@ -288,8 +310,7 @@ def daemon_factory(tmp_path_factory):
         return d.start()
 
     yield start
-    for d in started:
-        d.kill()
+    finish_daemons(started)
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +322,7 @@ def daemon(tmp_path_factory, dataset):
         d.start()
         yield d
     finally:
-        d.kill()
+        finish_daemons([d])
 
 
 # --- helpers -----------------------------------------------------------------
@@ -366,7 +387,7 @@ def engine_dump(root, out, batch_size=8, seed=0, epoch=0, rank=0, world_size=1,
 def restart_daemon():
     """restart_daemon(old) -> a new conveyord on `old`'s config, workdir and
     unix socket (the old process is killed first if it still runs), started
-    and waited for; killed at teardown."""
+    and waited for; stopped at teardown (finish_daemons)."""
     import threading
 
     started = []
@@ -394,8 +415,7 @@ def restart_daemon():
     with lock:
         torn_down[0] = True
         daemons = list(started)
-    for d in daemons:
-        d.kill()
+    finish_daemons(daemons)
 
 
 @pytest.fixture(scope="session")
