@@ -16,7 +16,7 @@ bound port comes back through --port-file). Its stdout and stderr go to
 short pauses; a daemon that exits while starting raises DaemonError with the
 end of its log.
 
-`health_status(channel)` is the one grpc.health.v1 client of the project
+`health_status(channel)` is the one Python grpc.health.v1 client of the project
 (the grpcio-health-checking package is not needed: the request and the
 answer are tiny protobuf messages, encoded here by hand).
 
