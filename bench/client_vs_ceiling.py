@@ -37,18 +37,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
 
+import daemon_proc  # noqa: E402  (bench/, the folder of this script; puts the client on sys.path)
 import conveyor  # noqa: E402
-import daemon_proc  # noqa: E402  (bench/, the folder of this script)
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+from conveyor.daemon import DaemonError  # noqa: E402
+from proc_sampler import proc_cpu_seconds  # noqa: E402
 
 
 def run_ceiling(args):
@@ -87,32 +80,13 @@ def run_client(args, address, daemon_pid, first_epoch):
 
 
 def start_daemon(args, workdir):
-    sock = os.path.join(workdir, "conveyor.sock")
-    cfg = os.path.join(workdir, "conveyord.yaml")
-    daemon_proc.write_config(cfg, {"unix": sock}, args.threads,
-                             {"root": os.path.abspath(args.data)}, size=args.size,
-                             max_batch_size=max(args.batch_size, 1024), log_level="info")
-    log = open(os.path.join(workdir, "conveyord.log"), "wb")
-    proc = subprocess.Popen([os.path.join(args.build, "server", "conveyord"), "--config", cfg,
-                             "--socket", sock, "--threads", str(args.threads)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    address = "unix://" + sock
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            log.close()
-            sys.exit("conveyord exited with %d:\n%s" % (
-                proc.returncode, open(os.path.join(workdir, "conveyord.log")).read()))
-        try:
-            if os.path.exists(sock):
-                conveyor.list_pipelines(address, timeout=2)
-                return proc, address, log
-        except conveyor.ConveyorError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            sys.exit("conveyord did not answer within 60 s")
-        time.sleep(0.05)
+    d = daemon_proc.daemon(os.path.join(args.build, "server", "conveyord"), workdir, args.threads,
+                           {"root": os.path.abspath(args.data)}, size=args.size,
+                           max_batch_size=max(args.batch_size, 1024), log_level="info")
+    try:
+        return d.start(timeout=60)
+    except DaemonError as e:
+        sys.exit(str(e))
 
 
 def main():
@@ -136,21 +110,20 @@ def main():
         if not os.access(tool, os.X_OK):
             ap.error("%s not built" % tool)
 
-    workdir = tempfile.mkdtemp(prefix="conveyor-bench-")
-    proc, address, log = start_daemon(args, workdir)
+    workdir = tempfile.mkdtemp(prefix="conveyor-bench-", dir="/tmp")  # short: unix socket path
+    daemon = start_daemon(args, workdir)
     rounds = []
     try:
         for r in range(args.rounds):
             a = run_ceiling(args)
-            b = run_client(args, address, proc.pid, first_epoch=0)  # the epochs ceiling_bench runs
+            b = run_client(args, daemon.address, daemon.pid, first_epoch=0)  # ceiling_bench's epochs
             rounds.append({"round": r, "ceiling": a, "client": b,
                            "ratio": b["images_per_s"] / a["images_per_s"]})
             print("round %d: ceiling %.1f images/s, client %.1f images/s, ratio %.3f"
                   % (r, a["images_per_s"], b["images_per_s"], rounds[-1]["ratio"]),
                   file=sys.stderr, flush=True)
     finally:
-        daemon_proc.stop(proc)
-        log.close()
+        daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
     med_a = statistics.median(x["ceiling"]["images_per_s"] for x in rounds)

@@ -1,21 +1,27 @@
 """Shared by the benchmark scripts: a conveyord config for the benchmark's
-train pipeline, and stopping a daemon started with subprocess.
+train pipeline, and a conveyord on it through conveyor.daemon (the project's
+one launcher: start, wait for the health check to say SERVING, stop).
 
 Run with Debian's /usr/bin/python3 like the scripts that import it.
 """
 import json
-import subprocess
+import os
+import sys
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLIENT_DIR = os.path.join(SOURCE_DIR, "client", "python")
+if CLIENT_DIR not in sys.path:
+    sys.path.insert(0, CLIENT_DIR)
+
+from conveyor.daemon import DaemonProcess  # noqa: E402
 
 
-def write_config(path, listen, threads, dataset, size=224, max_batch_size=1024,
-                 log_level="warn", name="bench"):
+def write_config(path, threads, dataset, size=224, max_batch_size=1024, log_level="warn",
+                 name="bench"):
     """A config serving one train pipeline (RandomResizedCrop(size) + flip,
     uint8 NCHW) over `dataset`: {"root": DIR} or {"list": FILE, "root": DIR}.
-    `listen`: the `listen:` mapping, e.g. {"unix": PATH} or {"tcp": "127.0.0.1:0"}."""
+    The listeners come from the command line (see daemon())."""
     with open(path, "w") as f:
-        f.write("listen:\n")
-        for k, v in listen.items():
-            f.write("  %s: %s\n" % (k, json.dumps(v)))
         f.write("threads: %d\nlog_level: %s\n" % (threads, log_level))
         f.write("pipelines:\n  %s:\n    dataset:\n" % name)
         for k, v in dataset.items():
@@ -24,11 +30,13 @@ def write_config(path, listen, threads, dataset, size=224, max_batch_size=1024,
         f.write("    max_batch_size: %d\n" % max_batch_size)
 
 
-def stop(proc, timeout=15):
-    """SIGTERM, then SIGKILL if the daemon has not exited within `timeout` s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def daemon(conveyord, workdir, threads, dataset, via="unix", **config):
+    """A DaemonProcess (not started) serving write_config(...)'s pipeline in
+    `workdir`: on a unix socket there (via="unix") or on TCP 127.0.0.1, a
+    free port, and no unix socket (via="tcp")."""
+    cfg = os.path.join(workdir, "conveyord.yaml")
+    write_config(cfg, threads, dataset, **config)
+    if via == "unix":
+        return DaemonProcess(conveyord, cfg, workdir=workdir, threads=threads)
+    return DaemonProcess(conveyord, cfg, workdir=workdir, socket="", tcp="127.0.0.1:0",
+                         threads=threads)

@@ -45,9 +45,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-import daemon_proc  # noqa: E402  (bench/)
-from vs_dataloader import (_health_serving, now, process_tree, pss_rollup,  # noqa: E402
-                           tree_rollup)
+# bench/. (daemon_proc, which imports the conveyor client, is imported where
+# the daemon is started: the Python holders must not load gRPC.)
+from proc_sampler import (proc_status_bytes, process_tree, pss_rollup,  # noqa: E402
+                          tree_rollup)
 
 MiB = 1024.0 * 1024.0
 
@@ -66,17 +67,6 @@ def generate_list(path, entries, classes, seed=2012):
                 f.writelines(buf)
                 buf.clear()
         f.writelines(buf)
-
-
-def proc_status_bytes(pid, key):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 # --------------------------------------------------------------- Python holder
@@ -180,44 +170,25 @@ def run_holder(args, workers, empty):
 
 def daemon_pss(args, list_path, workdir, tag):
     """Starts conveyord serving list_path, waits for SERVING, returns its PSS."""
-    sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
-    import conveyor
+    import daemon_proc  # the launcher (conveyor.daemon) with the bench's config
 
-    sock = os.path.join(workdir, "%s.sock" % tag)
-    cfg = os.path.join(workdir, "%s.yaml" % tag)
-    daemon_proc.write_config(cfg, {"unix": sock}, args.threads,
-                             {"list": list_path, "root": args.root}, log_level="info",
-                             name="imagenet")
-    log_path = os.path.join(workdir, "%s.log" % tag)
-    with open(log_path, "wb") as log:
-        t0 = now()
-        p = subprocess.Popen([args.conveyord, "--config", cfg, "--socket", sock, "--tcp", "none",
-                              "--threads", str(args.threads)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            channel = None
-            deadline = now() + 120
-            while True:
-                if p.poll() is not None:
-                    raise RuntimeError("conveyord exited with %d:\n%s"
-                                       % (p.returncode, open(log_path, errors="replace").read()))
-                if now() > deadline:
-                    raise RuntimeError("conveyord not SERVING within 120 s")
-                if channel is None and os.path.exists(sock):
-                    channel = conveyor.make_channel("unix://" + sock)
-                if channel is not None and _health_serving(channel, 1.0):
-                    break
-                time.sleep(0.01)
-            serving_s = now() - t0
-            channel.close()
-            readings = []
-            for _ in range(5):
-                time.sleep(0.2)
-                readings.append(pss_rollup(p.pid))
-            hwm = proc_status_bytes(p.pid, "VmHWM")
-            rss = proc_status_bytes(p.pid, "VmRSS")
-        finally:
-            daemon_proc.stop(p)
-    log_text = open(log_path, errors="replace").read()
+    folder = os.path.join(workdir, tag)
+    os.makedirs(folder)
+    d = daemon_proc.daemon(args.conveyord, folder, args.threads,
+                           {"list": list_path, "root": args.root}, log_level="info",
+                           name="imagenet")
+    try:
+        d.start(timeout=120)
+        serving_s = d.serving_at - d.launched_at
+        readings = []
+        for _ in range(5):  # five readings over ~1 s: the median
+            time.sleep(0.2)
+            readings.append(pss_rollup(d.pid))
+        hwm = proc_status_bytes(d.pid, "VmHWM")
+        rss = proc_status_bytes(d.pid, "VmRSS")
+    finally:
+        d.stop()
+    log_text = d.log()
     index_line = next((ln for ln in log_text.splitlines() if "samples" in ln and "index" in ln), "")
     return {"pss_bytes": statistics.median(r["pss"] for r in readings),
             "anon_bytes": statistics.median(r["anon"] for r in readings),

@@ -55,11 +55,16 @@ What is measured, per contender run:
                   Python start-up and imports count on both sides):
                   DataLoader: a fresh python that imports torch, builds the
                   ImageFolder and the DataLoader and takes the first batch;
-                  conveyord: a fresh python that launches conveyord at once,
-                  imports the client while it starts, waits for the gRPC
-                  health check to say SERVING, opens a Loader and takes the
-                  first batch (the time from the conveyord launch and to
-                  SERVING are reported too). Median over rounds.
+                  conveyord: a fresh python that imports the client, launches
+                  conveyord through conveyor.daemon (the launcher a trainer
+                  would use), waits for the gRPC health check to say
+                  SERVING, opens a Loader and takes the first batch (the
+                  time from the conveyord launch and to SERVING are
+                  reported too). Median over rounds.
+  checksum        (--checksum, on with --quick) sha256 of each epoch's image
+                  bytes in delivery order, per conveyord contender: equal
+                  across transports, and to the in-process engine's for the
+                  same seed (tests/python/test_bench_smoke.py checks both).
 
 Ratios are taken against dataloader-w2; targets (PASS/FAIL):
   conveyord-unix images/s >= 2.5x, CPU s/image <= 0.45x, summed PSS <= 0.2x,
@@ -69,180 +74,30 @@ Ratios are taken against dataloader-w2; targets (PASS/FAIL):
   between rounds cancels; the ratio of the overall medians is printed too.
 
 --quick is a smoke mode (used by tests/python/test_bench_smoke.py): one round,
-one epoch per contender, no warm-up; the figures mean nothing.
+one epoch per contender, no warm-up, checksums on; the speed figures mean
+nothing (the smoke test checks counts, consistency and bytes, not speed).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-import daemon_proc  # bench/, the folder of this script
+# bench/, the folder of this script. (daemon_proc, which imports the conveyor
+# client, is imported by the conveyor contender only: the DataLoader
+# contender's process must not load gRPC.)
+from proc_sampler import PssSampler, now, settle, tree_cpu_seconds, tree_rollup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 BASELINE = "dataloader-w2"
 KINDS = ("dataloader", "unix", "tcp", "tcp-inline", "ceiling")
 DEFAULT_KINDS = ("dataloader", "unix", "tcp", "ceiling")
-
-
-def now():
-    """CLOCK_MONOTONIC: one clock for the driver and its contender processes."""
-    return time.clock_gettime(time.CLOCK_MONOTONIC)
-
-
-# --------------------------------------------------------------- /proc helpers
-
-def _stat_fields(pid):
-    """Fields of /proc/PID/stat after the command name (fields[0] is state)."""
-    with open("/proc/%d/stat" % pid, "rb") as f:
-        data = f.read()
-    return data[data.rindex(b")") + 2:].split()
-
-
-def _parent_map():
-    """{pid: ppid} of every process on the machine."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            out[int(name)] = int(_stat_fields(int(name))[1])
-        except (OSError, ValueError, IndexError):
-            pass  # gone meanwhile
-    return out
-
-
-def process_tree(root):
-    """root and all its descendants (pids), root first."""
-    parents = _parent_map()
-    children = {}
-    for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
-def tree_cpu_seconds(root):
-    """CPU seconds used so far by root's tree: utime+stime of every live
-    process plus cutime+cstime (children already reaped), so that a worker
-    that exits moves its time into its parent's figure, never out of the sum."""
-    total = 0
-    for pid in process_tree(root):
-        try:
-            f = _stat_fields(pid)
-        except OSError:
-            continue
-        # fields[0] = state (field 3); utime = field 14, stime 15, cutime 16, cstime 17
-        total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-    return total / CLK_TCK
-
-
-ROLLUP_KEYS = {b"Pss:": "pss", b"Pss_Anon:": "anon", b"Pss_File:": "file", b"Pss_Shmem:": "shmem"}
-
-
-def pss_rollup(pid):
-    """{"pss", "anon", "file", "shmem"} in bytes from /proc/PID/smaps_rollup
-    (Pss = anon + file + shmem); zeros if the process is gone."""
-    out = dict.fromkeys(ROLLUP_KEYS.values(), 0)
-    try:
-        with open("/proc/%d/smaps_rollup" % pid, "rb") as f:
-            for line in f:
-                key = ROLLUP_KEYS.get(line.split(None, 1)[0]) if line.startswith(b"Pss") else None
-                if key:
-                    out[key] = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return out
-
-
-def pss_bytes(pid):
-    """Pss of one process, in bytes; 0 if it is gone."""
-    return pss_rollup(pid)["pss"]
-
-
-def tree_rollup(root, pids=None):
-    """Summed pss_rollup over root's tree, plus "processes"."""
-    pids = process_tree(root) if pids is None else pids
-    total = dict.fromkeys(ROLLUP_KEYS.values(), 0)
-    for p in pids:
-        for k, v in pss_rollup(p).items():
-            total[k] += v
-    total["processes"] = len(pids)
-    return total
-
-
-def tree_pss_bytes(root, pids=None):
-    t = tree_rollup(root, pids)
-    return t["pss"], t["processes"]
-
-
-class PssSampler(threading.Thread):
-    """Samples the summed PSS of a process tree every `interval` s: a list of
-    (monotonic time, bytes, processes). The tree is re-listed every
-    `rescan` s (a walk over /proc), the PSS read in between."""
-
-    def __init__(self, root, interval=0.5, rescan=2.0):
-        super().__init__(daemon=True)
-        self.root, self.interval, self.rescan = root, interval, rescan
-        self.samples = []
-        self.seen = set()  # every pid of the tree ever listed
-        self._halt = threading.Event()
-
-    def run(self):
-        pids, listed = [], -1e9
-        while not self._halt.is_set():
-            t = now()
-            if t - listed >= self.rescan:
-                pids, listed = process_tree(self.root), t
-                self.seen.update(pids)
-            r = tree_rollup(self.root, pids)
-            if r["pss"]:
-                self.samples.append((t, r["pss"], r["processes"], r))
-            self._halt.wait(self.interval)
-
-    def stop(self):
-        self._halt.set()
-        self.join()
-
-    def peak_sample(self, t0=None, t1=None):
-        """The rollup dict of the sample with the largest summed PSS in [t0, t1]."""
-        vals = [s for s in self.samples
-                if (t0 is None or s[0] >= t0) and (t1 is None or s[0] <= t1)]
-        return max(vals, key=lambda s: s[1])[3] if vals else None
-
-    def peak(self, t0=None, t1=None):
-        s = self.peak_sample(t0, t1)
-        return s["pss"] if s else None
-
-
-def settle(pids, seconds, timeout=60.0):
-    """Waits until every process of a finished contender is gone (DataLoader
-    workers and daemons exit after their parent returns, and freeing a few
-    hundred MiB takes the kernel a while), then `seconds` more: the next
-    contender must not pay for the previous one's teardown."""
-    deadline = now() + timeout
-    while now() < deadline and any(os.path.exists("/proc/%d" % pid) and
-                                   not _is_zombie(pid) for pid in pids):
-        time.sleep(0.05)
-    time.sleep(seconds)
-
-
-def _is_zombie(pid):
-    try:
-        return _stat_fields(pid)[0] == b"Z"
-    except OSError:
-        return True
 
 
 # --------------------------------------------------------------- contender runners
@@ -297,80 +152,39 @@ def contender_dataloader(args):
     emit(event="done", samples=len(ds))
 
 
-def _health_serving(channel, timeout):
-    """True when grpc.health.v1.Health/Check answers SERVING (status 1).
-    Hand-encoded: the request is empty, the answer is field 1 = enum."""
-    check = channel.unary_unary("/grpc.health.v1.Health/Check",
-                                request_serializer=lambda x: x,
-                                response_deserializer=lambda x: x)
-    try:
-        return check(b"", timeout=timeout) == b"\x08\x01"
-    except Exception:  # grpc.RpcError: not up yet
-        return False
-
-
 def contender_conveyor(args):
     import shutil
-    workdir = tempfile.mkdtemp(prefix="cvd-", dir="/tmp")  # short: unix socket paths
-    sock = os.path.join(workdir, "s.sock")
-    port_file = os.path.join(workdir, "port")
-    cfg = os.path.join(workdir, "conveyord.yaml")
-    if args.transport == "unix":
-        listen = {"unix": sock}
-        extra = ["--socket", sock, "--tcp", "none"]
-    else:
-        listen = {"tcp": "127.0.0.1:0"}
-        extra = ["--socket", "", "--tcp", "127.0.0.1:0", "--port-file", port_file]
-    daemon_proc.write_config(cfg, listen, args.threads, {"root": os.path.abspath(args.data)},
-                             size=args.size, max_batch_size=max(args.batch_size, 256))
-    log_path = os.path.join(workdir, "conveyord.log")
-    log = open(log_path, "wb")
-    t_launch = now()
-    daemon = subprocess.Popen([args.conveyord, "--config", cfg, "--threads", str(args.threads)]
-                              + extra, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        # Imports overlap with the daemon's start-up, as they would in a trainer.
-        sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
-        import conveyor
 
-        deadline = now() + 60
-        address = None
-        channel = None
-        while True:
-            if daemon.poll() is not None:
-                log.flush()
-                raise SystemExit("conveyord exited with %d:\n%s"
-                                 % (daemon.returncode, open(log_path, errors="replace").read()))
-            if now() > deadline:
-                raise SystemExit("conveyord was not SERVING within 60 s")
-            if address is None:
-                if args.transport == "unix" and os.path.exists(sock):
-                    address = "unix://" + sock
-                elif args.transport != "unix" and os.path.exists(port_file):
-                    port = open(port_file).read().strip()
-                    if port:
-                        address = "127.0.0.1:" + port
-                if address is not None:
-                    channel = conveyor.make_channel(address)
-            if channel is not None and _health_serving(channel, timeout=1.0):
-                break
-            time.sleep(0.002)
-        t_serving = now()
-        channel.close()
-        emit(event="serving", t=t_serving, t_launch=t_launch, address=address,
+    import daemon_proc  # the launcher (conveyor.daemon) with the bench's config
+    import conveyor
+    workdir = tempfile.mkdtemp(prefix="cvd-", dir="/tmp")  # short: unix socket paths
+    daemon = daemon_proc.daemon(args.conveyord, workdir, args.threads,
+                                {"root": os.path.abspath(args.data)},
+                                via="unix" if args.transport == "unix" else "tcp",
+                                size=args.size, max_batch_size=max(args.batch_size, 256))
+    try:
+        daemon.start(timeout=60)
+        t_launch, t_serving = daemon.launched_at, daemon.serving_at  # CLOCK_MONOTONIC, as now()
+        emit(event="serving", t=t_serving, t_launch=t_launch, address=daemon.address,
              daemon_pid=daemon.pid)
 
-        loader = conveyor.Loader(address, pipeline="bench", batch_size=args.batch_size,
+        loader = conveyor.Loader(daemon.address, pipeline="bench", batch_size=args.batch_size,
                                  seed=args.seed, credits=args.credits,
                                  transport="inline" if args.transport == "tcp-inline" else "auto")
         transport = []
+        digests = []
 
         def epoch_iter(e):
+            digest = hashlib.sha256() if args.checksum else None
             with loader.epoch(e) as stream:
                 if not transport:
                     transport.append(stream.transport)
                 for batch in stream:
+                    if digest is not None:
+                        digest.update(batch.images.tobytes())
                     yield batch.images, batch.labels
+            if digest is not None:
+                digests.append({"epoch": e, "sha256": digest.hexdigest()})
 
         def first(t, imgs):
             emit(event="first_batch", t=t, shape=list(imgs.shape), dtype=str(imgs.dtype),
@@ -380,10 +194,9 @@ def contender_conveyor(args):
             run_epochs(epoch_iter, args, first)
         finally:
             loader.close()
-        emit(event="done", transport=transport[0] if transport else None)
+        emit(event="done", transport=transport[0] if transport else None, checksums=digests)
     finally:
-        daemon_proc.stop(daemon)
-        log.close()
+        daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -401,6 +214,8 @@ def contender_main(argv):
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--warmup-epochs", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checksum", action="store_true",
+                    help="sha256 of each epoch's image bytes (conveyor only; touches every pixel)")
     args = ap.parse_args(argv)
     if args.kind == "dataloader":
         contender_dataloader(args)
@@ -433,6 +248,8 @@ def run_python_contender(c, args, workdir):
         cmd += ["--workers", str(c["workers"])]
     else:
         cmd += ["--transport", c["transport"], "--conveyord", args.conveyord]
+        if args.checksum:
+            cmd.append("--checksum")
     err_path = os.path.join(workdir, "%s.stderr" % c["name"])
     with open(err_path, "w") as err:
         t_spawn = now()
@@ -483,6 +300,7 @@ def run_python_contender(c, args, workdir):
         run["daemon_launch_s"] = fb["t_launch"] - t_spawn
         run["serving_s"] = fb["t_serving"] - t_spawn
         run["transport"] = done.get("transport")
+        run["checksums"] = done.get("checksums") or []
     return run
 
 
@@ -783,12 +601,16 @@ def main(argv):
     ap.add_argument("--chart-out", default=os.path.join(SOURCE_DIR, "bench", "results",
                                                         "vs_dataloader.png"))
     ap.add_argument("--quick", action="store_true",
-                    help="smoke mode: 1 round, 1 epoch per contender, no warm-up")
+                    help="smoke mode: 1 round, 1 epoch per contender, no warm-up, --checksum")
+    ap.add_argument("--checksum", action="store_true",
+                    help="conveyord contenders report the sha256 of each epoch's image bytes "
+                         "(in delivery order; costs a pass over the pixels, so not for timing)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target FAILs")
     args = ap.parse_args(argv)
 
     cores = len(os.sched_getaffinity(0))
     if args.quick:
+        args.checksum = True
         args.rounds, args.epochs, args.warmup_epochs = 1, 1, 0
         args.settle = min(args.settle, 0.2)
     if args.images is None:
@@ -860,6 +682,7 @@ def main(argv):
             "size": args.size, "epochs": args.epochs, "warmup_epochs": args.warmup_epochs,
             "rounds": args.rounds, "workers": workers, "threads": args.threads,
             "credits": args.credits, "seed": args.seed, "quick": args.quick,
+            "checksum": args.checksum,
             "cores": cores, "pss_interval_s": args.pss_interval, "baseline": BASELINE,
             "python": sys.executable, "build": os.path.abspath(args.build),
             "consumer": "reads labels and batch shape, drops the batch; pixels untouched",

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on a demo dataset: installs what is missing, builds, generates
 # a small ImageNet-like dataset (demo-data/train), starts conveyord with
-# config/demo.yaml, streams epochs through the Python client, prints
-# images/s, and stops the daemon.
+# config/demo.yaml (through conveyor.daemon, the launcher the tests and
+# benchmarks use), streams epochs through the Python client, prints images/s,
+# and stops the daemon.
 #   DEMO_IMAGES (default 1000)  images to generate (once; kept for later runs)
 #   DEMO_EPOCHS (default 2)     epochs to stream
 set -euo pipefail
@@ -24,17 +25,14 @@ if [ ! -f demo-data/.complete-"$IMAGES" ]; then
 fi
 
 SOCKET=/tmp/conveyor-demo/conveyor.sock
-LOG=$(mktemp /tmp/conveyord-demo.XXXXXX.log)
-"$BUILD_DIR/server/conveyord" --config config/demo.yaml --tcp none >"$LOG" 2>&1 &
-DAEMON=$!
-trap 'kill -TERM $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
-# Wait for the health check to say SERVING (no fixed sleep).
-for _ in $(seq 1 200); do
-  if "$BUILD_DIR/server/conveyord" --probe "unix://$SOCKET" >/dev/null 2>&1; then break; fi
-  if ! kill -0 $DAEMON 2>/dev/null; then cat "$LOG"; exit 1; fi
-  sleep 0.1
-done
-echo "conveyord is serving on unix://$SOCKET (log: $LOG)"
-PYTHONPATH="$ROOT/client/python" "$PY" client/python/examples/stream_epoch.py \
-  --server "unix://$SOCKET" --pipeline demo-train --batch-size 64 --epochs "$EPOCHS"
-PYTHONPATH="$ROOT/client/python" "$PY" -m conveyor stats --server "unix://$SOCKET"
+# conveyor.daemon (the project's launcher) starts conveyord, waits for its
+# health check to say SERVING, runs the client commands with
+# $CONVEYOR_SERVER set, then stops the daemon (SIGTERM) and exits with the
+# commands' status.
+export PYTHONPATH="$ROOT/client/python"
+"$PY" -m conveyor.daemon --conveyord "$BUILD_DIR/server/conveyord" --config config/demo.yaml \
+  --socket "$SOCKET" -- bash -c '
+    set -e
+    "$0" client/python/examples/stream_epoch.py --server "$CONVEYOR_SERVER" \
+      --pipeline demo-train --batch-size 64 --epochs "$1"
+    "$0" -m conveyor stats --server "$CONVEYOR_SERVER"' "$PY" "$EPOCHS"

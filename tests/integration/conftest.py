@@ -8,14 +8,19 @@ Environment:
                        when it is not, they are skipped.
   CONVEYOR_SOURCE_DIR  the source tree (default: two folders up from here).
 
-Every daemon is started on a unix socket in a temporary folder plus TCP on
-127.0.0.1 port 0 (the port comes back through --port-file), waited for with
-the gRPC health check (falling back to polling ListPipelines), never with a
-fixed sleep, and killed at teardown whatever happened.
+  CONVEYOR_TEST_TIMEOUT_SCALE  factor for every deadline (default 1): CI
+                       sets it when conveyord is built with a sanitizer.
+
+Every daemon is started through conveyor.daemon (the project's one launcher)
+on a unix socket in a temporary folder plus TCP on 127.0.0.1 port 0 (the port
+comes back through --port-file), waited for with the gRPC health check, never
+with a fixed sleep, and stopped at teardown whatever happened (SIGTERM, then
+SIGKILL); a sanitizer report in its log fails the test. Absolute RSS checks
+are skipped when the daemon is sanitized (daemon_sanitizer()).
 """
 
 import os
-import signal
+import re
 import subprocess
 import sys
 import time
@@ -32,11 +37,10 @@ CLIENT_DIR = SOURCE_DIR / "client" / "python"
 if str(CLIENT_DIR) not in sys.path:
     sys.path.insert(0, str(CLIENT_DIR))
 
-import grpc  # noqa: E402
-
 import conveyor  # noqa: E402
-from conveyor._proto.v1 import conveyor_pb2 as pb  # noqa: E402
-from conveyor._proto.v1 import conveyor_pb2_grpc as pb_grpc  # noqa: E402
+from conveyor._proto.v1 import conveyor_pb2 as pb  # noqa: E402,F401  (tests import them)
+from conveyor._proto.v1 import conveyor_pb2_grpc as pb_grpc  # noqa: E402,F401
+from conveyor.daemon import DaemonProcess  # noqa: E402
 
 # Test modules import these helpers as `conveyor_integration`, a name of their
 # own: with several test folders in one pytest run, each with a conftest.py,
@@ -178,110 +182,96 @@ def write_config(path, cfg):
 
 
 # --- daemon ------------------------------------------------------------------
-def _health_status(channel, timeout):
-    """grpc.health.v1 Check (raw bytes: grpc_health is not packaged here).
-    Returns the status number (1 = SERVING) or raises grpc.RpcError."""
-    check = channel.unary_unary("/grpc.health.v1.Health/Check",
-                                request_serializer=lambda b: b,
-                                response_deserializer=lambda b: b)
-    raw = check(b"", timeout=timeout)
-    # HealthCheckResponse { ServingStatus status = 1; }: field 1, varint.
-    if not raw:
-        return 0
-    if raw[0] != 0x08:
-        raise ValueError("unexpected health response %r" % raw)
-    return raw[1]
+# How much slower than a plain Release build the daemon may be: CI sets
+# CONVEYOR_TEST_TIMEOUT_SCALE for sanitizer builds (ASan ~3x, TSan ~10x).
+# Every deadline of the integration tests goes through scaled().
+TIMEOUT_SCALE = float(os.environ.get("CONVEYOR_TEST_TIMEOUT_SCALE") or 1.0)
 
 
-class Daemon:
-    """One conveyord process. Use start(), then .unix / .tcp addresses."""
+def scaled(seconds):
+    """A deadline of `seconds` on an idle machine, scaled for slow builds."""
+    return seconds * TIMEOUT_SCALE
+
+
+_SANITIZER_MARKERS = ((b"__asan_init", "address"), (b"__tsan_init", "thread"),
+                      (b"__ubsan_handle_", "undefined"))
+_sanitizer_cache = {}
+
+
+def daemon_sanitizer():
+    """The sanitizer conveyord was built with ("address", "thread",
+    "undefined") or None: read from the binary's symbol names (the one
+    mechanism the tests use; a sanitized daemon's RSS says nothing about
+    leaks: shadow memory, quarantine)."""
+    if "value" not in _sanitizer_cache:
+        found = None
+        if CONVEYORD.exists():
+            data = CONVEYORD.read_bytes()
+            found = next((name for marker, name in _SANITIZER_MARKERS if marker in data), None)
+        _sanitizer_cache["value"] = found
+    return _sanitizer_cache["value"]
+
+
+def skip_rss_check_if_sanitized(what="absolute RSS check"):
+    """True (and prints why) when RSS checks must be skipped: call it before
+    an RSS assertion and leave the assertion out when it answers True."""
+    san = daemon_sanitizer()
+    if san:
+        print("%s skipped: conveyord is built with the %s sanitizer" % (what, san))
+    return bool(san)
+
+
+# What sanitizers print: ASan/LSan/TSan reports and UBSan's runtime errors.
+_SANITIZER_REPORT = re.compile(
+    r"^(==\d+==ERROR: \w*Sanitizer.*|WARNING: ThreadSanitizer.*|.*: runtime error: .*)$", re.M)
+
+
+def sanitizer_report(log):
+    """The first sanitizer report line of a daemon log and what follows (up
+    to 40 lines), or None."""
+    m = _SANITIZER_REPORT.search(log)
+    return None if m is None else "\n".join(log[m.start():].splitlines()[:40])
+
+
+def finish_daemons(daemons):
+    """Test teardown: stops every daemon with SIGTERM (SIGKILL if it hangs),
+    so that a sanitized one runs its exit checks (LeakSanitizer's among
+    them), then fails the test if any log holds a sanitizer report."""
+    for d in daemons:
+        d.stop(timeout=scaled(10))
+    reports = [(d, sanitizer_report(d.log())) for d in daemons]
+    reports = [(d, r) for d, r in reports if r]
+    if reports:
+        pytest.fail("\n\n".join("conveyord (pid %d, log %s) reported:\n%s" % (d.pid, d.log_path, r)
+                                for d, r in reports), pytrace=False)
+
+
+class Daemon(DaemonProcess):
+    """One conveyord process for a test: on a unix socket in `workdir` plus
+    TCP on 127.0.0.1 port 0 (unless tcp=False), with /proc figures of the
+    process. Use start(), then .unix / .tcp addresses."""
 
     def __init__(self, workdir, config, threads=2, tcp=True, extra_args=()):
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path = write_config(self.workdir / "conveyord.yaml", config)
-        self.socket_path = self.workdir / "conveyor.sock"
-        self.port_file = self.workdir / "port"
-        self.log_path = self.workdir / "conveyord.log"
-        self.threads = threads
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_config(workdir / "conveyord.yaml", config)
+        super().__init__(CONVEYORD, workdir / "conveyord.yaml", workdir=workdir,
+                         tcp="127.0.0.1:0" if tcp else None, threads=threads,
+                         extra_args=extra_args)
+        self.workdir = workdir
+        self.config_path = Path(self.config_path)
+        self.socket_path = Path(self.socket_path)
         self.use_tcp = tcp
-        self.extra_args = list(extra_args)
-        self.proc = None
-        self.port = None
-        self.health_implemented = None
-
-    @property
-    def unix(self):
-        return "unix://%s" % self.socket_path
-
-    @property
-    def tcp(self):
-        return "127.0.0.1:%d" % self.port
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def command(self):
-        cmd = [str(CONVEYORD), "--config", str(self.config_path), "--socket", str(self.socket_path),
-               "--threads", str(self.threads)]
-        if self.use_tcp:
-            cmd += ["--tcp", "127.0.0.1:0", "--port-file", str(self.port_file)]
-        return cmd + self.extra_args
 
     def start(self, timeout=30.0):
         require_daemon()
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=self.workdir)
-        self.wait_ready(timeout)
-        return self
+        return super().start(scaled(timeout))
 
-    def log(self):
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def wait_ready(self, timeout):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("conveyord exited with %s during start:\n%s"
-                                   % (self.proc.returncode, self.log()))
-            try:
-                if self.use_tcp and self.port is None:
-                    text = self.port_file.read_text().strip() if self.port_file.exists() else ""
-                    if not text:
-                        raise FileNotFoundError("port file not written yet")
-                    self.port = int(text)
-                if self.socket_path.exists() and self.is_serving(timeout=1.0):
-                    return
-            except (OSError, ValueError, grpc.RpcError, conveyor.ConveyorError) as e:
-                last = e
-            time.sleep(0.02)
-        raise RuntimeError("conveyord not ready within %.0f s (last: %s):\n%s"
-                           % (timeout, last, self.log()))
-
-    def is_serving(self, timeout=2.0, address=None):
-        """True when the health check says SERVING (or, if the daemon has no
-        health service, when ListPipelines answers)."""
-        channel = grpc.insecure_channel(conveyor.loader.grpc_target(address or self.unix))
-        try:
-            if self.health_implemented is not False:
-                try:
-                    status = _health_status(channel, timeout)
-                    self.health_implemented = True
-                    return status == 1
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                        raise
-                    self.health_implemented = False
-            pb_grpc.ConveyorStub(channel).ListPipelines(pb.ListPipelinesRequest(), timeout=timeout)
-            return True
-        finally:
-            channel.close()
+    def idle(self):
+        """True when the daemon's own accounting (GetStats) has no stream
+        open and no slot memory reserved."""
+        st = conveyor.stats(self.unix)
+        return st.streams_open == 0 and st.slot_bytes_in_use == 0
 
     # /proc figures of the daemon
     def rss_bytes(self):
@@ -294,36 +284,24 @@ class Daemon:
     def fd_count(self):
         return len(os.listdir("/proc/%d/fd" % self.pid))
 
-    def signal(self, sig):
-        self.proc.send_signal(sig)
-
-    def wait(self, timeout):
-        return self.proc.wait(timeout=timeout)
-
-    def stop(self, timeout=10.0):
-        """SIGTERM, then SIGKILL after `timeout`; returns the exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def memfd_mappings(self):
+        """Mappings of the daemon's stream memfds (/memfd:conveyor-stream-N):
+        a sorted list of the stream names with a mapping, one entry per
+        mapping (one per open slot arena)."""
+        out = []
+        with open("/proc/%d/maps" % self.pid) as f:
+            for line in f:
+                i = line.find("/memfd:conveyor-stream-")
+                if i >= 0:
+                    out.append(line[i + len("/memfd:"):].split()[0])
+        return sorted(out)
 
 
 @pytest.fixture
 def daemon_factory(tmp_path_factory):
-    """Starts daemons for one test and always kills them at teardown:
-    daemon_factory(config_dict, **Daemon kwargs) -> started Daemon."""
+    """Starts daemons for one test and always stops them at teardown
+    (finish_daemons): daemon_factory(config_dict, **Daemon kwargs) -> started
+    Daemon."""
     started = []
 
     def start(config, name="daemon", **kwargs):
@@ -332,10 +310,7 @@ def daemon_factory(tmp_path_factory):
         return d.start()
 
     yield start
-    for d in started:
-        d.kill()
-        if getattr(d, "_log", None):
-            d._log.close()
+    finish_daemons(started)
 
 
 @pytest.fixture(scope="module")
@@ -347,16 +322,14 @@ def daemon(tmp_path_factory, dataset):
         d.start()
         yield d
     finally:
-        d.kill()
-        if getattr(d, "_log", None):
-            d._log.close()
+        finish_daemons([d])
 
 
 # --- helpers -----------------------------------------------------------------
-def wait_until(predicate, timeout, interval=0.05):
-    """Polls predicate() until it is truthy (returned) or the deadline passes
-    (returns the last value)."""
-    deadline = time.monotonic() + timeout
+def wait_until(predicate, timeout, interval=0.02):
+    """Polls predicate() until it is truthy (returned) or the deadline
+    (`timeout` s, scaled()) passes (returns the last value)."""
+    deadline = time.monotonic() + scaled(timeout)
     value = predicate()
     while not value and time.monotonic() < deadline:
         time.sleep(interval)
@@ -404,7 +377,7 @@ def engine_dump(root, out, batch_size=8, seed=0, epoch=0, rank=0, world_size=1,
     cmd = [str(ENGINE_DUMP), "--root", str(root), "--batch-size", str(batch_size), "--seed",
            str(seed), "--epoch", str(epoch), "--rank", str(rank), "--world-size", str(world_size),
            "--augment", augment, "--size", str(size), "--out", str(out)]
-    subprocess.run(cmd, check=True, timeout=120)
+    subprocess.run(cmd, check=True, timeout=scaled(120))
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
 
@@ -414,7 +387,7 @@ def engine_dump(root, out, batch_size=8, seed=0, epoch=0, rank=0, world_size=1,
 def restart_daemon():
     """restart_daemon(old) -> a new conveyord on `old`'s config, workdir and
     unix socket (the old process is killed first if it still runs), started
-    and waited for; killed at teardown."""
+    and waited for; stopped at teardown (finish_daemons)."""
     import threading
 
     started = []
@@ -422,9 +395,7 @@ def restart_daemon():
     torn_down = [False]
 
     def restart(old, timeout=30.0):
-        old.kill()
-        if old.use_tcp:
-            old.port_file.unlink(missing_ok=True)  # the new daemon writes its own port
+        old.kill()  # the new daemon writes its own port file (spawn removes the old one)
         d = Daemon(old.workdir, old.config_path.read_text(), threads=old.threads,
                    tcp=old.use_tcp, extra_args=old.extra_args)
         with lock:
@@ -444,10 +415,7 @@ def restart_daemon():
     with lock:
         torn_down[0] = True
         daemons = list(started)
-    for d in daemons:
-        d.kill()
-        if getattr(d, "_log", None):
-            d._log.close()
+    finish_daemons(daemons)
 
 
 @pytest.fixture(scope="session")

@@ -7,17 +7,16 @@ import signal
 import threading
 import time
 
-import grpc
-
 import conveyor
-from conveyor_integration import _health_status, daemon_config
+from conveyor.daemon import SERVING, health_status
+from conveyor_integration import daemon_config, scaled
 
 
 def test_health_check_is_serving(daemon):
     for address in (daemon.unix, daemon.tcp):
-        channel = grpc.insecure_channel(conveyor.loader.grpc_target(address))
+        channel = conveyor.make_channel(address)
         try:
-            assert _health_status(channel, timeout=5) == 1  # SERVING
+            assert health_status(channel, timeout=scaled(5)) == SERVING
         finally:
             channel.close()
 
@@ -30,26 +29,31 @@ def test_sigterm_mid_stream_exits_zero_and_client_sees_unavailable(daemon_factor
     assert first.num_samples == 8
 
     outcome = queue.Queue()
+    flowing = threading.Event()
 
     def consume():
         # Keeps reading (releasing as it goes) until the stream fails.
         try:
-            for _ in stream:
-                time.sleep(0.01)
+            for i, _ in enumerate(stream):
+                if i == 3:
+                    flowing.set()
             outcome.put(("ended", None))
         except BaseException as e:
             outcome.put(("error", e))
+        finally:
+            flowing.set()
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
-    time.sleep(0.2)  # the stream is flowing
+    assert flowing.wait(scaled(30)), "the stream did not flow"
+    assert outcome.empty(), outcome.get()
     t0 = time.monotonic()
     d.signal(signal.SIGTERM)
-    rc = d.wait(timeout=15)
+    rc = d.wait(timeout=scaled(15))
     exit_s = time.monotonic() - t0
     assert rc == 0, d.log()
-    assert exit_s < 10, "daemon took %.1f s to exit" % exit_s
-    kind, err = outcome.get(timeout=15)  # the client must not hang
+    assert exit_s < scaled(10), "daemon took %.1f s to exit" % exit_s
+    kind, err = outcome.get(timeout=scaled(15))  # the client must not hang
     assert kind == "error", "stream ended normally although the daemon went away"
     assert isinstance(err, conveyor.Unavailable), repr(err)
     stream.close()

@@ -1,92 +1,77 @@
 """Many streams per daemon: the 8 ranks of a job on one node plus a second
 job. The dataset index is loaded once per dataset and shared by every
-stream; the worker pool is shared fairly (two identical streams get the same
-throughput; a stalled stream takes nothing from the others); limits on
-streams and slot memory give a clear RESOURCE_EXHAUSTED."""
+stream; the worker pool is shared fairly (two identical runnable streams are
+served in turn; a stalled stream takes nothing from the others); limits on
+streams and slot memory give a clear RESOURCE_EXHAUSTED. Nothing is timed:
+the checks are the daemon's per-stream counts."""
 
 import re
 import shutil
-import threading
-import time
 
 import grpc
 import pytest
 
 import conveyor
-from conveyor_integration import daemon_config, pipeline_entry, wait_until, write_list_file
+from conveyor_integration import (daemon_config, pipeline_entry, skip_rss_check_if_sanitized,
+                                  wait_until, write_list_file)
 
 MiB = 1 << 20
 
 
 # --- fairness ----------------------------------------------------------------
-def _race(address, seconds, batch_size=16):
-    """Two identical endless streams read as fast as possible (each batch
-    released at once) for `seconds`. Returns the images each got within the
-    same window: the middle half of the time both were running."""
-    stamps = [[], []]
-    stop = threading.Event()
-    errors = []
-
-    def reader(out):
-        try:
-            loader = conveyor.Loader(address, pipeline="big", batch_size=batch_size, seed=1, rank=0,
-                                     world_size=1, credits=4)
-            with loader.stream(num_epochs=0) as stream:
-                for b in stream:
-                    out.append((time.monotonic(), b.num_samples))  # released by the next next()
-                    if stop.is_set():
-                        break
-            loader.close()
-        except Exception as e:  # surfaced below
-            errors.append(e)
-
-    threads = [threading.Thread(target=reader, args=(s,)) for s in stamps]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
-    t0 = max(s[0][0] for s in stamps)
-    t1 = min(s[-1][0] for s in stamps)
-    lo, hi = t0 + 0.25 * (t1 - t0), t1 - 0.25 * (t1 - t0)
-    return [sum(n for t, n in s if lo <= t < hi) for s in stamps], hi - lo
+# Fairness is a property of the scheduler, not of wall-clock rates: while two
+# streams both have free slots (both runnable), the workers serve them in
+# turn, so from any moment on, identical streams' produced-batch counts
+# (GetStats, per stream) grow alike - however slow or loaded the machine is.
+# The clients read nothing during the measurement: with enough credits a
+# stream stays runnable whatever its client does, so the counts are the
+# scheduler's alone. (The stream opened first keeps the few batches of head
+# start it had before the second one was open: the counts are compared from
+# a moment when both run.)
+def _emitted(address, ids):
+    by_id = {s.stream_id: s.batches_emitted for s in conveyor.stats(address).streams}
+    return [by_id[i] for i in ids]
 
 
-def test_two_identical_streams_get_the_same_throughput(daemon_factory, large_dataset):
+def test_two_identical_runnable_streams_are_served_in_turn(daemon_factory, large_dataset):
     root, _ = large_dataset
-    d = daemon_factory(daemon_config(root, pipelines={"big": pipeline_entry(root, size=128)}),
-                       name="fair", threads=2)
-    # The machine is shared: a measurement disturbed by other work is taken again.
-    for attempt in range(3):
-        counts, window = _race(d.unix, 3.0)
-        ratio = min(counts) / max(counts)
-        print("attempt %d: images in the same %.2f s window: %s, ratio %.3f"
-              % (attempt, window, counts, ratio))
-        if min(counts) >= 200 and ratio >= 0.9:
-            break
-    assert min(counts) >= 200, "too few images to judge: %s" % counts
-    assert ratio >= 0.9, counts
+    d = daemon_factory(daemon_config(root, pipelines={"big": pipeline_entry(root, size=128)},
+                                     memory_budget="512MiB"), name="fair", threads=2)
+    credits, batch = 64, 8
+    # Same seed and rank: the same samples in the same order, the same work.
+    streams = [conveyor.open_stream(d.unix, "big", batch, seed=1, num_epochs=0, credits=credits,
+                                    auto_release=False) for _ in range(2)]
+    try:
+        ids = [s.stream_id for s in streams]
+        assert wait_until(lambda: min(_emitted(d.unix, ids)) >= 8, 60), _emitted(d.unix, ids)
+        start = _emitted(d.unix, ids)
+        assert max(start) < credits // 2, start
+        seen = []
+
+        def progressed():
+            now = _emitted(d.unix, ids)
+            seen.append([n - s for n, s in zip(now, start)])
+            # Stop well before either stream can run out of free slots.
+            return min(seen[-1]) >= 16 or max(now) >= credits - 4
+
+        assert wait_until(progressed, 120, interval=0.01), seen[-1]
+        gaps = [abs(a - b) for a, b in seen]
+        print("from %s on, batches each stream produced: %s at the end; largest gap %d over "
+              "%d snapshots" % (start, seen[-1], max(gaps), len(seen)))
+        assert min(seen[-1]) >= 16, "a stream fell behind until the other ran out of slots: %s" \
+            % (seen[-1],)
+        # One batch of skew between the two streams' figures in a snapshot,
+        # a batch or two being collated for each: beyond that, one stream is
+        # being served before the other.
+        assert max(gaps) <= 3, "streams not served in turn: %s" % seen
+    finally:
+        for s in streams:
+            s.close()
 
 
 # --- a stalled stream --------------------------------------------------------
-def _images_per_s(address, seconds):
-    loader = conveyor.Loader(address, pipeline="big", batch_size=16, seed=2, rank=0,
-                             world_size=1, credits=4)
-    n = 0
-    with loader.stream(num_epochs=0) as stream:
-        t0 = time.monotonic()
-        for b in stream:
-            n += b.num_samples
-            if time.monotonic() - t0 >= seconds:
-                break
-        rate = n / (time.monotonic() - t0)
-    loader.close()
-    return rate
-
-
-def _stage_items(stats, stream_id):
+def _work(stats, stream_id):
+    """(batches emitted, {stage: items_in}): what the workers did for a stream."""
     for s in stats.streams:
         if s.stream_id == stream_id:
             return s.batches_emitted, {st.name: st.items_in for st in s.stages}
@@ -94,30 +79,28 @@ def _stage_items(stats, stream_id):
 
 
 def test_a_stalled_stream_takes_nothing_from_a_reading_one(daemon_factory, large_dataset):
-    root, _ = large_dataset
+    root, samples = large_dataset
     d = daemon_factory(daemon_config(root, pipelines={"big": pipeline_entry(root, size=128)}),
                        name="stalled", threads=2)
-    credits = 3
-    _images_per_s(d.unix, 0.5)  # warm-up
-    for attempt in range(3):
-        alone = max(_images_per_s(d.unix, 1.5) for _ in range(2))
-        stalled = conveyor.open_stream(d.unix, "big", 16, seed=3, num_epochs=0, credits=credits,
-                                       auto_release=False)
-        with stalled:
-            held = [next(stalled) for _ in range(credits)]
-            # Once it holds all its credits nothing more of it is produced.
-            before = _stage_items(conveyor.stats(d.unix), stalled.stream_id)
-            beside = max(_images_per_s(d.unix, 1.5) for _ in range(2))
-            after = _stage_items(conveyor.stats(d.unix), stalled.stream_id)
-            assert all(not b.released for b in held)
-        print("attempt %d: reader alone %.0f images/s, beside a stalled stream %.0f images/s "
-              "(%.2f); stalled stream's work during the run: %s -> %s"
-              % (attempt, alone, beside, beside / alone, before, after))
-        assert before == after, "the stalled stream kept using workers"
-        assert before[0] == credits
-        if beside >= 0.8 * alone:
-            break
-    assert beside >= 0.8 * alone
+    credits, epochs = 3, 4
+    stalled = conveyor.open_stream(d.unix, "big", 16, seed=3, num_epochs=0, credits=credits,
+                                   auto_release=False)
+    with stalled:
+        held = [next(stalled) for _ in range(credits)]
+        # Once it holds all its credits nothing more of it is produced.
+        before = _work(conveyor.stats(d.unix), stalled.stream_id)
+        assert before[0] == credits, before
+        loader = conveyor.Loader(d.unix, pipeline="big", batch_size=16, seed=2, credits=4)
+        with loader.stream(num_epochs=epochs) as stream:
+            images = sum(b.num_samples for b in stream)
+            assert stream.end is not None
+        loader.close()
+        after = _work(conveyor.stats(d.unix), stalled.stream_id)
+        assert all(not b.released for b in held)
+    print("stalled stream's work before and after the reader's %d epochs: %s -> %s"
+          % (epochs, before, after))
+    assert images == epochs * len(samples), "the reader must complete its epochs"
+    assert before == after, "the stalled stream kept using workers"
 
 
 # --- 8 ranks + a second job on one daemon: one index ---------------------------
@@ -164,7 +147,7 @@ def test_eight_ranks_and_a_second_job_share_one_index(daemon_factory, dataset, t
     # Warm up what every stream shares (threads' buffers, gRPC), then measure.
     with open_job("job-a", 0, 1, 0):
         pass
-    wait_until(lambda: conveyor.stats(d.unix).streams_open == 0, 10)
+    assert wait_until(lambda: conveyor.stats(d.unix).streams_open == 0, 10)
     baseline = d.rss_bytes()
     streams = [open_job("job-a", r, 8, 11) for r in range(8)] + [open_job("job-b", 0, 1, 12)]
     try:
@@ -178,8 +161,10 @@ def test_eight_ranks_and_a_second_job_share_one_index(daemon_factory, dataset, t
     print("index %.1f MiB (%d entries); daemon RSS %.1f MiB before the 9 streams, +%.1f MiB with "
           "them (a copy per stream would be +%.0f MiB)"
           % (index_bytes / MiB, entries, baseline / MiB, grown / MiB, 9 * index_bytes / MiB))
-    assert baseline > index_bytes, "the index lives in the daemon"
-    assert grown < 0.5 * index_bytes, "per-stream memory grows like the index: duplicated?"
+    if not skip_rss_check_if_sanitized():
+        assert baseline > index_bytes, "the index lives in the daemon"
+        # Generous: a copy of the index per stream would be 9 x 40+ MiB.
+        assert grown < 0.5 * index_bytes, "per-stream memory grows like the index: duplicated?"
 
 
 # --- limits ------------------------------------------------------------------

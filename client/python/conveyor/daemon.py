@@ -1,0 +1,419 @@
+"""Running a conveyord process: start it with a config, wait until its gRPC
+health check says SERVING, stop it (SIGTERM, then SIGKILL after a grace
+period). The integration tests, the benchmarks and scripts/demo.sh all start
+their daemons through this module; a trainer that runs its own daemon can
+too:
+
+    from conveyor.daemon import launch
+    with launch("/usr/local/bin/conveyord", "conveyord.yaml") as d:
+        loader = conveyor.Loader(d.address, pipeline="train", batch_size=256)
+        ...
+
+The daemon listens on a unix socket in a work folder (a fresh one under /tmp
+unless one is given) and, when asked, on TCP (port 0 picks a free port; the
+bound port comes back through --port-file). Its stdout and stderr go to
+`conveyord.log` in the work folder. Waiting is polling with a deadline and
+short pauses; a daemon that exits while starting raises DaemonError with the
+end of its log.
+
+`health_status(channel)` is the one Python grpc.health.v1 client of the project
+(the grpcio-health-checking package is not needed: the request and the
+answer are tiny protobuf messages, encoded here by hand).
+
+Command line: `python3 -m conveyor.daemon --conveyord BIN --config FILE --
+COMMAND...` starts the daemon, waits for SERVING, runs COMMAND with
+$CONVEYOR_SERVER set to the daemon's address, stops the daemon and exits with
+COMMAND's status (see --help).
+
+Thread-safety: a DaemonProcess is driven (start, stop) from one thread;
+its read-only properties, poll(), signal() and log() may be called from
+others meanwhile.
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+
+from .loader import make_channel
+
+# grpc.health.v1.HealthCheckResponse.ServingStatus
+UNKNOWN = 0
+SERVING = 1
+NOT_SERVING = 2
+SERVICE_UNKNOWN = 3
+
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+
+
+def _varint(data, pos):
+    """Decodes a protobuf varint at data[pos:]; returns (value, next pos)."""
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or oversized varint in health response %r" % data)
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def decode_health_response(data):
+    """The `status` (field 1) of a serialized HealthCheckResponse; UNKNOWN
+    when absent (proto3 default). Other fields are skipped."""
+    status, pos = UNKNOWN, 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+            if field == 1:
+                status = value
+        elif wire == 1:
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            pos += length
+        elif wire == 5:
+            pos += 4
+        else:
+            raise ValueError("unexpected wire type %d in health response %r" % (wire, data))
+        if pos > len(data):
+            raise ValueError("truncated health response %r" % data)
+    return status
+
+
+def _encode_health_request(service):
+    """HealthCheckRequest { string service = 1; } ("" = the whole server)."""
+    raw = service.encode()
+    if not raw:
+        return b""
+    out, n = bytearray(b"\x0a"), len(raw)
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + raw
+
+
+def health_status(channel, timeout=5.0, service=""):
+    """grpc.health.v1.Health/Check on `channel` (a grpc.Channel or an
+    address): the ServingStatus number (SERVING = 1). Raises grpc.RpcError
+    when the call fails (daemon not up, no health service)."""
+    owned = not isinstance(channel, grpc.Channel)
+    ch = make_channel(channel) if owned else channel
+    try:
+        check = ch.unary_unary(_HEALTH_CHECK, request_serializer=lambda b: b,
+                               response_deserializer=lambda b: b)
+        return decode_health_response(check(_encode_health_request(service), timeout=timeout))
+    finally:
+        if owned:
+            ch.close()
+
+
+def is_serving(channel, timeout=1.0):
+    """True when the health check answers SERVING; False when it answers
+    anything else or the call fails."""
+    try:
+        return health_status(channel, timeout) == SERVING
+    except grpc.RpcError:
+        return False
+
+
+def default_binary():
+    """$CONVEYORD, else `conveyord` on $PATH (None when neither)."""
+    return os.environ.get("CONVEYORD") or shutil.which("conveyord")
+
+
+class DaemonError(RuntimeError):
+    """conveyord exited while starting, or was not SERVING in time."""
+
+
+class DaemonProcess:
+    """One conveyord process.
+
+    DaemonProcess(binary, config, workdir=None, socket=None, tcp=None,
+                  threads=None, extra_args=(), env=None)
+      config      path of the YAML config file
+      workdir     folder for the socket, port file and log (default: a new
+                  folder under /tmp, removed by close())
+      socket      unix socket path (default <workdir>/conveyor.sock); ""
+                  for none
+      tcp         "HOST:PORT" to listen on TCP as well (port 0: a free
+                  one); None: no TCP listener
+      threads     --threads (None: the config's)
+      extra_args  more command-line arguments
+    start() returns once SERVING; `unix`, `tcp`, `address`, `pid`,
+    `log()`; stop() (SIGTERM, SIGKILL after a grace period) or kill().
+    Usable as a context manager (started on entry if not yet, stopped on
+    exit).
+    """
+
+    def __init__(self, binary, config, workdir=None, socket=None, tcp=None, threads=None,
+                 extra_args=(), env=None):
+        if not binary:
+            raise DaemonError("no conveyord binary given (nor $CONVEYORD, nor conveyord on $PATH)")
+        # The process runs in the work folder: relative paths are made absolute
+        # (a bare name is looked up on $PATH).
+        binary = str(binary)
+        self.binary = os.path.abspath(binary) if os.sep in binary else binary
+        self.config_path = os.path.abspath(str(config))
+        self._own_workdir = workdir is None
+        # Short paths: a unix socket path is limited to 107 bytes.
+        self.workdir = tempfile.mkdtemp(prefix="conveyord-", dir="/tmp") if workdir is None \
+            else str(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.socket_path = os.path.join(self.workdir, "conveyor.sock") if socket is None \
+            else str(socket)
+        self.tcp_listen = tcp
+        self.port_file = os.path.join(self.workdir, "port")
+        self.log_path = os.path.join(self.workdir, "conveyord.log")
+        self.threads = threads
+        self.extra_args = [str(a) for a in extra_args]
+        self.env = env
+        self.proc = None
+        self.port = None
+        self.launched_at = None  # time.monotonic() at spawn
+        self.serving_at = None   # time.monotonic() when SERVING was seen
+        self._log = None
+
+    # --- addresses
+    @property
+    def unix(self):
+        """"unix:///path" of the unix socket, or None."""
+        return "unix://" + os.path.abspath(self.socket_path) if self.socket_path else None
+
+    @property
+    def tcp(self):
+        """"HOST:PORT" to reach the TCP listener, or None (not listening, or
+        the port not known yet)."""
+        if not self.tcp_listen or self.port is None:
+            return None
+        host = self.tcp_listen.rsplit(":", 1)[0]
+        host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+        return "%s:%d" % (host, self.port)
+
+    @property
+    def address(self):
+        """The address a client on this machine should use: the unix socket
+        when there is one, else TCP."""
+        return self.unix or self.tcp
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def command(self):
+        cmd = [self.binary, "--config", self.config_path, "--socket", self.socket_path or ""]
+        cmd += ["--tcp", self.tcp_listen, "--port-file", self.port_file] if self.tcp_listen \
+            else ["--tcp", "none"]
+        if self.threads is not None:
+            cmd += ["--threads", str(self.threads)]
+        return cmd + self.extra_args
+
+    # --- lifecycle
+    def spawn(self):
+        """Starts the process without waiting; see wait_serving()."""
+        if self.proc is not None:
+            raise DaemonError("conveyord already started (pid %d)" % self.proc.pid)
+        if self.tcp_listen:
+            try:
+                os.unlink(self.port_file)  # a stale port from an earlier daemon in this folder
+            except FileNotFoundError:
+                pass
+        self._log = open(self.log_path, "ab")
+        self.launched_at = time.monotonic()
+        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                                     cwd=self.workdir, env=self.env)
+        return self
+
+    def start(self, timeout=60.0):
+        """spawn() + wait_serving(timeout); returns self."""
+        self.spawn()
+        try:
+            self.wait_serving(timeout)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _read_port(self):
+        try:
+            with open(self.port_file) as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def wait_serving(self, timeout=60.0):
+        """Polls the health check until SERVING; raises DaemonError if the
+        process exits or `timeout` s pass first."""
+        deadline = time.monotonic() + timeout
+        pause, channel, last = 0.002, None, "no answer yet"
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise DaemonError("conveyord exited with status %s while starting:\n%s"
+                                      % (self.proc.returncode, self.log_tail()))
+                if self.tcp_listen and self.port is None:
+                    self.port = self._read_port()
+                if channel is None and self.address and (
+                        not self.unix or os.path.exists(self.socket_path)):
+                    channel = make_channel(self.address)
+                if channel is not None and (not self.tcp_listen or self.port is not None):
+                    left = deadline - time.monotonic()
+                    try:
+                        status = health_status(channel, timeout=min(1.0, max(0.05, left)))
+                        if status == SERVING:
+                            self.serving_at = time.monotonic()
+                            return self
+                        last = "health status %d" % status
+                    except grpc.RpcError as e:
+                        last = "%s: %s" % (e.code(), e.details())
+                        # A fresh channel next time: a failed one waits out
+                        # gRPC's reconnect backoff (a stale socket file of an
+                        # earlier daemon in this folder, say).
+                        channel.close()
+                        channel = None
+                if time.monotonic() >= deadline:
+                    raise DaemonError("conveyord (pid %d) not SERVING within %.1f s (last: %s):\n%s"
+                                      % (self.proc.pid, timeout, last, self.log_tail()))
+                time.sleep(pause)
+                pause = min(0.05, pause * 2)
+        finally:
+            if channel is not None:
+                channel.close()
+
+    def poll(self):
+        return None if self.proc is None else self.proc.poll()
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=None):
+        """Waits for the process to exit; its status (subprocess.TimeoutExpired
+        after `timeout` s)."""
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self, timeout=10.0):
+        """SIGTERM, then SIGKILL if it has not exited within `timeout` s;
+        returns the exit status (None if never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close_log()
+        return self.proc.returncode
+
+    def kill(self):
+        """SIGKILL (if still running) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_log()
+
+    def close(self):
+        """stop(), then remove the work folder if this object made it."""
+        rc = self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return rc
+
+    def _close_log(self):
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def log(self):
+        """The daemon's output so far."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, chars=4000):
+        return self.log()[-chars:]
+
+    def __enter__(self):
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def launch(binary, config, timeout=60.0, **kwargs):
+    """A started DaemonProcess (SERVING) to use in a `with` block, which stops
+    it (and removes its temporary work folder) at the end."""
+    return DaemonProcess(binary, config, **kwargs).start(timeout)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python3 -m conveyor.daemon",
+        description="Start conveyord, wait until its health check says SERVING, run COMMAND "
+                    "with $CONVEYOR_SERVER set to the daemon's address, then stop the daemon. "
+                    "Exits with COMMAND's status (1 if the daemon did not start).")
+    ap.add_argument("--conveyord", default=default_binary(),
+                    help="the conveyord binary (default: $CONVEYORD, else conveyord on $PATH)")
+    ap.add_argument("--config", required=True, help="conveyord's YAML config")
+    ap.add_argument("--socket", default=None,
+                    help="unix socket path (default: conveyor.sock in a temporary folder)")
+    ap.add_argument("--tcp", default=None, help="also listen on TCP HOST:PORT (port 0: a free one)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="worker threads (default: the config's)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for SERVING")
+    ap.add_argument("--keep-log", action="store_true", help="print the daemon's log at the end")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no COMMAND to run (put it after --)")
+    workdir = tempfile.mkdtemp(prefix="conveyord-", dir="/tmp")
+    d = DaemonProcess(args.conveyord, args.config, workdir=workdir, socket=args.socket,
+                      tcp=args.tcp, threads=args.threads)
+    try:
+        try:
+            d.start(args.timeout)
+        except DaemonError as e:
+            print("conveyor.daemon: %s" % e, file=sys.stderr)
+            return 1
+        print("conveyor.daemon: conveyord (pid %d) is serving on %s%s (log: %s)"
+              % (d.pid, d.address, " and " + d.tcp if d.unix and d.tcp else "", d.log_path),
+              file=sys.stderr, flush=True)
+        env = dict(os.environ, CONVEYOR_SERVER=d.address)
+        try:
+            rc = subprocess.call(command, env=env)
+        except OSError as e:
+            print("conveyor.daemon: cannot run %s: %s" % (command[0], e), file=sys.stderr)
+            rc = 127
+        status = d.stop()
+        if status != 0:
+            print("conveyor.daemon: conveyord exited with status %s:\n%s"
+                  % (status, d.log_tail()), file=sys.stderr)
+            rc = rc or 1
+        elif args.keep_log:
+            sys.stderr.write(d.log())
+        return rc
+    finally:
+        d.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
