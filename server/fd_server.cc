@@ -118,7 +118,11 @@ void FdServer::Run() {
 
 void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
   absl::StatusOr<UniqueFd> fd = lookup_(request.stream_id, request.secret);
-  uint8_t status = fd.ok() ? kHandshakeAccepted : kHandshakeRefused;
+  // An error of the system (out of fds for the duplicate) is no refusal:
+  // the client is told to retry.
+  uint8_t status = fd.ok()                      ? kHandshakeAccepted
+                         : IsSystemError(fd.status()) ? kHandshakeBusy
+                                                      : kHandshakeRefused;
   iovec iov{&status, 1};
   msghdr msg{};
   msg.msg_iov = &iov;

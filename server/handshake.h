@@ -2,8 +2,10 @@
 // SHARED_MEMORY streams and the data socket of DATA_SOCKET streams), written
 // once for both: the client connects, sends the 8-byte little-endian stream
 // id then the 32-byte secret from StreamOpened (in one write or several),
-// and reads one status byte: kHandshakeAccepted, or kHandshakeRefused
-// (unknown stream or wrong secret; the server then closes). What follows an
+// and reads one status byte: kHandshakeAccepted, kHandshakeRefused
+// (unknown stream or wrong secret), or kHandshakeBusy (the daemon could not
+// answer for want of resources, e.g. out of fds: the client may retry); after
+// a refusal the server closes. What follows an
 // accepted handshake is the socket's own business (an fd, batch bytes).
 //
 // HandshakeAcceptor is the server side: it accepts connections on a
@@ -41,6 +43,7 @@ namespace conveyor::server {
 inline constexpr size_t kHandshakeRequestBytes = 8 + kSecretBytes;
 inline constexpr uint8_t kHandshakeAccepted = 0;
 inline constexpr uint8_t kHandshakeRefused = 1;
+inline constexpr uint8_t kHandshakeBusy = 2;
 
 struct HandshakeRequest {
   uint64_t stream_id = 0;

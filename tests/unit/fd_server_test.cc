@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/posix_error.h"
 #include "core/unique_fd.h"
 #include "server/fd_server.h"
 #include "tests/unit/socket_test_util.h"
@@ -36,6 +37,7 @@ Secret MakeSecret(uint8_t seed) {
 }
 
 constexpr uint64_t kStream = 77;
+constexpr uint64_t kBusyStream = 78;  // its lookup fails as if out of fds
 
 // A server on a fresh socket path whose only stream is kStream (secret 1),
 // with a memfd of 4096 bytes whose first byte is 0x5a.
@@ -51,6 +53,7 @@ struct Fixture {
     auto started = FdServer::Start(
         path, 0600, [this](uint64_t id, const Secret& secret) -> absl::StatusOr<UniqueFd> {
           ++lookups;
+          if (id == kBusyStream) return PosixError("dup of the region memfd", EMFILE);
           if (id != kStream || secret != MakeSecret(1)) {
             return absl::PermissionDeniedError("unknown stream or wrong secret");
           }
@@ -105,6 +108,14 @@ TEST_CASE("fd server: the right secret gets the region, a wrong one nothing", "[
     REQUIRE(conn.valid());
     testing::HandOverReply r = RequestRegion(conn.get(), id, MakeSecret(seed));
     CHECK(r.status == 1);
+    CHECK_FALSE(r.fd.valid());
+  }
+  // A lookup that failed for want of fds is no refusal: the client may retry.
+  {
+    UniqueFd conn = ConnectUnix(t.path);
+    REQUIRE(conn.valid());
+    testing::HandOverReply r = RequestRegion(conn.get(), kBusyStream, MakeSecret(1));
+    CHECK(r.status == 2);
     CHECK_FALSE(r.fd.valid());
   }
   // The request may come in pieces (it is a stream socket).

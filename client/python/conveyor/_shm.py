@@ -3,7 +3,8 @@
 receive_region_fd() performs the hand-over described in StreamOpened: connect
 to the daemon's fd socket, send the 8-byte little-endian stream id and the
 32-byte secret, and receive one status byte (0 = ok) that carries the region's
-memfd as SCM_RIGHTS ancillary data.
+memfd as SCM_RIGHTS ancillary data (1 = refused, 2 = the daemon is out of fds
+for the moment: Unavailable, which a RetryPolicy retries).
 
 SharedRegion maps the whole region once (MAP_SHARED) and hands out numpy views
 of it. It owns the mapping: close() (or leaving a `with` block, or garbage
@@ -49,6 +50,9 @@ def receive_region_fd(fd_socket, stream_id, secret, timeout=10.0):
             os.close(fd)
         if status is None:
             raise ConveyorError("fd hand-over on %s: the daemon closed the connection" % fd_socket)
+        if status == 2:
+            raise Unavailable("fd hand-over on %s: the daemon is out of resources (file "
+                              "descriptors); retry" % fd_socket)
         if status != 0:
             raise ConveyorError("fd hand-over on %s refused by the daemon (status %d)" % (fd_socket, status))
         raise ConveyorError("fd hand-over on %s: expected 1 fd, got %d" % (fd_socket, len(fds)))
