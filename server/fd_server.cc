@@ -146,8 +146,9 @@ void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
   } while (sent < 0 && errno == EINTR);
   const int send_errno = errno;
   if (!fd.ok()) {
-    spdlog::warn("fd hand-over refused: stream {} from {}: {}", request.stream_id,
-                 PeerName(conn.get()), fd.status().ToString());
+    spdlog::warn("fd hand-over {}: stream {} from {}: {}",
+                 status == kHandshakeBusy ? "deferred (client told to retry)" : "refused",
+                 request.stream_id, PeerName(conn.get()), std::string(fd.status().message()));
   } else if (sent != 1) {
     spdlog::warn("fd hand-over of stream {} to {} failed: {}", request.stream_id,
                  PeerName(conn.get()), std::string(PosixError("sendmsg", send_errno).message()));

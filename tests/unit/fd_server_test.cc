@@ -37,7 +37,7 @@ Secret MakeSecret(uint8_t seed) {
 }
 
 constexpr uint64_t kStream = 77;
-constexpr uint64_t kBusyStream = 78;  // its lookup fails as if out of fds
+constexpr uint64_t kBusyStream = 99;  // its lookup fails as if out of fds
 
 // A server on a fresh socket path whose only stream is kStream (secret 1),
 // with a memfd of 4096 bytes whose first byte is 0x5a.
