@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/posix_error.h"
 #include "core/unique_fd.h"
 
 namespace conveyor {
@@ -30,7 +31,7 @@ using UniqueDir = std::unique_ptr<DIR, DirCloser>;
 absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 absl::Status ErrnoStatus(int err, absl::string_view what, absl::string_view path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what, " '", path, "'"));
+  return PosixError(absl::StrCat(what, " '", path, "'"), err);
 }
 
 // Strips trailing '/' (keeping a lone "/").

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/posix_error.h"
 
 namespace conveyor {
 
@@ -39,23 +40,21 @@ absl::StatusOr<std::unique_ptr<SlotArena>> SlotArena::Create(size_t num_slots, s
   if (shareable) {
     fd.Reset(memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd) {
-      return absl::InternalError(absl::StrFormat("memfd_create: %s", strerror(errno)));
+      return PosixError("memfd_create", errno);
     }
     if (ftruncate(fd.get(), static_cast<off_t>(total)) != 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("ftruncate memfd to %d bytes: %s", total, strerror(errno)));
+      return PosixError(absl::StrFormat("ftruncate memfd to %d bytes", total), errno);
     }
     // A client must not be able to shrink the region under the daemon (SIGBUS).
     if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-      return absl::InternalError(absl::StrFormat("sealing memfd: %s", strerror(errno)));
+      return PosixError("sealing memfd", errno);
     }
   } else {
     flags = MAP_PRIVATE | MAP_ANONYMOUS;
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, flags, fd.valid() ? fd.get() : -1, 0);
   if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("mmap of %d bytes for %s: %s", total, name, strerror(errno)));
+    return PosixError(absl::StrFormat("mmap of %d bytes for %s", total, name), errno);
   }
   return std::unique_ptr<SlotArena>(
       new SlotArena(num_slots, slot_bytes, std::move(fd), static_cast<uint8_t*>(base)));

@@ -433,7 +433,7 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
     UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                          a->ai_protocol));
     if (!fd) {
-      last_error = strerror(errno);
+      last_error = std::string(PosixError("socket", errno).message());
       continue;
     }
     const int one = 1;
@@ -442,7 +442,7 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
                         errno);
     }
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 64) != 0) {
-      last_error = strerror(errno);
+      last_error = std::string(PosixError("bind/listen", errno).message());
       continue;
     }
     listen_fd = std::move(fd);

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "core/posix_error.h"
 #include "core/unique_fd.h"
 
 namespace conveyor::server {
@@ -33,8 +34,7 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
       struct stat st {};
       if (::stat(p.c_str(), &st) == 0) continue;
       if (::mkdir(p.c_str(), 0750) != 0 && errno != EEXIST) {
-        return absl::PermissionDeniedError(absl::StrCat("cannot create folder ", p.string(),
-                                                        " for ", path, ": ", strerror(errno)));
+        return PosixError(absl::StrCat("cannot create folder ", p.string(), " for ", path), errno);
       }
       ::chmod(p.c_str(), 0750);
     }
@@ -42,7 +42,7 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat("cannot stat ", path, ": ", strerror(errno)));
+    return PosixError(absl::StrCat("cannot stat ", path), errno);
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(
@@ -50,7 +50,7 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
   }
   // A socket: is anyone listening?
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (!fd) return PosixError("socket", errno);
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
@@ -58,12 +58,10 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
         absl::StrCat("another process listens on ", path, " (is conveyord already running?)"));
   }
   if (errno != ECONNREFUSED && errno != ENOENT) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot tell whether ", path, " is in use: ", strerror(errno)));
+    return PosixError(absl::StrCat("cannot tell whether ", path, " is in use"), errno);
   }
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot remove stale socket ", path, ": ", strerror(errno)));
+    return PosixError(absl::StrCat("cannot remove stale socket ", path), errno);
   }
   return absl::OkStatus();
 }
