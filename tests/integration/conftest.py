@@ -320,6 +320,20 @@ class Daemon:
             self.proc.wait()
 
 
+# Sanitizer builds (tests/sanitizers/run_checked.sh sets CONVEYOR_SANITIZER):
+# daemons are stopped with SIGTERM at teardown instead of killed, so that
+# LeakSanitizer checks each one at its exit; run_checked.sh fails the test on
+# any report.
+SANITIZER = os.environ.get("CONVEYOR_SANITIZER", "")
+
+
+def _teardown(d):
+    if SANITIZER:
+        d.stop(timeout=60.0)
+    else:
+        d.kill()
+
+
 @pytest.fixture
 def daemon_factory(tmp_path_factory):
     """Starts daemons for one test and always kills them at teardown:
@@ -333,7 +347,7 @@ def daemon_factory(tmp_path_factory):
 
     yield start
     for d in started:
-        d.kill()
+        _teardown(d)
         if getattr(d, "_log", None):
             d._log.close()
 
@@ -347,7 +361,7 @@ def daemon(tmp_path_factory, dataset):
         d.start()
         yield d
     finally:
-        d.kill()
+        _teardown(d)
         if getattr(d, "_log", None):
             d._log.close()
 
@@ -445,7 +459,7 @@ def restart_daemon():
         torn_down[0] = True
         daemons = list(started)
     for d in daemons:
-        d.kill()
+        _teardown(d)
         if getattr(d, "_log", None):
             d._log.close()
 

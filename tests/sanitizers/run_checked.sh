@@ -11,8 +11,10 @@
 # Usage: run_checked.sh SANITIZER COMMAND... where SANITIZER is "address"
 # (ASan + LeakSanitizer + UBSan) or "thread". Options already in the
 # environment come first; the ones below are appended (later ones win).
-# CONVEYOR_SANITIZER=SANITIZER tells the pytest suites to scale their
-# deadlines and skip absolute-RSS bounds.
+# CONVEYOR_SANITIZER=SANITIZER tells the pytest fixtures to stop daemons
+# with SIGTERM at teardown (so LeakSanitizer checks them at exit) and
+# CONVEYOR_TEST_TIMEOUT_SCALE stretches the suites' deadlines (ASan 3x,
+# TSan 10x); absolute-RSS bounds are skipped for sanitized daemons.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 sanitizer="$1"
@@ -21,12 +23,14 @@ reports="$(mktemp -d "${TMPDIR:-/tmp}/conveyor-sanitizer.XXXXXX")"
 export CONVEYOR_SANITIZER="$sanitizer"
 case "$sanitizer" in
   address)
+    export CONVEYOR_TEST_TIMEOUT_SCALE="${CONVEYOR_TEST_TIMEOUT_SCALE:-3}"
     # A leak (checked at every sanitized process's exit) or any UB fails.
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1:log_path=$reports/asan"
     export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
     ;;
   thread)
+    export CONVEYOR_TEST_TIMEOUT_SCALE="${CONVEYOR_TEST_TIMEOUT_SCALE:-10}"
     export TSAN_OPTIONS="${TSAN_OPTIONS:+$TSAN_OPTIONS:}halt_on_error=1:second_deadlock_stack=1:suppressions=$here/tsan.supp:print_suppressions=0:log_path=$reports/tsan"
     ;;
   *)
