@@ -23,7 +23,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,7 +36,8 @@ namespace conveyor::server {
 
 inline constexpr char kDefaultUnixSocket[] = "/run/conveyor/conveyor.sock";
 
-// Where a pipeline's samples come from. Paths are absolute and normalised.
+// Where a pipeline's samples come from. Paths are absolute and lexically
+// normal (symlinks are resolved only when the dataset loads).
 struct DatasetSpec {
   enum class Kind { kImageFolder, kListFile };
   Kind kind = Kind::kImageFolder;

@@ -26,7 +26,6 @@ case "$sanitizer" in
     export CONVEYOR_TEST_TIMEOUT_SCALE="${CONVEYOR_TEST_TIMEOUT_SCALE:-3}"
     # A leak (checked at every sanitized process's exit) or any UB fails.
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_init_order=1:log_path=$reports/asan"
-    export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$here/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
     ;;
   thread)
