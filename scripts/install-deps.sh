@@ -7,6 +7,10 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config
+  # sanitizer runtimes of gcc (ASan, LSan, UBSan, TSan builds in scripts/test.sh)
+  libasan8 liblsan0 libubsan1 libtsan2
+  # clang (Debian 12: clang-14) for the -Wthread-safety build
+  clang
   # gRPC / protobuf (abseil comes with them)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # decoders

@@ -1,18 +1,81 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, builds, runs every unit and
-# integration test through CTest, then the engine tests again under
-# ThreadSanitizer. Exits non-zero on any failure.
+# The whole test suite (CI runs exactly this, through .ci/run). Installs what
+# is missing, then four stages, each in its own build folder (incremental,
+# ccache):
+#
+#   release  Release build of everything; every unit, tool and integration
+#            test through CTest (the benchmarks only as their smoke test).
+#   asan     AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer
+#            build of engine, server, unit tests, tools and conveyord; every
+#            test again, the integration suites against the sanitized daemon.
+#   tsan     ThreadSanitizer build of the same; unit tests and the
+#            integration suites against the TSan daemon (not the
+#            single-threaded tool tests of tests/python/).
+#   tsa      clang build of core/ and server/ with -Wthread-safety as errors
+#            (compile only).
+#
+# A sanitizer report from any test, daemon or tool fails its test
+# (tests/sanitizers/run_checked.sh). CONVEYOR_TEST_STAGES picks stages
+# (default: all four, in this order); each stage's wall time is printed at
+# the end. Exits non-zero on the first failing stage.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$ROOT/scripts/install-deps.sh"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
-export BUILD_DIR
-"$ROOT/scripts/build.sh"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)"
+STAGES="${CONVEYOR_TEST_STAGES:-release asan tsan tsa}"
+JOBS="${JOBS:-$(nproc)}"
+export JOBS
 
-# The engine under ThreadSanitizer: core and its unit tests only.
-TSAN_DIR="${TSAN_DIR:-$ROOT/build-tsan}"
-BUILD_DIR="$TSAN_DIR" "$ROOT/scripts/build.sh" -DCONVEYOR_TSAN=ON -DCONVEYOR_BUILD_SERVER=OFF \
-  -DCONVEYOR_BUILD_BENCH=OFF
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  "$TSAN_DIR/tests/conveyor_unit_tests" "[engine]"
+"$ROOT/scripts/install-deps.sh"
+
+# The benchmark smoke test measures throughput of Release builds; under a
+# sanitizer it only takes time.
+SANITIZED_EXCLUDE="pytest.python.test_bench_smoke"
+TIMES=()
+
+stage_release() {
+  local dir="${BUILD_DIR:-$ROOT/build}"
+  BUILD_DIR="$dir" "$ROOT/scripts/build.sh"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS"
+}
+
+stage_asan() {
+  local dir="${ASAN_DIR:-$ROOT/build-asan}"
+  BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_ASAN=ON \
+    -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "$SANITIZED_EXCLUDE"
+}
+
+stage_tsan() {
+  local dir="${TSAN_DIR:-$ROOT/build-tsan}"
+  BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_TSAN=ON \
+    -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
+  # Threads live in the engine and the daemon: the unit tests and the
+  # integration suites. The single-threaded tool tests (tests/python/) ran
+  # under ASan already and take long under TSan.
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "^pytest\.python\."
+}
+
+stage_tsa() {
+  local dir="${TSA_DIR:-$ROOT/build-tsa}"
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    CC=clang CXX=clang++ BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug \
+      -DCONVEYOR_THREAD_SAFETY=ON -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_BENCH=OFF
+  else
+    BUILD_DIR="$dir" "$ROOT/scripts/build.sh"
+  fi
+}
+
+for stage in $STAGES; do
+  case "$stage" in
+    release | asan | tsan | tsa) ;;
+    *)
+      echo "test.sh: unknown stage '$stage' (release, asan, tsan, tsa)" >&2
+      exit 2
+      ;;
+  esac
+  echo "=== test.sh: stage $stage ==="
+  start=$SECONDS
+  "stage_$stage"
+  TIMES+=("$stage $((SECONDS - start)) s")
+  echo "=== test.sh: stage $stage passed in $((SECONDS - start)) s ==="
+done
+echo "test.sh: all stages passed: ${TIMES[*]}"

@@ -1,14 +1,21 @@
 // DaemonConfig: everything conveyord is told at start — where it listens, its
-// limits, and the named pipelines it serves — read from one YAML file
+// limits, and the named pipelines it serves — parsed from one YAML document
 // (config/README.md documents every field), then overridden by command-line
 // flags. Parsed and validated in one pass that names the bad field
 // ("FILE: field pipelines.imagenet.max_batch_size: reason"); afterwards the
 // config is a plain value, kept const for the daemon's life.
 //
+// Parsing is pure: ParseConfig reads no file, stats nothing and resolves no
+// symlink. What it needs to know about the machine (memory, for the default
+// budget and "N%" sizes) comes in a SystemInfo that the daemon probes once.
+// Everything that touches the disk — reading the config file, checking that
+// dataset paths exist and that symlinks keep them under allowed_roots,
+// loading the datasets — is server/config_loader.h.
+//
 // Paths: relative paths in the file (dataset root/list, allowed_roots,
-// listen.unix) resolve against the directory holding the config file, so a
-// config and its data can move together. Paths given on the command line
-// resolve against the working directory.
+// listen.unix) resolve lexically against the directory holding the config
+// file, so a config and its data can move together. Paths given on the
+// command line resolve against the working directory.
 //
 // Thread-safety: plain values and free functions without shared state.
 #pragma once
@@ -16,7 +23,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,12 +30,14 @@
 #include "absl/status/statusor.h"
 #include "core/engine.h"
 #include "core/pipeline_config.h"
+#include "server/system_memory.h"
 
 namespace conveyor::server {
 
 inline constexpr char kDefaultUnixSocket[] = "/run/conveyor/conveyor.sock";
 
-// Where a pipeline's samples come from. Paths are absolute and normalised.
+// Where a pipeline's samples come from. Paths are absolute and lexically
+// normal (symlinks are resolved only when the dataset loads).
 struct DatasetSpec {
   enum class Kind { kImageFolder, kListFile };
   Kind kind = Kind::kImageFolder;
@@ -41,7 +49,7 @@ struct DatasetSpec {
 };
 
 // One `pipelines.<name>` entry. `config.dataset` stays null until
-// LoadPipelines() loads the dataset.
+// LoadPipelines() (server/config_loader.h) loads the dataset.
 struct PipelineSpec {
   DatasetSpec dataset;
   PipelineConfig config;  // config.name is the pipeline's name
@@ -71,41 +79,46 @@ struct DaemonConfig {
   std::string log_level = "info";
   double shutdown_timeout_seconds = 5.0;
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
+  SystemInfo system;                    // the machine "N%" sizes were taken of
 };
 
-// The default memory budget: a quarter of physical memory (or of the
-// cgroup's memory limit when lower, as in a container), capped at 16 GiB
-// (at least 256 MiB).
-uint64_t DefaultMemoryBudget();
-
-// Parses a byte size: a non-negative integer or decimal followed by an
-// optional unit — B; KiB/MiB/GiB/TiB (or K/M/G/T, or Ki/Mi/Gi/Ti: powers of
-// 1024); KB/MB/GB/TB (powers of 1000). With `allow_percent`, "N%" is N percent
-// of physical memory (or of the cgroup's memory limit when lower). InvalidArgument saying what is
-// wrong.
-absl::StatusOr<uint64_t> ParseByteSize(const std::string& text, bool allow_percent = false);
+// The default memory budget: a quarter of the memory this process may use
+// (SystemInfo::MemoryLimit), capped at 16 GiB (at least 256 MiB).
+uint64_t DefaultMemoryBudget(const SystemInfo& system);
 
 // "trace" … "off": spdlog's level names ("warn" and "warning" both accepted).
 absl::Status ValidateLogLevel(const std::string& level);
 
 // Parses and validates `yaml` as the content of `file_name` (used in
-// messages); relative paths resolve against `base_dir`.
-// InvalidArgument "FILE: field PATH: reason" on the first problem.
+// messages); relative paths resolve lexically against `base_dir`, which must
+// be absolute. "N%" sizes and the default memory budget are taken of
+// `system`. Touches no file system: dataset paths need not exist yet, and
+// allowed_roots is checked on the paths as written (".." folded); symlinks
+// are checked when the datasets load. InvalidArgument "FILE: field PATH:
+// reason" on the first problem.
 absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml, const std::string& file_name,
-                                         const std::string& base_dir);
-
-// Reads `path` and parses it (relative paths resolve against its directory).
-absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path);
+                                         const std::string& base_dir, const SystemInfo& system);
 
 // Checks the daemon-wide fields again after command-line overrides (listen,
 // threads, memory budget, log level). InvalidArgument naming the field.
 absl::Status ValidateDaemonFields(const DaemonConfig& config);
 
-// Loads every distinct dataset once (pipelines with the same dataset share
-// the index) and returns the finished, validated pipelines in config order.
-// Errors name the config field: "FILE: field pipelines.x.dataset.root: …".
-absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
-    const DaemonConfig& config);
+// A path a pipeline reads from, with the config field that names it.
+struct DatasetPath {
+  std::string field;  // "pipelines.NAME.dataset.root" or "...dataset.list"
+  std::string path;   // absolute, lexically normal
+};
+
+// The paths `spec` reads: its ImageFolder root; or its list file and the
+// samples' root (the list's folder, named by dataset.list, when no root is
+// given).
+std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec);
+
+// The message for `path` (really `real` once symlinks are resolved; equal
+// when not resolved) lying outside every one of `allowed_roots`:
+// "'PATH' (really 'REAL') lies outside the allowed roots [A, B]".
+std::string OutsideAllowedRoots(const std::string& path, const std::string& real,
+                                const std::vector<std::string>& allowed_roots);
 
 // Whether `path` is `root` or lies below it (both absolute and normalised).
 bool PathIsUnder(const std::string& path, const std::string& root);

@@ -24,6 +24,8 @@
 #include "absl/strings/str_join.h"
 #include "core/batch_layout.h"
 #include "core/posix_error.h"
+#include "server/byte_size.h"
+#include "server/config_loader.h"
 #include "server/data_socket_server.h"
 #include "server/data_socket_transport.h"
 #include "server/fd_server.h"
@@ -205,7 +207,7 @@ absl::Status ApplyFlags(const Flags& f, DaemonConfig* c) {
     c->engine.num_threads = n;
   }
   if (f.memory_budget) {
-    absl::StatusOr<uint64_t> b = ParseByteSize(*f.memory_budget, /*allow_percent=*/true);
+    absl::StatusOr<uint64_t> b = ParseByteSizeOrPercent(*f.memory_budget, c->system.MemoryLimit());
     if (!b.ok()) return bad("--memory-budget", b.status().message());
     c->memory_budget = *b;
   }
@@ -434,7 +436,7 @@ int DaemonMain(int argc, char** argv) {
     std::cout << (st.ok() ? flags->probe + ": SERVING" : std::string(st.message())) << "\n";
     return st.ok() ? kExitOk : kExitFailure;
   }
-  absl::StatusOr<DaemonConfig> config = LoadConfigFile(flags->config);
+  absl::StatusOr<DaemonConfig> config = LoadConfigFile(flags->config, ProbeSystemInfo());
   if (config.ok()) {
     if (absl::Status st = ApplyFlags(*flags, &*config); !st.ok()) config = st;
   }

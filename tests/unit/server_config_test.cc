@@ -1,4 +1,6 @@
-// Tests of conveyord's config (server/config.h) and command-line flags
+// Tests of conveyord's config — the pure parse (server/config.h), the steps
+// that touch the disk (server/config_loader.h), and their pieces (byte
+// sizes, YAML field reads, memory probing) — and of the command-line flags
 // (server/daemon.h): defaults, every field, and one refusal per kind of
 // mistake, each naming the field. Compiled only when the server library is
 // built (CONVEYOR_HAVE_SERVER comes with conveyor_server_lib).
@@ -12,9 +14,14 @@
 #include <fstream>
 #include <string>
 
+#include "core/posix_error.h"
+#include "server/byte_size.h"
 #include "server/config.h"
-#include "tests/unit/temp_dir.h"
+#include "server/config_loader.h"
 #include "server/daemon.h"
+#include "server/system_memory.h"
+#include "server/yaml_fields.h"
+#include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {
 namespace {
@@ -23,8 +30,13 @@ namespace fs = std::filesystem;
 
 using ::conveyor::testing::TempDir;
 
+// The machine the tests parse for: 8 GiB, no cgroup limit (never this
+// process's own machine: parsing must not probe it).
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+const SystemInfo kMachine{8 * kGiB, 0};
+
 absl::StatusOr<DaemonConfig> Parse(const std::string& yaml, const std::string& base = "/etc") {
-  return ParseConfig(yaml, "test.yaml", base);
+  return ParseConfig(yaml, "test.yaml", base, kMachine);
 }
 
 // The parse fails and its message holds every one of `parts`.
@@ -53,7 +65,8 @@ TEST_CASE("a minimal config gets every default", "[config]") {
   CHECK(c->listen.unix_mode == 0660);
   CHECK(c->listen.tcp.empty());
   CHECK(c->engine.num_threads == 0);
-  CHECK(c->memory_budget == DefaultMemoryBudget());
+  CHECK(c->memory_budget == DefaultMemoryBudget(kMachine));
+  CHECK(c->memory_budget == 2 * kGiB);  // a quarter of kMachine's 8 GiB
   CHECK(c->memory_budget >= (256u << 20));
   CHECK(c->memory_budget <= (16ull << 30));
   CHECK(c->max_streams == 64);
@@ -316,10 +329,101 @@ TEST_CASE("a symlink cannot lead a dataset out of the allowed roots", "[config]"
   fs::create_directories(dir.Sub("allowed"));
   fs::create_directories(dir.Sub("secret/class"));
   fs::create_directory_symlink(dir.Sub("secret"), dir.Sub("allowed/link"));
-  ExpectRefused("allowed_roots: [allowed]\npipelines:\n  p: {dataset: {root: allowed/link}}\n",
-                {"field pipelines.p.dataset.root", "really '" + dir.Sub("secret") + "'",
-                 "outside the allowed roots"},
-                dir.path());
+  // The parse takes the path as written (inside the allowed root); the
+  // loading step resolves the link and refuses it, naming the field.
+  absl::StatusOr<DaemonConfig> c = Parse(
+      "allowed_roots: [allowed]\npipelines:\n  p: {dataset: {root: allowed/link}}\n", dir.path());
+  REQUIRE(c.ok());
+  for (const absl::Status& st : {CheckAllowedRoots(*c), LoadPipelines(*c).status()}) {
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    const std::string msg(st.message());
+    INFO(msg);
+    CHECK(msg.find("test.yaml: field pipelines.p.dataset.root: '" + dir.Sub("allowed/link") +
+                   "' (really '" + dir.Sub("secret") + "') lies outside the allowed roots") == 0);
+  }
+  // A link that stays inside the allowed roots is fine.
+  fs::create_directories(dir.Sub("allowed/real/class"));
+  fs::create_directory_symlink(dir.Sub("allowed/real"), dir.Sub("allowed/inside"));
+  c = Parse("allowed_roots: [allowed]\npipelines:\n  p: {dataset: {root: allowed/inside}}\n",
+            dir.path());
+  REQUIRE(c.ok());
+  CHECK(CheckAllowedRoots(*c).ok());
+}
+
+TEST_CASE("parsing touches no file system; loading checks the disk and names the field",
+          "[config]") {
+  TempDir dir;
+  const std::string gone = dir.Sub("not-yet");  // nothing exists below it
+  const std::string yaml = "allowed_roots: [" + gone + "]\n" +
+                           "pipelines:\n"
+                           "  folder: {dataset: {root: " + gone + "/train}}\n"
+                           "  listed: {dataset: {list: " + gone + "/list.txt}}\n";
+  absl::StatusOr<DaemonConfig> c = ParseConfig(yaml, "test.yaml", dir.Sub("no/such/base"), kMachine);
+  REQUIRE(c.ok());
+  CHECK(c->pipelines[0].dataset.root == gone + "/train");
+  CHECK(c->pipelines[1].dataset.list == gone + "/list.txt");
+  CHECK_FALSE(fs::exists(gone));
+  CHECK(CheckAllowedRoots(*c).ok());  // nothing to resolve: the paths as written
+
+  absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> p = LoadPipelines(*c);
+  REQUIRE_FALSE(p.ok());
+  std::string msg(p.status().message());
+  INFO(msg);
+  CHECK(msg.find("test.yaml: field pipelines.folder.dataset.root: ") == 0);
+
+  // Once the folder exists, the next missing piece is named.
+  dir.Write("not-yet/train/cat/1.jpg");
+  p = LoadPipelines(*c);
+  REQUIRE_FALSE(p.ok());
+  msg = std::string(p.status().message());
+  CHECK(msg.find("test.yaml: field pipelines.listed.dataset.list: ") == 0);
+  dir.Write("not-yet/list.txt", "train/cat/1.jpg\t0\n");
+  p = LoadPipelines(*c);
+  REQUIRE(p.ok());
+  CHECK((*p)[1]->dataset->size() == 1);
+}
+
+TEST_CASE("the parse refuses a relative base folder", "[config]") {
+  absl::StatusOr<DaemonConfig> c = ParseConfig(kMinimal, "test.yaml", "etc", kMachine);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(c.status().message()).find("must be absolute") != std::string::npos);
+}
+
+TEST_CASE("memory defaults and N% sizes are taken of the SystemInfo given", "[config]") {
+  SystemInfo machine{8 * kGiB, 0};
+  CHECK(machine.MemoryLimit() == 8 * kGiB);
+  CHECK(DefaultMemoryBudget(machine) == 2 * kGiB);
+  absl::StatusOr<DaemonConfig> c =
+      ParseConfig("memory_budget: 25%\n" + std::string(kMinimal), "t.yaml", "/", machine);
+  REQUIRE(c.ok());
+  CHECK(c->memory_budget == 2 * kGiB);
+  CHECK(c->system.physical_memory == 8 * kGiB);
+
+  // A container: the cgroup's lower limit is what counts.
+  SystemInfo container{8 * kGiB, 2 * kGiB};
+  CHECK(container.MemoryLimit() == 2 * kGiB);
+  CHECK(DefaultMemoryBudget(container) == kGiB / 2);
+  c = ParseConfig("memory_budget: 50%\n" + std::string(kMinimal), "t.yaml", "/", container);
+  REQUIRE(c.ok());
+  CHECK(c->memory_budget == kGiB);
+  c = ParseConfig(kMinimal, "t.yaml", "/", container);
+  REQUIRE(c.ok());
+  CHECK(c->memory_budget == kGiB / 2);
+  // A cgroup limit above physical memory ("no limit" in cgroup v1) is ignored.
+  CHECK(SystemInfo{8 * kGiB, uint64_t{1} << 62}.MemoryLimit() == 8 * kGiB);
+
+  // Clamped to [256 MiB, 16 GiB].
+  CHECK(DefaultMemoryBudget(SystemInfo{kGiB / 2, 0}) == (256u << 20));
+  CHECK(DefaultMemoryBudget(SystemInfo{1024 * kGiB, 0}) == 16 * kGiB);
+
+  // --memory-budget N% is taken of the same machine.
+  const char* argv[] = {"conveyord", "--memory-budget", "75%"};
+  absl::StatusOr<Flags> f = ParseFlags(3, argv);
+  REQUIRE(f.ok());
+  REQUIRE(ApplyFlags(*f, &*c).ok());
+  CHECK(c->memory_budget == 3 * kGiB / 2);
 }
 
 TEST_CASE("duplicate pipeline names and fields are refused", "[config]") {
@@ -344,8 +448,15 @@ TEST_CASE("memory sizes parse with units and refuse bad strings", "[config]") {
   CHECK(*ParseByteSize("1.5KiB") == 1536);
   CHECK(*ParseByteSize("10MB") == 10000000);
   CHECK(*ParseByteSize("4kb") == 4000);
-  CHECK(ParseByteSize("50%", true).ok());
-  CHECK_FALSE(ParseByteSize("50%", false).ok());
+  CHECK(*ParseByteSizeOrPercent("50%", 1000) == 500);
+  CHECK(*ParseByteSizeOrPercent("2GiB", 1000) == (2ull << 30));
+  CHECK_FALSE(ParseByteSize("50%").ok());
+  CHECK(ParseByteSize("50%").status().message() == "a percentage is not allowed here: '50%'");
+  CHECK(std::string(ParseByteSize("1XB").status().message()).find("N%") == std::string::npos);
+  CHECK(std::string(ParseByteSizeOrPercent("1XB", 1).status().message()).find(", or N%") !=
+        std::string::npos);
+  CHECK_FALSE(ParseByteSizeOrPercent("0%", 1000).ok());
+  CHECK_FALSE(ParseByteSizeOrPercent("101%", 1000).ok());
   CHECK_FALSE(ParseByteSize("").ok());
   CHECK_FALSE(ParseByteSize("GiB").ok());
   CHECK_FALSE(ParseByteSize("-1GiB").ok());
@@ -364,6 +475,8 @@ TEST_CASE("memory sizes parse with units and refuse bad strings", "[config]") {
                 {"field memory_budget: must be at least 1048576 bytes"});
   ExpectRefused("memory_budget: 150%\n" + std::string(kMinimal),
                 {"field memory_budget: percentage must be within"});
+  ExpectRefused("pipelines:\n  p: {dataset: {root: /a}, max_file_bytes: 10%}\n",
+                {"field pipelines.p.max_file_bytes: a percentage is not allowed here"});
 }
 
 TEST_CASE("listen settings are checked", "[config]") {
@@ -404,7 +517,7 @@ pipelines:
   eval: {dataset: {root: ../data/train/}, augment: eval, size: 64}
   listed: {dataset: {list: ../data/list.txt, root: ../data/train}}
 )");
-  absl::StatusOr<DaemonConfig> c = LoadConfigFile(config);
+  absl::StatusOr<DaemonConfig> c = LoadConfigFile(config, kMachine);
   REQUIRE(c.ok());
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> p = LoadPipelines(*c);
   REQUIRE(p.ok());
@@ -421,14 +534,18 @@ TEST_CASE("a dataset that cannot be loaded is refused naming the field", "[confi
   TempDir dir;
   const std::string config =
       dir.Write("conveyord.yaml", "pipelines:\n  p: {dataset: {root: missing}}\n");
-  absl::StatusOr<DaemonConfig> c = LoadConfigFile(config);
+  absl::StatusOr<DaemonConfig> c = LoadConfigFile(config, kMachine);
   REQUIRE(c.ok());
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> p = LoadPipelines(*c);
   REQUIRE_FALSE(p.ok());
   const std::string msg(p.status().message());
   INFO(msg);
   CHECK(msg.find(config + ": field pipelines.p.dataset.root: ") == 0);
-  CHECK_FALSE(LoadConfigFile(dir.Sub("nope.yaml")).ok());
+  absl::StatusOr<DaemonConfig> missing = LoadConfigFile(dir.Sub("nope.yaml"), kMachine);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(missing.status().message()).find(dir.Sub("nope.yaml") +
+                                                      ": cannot read the config file: ") == 0);
 }
 
 TEST_CASE("the data socket listens beside TCP unless turned off", "[config]") {
@@ -489,6 +606,91 @@ TEST_CASE("command-line flags override the config", "[config]") {
   port_without_tcp.port_file = "/tmp/p";
   port_without_tcp.tcp = "none";
   CHECK(std::string(ApplyFlags(port_without_tcp, &*c).message()).find("--port-file:") == 0);
+}
+
+TEST_CASE("the cgroup memory limit is read from v2 and v1 hierarchies", "[config]") {
+  {
+    TempDir fs_root;  // no /proc/self/cgroup at all
+    CHECK(CgroupMemoryLimit(fs_root.path()) == 0);
+  }
+  {
+    TempDir r;  // cgroup v2 with a limit
+    r.Write("proc/self/cgroup", "0::/system.slice/job.scope\n");
+    r.Write("sys/fs/cgroup/system.slice/job.scope/memory.max", "1073741824\n");
+    CHECK(CgroupMemoryLimit(r.path()) == kGiB);
+  }
+  {
+    TempDir r;  // cgroup v2 without one
+    r.Write("proc/self/cgroup", "0::/user.slice\n");
+    r.Write("sys/fs/cgroup/user.slice/memory.max", "max\n");
+    CHECK(CgroupMemoryLimit(r.path()) == 0);
+  }
+  {
+    TempDir r;  // cgroup v1, the process's own memory cgroup
+    r.Write("proc/self/cgroup", "12:cpu,cpuacct:/docker/abc\n5:memory:/docker/abc\n");
+    r.Write("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "536870912\n");
+    CHECK(CgroupMemoryLimit(r.path()) == (512u << 20));
+  }
+  {
+    TempDir r;  // cgroup v1 inside a cgroup namespace: the path is hidden
+    r.Write("proc/self/cgroup", "5:memory:/docker/abc\n");
+    r.Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "268435456\n");
+    CHECK(CgroupMemoryLimit(r.path()) == (256u << 20));
+  }
+  const SystemInfo here = ProbeSystemInfo();
+  CHECK(here.physical_memory > 0);
+  CHECK(here.MemoryLimit() > 0);
+  CHECK(here.MemoryLimit() <= here.physical_memory);
+}
+
+TEST_CASE("YamlFields reads typed fields and names field and line", "[config]") {
+  const YamlFields f("f.yaml", "/base");
+  const YAML::Node root = YAML::Load("a: 7\nb: -3\nc: [1, 2]\nd: Yes\ne: NHWC\nf: 10%\n");
+  uint64_t u = 0;
+  REQUIRE(f.ReadUint(root["a"], "a", 1, 10, &u).ok());
+  CHECK(u == 7);
+  absl::Status st = f.ReadUint(root["a"], "a", 8, 10, &u);
+  CHECK(st.message() == "f.yaml: field a: must be within [8, 10], got 7 (line 1)");
+  st = f.ReadUint(root["b"], "x.b", 0, 10, &u);
+  CHECK(st.message() == "f.yaml: field x.b: must not be negative, got -3 (line 2)");
+  st = f.ReadUint(root["c"], "c", 0, 10, &u);
+  CHECK(st.message() == "f.yaml: field c: expected an integer, got a list (line 3)");
+  std::vector<double> v;
+  REQUIRE(f.ReadNumbers(root["c"], "c", 2, 0, 5, &v).ok());
+  CHECK(v == std::vector<double>{1, 2});
+  CHECK(f.ReadNumbers(root["c"], "c", 3, 0, 5, &v).message() ==
+        "f.yaml: field c: expected a list of 3 numbers, got 2 items (line 3)");
+  bool b = false;
+  REQUIRE(f.ReadBool(root["d"], "d", &b).ok());
+  CHECK(b);
+  int e = -1;
+  REQUIRE(f.ReadEnum(root["e"], "e", {"nchw", "nhwc"}, &e).ok());
+  CHECK(e == 1);
+  uint64_t size = 0;
+  REQUIRE(f.ReadSize(root["f"], "f", 1, 1000, &size).ok());
+  CHECK(size == 100);
+  CHECK(f.ReadSize(root["f"], "f", 1, 0, &size).message() ==
+        "f.yaml: field f: a percentage is not allowed here: '10%' (line 6)");
+  CHECK(f.CheckMap(root, "", {"a", "b", "c", "d", "e"}).message() ==
+        "f.yaml: field f: unknown field (known: a, b, c, d, e) (line 6)");
+  CHECK(f.CheckMap(YAML::Load("a: 1\na: 2\n"), "top", {"a"}).message() ==
+        "f.yaml: field top.a: given twice (line 2)");
+  // A null value is "nothing".
+  CHECK(f.ReadUint(YAML::Load("~"), "zz", 0, 1, &u).message() ==
+        "f.yaml: field zz: expected an integer, got nothing (line 1)");
+}
+
+TEST_CASE("paths resolve lexically against the base folder", "[config]") {
+  CHECK(ResolvePath("/base", "data/x/") == "/base/data/x");
+  CHECK(ResolvePath("/base", "../data") == "/data");
+  CHECK(ResolvePath("/base", "/abs/./y/../z") == "/abs/z");
+  CHECK(ResolvePath("/", "/") == "/");
+  const YamlFields f("f.yaml", "/srv/conf");
+  std::string p;
+  REQUIRE(f.ReadPath(YAML::Load("../images"), "root", &p).ok());
+  CHECK(p == "/srv/images");
+  CHECK(f.ReadPath(YAML::Load("''"), "root", &p).message() ==
+        "f.yaml: field root: must not be empty (line 1)");
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+// The steps of conveyord's config that touch the file system, after the pure
+// parse of server/config.h: reading the config file, checking the dataset
+// paths against the disk (symlinks resolved, they must stay under
+// allowed_roots), and loading every dataset's index. Errors name the config
+// field: "FILE: field pipelines.x.dataset.root: …".
+//
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/pipeline_config.h"
+#include "server/config.h"
+#include "server/system_memory.h"
+
+namespace conveyor::server {
+
+// Reads the config file `path` and parses it (ParseConfig; relative paths
+// resolve against the file's directory). A file that cannot be read is the
+// errno's status (PosixError) naming the path.
+absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, const SystemInfo& system);
+
+// With allowed_roots set: every dataset path (DatasetPaths), with the
+// symlinks of its existing prefix resolved, must lie under one of the allowed
+// roots (resolved the same way), so that no link inside an allowed root leads
+// outside it. InvalidArgument naming the field and both paths otherwise.
+absl::Status CheckAllowedRoots(const DaemonConfig& config);
+
+// CheckAllowedRoots, then loads every distinct dataset once (pipelines with
+// the same dataset share the index) and returns the finished, validated
+// pipelines in config order. A dataset that is missing or unreadable is
+// InvalidArgument naming its field.
+absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
+    const DaemonConfig& config);
+
+}  // namespace conveyor::server
