@@ -11,16 +11,15 @@
 # Usage: run_checked.sh SANITIZER COMMAND... where SANITIZER is "address"
 # (ASan + LeakSanitizer + UBSan) or "thread". Options already in the
 # environment come first; the ones below are appended (later ones win).
-# CONVEYOR_SANITIZER=SANITIZER tells the pytest fixtures to stop daemons
-# with SIGTERM at teardown (so LeakSanitizer checks them at exit) and
 # CONVEYOR_TEST_TIMEOUT_SCALE stretches the suites' deadlines (ASan 3x,
-# TSan 10x); absolute-RSS bounds are skipped for sanitized daemons.
+# TSan 10x). The pytest fixtures stop every daemon with SIGTERM at teardown
+# (so LeakSanitizer checks it at exit) and tell a sanitized conveyord from
+# its binary, skipping absolute-RSS bounds for it (tests/integration/conftest.py).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 sanitizer="$1"
 shift
 reports="$(mktemp -d "${TMPDIR:-/tmp}/conveyor-sanitizer.XXXXXX")"
-export CONVEYOR_SANITIZER="$sanitizer"
 case "$sanitizer" in
   address)
     export CONVEYOR_TEST_TIMEOUT_SCALE="${CONVEYOR_TEST_TIMEOUT_SCALE:-3}"
