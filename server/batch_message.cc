@@ -66,12 +66,16 @@ void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
   o->set_dtype(ToProto(t.dtype));
   o->set_slot(b.slot);
   o->set_images_bytes(static_cast<uint64_t>(n) * layout.sample_bytes);
-  o->mutable_labels()->Resize(static_cast<int>(n), 0);
-  std::memcpy(o->mutable_labels()->mutable_data(), base + layout.labels_offset,
-              sizeof(int64_t) * n);
-  o->mutable_sample_indices()->Resize(static_cast<int>(n), 0);
-  std::memcpy(o->mutable_sample_indices()->mutable_data(), base + layout.indices_offset,
-              sizeof(int64_t) * n);
+  // A batch whose every sample failed (error_policy skip) has no labels:
+  // an empty field's data() is null, which memcpy must not be given.
+  if (n > 0) {
+    o->mutable_labels()->Resize(static_cast<int>(n), 0);
+    std::memcpy(o->mutable_labels()->mutable_data(), base + layout.labels_offset,
+                sizeof(int64_t) * n);
+    o->mutable_sample_indices()->Resize(static_cast<int>(n), 0);
+    std::memcpy(o->mutable_sample_indices()->mutable_data(), base + layout.indices_offset,
+                sizeof(int64_t) * n);
+  }
   for (const SampleFailure& f : b.failures) {
     v1::SampleFailure* pf = o->add_failures();
     pf->set_sample_index(f.sample_index);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "server/stream_call.h"
+#include "server/tsan_annotations.h"
 
 namespace conveyor::server {
 
@@ -28,12 +29,23 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
   StreamReactor(ConveyorService* service, std::string peer)
       : call_(service, std::move(peer), this) {
     call_.Start();
+    TsanRelease(this);  // see server/tsan_annotations.h
   }
 
-  void OnReadDone(bool ok) override { call_.OnRead(ok ? &request_ : nullptr); }
-  void OnWriteDone(bool ok) override { call_.OnWriteDone(ok); }
-  void OnCancel() override { call_.OnCancel(); }
+  void OnReadDone(bool ok) override {
+    TsanReaction reaction(this);
+    call_.OnRead(ok ? &request_ : nullptr);
+  }
+  void OnWriteDone(bool ok) override {
+    TsanReaction reaction(this);
+    call_.OnWriteDone(ok);
+  }
+  void OnCancel() override {
+    TsanReaction reaction(this);
+    call_.OnCancel();
+  }
   void OnDone() override {
+    TsanAcquire(this);
     call_.Detach();
     delete this;
   }

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include <limits>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -100,7 +101,6 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   v1::GetStatsResponse r;
   r.set_num_threads(static_cast<uint32_t>(es.num_threads));
   r.set_uptime_ns(es.uptime_ns);
-  r.set_streams_open(es.streams_open);
   r.set_streams_total(es.streams_total);
   for (const StageStats& s : es.stages) ToProto(s, r.add_stages());
   r.set_bottleneck(ToString(Bottleneck(es.stages)));
@@ -110,6 +110,14 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
     for (const auto& [id, e] : sessions_) peers[id] = e.peer;
     r.set_slot_bytes_in_use(reserved_bytes_);
   }
+  // A stream counts from its open until both the service (its session,
+  // which holds its max_streams place) and the engine (its work) let it go:
+  // closing one frees the engine first and the session when the call ends,
+  // so neither count alone says when a place is free again.
+  std::set<uint64_t> open_ids;
+  for (const auto& [id, peer] : peers) open_ids.insert(id);
+  for (const StreamStats& s : es.streams) open_ids.insert(s.stream_id);
+  r.set_streams_open(open_ids.size());
   r.set_slot_bytes_budget(options_.memory_budget);
   for (const StreamStats& s : es.streams) {
     v1::StreamStats* o = r.add_streams();

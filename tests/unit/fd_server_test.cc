@@ -65,11 +65,8 @@ struct Fixture {
     server = *std::move(started);
   }
 
-  // The server's thread (the one thread Start added).
-  pid_t ServerThread() const {
-    const std::vector<pid_t> added = testing::NewThreads(threads_before);
-    return added.size() == 1 ? added[0] : -1;
-  }
+  // The server's thread (the one Start added, by its name).
+  pid_t ServerThread() const { return testing::NewThreadNamed(threads_before, "conveyor-fd"); }
 
   testing::TempDir dir;
   UniqueFd region;

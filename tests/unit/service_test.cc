@@ -179,10 +179,28 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   CHECK(static_cast<uint64_t>(st.st_size) >= opened.region_bytes());
   CHECK(wakes == 1);  // the stream's owner may have been waiting for this
 
-  // Once the session is gone, so is the stream's entry.
+  // Once the session is gone, so is the stream's entry. (`opened` lives in
+  // the session: keep the id.)
+  const uint64_t stream_id = opened.stream_id();
   session->reset();
   UniqueFd late = testing::ConnectUnix(t.fd_path);
-  CHECK(testing::RequestRegion(late.get(), opened.stream_id(), secret).status == 1);
+  CHECK(testing::RequestRegion(late.get(), stream_id, secret).status == 1);
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("service: a stream counts as open until its session is gone, not only its engine work",
+          "[service]") {
+  ServiceFixture t;
+  auto session = t.service->OpenStream(Request(), kTcpPeer);
+  REQUIRE(session.ok());
+  CHECK(t.service->GetStats().streams_open() == 1);
+  // The client went away: the engine lets go of the stream at once, the
+  // session (and its max_streams place) only when the call ends.
+  (*session)->stream().Cancel(absl::CancelledError("client went away"));
+  REQUIRE(Eventually([&] { return t.service->GetStats().streams_size() == 0; }));
+  CHECK(t.service->GetStats().streams_open() == 1);
+  session->reset();
+  CHECK(t.service->GetStats().streams_open() == 0);
   CHECK(t.BytesInUse() == 0);
 }
 

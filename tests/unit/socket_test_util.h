@@ -153,6 +153,18 @@ inline std::vector<pid_t> NewThreads(const std::set<pid_t>& before) {
   return out;
 }
 
+// The thread that exists now but not in `before` and is named `name`
+// (/proc/self/task/TID/comm), or -1. By name, because a sanitizer runtime may
+// start threads of its own at any time.
+inline pid_t NewThreadNamed(const std::set<pid_t>& before, const std::string& name) {
+  for (pid_t t : NewThreads(before)) {
+    std::ifstream comm("/proc/self/task/" + std::to_string(t) + "/comm");
+    std::string got;
+    if (std::getline(comm, got) && got == name) return t;
+  }
+  return -1;
+}
+
 // User + system CPU time of thread `tid` of this process, in clock ticks
 // (fields 14 and 15 of /proc/self/task/TID/stat). The file is opened once,
 // up front, so that reading it needs no new fd (it is read while the
