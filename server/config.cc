@@ -134,7 +134,10 @@ absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
 
 absl::Status Schema::ParseEngine(const YAML::Node& n, EngineOptions* e) const {
   RETURN_IF_ERROR(
-      CheckMap(n, "engine", {"fetch_queue_capacity", "fetch_concurrency", "decode_concurrency"}));
+      CheckMap(n, "engine",
+               {"fetch_queue_capacity", "fetch_concurrency", "decode_concurrency",
+                "fetch_retry_max_attempts", "fetch_retry_initial_backoff_ms",
+                "fetch_retry_max_backoff_ms", "fetch_retry_deadline_seconds"}));
   if (n["fetch_queue_capacity"]) {
     RETURN_IF_ERROR(ReadUintAs(n["fetch_queue_capacity"], "engine.fetch_queue_capacity", 0,
                                         65536, &e->fetch_queue_capacity));
@@ -146,6 +149,37 @@ absl::Status Schema::ParseEngine(const YAML::Node& n, EngineOptions* e) const {
   if (n["decode_concurrency"]) {
     RETURN_IF_ERROR(ReadUintAs(n["decode_concurrency"], "engine.decode_concurrency", 0,
                                         4096, &e->decode_concurrency));
+  }
+  // Errors of the system (out of fds, EIO, ...) while fetching a sample:
+  // retried with backoff, then the stream ends with UNAVAILABLE.
+  if (n["fetch_retry_max_attempts"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["fetch_retry_max_attempts"], "engine.fetch_retry_max_attempts",
+                               1, 1000, &e->fetch_retry_max_attempts));
+  }
+  uint32_t initial_ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(e->fetch_retry_initial_backoff));
+  uint32_t max_ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(e->fetch_retry_max_backoff));
+  if (n["fetch_retry_initial_backoff_ms"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["fetch_retry_initial_backoff_ms"],
+                               "engine.fetch_retry_initial_backoff_ms", 0, 60'000, &initial_ms));
+  }
+  if (n["fetch_retry_max_backoff_ms"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["fetch_retry_max_backoff_ms"], "engine.fetch_retry_max_backoff_ms",
+                               0, 600'000, &max_ms));
+  }
+  if (max_ms < initial_ms) {
+    return Error("engine.fetch_retry_max_backoff_ms",
+                 n["fetch_retry_max_backoff_ms"] ? n["fetch_retry_max_backoff_ms"]
+                                                 : n["fetch_retry_initial_backoff_ms"],
+                 absl::StrCat("must be at least fetch_retry_initial_backoff_ms (", initial_ms,
+                              " ms), got ", max_ms, " ms"));
+  }
+  e->fetch_retry_initial_backoff = absl::Milliseconds(initial_ms);
+  e->fetch_retry_max_backoff = absl::Milliseconds(max_ms);
+  if (n["fetch_retry_deadline_seconds"]) {
+    double seconds = 0;
+    RETURN_IF_ERROR(ReadDouble(n["fetch_retry_deadline_seconds"],
+                               "engine.fetch_retry_deadline_seconds", 0.001, 86400, &seconds));
+    e->fetch_retry_deadline = absl::Seconds(seconds);
   }
   return absl::OkStatus();
 }

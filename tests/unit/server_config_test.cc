@@ -111,7 +111,9 @@ max_streams: 7
 allowed_roots: [/data]
 log_level: debug
 shutdown_timeout_seconds: 2.5
-engine: {fetch_queue_capacity: 8, fetch_concurrency: 2, decode_concurrency: 3}
+engine: {fetch_queue_capacity: 8, fetch_concurrency: 2, decode_concurrency: 3,
+         fetch_retry_max_attempts: 3, fetch_retry_initial_backoff_ms: 5,
+         fetch_retry_max_backoff_ms: 40, fetch_retry_deadline_seconds: 2.5}
 pipelines:
   train:
     dataset: {list: /data/in/train.txt, root: /data/in/images}
@@ -145,6 +147,10 @@ pipelines:
   CHECK(c->engine.fetch_queue_capacity == 8);
   CHECK(c->engine.fetch_concurrency == 2);
   CHECK(c->engine.decode_concurrency == 3);
+  CHECK(c->engine.fetch_retry_max_attempts == 3);
+  CHECK(c->engine.fetch_retry_initial_backoff == absl::Milliseconds(5));
+  CHECK(c->engine.fetch_retry_max_backoff == absl::Milliseconds(40));
+  CHECK(c->engine.fetch_retry_deadline == absl::Milliseconds(2500));
   CHECK(c->memory_budget == (3ull << 29));
   CHECK(c->max_streams == 7);
   CHECK(c->allowed_roots == std::vector<std::string>{"/data"});
@@ -219,6 +225,21 @@ pipelines:
                 {"field listen.socket: unknown field"});
   ExpectRefused("engine: {threads: 2}\n" + std::string(kMinimal),
                 {"field engine.threads: unknown field"});
+}
+
+TEST_CASE("fetch retry limits are checked against each other and their ranges", "[config]") {
+  ExpectRefused("engine: {fetch_retry_max_backoff_ms: 5}\n" + std::string(kMinimal),
+                {"field engine.fetch_retry_max_backoff_ms", "at least fetch_retry_initial_backoff_ms",
+                 "(10 ms), got 5 ms"});
+  ExpectRefused("engine: {fetch_retry_max_attempts: 0}\n" + std::string(kMinimal),
+                {"field engine.fetch_retry_max_attempts"});
+  ExpectRefused("engine: {fetch_retry_deadline_seconds: 0}\n" + std::string(kMinimal),
+                {"field engine.fetch_retry_deadline_seconds"});
+  // The defaults are the engine's.
+  auto c = Parse(kMinimal);
+  REQUIRE(c.ok());
+  CHECK(c->engine.fetch_retry_max_attempts == EngineOptions().fetch_retry_max_attempts);
+  CHECK(c->engine.fetch_retry_max_backoff == EngineOptions().fetch_retry_max_backoff);
 }
 
 TEST_CASE("values of the wrong type are refused", "[config]") {
