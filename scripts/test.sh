@@ -8,9 +8,9 @@
 #   asan     AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer
 #            build of engine, server, unit tests, tools and conveyord; every
 #            test again, the integration suites against the sanitized daemon.
-#   tsan     ThreadSanitizer build of the same; unit tests and the
-#            integration suites against the TSan daemon (not the
-#            single-threaded tool tests of tests/python/).
+#   tsan     ThreadSanitizer build of the same; the unit tests (engine,
+#            side sockets, service, the call protocol under many threads),
+#            not the suites that run inside Debian's uninstrumented gRPC.
 #   tsa      clang build of core/ and server/ with -Wthread-safety as errors
 #            (compile only).
 #
@@ -48,10 +48,15 @@ stage_tsan() {
   local dir="${TSAN_DIR:-$ROOT/build-tsan}"
   BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_TSAN=ON \
     -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
-  # Threads live in the engine and the daemon: the unit tests and the
-  # integration suites. The single-threaded tool tests (tests/python/) ran
-  # under ASan already and take long under TSan.
-  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "^pytest\.python\."
+  # The unit tests: the engine's threads, the side sockets' threads, the
+  # service, and the gRPC call's protocol (server/stream_call.*) driven by
+  # many threads through a fake RPC. Not what runs inside gRPC: Debian's
+  # gRPC is not built with TSan, so a TSan conveyord (and the unit tests
+  # that use an in-process gRPC server) report gRPC's own hand-offs between
+  # its threads (call objects, callback tags, status payloads) as races in
+  # every suite; the integration suites run under ASan+UBSan instead
+  # (README, "Testing").
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "^pytest\.|^service over gRPC"
 }
 
 stage_tsa() {
