@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/stream_machine.h"
+#include "core/text_escape.h"
 
 namespace conveyor {
 
@@ -51,8 +52,11 @@ void StreamMachine::RecordFailure(BatchWork* b, uint32_t pos, const absl::Status
   const uint64_t index = b->sample_index(pos);
   SampleFailure f;
   f.sample_index = index;
-  f.path = std::string(config_.pipeline->dataset->relative_path(index));
-  f.reason = std::string(st.message());
+  // Dataset-supplied text (a name, or a reason quoting it) goes into log
+  // lines, statuses and Batch messages: escaped once here (valid UTF-8, no
+  // control characters; see core/text_escape.h).
+  f.path = EscapeText(config_.pipeline->dataset->relative_path(index));
+  f.reason = EscapeText(st.message());
   b->failed[pos] = 1;
   b->failures.emplace_back(pos, std::move(f));
 }

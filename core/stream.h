@@ -55,8 +55,8 @@ struct StreamOptions {
 
 struct SampleFailure {
   uint64_t sample_index = 0;  // index in the dataset
-  std::string path;           // relative path in the dataset
-  std::string reason;
+  std::string path;           // relative path in the dataset, escaped (core/text_escape.h)
+  std::string reason;         // escaped likewise
 };
 
 struct BatchInfo {

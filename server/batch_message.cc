@@ -4,6 +4,7 @@
 
 #include "core/batch_layout.h"
 #include "core/slot_arena.h"
+#include "core/text_escape.h"
 
 namespace conveyor::server {
 
@@ -79,8 +80,11 @@ void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
   for (const SampleFailure& f : b.failures) {
     v1::SampleFailure* pf = o->add_failures();
     pf->set_sample_index(f.sample_index);
-    pf->set_path(f.path);
-    pf->set_reason(f.reason);
+    // Dataset-supplied: a name need not be UTF-8, which a proto3 string
+    // must be (the client could not parse the Batch); escaping is
+    // idempotent, so text already escaped upstream passes unchanged.
+    pf->set_path(EscapeText(f.path));
+    pf->set_reason(EscapeText(f.reason));
   }
 }
 

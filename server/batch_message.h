@@ -24,7 +24,8 @@ v1::PipelineInfo PipelineInfoOf(const PipelineConfig& pipeline);
 
 // Fills `out` with batch `batch` of `stream`: positions, shape, dtype,
 // layout, slot, images_bytes, labels, sample indices and failures (labels
-// and indices are copied from the slot). Leaves the images (images,
+// and indices are copied from the slot; failure paths and reasons escaped
+// with EscapeText, so always valid UTF-8). Leaves the images (images,
 // images_offset) to the transport.
 // REQUIRES: the consumer holds batch.slot.
 void FillBatchHeader(const BatchInfo& batch, const Stream& stream, v1::Batch* out);

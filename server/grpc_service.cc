@@ -7,14 +7,21 @@
 #include <memory>
 #include <string>
 
+#include "core/text_escape.h"
 #include "server/stream_call.h"
 #include "server/tsan_annotations.h"
 
 namespace conveyor::server {
 
+constexpr size_t kMaxStatusMessageBytes = 4096;
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // Messages may quote dataset or client text: escaped (valid UTF-8, no
+  // control characters) and capped well under gRPC's 8 KiB metadata limit,
+  // past which a client could not read the status at all.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      EscapeText(status.message(), kMaxStatusMessageBytes));
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include "core/sampler.h"
 #include "core/stats.h"
 #include "core/status_macros.h"
+#include "core/text_escape.h"
 #include "server/batch_message.h"
 #include "spdlog/spdlog.h"
 
@@ -203,7 +204,8 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     std::vector<std::string> names;
     for (const auto& p : pipelines_) names.push_back(p->name);
     return absl::NotFoundError(absl::StrFormat("unknown pipeline '%s'; this daemon serves: %s",
-                                               req.pipeline(), absl::StrJoin(names, ", ")));
+                                               EscapeText(req.pipeline(), kClientStringCap),
+                                               absl::StrJoin(names, ", ")));
   }
   const std::shared_ptr<const PipelineConfig>& pipeline = it->second;
   StreamOptions so;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/text_escape.h"
 #include "server/batch_message.h"
 #include "server/transport.h"
 #include "spdlog/spdlog.h"
@@ -137,7 +138,7 @@ void StreamCall::Detach() {
                  samples, failed);
   } else {
     spdlog::info("stream {} ended ({}: {}) after {} batches, {} samples", session->id(),
-                 static_cast<int>(end.code()), std::string(end.message()), batches, samples);
+                 static_cast<int>(end.code()), EscapeText(end.message()), batches, samples);
   }
   session.reset();  // cancels the core stream, frees its budget and transport
 }
@@ -250,8 +251,10 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
   absl::StatusOr<std::unique_ptr<Session>> session =
       service_->OpenStream(open, peer_, [gate = gate_] { Wake(gate); });
   if (!session.ok()) {
-    spdlog::info("stream request from {} for pipeline '{}' refused: {}", peer_, open.pipeline(),
-                 session.status().ToString());
+    // The pipeline name is the client's: escaped and capped in log lines.
+    spdlog::info("stream request from {} for pipeline '{}' refused: {}", peer_,
+                 EscapeText(open.pipeline(), kClientStringCap),
+                 EscapeText(session.status().ToString()));
     MutexLock lock(&mu_);
     EndLocked(session.status());
     return;
@@ -260,7 +263,7 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
   spdlog::info(
       "stream {} opened by {}: pipeline {}, batch_size {}, credits {}, {}, rank {}/{}, epochs "
       "{}+{}, epoch offset {}",
-      (*session)->id(), peer_, open.pipeline(), o.batch_size, o.num_slots,
+      (*session)->id(), peer_, EscapeText(open.pipeline(), kClientStringCap), o.batch_size, o.num_slots,
       TransportName((*session)->transport_kind()), o.rank, o.world_size, o.first_epoch,
       o.num_epochs, o.epoch_offset);
   Stream* stream = &(*session)->stream();

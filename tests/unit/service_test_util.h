@@ -53,6 +53,8 @@ class AnyPeerShm final : public Transport {
 struct ServiceFixtureOptions {
   ErrorPolicy error_policy = ErrorPolicy::kSkip;
   bool corrupt_sample = false;  // a last sample that is not a JPEG
+  // More files in class_1 that are not JPEGs, by name (any bytes but '/').
+  std::vector<std::string> corrupt_names;
   bool shm_for_every_peer = false;
   std::chrono::milliseconds handover_grace{10'000};
   uint64_t memory_budget = 64ull << 20;
@@ -68,6 +70,9 @@ struct ServiceFixture {
     if (o.corrupt_sample) {
       // Sorted last: class_1, after img_1000 … img_1002.
       dir.Write("images/class_1/img_9999.jpg", "this is not a JPEG file");
+    }
+    for (const std::string& name : o.corrupt_names) {
+      dir.Write("images/class_1/" + name, "this is not a JPEG file either");
     }
     auto index = DatasetIndex::LoadImageFolder(dir.Sub("images"));
     REQUIRE(index.ok());

@@ -13,7 +13,7 @@ the exceptions. The CLI is `python3 -m conveyor --help`.
 """
 
 from .errors import (BatchReleasedError, ConveyorError, DataError, InvalidRequest, NotFound,
-                     ResourceExhausted, Unavailable)
+                     ProtocolError, ResourceExhausted, Unavailable)
 from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,
                      make_channel, open_stream, stats)
 from .retry import RetryingStream, RetryPolicy
@@ -22,6 +22,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "BatchReleasedError", "ConveyorError", "DataError", "InvalidRequest", "Loader",
-    "NotFound", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Stream",
+    "NotFound", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Stream",
     "Unavailable", "default_address", "list_pipelines", "make_channel", "open_stream", "stats",
 ]

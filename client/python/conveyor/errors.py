@@ -11,6 +11,12 @@ daemon's message (which says what to fix):
     UNAVAILABLE (and failures to connect)                 -> Unavailable
     anything else                                         -> ConveyorError
 
+A message from the daemon that this client cannot parse (gRPC reports it as
+INTERNAL "Exception deserializing response!", e.g. a string field that is
+not valid UTF-8, or a daemon of another protocol version) or a batch whose
+fields do not fit together is a ProtocolError: the call cannot go on, but
+the client raises it as any other ConveyorError instead of dying.
+
 `error.code` is the grpc.StatusCode (None for errors raised by the client
 itself) and `error.details` the daemon's text.
 """
@@ -48,6 +54,12 @@ class Unavailable(ConveyorError):
     """The daemon cannot be reached or is shutting down."""
 
 
+class ProtocolError(ConveyorError):
+    """The daemon sent a message this client cannot parse or use (invalid
+    UTF-8 in a string field, a field out of range, another protocol version).
+    Not retried: report it, with the daemon's version and log."""
+
+
 class BatchReleasedError(ConveyorError, RuntimeError):
     """A released batch's images were accessed: its slot belongs to the daemon
     again and may already hold another batch. Use Batch.copy() to keep data."""
@@ -64,11 +76,20 @@ _BY_CODE = {
 }
 
 
+# What grpcio's channel reports when a response fails to deserialize.
+_DESERIALIZE_FAILED = "Exception deserializing response!"
+
+
 def from_rpc_error(error, what="request"):
     """Maps a grpc.RpcError (a failed call) to the matching ConveyorError."""
     code = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else None
     details = details or str(error)
+    if code == grpc.StatusCode.INTERNAL and details == _DESERIALIZE_FAILED:
+        return ProtocolError(
+            "%s failed: the daemon sent a message this client cannot parse (invalid UTF-8 in a "
+            "string field, or a daemon of another protocol version); the call was ended "
+            "(gRPC: INTERNAL: %s)" % (what, details), code=code, details=details)
     cls = _BY_CODE.get(code, ConveyorError)
     name = code.name if code is not None else "ERROR"
     return cls("%s failed: %s: %s" % (what, name, details), code=code, details=details)

@@ -46,8 +46,8 @@ from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
 from ._shm import SharedRegion
-from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, Unavailable,
-                     from_rpc_error)
+from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, ProtocolError,
+                     Unavailable, from_rpc_error)
 from .retry import RetryingStream, RetryPolicy, resume_point
 
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: inline batches travel in one message
@@ -368,6 +368,15 @@ class Stream(ClosesOnExit):
             raise ConveyorError("protocol error: unexpected server message %r" % kind)
 
     def _wrap(self, m):
+        try:
+            return self._wrap_fields(m)
+        except (ValueError, TypeError, OverflowError, IndexError, KeyError) as e:
+            # Fields that do not fit together (a shape numpy refuses, ...):
+            # the daemon's fault, never an unhandled exception of the client.
+            raise ProtocolError("protocol error: batch %d does not fit together: %s: %s"
+                                % (m.sequence, type(e).__name__, e)) from None
+
+    def _wrap_fields(self, m):
         dtype = dtype_of(m.dtype)
         shape = tuple(m.shape)
         nbytes = math.prod(shape) * dtype.itemsize if shape else 0
