@@ -88,7 +88,8 @@ int OpenByComponents(int dir_fd, const std::string& rel, bool* link) {
       start = slash + 1;
       continue;
     }
-    const int flags = last ? kOpenFlags | O_NOFOLLOW : O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    const int flags =
+        last ? kOpenFlags | O_NOFOLLOW : O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
     const int fd = ::openat(at, name.c_str(), flags);
     if (fd < 0) {
       const int err = errno;

@@ -1,7 +1,8 @@
 // The primitives of FileSampleSource (the Fetch stage's default): read a
 // file whole into a caller-owned buffer whose capacity is reused across calls
 // (no per-sample allocation once buffers have grown to the largest file).
-// Stateless and thread-safe; fds are owned by RAII inside the calls.
+// Thread-safe; fds are owned by RAII inside the calls. The only state is a
+// process-wide atomic flag remembering that the kernel lacks openat2.
 //
 // Hostile files: every open uses O_NONBLOCK and is followed by fstat, so a
 // FIFO, socket or device never blocks a worker; anything that is not a
