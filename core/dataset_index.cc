@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/file_reader.h"
 #include "core/posix_error.h"
 #include "core/unique_fd.h"
 
@@ -64,10 +65,11 @@ absl::Status CheckDirectory(const std::string& path, absl::string_view role) {
   return absl::OkStatus();
 }
 
-// Reads a whole list file (a regular file or a pipe) into a string with as
-// few read() calls as possible. (Sample files go through core/file_reader.h.)
+// Reads a whole list file into a string with as few read() calls as
+// possible. Opened with O_NONBLOCK and refused unless a regular file, so a
+// FIFO cannot block the load. (Sample files go through core/file_reader.h.)
 absl::StatusOr<std::string> ReadListFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
     const int err = errno;
     if (err == ENOENT) {
@@ -80,11 +82,15 @@ absl::StatusOr<std::string> ReadListFile(const std::string& path) {
   if (S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat("list file '", path, "' is a directory"));
   }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("list file '", path,
+                                                   "' is not a regular file (",
+                                                   FileTypeName(st.st_mode), ")"));
+  }
   std::string data;
-  // Regular files: st_size + 1 so the read that sees EOF needs no growth;
-  // pipes and the like report 0, so grow as needed.
-  const size_t capacity = st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 64 * 1024;
-  data.resize(capacity);
+  // st_size + 1 so the read that sees EOF needs no growth; grow as needed if
+  // the file grows meanwhile.
+  data.resize(static_cast<size_t>(st.st_size) + 1);
   size_t filled = 0;
   for (;;) {
     if (filled == data.size()) data.resize(data.size() * 2);
@@ -100,49 +106,60 @@ absl::StatusOr<std::string> ReadListFile(const std::string& path) {
   return data;
 }
 
-enum class EntryType { kDirectory, kRegular, kOther };
+// The dataset root folder, opened to address samples relative to it.
+absl::StatusOr<UniqueFd> OpenRoot(const std::string& root) {
+  UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return ErrnoStatus(errno, "cannot open dataset root", root);
+  return fd;
+}
 
-// The type of directory entry `name` in `dir_path`, following symlinks.
-EntryType TypeOf(const std::string& dir_path, const struct dirent* entry) {
+enum class EntryType { kDirectory, kOther };
+
+// The type of directory entry `entry` of the folder `dir_fd`, never
+// following a symbolic link (a link is kOther, whatever it points to).
+EntryType TypeOf(int dir_fd, const struct dirent* entry) {
   switch (entry->d_type) {
     case DT_DIR:
       return EntryType::kDirectory;
-    case DT_REG:
-      return EntryType::kRegular;
-    case DT_LNK:
     case DT_UNKNOWN:
-      break;  // need stat(): follow the link / the file system gave no type
+      break;  // the file system gave no type: ask, without following links
     default:
       return EntryType::kOther;
   }
   struct stat st;
-  const std::string full = absl::StrCat(dir_path, "/", entry->d_name);
-  if (::stat(full.c_str(), &st) != 0) return EntryType::kOther;  // dangling link
-  if (S_ISDIR(st.st_mode)) return EntryType::kDirectory;
-  if (S_ISREG(st.st_mode)) return EntryType::kRegular;
-  return EntryType::kOther;
+  if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return EntryType::kOther;
+  return S_ISDIR(st.st_mode) ? EntryType::kDirectory : EntryType::kOther;
 }
 
-// Lists the non-hidden entries of `dir_path` of type `want`, sorted by bytes.
-// Names for which `keep` is false are skipped before any stat().
+// Lists the non-hidden entries of the folder `name` of `parent_fd` (a real
+// folder: O_NOFOLLOW) of type `want`, sorted by bytes. Names for which `keep`
+// is false are skipped before any stat(). `shown` names the folder in errors.
 template <typename Keep>
-absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir_path,
-                                                       EntryType want, Keep keep) {
-  UniqueDir dir(::opendir(dir_path.c_str()));
-  if (dir == nullptr) return ErrnoStatus(errno, "cannot open directory", dir_path);
+absl::StatusOr<std::vector<std::string>> ListDirectory(int parent_fd, const char* name,
+                                                       const std::string& shown, EntryType want,
+                                                       Keep keep) {
+  // A new open file description each time (not a dup: its offset is shared).
+  const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open directory", shown);
+  UniqueDir dir(::fdopendir(fd));
+  if (dir == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, "cannot open directory", shown);
+  }
   std::vector<std::string> names;
   for (;;) {
     errno = 0;
     const struct dirent* entry = ::readdir(dir.get());
     if (entry == nullptr) {
-      if (errno != 0) return ErrnoStatus(errno, "cannot read directory", dir_path);
+      if (errno != 0) return ErrnoStatus(errno, "cannot read directory", shown);
       break;
     }
-    const std::string_view name(entry->d_name);
-    if (name.empty() || name[0] == '.') continue;  // hidden, "." and ".."
-    if (!keep(name)) continue;
-    if (TypeOf(dir_path, entry) != want) continue;
-    names.emplace_back(name);
+    const std::string_view entry_name(entry->d_name);
+    if (entry_name.empty() || entry_name[0] == '.') continue;  // hidden, "." and ".."
+    if (!keep(entry_name)) continue;
+    if (TypeOf(::dirfd(dir.get()), entry) != want) continue;
+    names.emplace_back(entry_name);
   }
   std::sort(names.begin(), names.end());  // std::string compares as unsigned bytes
   return names;
@@ -250,8 +267,10 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
   const std::string root = NormalizeRoot(root_arg);
   if (absl::Status s = CheckDirectory(root, "dataset root"); !s.ok()) return s;
 
-  absl::StatusOr<std::vector<std::string>> classes =
-      ListDirectory(root, EntryType::kDirectory, [](std::string_view) { return true; });
+  absl::StatusOr<UniqueFd> root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
+  absl::StatusOr<std::vector<std::string>> classes = ListDirectory(
+      root_fd->get(), ".", root, EntryType::kDirectory, [](std::string_view) { return true; });
   if (!classes.ok()) return classes.status();
   if (classes->empty()) {
     return absl::NotFoundError(
@@ -260,6 +279,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
 
   std::unique_ptr<DatasetIndex> index(new DatasetIndex());
   index->root_ = root;
+  index->root_fd_ = *std::move(root_fd);
   index->offsets_.push_back(0);
   for (size_t label = 0; label < classes->size(); ++label) {
     const std::string& class_name = (*classes)[label];
@@ -267,8 +287,8 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
       return absl::InvalidArgumentError(absl::StrCat("too many class folders in '", root, "'"));
     }
     const std::string class_dir = absl::StrCat(root, "/", class_name);
-    absl::StatusOr<std::vector<std::string>> files =
-        ListDirectory(class_dir, EntryType::kRegular, HasImageExtension);
+    absl::StatusOr<std::vector<std::string>> files = ListDirectory(
+        index->root_fd_.get(), class_name.c_str(), class_dir, EntryType::kOther, HasImageExtension);
     if (!files.ok()) return files.status();
     for (const std::string& file : *files) {
       index->arena_.append(class_name);
@@ -292,9 +312,12 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
   if (!data.ok()) return data.status();
   const std::string root = NormalizeRoot(root_arg.empty() ? DirName(list_path) : root_arg);
   if (absl::Status s = CheckDirectory(root, "dataset root"); !s.ok()) return s;
+  absl::StatusOr<UniqueFd> root_fd = OpenRoot(root);
+  if (!root_fd.ok()) return root_fd.status();
 
   std::unique_ptr<DatasetIndex> index(new DatasetIndex());
   index->root_ = root;
+  index->root_fd_ = *std::move(root_fd);
 
   // One pass to count lines so the offset and label arrays are sized exactly.
   std::string& buf = *data;
@@ -358,6 +381,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::FromEntries(
     std::vector<std::string> class_names) {
   std::unique_ptr<DatasetIndex> index(new DatasetIndex());
   index->root_ = NormalizeRoot(root);
+  index->root_fd_.Reset(::open(index->root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   index->offsets_.reserve(entries.size() + 1);
   index->labels_.reserve(entries.size());
   index->offsets_.push_back(0);

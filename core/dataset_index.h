@@ -7,6 +7,14 @@
 // relative paths live back to back in one char arena, addressed by an offset
 // array, next to an int32 label array. No per-entry std::string.
 //
+// Symbolic links: the dataset root itself may be a link (the daemon's config
+// check resolves it against allowed_roots), but no link BELOW the root is
+// ever followed, at index time or at read time: the index holds an fd of the
+// root folder, opened once by the factory, and samples are opened relative to
+// it without following links (ReadFileBeneath, core/file_reader.h). So
+// nothing a dataset contains leads outside it, even a file swapped for a link
+// after indexing.
+//
 // Thread-safety: a DatasetIndex is immutable after its factory returns; all
 // const methods are safe for concurrent use without external synchronization.
 // It is handed out as std::shared_ptr<const DatasetIndex>.
@@ -21,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/unique_fd.h"
 
 namespace conveyor {
 
@@ -33,15 +42,20 @@ class DatasetIndex {
   };
 
   // Loads an ImageFolder tree: root/<class>/<file>.
-  //  - Class folders are the non-hidden directories directly under `root`
-  //    (symlinks to directories count). Their names, sorted in byte order,
-  //    give the labels: label = position in that sorted list. Files directly
-  //    under `root` are ignored.
-  //  - Samples are the non-hidden regular files (symlinks are followed)
-  //    directly inside a class folder whose extension is an image extension:
+  //  - Class folders are the non-hidden directories directly under `root`;
+  //    symbolic links are not followed, so a link to a folder is not a class
+  //    folder (unlike torchvision). Their names, sorted in byte order, give
+  //    the labels: label = position in that sorted list. Files directly under
+  //    `root` are ignored.
+  //  - Samples are the non-hidden entries that are not folders directly
+  //    inside a class folder whose extension is an image extension:
   //    .jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp, compared
-  //    case-insensitively (torchvision's IMG_EXTENSIONS). Nested folders inside
-  //    a class folder are not descended into (torchvision would).
+  //    case-insensitively (torchvision's IMG_EXTENSIONS). Symbolic links,
+  //    FIFOs, sockets and devices among them are indexed but never read:
+  //    fetching them is an error of the sample naming why ("symbolic link
+  //    refused", "not a regular file (FIFO)"), so they are reported instead
+  //    of silently dropped. Nested folders inside a class folder are not
+  //    descended into (torchvision would).
   //  - Hidden means the name starts with '.'.
   //  - Samples are ordered by class, then by file name in byte order.
   //  - A class folder without images keeps its label (so splits that share
@@ -61,16 +75,21 @@ class DatasetIndex {
   // `root` (default: the directory holding the list file); absolute paths,
   // empty paths and paths with a ".." component are refused since they would
   // escape root. Files are NOT checked for existence (1 M stat calls at start
-  // would be slow; fetch reports a missing file as a bad sample).
+  // would be slow; fetch reports a missing file, or a path through a
+  // symbolic link, as a bad sample). The list file must be a regular file: it
+  // is opened without blocking and anything else (a FIFO, a device, a folder)
+  // is refused, so a FIFO cannot hang config loading.
   // Errors: NotFound when the list file or root is missing; InvalidArgument
-  // naming "file:line: reason" for a bad line and naming the file when it
-  // holds no entries.
+  // naming the file and its type when it is not a regular file, naming
+  // "file:line: reason" for a bad line and naming the file when it holds no
+  // entries.
   static absl::StatusOr<std::shared_ptr<const DatasetIndex>> LoadListFile(
       const std::string& list_path, const std::string& root = "");
 
   // Builds an index from entries in memory (tests, other dataset formats).
   // Paths follow the list-file rules; labels must be >= 0. `class_names` may
-  // be empty; if not, every label must be < class_names.size().
+  // be empty; if not, every label must be < class_names.size(). `root` need
+  // not exist (then root_fd() is -1 and every read of a sample fails).
   static absl::StatusOr<std::shared_ptr<const DatasetIndex>> FromEntries(
       const std::string& root, const std::vector<Entry>& entries,
       std::vector<std::string> class_names = {});
@@ -80,6 +99,11 @@ class DatasetIndex {
 
   // The dataset root, without a trailing '/' (unless it is "/").
   const std::string& root() const { return root_; }
+
+  // The root folder, opened by the factory (O_DIRECTORY; links below it are
+  // never followed when samples are opened relative to it). -1 only for
+  // FromEntries with a root that could not be opened.
+  int root_fd() const { return root_fd_.get(); }
 
   size_t size() const { return labels_.size(); }
 
@@ -114,6 +138,7 @@ class DatasetIndex {
 
   // All constant after construction.
   std::string root_;
+  UniqueFd root_fd_;
   std::string arena_;              // relative paths back to back, no separators
   std::vector<uint64_t> offsets_;  // size() + 1 entries; path i = [offsets_[i], offsets_[i+1])
   std::vector<int32_t> labels_;    // size() entries

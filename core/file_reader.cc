@@ -1,9 +1,12 @@
 #include "core/file_reader.h"
 
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -12,33 +15,168 @@
 #include "core/unique_fd.h"
 
 namespace conveyor {
+namespace {
 
-absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return PosixError(absl::StrCat("open ", path), errno);
+// Flags of every sample open: O_NONBLOCK so that a FIFO (or a device) cannot
+// block the open; regular files ignore it.
+constexpr int kOpenFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+
+// Debian's abseil has its own string_view type (not std::string_view).
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::string Shown(std::string_view root, std::string_view rel) {
+  if (root.empty()) return std::string(rel);
+  if (root.back() == '/') return absl::StrCat(Sv(root), Sv(rel));
+  return absl::StrCat(Sv(root), "/", Sv(rel));
+}
+
+absl::Status LinkRefused(const std::string& shown) {
+  return absl::PermissionDeniedError(absl::StrCat(
+      shown, ": symbolic link refused (links below the dataset root are not followed)"));
+}
+
+// fstat, the regular-file check, the size limit and the read, on an open fd.
+absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
+                          std::vector<uint8_t>* out) {
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return PosixError(absl::StrCat("fstat ", path), errno);
+  if (fstat(fd, &st) != 0) return PosixError(absl::StrCat("fstat ", shown), errno);
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(shown, ": not a regular file (", FileTypeName(st.st_mode), ")"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: file of %d bytes exceeds the %d-byte limit (max_file_bytes)", path, size, max_bytes));
+        "%s: file of %d bytes exceeds the %d-byte limit (max_file_bytes)", shown, size, max_bytes));
   }
   out->resize(size);  // capacity is kept between calls: no churn once grown
   uint64_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd.get(), out->data() + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = ::pread(fd, out->data() + done, size - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return PosixError(absl::StrCat("read ", path), errno);
+      return PosixError(absl::StrCat("read ", shown), errno);
     }
     if (n == 0) break;  // file shrank while reading
     done += static_cast<uint64_t>(n);
   }
   out->resize(done);
   return absl::OkStatus();
+}
+
+// openat2 is tried until the kernel says it lacks it (ENOSYS, also what
+// seccomp filters of some container runtimes answer for unknown calls).
+std::atomic<bool> g_openat2_missing{false};
+
+// Opens folder by folder with O_NOFOLLOW (the fallback of OpenBeneath).
+// Returns the fd, or -1 with errno set; *link is set when a component is a
+// symbolic link.
+int OpenByComponents(int dir_fd, const std::string& rel, bool* link) {
+  UniqueFd held;  // the folder opened last (dir_fd itself is borrowed)
+  int at = dir_fd;
+  size_t start = 0;
+  for (;;) {
+    const size_t slash = rel.find('/', start);
+    const std::string name =
+        rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    const bool last = slash == std::string::npos;
+    if (name.empty() || name == ".") {  // "a//b", "./a": nothing to open
+      if (last) {
+        errno = EISDIR;
+        return -1;
+      }
+      start = slash + 1;
+      continue;
+    }
+    const int flags =
+        last ? kOpenFlags | O_NOFOLLOW : O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    const int fd = ::openat(at, name.c_str(), flags);
+    if (fd < 0) {
+      const int err = errno;
+      struct stat st;
+      if ((err == ELOOP || err == ENOTDIR) &&
+          ::fstatat(at, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+        *link = true;
+      }
+      errno = err;
+      return -1;
+    }
+    if (last) return fd;
+    held.Reset(fd);
+    at = fd;
+    start = slash + 1;
+  }
+}
+
+}  // namespace
+
+const char* FileTypeName(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "regular file";
+    case S_IFDIR:
+      return "directory";
+    case S_IFLNK:
+      return "symbolic link";
+    case S_IFIFO:
+      return "FIFO";
+    case S_IFSOCK:
+      return "socket";
+    case S_IFCHR:
+      return "character device";
+    case S_IFBLK:
+      return "block device";
+    default:
+      return "unknown type";
+  }
+}
+
+void SetOpenat2MissingForTesting(bool missing) {
+  g_openat2_missing.store(missing, std::memory_order_relaxed);
+}
+
+absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out) {
+  UniqueFd fd(::open(path.c_str(), kOpenFlags));
+  if (!fd) return PosixError(absl::StrCat("open ", path), errno);
+  return ReadOpenFile(fd.get(), path, max_bytes, out);
+}
+
+absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
+                             std::string_view relative_path, uint64_t max_bytes,
+                             std::vector<uint8_t>* out) {
+  const std::string rel(relative_path);  // NUL-terminated for the kernel
+  int fd = -1;
+  bool link = false;
+  int err = 0;
+#ifdef SYS_openat2
+  if (!g_openat2_missing.load(std::memory_order_relaxed)) {
+    open_how how{};
+    how.flags = kOpenFlags;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    // EAGAIN: a rename raced the walk (the kernel asks for a retry).
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.c_str(), &how, sizeof(how)));
+      if (fd >= 0 || (errno != EAGAIN && errno != EINTR)) break;
+    }
+    err = errno;
+    if (fd < 0 && err == ENOSYS) g_openat2_missing.store(true, std::memory_order_relaxed);
+    // RESOLVE_NO_SYMLINKS answers ELOOP for a link anywhere on the way,
+    // RESOLVE_BENEATH EXDEV for a way out.
+    if (fd < 0 && (err == ELOOP || err == EXDEV)) link = true;
+  }
+  if (g_openat2_missing.load(std::memory_order_relaxed))
+#endif
+  {
+    fd = OpenByComponents(dir_fd, rel, &link);
+    err = errno;
+  }
+  if (fd < 0) {
+    const std::string shown = Shown(shown_root, relative_path);
+    if (link) return LinkRefused(shown);
+    return PosixError(absl::StrCat("open ", shown), err);
+  }
+  UniqueFd owned(fd);
+  return ReadOpenFile(fd, Shown(shown_root, relative_path), max_bytes, out);
 }
 
 }  // namespace conveyor

@@ -130,9 +130,33 @@ struct JpegDecoder::State {
     progress.completed_passes = progress.total_passes = 0;
     message[0] = '\0';
     truncated = false;
+    cinfo.client_data = this;
+    Create();
+  }
+
+  ~State() {
+    image = ImageInProgress();  // aborted before the decompressor goes
+    if (created) jpeg_destroy_decompress(&cinfo);
+  }
+
+  // A new libjpeg decompressor in `cinfo` (the old one, if any, destroyed),
+  // so that nothing of an earlier image survives: libjpeg keeps quantization
+  // and Huffman tables across images in a reused decompressor, which would
+  // let a file without DQT decode with an earlier image's tables, and one
+  // without DHT with an earlier image's Huffman tables instead of the
+  // standard ones a fresh decompressor installs. A few small allocations,
+  // negligible next to decoding (bench/decode_bench).
+  // REQUIRES: no image in progress.
+  void Recreate() {
+    if (created) jpeg_destroy_decompress(&cinfo);
+    created = false;
+    Create();
+  }
+
+ private:
+  void Create() {
     // jpeg_create_decompress keeps err and client_data and zeroes the rest.
     // It can only fail for lack of memory, which error_exit reports.
-    cinfo.client_data = this;
     if (setjmp(jump) == 0) {
       jpeg_create_decompress(&cinfo);
       cinfo.progress = &progress;
@@ -140,10 +164,7 @@ struct JpegDecoder::State {
     }
   }
 
-  ~State() {
-    image = ImageInProgress();  // aborted before the decompressor goes
-    if (created) jpeg_destroy_decompress(&cinfo);
-  }
+ public:
 
   static State* From(j_common_ptr c) { return static_cast<State*>(c->client_data); }
 
@@ -192,6 +213,7 @@ absl::Status JpegDecoder::LibjpegError(const char* what) const {
 absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> bytes,
                                                    uint64_t max_pixels) {
   state_->image = ImageInProgress();  // drops a header read but never decoded
+  state_->Recreate();                  // every image starts from a clean decompressor
   if (!state_->created) return absl::InternalError("libjpeg decompressor could not be created");
   if (bytes.empty()) return absl::InvalidArgumentError("empty input (0 bytes)");
   if (bytes.size() < 2 || bytes[0] != 0xFF || bytes[1] != 0xD8) {

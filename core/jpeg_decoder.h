@@ -23,9 +23,14 @@
 // rows below a crop that are never decoded. Corruption in rows that are never
 // decoded is, by design, not detected.
 //
-// Thread-safety: not thread-safe; one JpegDecoder per thread. It keeps the
-// libjpeg decompressor and row buffers across images (no per-image setup
-// beyond libjpeg's own per-image pool).
+// Every image is decoded by a new libjpeg decompressor (created in
+// ReadHeader), so an image decodes, or is refused, exactly as it would be
+// alone: no quantization or Huffman table of an earlier image is ever used
+// (a file without DQT is refused; one without DHT gets the standard tables,
+// as libjpeg-turbo does for motion-JPEG frames).
+//
+// Thread-safety: not thread-safe; one JpegDecoder per thread. It keeps its
+// row buffers across images.
 #pragma once
 
 #include <cstddef>

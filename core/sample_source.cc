@@ -1,11 +1,17 @@
 #include "core/sample_source.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/file_reader.h"
 
 namespace conveyor {
 
 absl::Status FileSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
-  return ReadWholeFile(dataset_->FullPath(index), max_file_bytes_, out);
+  if (dataset_->root_fd() < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dataset_->FullPath(index), ": the dataset root could not be opened"));
+  }
+  return ReadFileBeneath(dataset_->root_fd(), dataset_->root(), dataset_->relative_path(index),
+                         max_file_bytes_, out);
 }
 
 }  // namespace conveyor

@@ -4,8 +4,9 @@
 // are later implementations, and tests inject sources that fail on cue.
 //
 // Error contract (the engine acts on it, see EngineOptions' retry fields):
-//   - errors of the sample (not found, permission, not a regular file, too
-//     large) are plain statuses: the pipeline's error_policy decides;
+//   - errors of the sample (not found, permission, not a regular file, a
+//     symbolic link below the dataset root, too large) are plain statuses:
+//     the pipeline's error_policy decides;
 //   - errors of the system (out of fds or memory, I/O errors: whatever
 //     IsSystemError() in core/posix_error.h reports) are retried with
 //     backoff and then end the stream with UNAVAILABLE, never a short batch.
@@ -32,7 +33,10 @@ class SampleSource {
   virtual absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const = 0;
 };
 
-// Reads dataset->FullPath(index) whole; files over max_file_bytes are refused
+// Reads sample `index` whole, relative to the dataset's root fd and without
+// following any symbolic link below the root (ReadFileBeneath): a link, a
+// FIFO or any other non-regular file is an error of the sample naming why,
+// never read and never waited on; files over max_file_bytes are refused
 // (ResourceExhausted, an error of the sample).
 class FileSampleSource final : public SampleSource {
  public:

@@ -346,3 +346,97 @@ TEST_CASE("jpeg decoder: every early end leaves the decoder ready for the next i
 
 }  // namespace
 }  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// `jpeg` without its marker segments of type `marker` (0xDB: DQT, 0xC4: DHT)
+// that come before the first scan.
+std::vector<uint8_t> StripSegments(const std::vector<uint8_t>& jpeg, uint8_t marker) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);  // SOI
+  size_t i = 2;
+  while (i + 4 <= jpeg.size() && jpeg[i] == 0xFF && jpeg[i + 1] != 0xDA) {
+    const size_t len = (static_cast<size_t>(jpeg[i + 2]) << 8) | jpeg[i + 3];
+    if (jpeg[i + 1] != marker) out.insert(out.end(), jpeg.begin() + i, jpeg.begin() + i + 2 + len);
+    i += 2 + len;
+  }
+  out.insert(out.end(), jpeg.begin() + i, jpeg.end());  // SOS, scan data, EOI
+  return out;
+}
+
+size_t CountSegments(const std::vector<uint8_t>& jpeg, uint8_t marker) {
+  size_t n = 0;
+  for (size_t i = 2; i + 4 <= jpeg.size() && jpeg[i] == 0xFF && jpeg[i + 1] != 0xDA;
+       i += 2 + ((static_cast<size_t>(jpeg[i + 2]) << 8) | jpeg[i + 3])) {
+    n += jpeg[i + 1] == marker;
+  }
+  return n;
+}
+
+struct Outcome {
+  absl::Status status;
+  std::vector<uint8_t> pixels;
+};
+
+Outcome DecodeOutcome(JpegDecoder& dec, const std::vector<uint8_t>& bytes) {
+  Outcome o;
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, 1 << 20);
+  if (!h.ok()) {
+    o.status = h.status();
+    return o;
+  }
+  RgbImage img;
+  o.status = dec.DecodeImage(1, &img);
+  o.pixels = std::move(img.pixels);
+  return o;
+}
+
+// A decoder that decoded other images first treats an image exactly as a
+// fresh decoder does: no quantization or Huffman table of an earlier image
+// is carried over (a file without DQT is refused, one without DHT gets the
+// standard tables, as on a fresh libjpeg decompressor).
+TEST_CASE("jpeg decoder: no table state is carried from one image to the next", "[jpeg]") {
+  // The image decoded first: other quantization tables (quality 30) and
+  // optimized Huffman tables, so whatever it leaves behind differs from the
+  // standard tables.
+  const std::vector<uint8_t> first = [] {
+    std::vector<uint8_t> px(64 * 48 * 3);
+    Rng rng(7);
+    for (uint8_t& v : px) v = static_cast<uint8_t>(rng.Below(256));
+    return testing::CompressJpeg(px, 64, 48, 3, 30,
+                                 [](jpeg_compress_struct* c) { c->optimize_coding = TRUE; });
+  }();
+  const std::vector<uint8_t> good = Encode(80, 56, Flavour::k420, 3);  // standard Huffman tables
+  REQUIRE(CountSegments(good, 0xDB) > 0);
+  REQUIRE(CountSegments(good, 0xC4) > 0);
+  const std::vector<uint8_t> no_dqt = StripSegments(good, 0xDB);
+  const std::vector<uint8_t> no_dht = StripSegments(good, 0xC4);
+  REQUIRE(CountSegments(no_dqt, 0xDB) == 0);
+  REQUIRE(CountSegments(no_dht, 0xC4) == 0);
+
+  for (const auto& [name, bytes] : {std::pair{"no DQT", no_dqt}, std::pair{"no DHT", no_dht}}) {
+    INFO(name);
+    JpegDecoder fresh;
+    const Outcome alone = DecodeOutcome(fresh, bytes);
+    JpegDecoder used;
+    REQUIRE(DecodeOutcome(used, first).status.ok());
+    REQUIRE(DecodeOutcome(used, good).status.ok());
+    REQUIRE(DecodeOutcome(used, first).status.ok());
+    const Outcome after = DecodeOutcome(used, bytes);
+    CHECK(after.status.ok() == alone.status.ok());
+    CHECK((after.pixels == alone.pixels));
+    // And the fresh decoder's own outcome: no DQT is refused (djpeg refuses
+    // it too); no DHT decodes with the standard tables, which `good` uses.
+    if (std::string(name) == "no DQT") {
+      CHECK_FALSE(alone.status.ok());
+      CHECK_FALSE(after.status.ok());
+    } else {
+      JpegDecoder ref;
+      CHECK(alone.status.ok());
+      CHECK((alone.pixels == DecodeOutcome(ref, good).pixels));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace conveyor
