@@ -23,9 +23,12 @@
 #include "core/unique_fd.h"
 #include "server/data_socket_server.h"
 #include "tests/unit/socket_test_util.h"
+#include "tests/unit/eventually.h"
 
 namespace conveyor::server {
 namespace {
+
+using testing::Eventually;
 
 Secret MakeSecret(uint8_t seed) {
   Secret s;
@@ -104,16 +107,6 @@ struct OneChannel {
   std::atomic<int> failures{0};
   std::unique_ptr<DataSocketServer::Channel> channel;
 };
-
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
 
 // A full exchange on a fresh stream `stream_id`: returns once the server's
 // thread has admitted a connection and flushed bytes queued after it, so

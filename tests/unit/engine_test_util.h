@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/engine.h"
+#include "tests/unit/eventually.h"
 #include "tests/unit/test_images.h"
 
 namespace conveyor::testing {
@@ -87,12 +88,7 @@ inline Collected RunOnce(const std::shared_ptr<const PipelineConfig>& p, int thr
 // the deadline, a right one returns as soon as it holds.
 inline bool WaitFor(const std::function<bool()>& cond,
                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!cond()) {
-    if (std::chrono::steady_clock::now() > deadline) return cond();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll interval
-  }
-  return true;
+  return Eventually(cond, timeout);
 }
 
 // Open file descriptors of this process whose link target contains `needle`

@@ -21,10 +21,13 @@
 #include "core/unique_fd.h"
 #include "server/fd_server.h"
 #include "tests/unit/socket_test_util.h"
+#include "tests/unit/eventually.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {
 namespace {
+
+using testing::Eventually;
 
 using testing::ConnectUnix;
 using testing::PeerClosed;
@@ -79,16 +82,6 @@ struct Fixture {
 bool IsTheRegion(const UniqueFd& fd) {
   uint8_t b = 0;
   return fd.valid() && ::pread(fd.get(), &b, 1, 0) == 1 && b == 0x5a;
-}
-
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 TEST_CASE("fd server: the right secret gets the region, a wrong one nothing", "[fd_server]") {

@@ -24,8 +24,11 @@
 #include "server/service.h"
 #include "server/shm_transport.h"
 #include "tests/unit/test_images.h"
+#include "tests/unit/eventually.h"
 
 namespace conveyor::server {
+
+using testing::Eventually;
 
 inline constexpr char kUnixPeer[] = "unix:/run/conveyor/test.sock";
 inline constexpr char kTcpPeer[] = "ipv4:10.0.0.1:4000";
@@ -151,16 +154,6 @@ inline v1::ClientMessage ReleaseMessage(uint32_t slot) {
   v1::ClientMessage m;
   m.mutable_release()->add_slots(slot);
   return m;
-}
-
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 inline Secret SecretOf(const v1::StreamOpened& opened) {
