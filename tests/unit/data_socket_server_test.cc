@@ -313,24 +313,13 @@ TEST_CASE("data socket: out of file descriptors it backs off, then serves again"
   // Made before the process runs out: connecting needs no new fd here.
   UniqueFd conn(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   REQUIRE(conn.valid());
-  const testing::ThreadCpuClock cpu(server_thread);
-  REQUIRE(cpu.valid());
-  long busy_ticks = 0;
-  {
-    testing::FdExhaustion exhausted;
-    REQUIRE(exhausted.ok());
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(t.server->port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(conn.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    // The server cannot accept the connection now. Over one second, a
-    // thread that retries accept() in a loop burns that second; one that
-    // backs off burns next to nothing.
-    const long before = cpu.Ticks();
-    std::this_thread::sleep_for(std::chrono::seconds(1));  // the measured window
-    busy_ticks = cpu.Ticks() - before;
-  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(t.server->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const long busy_ticks = testing::CpuTicksWhileOutOfFds(
+      server_thread, conn.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  REQUIRE(busy_ticks >= 0);
   const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
   INFO("server thread CPU over 1 s: " << busy_ticks << " of " << ticks_per_second << " ticks");
   CHECK(busy_ticks <= ticks_per_second / 10);

@@ -240,4 +240,20 @@ class FdExhaustion {
   std::vector<UniqueFd> held_;
 };
 
+// The CPU ticks thread `server_thread` burns over one second while this
+// process has no fd left and `conn` (made beforehand) connects to `addr`: a
+// server that retries a failing accept() in a loop burns the whole second,
+// one that backs off next to nothing. -1 if the fds could not be exhausted
+// or the connect failed. The fds are free again on return.
+inline long CpuTicksWhileOutOfFds(pid_t server_thread, int conn, const sockaddr* addr,
+                                  socklen_t addr_len) {
+  const ThreadCpuClock cpu(server_thread);
+  if (!cpu.valid()) return -1;
+  FdExhaustion exhausted;
+  if (!exhausted.ok() || ::connect(conn, addr, addr_len) != 0) return -1;
+  const long before = cpu.Ticks();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the measured window
+  return cpu.Ticks() - before;
+}
+
 }  // namespace conveyor::testing
