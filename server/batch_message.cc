@@ -4,7 +4,6 @@
 
 #include "core/batch_layout.h"
 #include "core/slot_arena.h"
-#include "core/text_escape.h"
 
 namespace conveyor::server {
 
@@ -80,11 +79,10 @@ void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
   for (const SampleFailure& f : b.failures) {
     v1::SampleFailure* pf = o->add_failures();
     pf->set_sample_index(f.sample_index);
-    // Dataset-supplied: a name need not be UTF-8, which a proto3 string
-    // must be (the client could not parse the Batch); escaping is
-    // idempotent, so text already escaped upstream passes unchanged.
-    pf->set_path(EscapeText(f.path));
-    pf->set_reason(EscapeText(f.reason));
+    // Valid UTF-8, as a proto3 string must be: the engine escapes a
+    // failure's path and reason once, when it records it (core/stream.h).
+    pf->set_path(f.path);
+    pf->set_reason(f.reason);
   }
 }
 

@@ -254,7 +254,8 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
     // The pipeline name is the client's: escaped and capped in log lines.
     spdlog::info("stream request from {} for pipeline '{}' refused: {}", peer_,
                  EscapeText(open.pipeline(), kClientStringCap),
-                 EscapeText(session.status().ToString()));
+                 EscapeText(absl::StatusCodeToString(session.status().code()) + ": " +
+                            std::string(session.status().message())));
     MutexLock lock(&mu_);
     EndLocked(session.status());
     return;
