@@ -80,6 +80,10 @@ int OpenByComponents(int dir_fd, const std::string& rel, bool* link) {
     const std::string name =
         rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
     const bool last = slash == std::string::npos;
+    if (name == "..") {  // a way out of the root, refused as RESOLVE_BENEATH does
+      errno = EXDEV;
+      return -1;
+    }
     if (name.empty() || name == ".") {  // "a//b", "./a": nothing to open
       if (last) {
         errno = EISDIR;
@@ -161,8 +165,8 @@ absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
     err = errno;
     if (fd < 0 && err == ENOSYS) g_openat2_missing.store(true, std::memory_order_relaxed);
     // RESOLVE_NO_SYMLINKS answers ELOOP for a link anywhere on the way,
-    // RESOLVE_BENEATH EXDEV for a way out.
-    if (fd < 0 && (err == ELOOP || err == EXDEV)) link = true;
+    // RESOLVE_BENEATH EXDEV for a way out ("..").
+    if (fd < 0 && err == ELOOP) link = true;
   }
   if (g_openat2_missing.load(std::memory_order_relaxed))
 #endif
@@ -173,6 +177,10 @@ absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
   if (fd < 0) {
     const std::string shown = Shown(shown_root, relative_path);
     if (link) return LinkRefused(shown);
+    if (err == EXDEV) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(shown, ": leads outside the dataset root (\"..\")"));
+    }
     return PosixError(absl::StrCat("open ", shown), err);
   }
   UniqueFd owned(fd);

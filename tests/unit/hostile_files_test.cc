@@ -235,6 +235,29 @@ std::vector<std::string> Keys(const std::map<std::string, std::string>& m) {
   return out;
 }
 
+TEST_CASE("a path with \"..\" never leads out of the root, with openat2 or without",
+          "[hostile][symlink]") {
+  testing::TempDir dir;
+  const std::vector<uint8_t> secret = {'s', 'e', 'c', 'r', 'e', 't'};
+  testing::WriteFile(dir.Sub("outside.jpg"), secret);
+  ::mkdir(dir.Sub("root").c_str(), 0755);
+  ::mkdir(dir.Sub("root/class_0").c_str(), 0755);
+  UniqueFd root(::open(dir.Sub("root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  REQUIRE(root.valid());
+  for (bool fallback : {false, true}) {
+    SetOpenat2MissingForTesting(fallback);
+    for (const char* rel : {"../outside.jpg", "class_0/../../outside.jpg"}) {
+      INFO(rel << (fallback ? " (fallback)" : " (openat2)"));
+      std::vector<uint8_t> out;
+      const absl::Status s = ReadFileBeneath(root.get(), dir.Sub("root"), rel, 1 << 20, &out);
+      CHECK(absl::IsPermissionDenied(s));
+      CHECK(Contains(std::string(s.message()), "leads outside the dataset root"));
+      CHECK_FALSE((out == secret));
+    }
+  }
+  SetOpenat2MissingForTesting(false);
+}
+
 TEST_CASE("ImageFolder: links below the root are never followed", "[hostile][symlink]") {
   LinkFixture f;
   fs::create_symlink(f.outside + "/secret.jpg", f.root + "/cat/link.jpg");  // a file link
