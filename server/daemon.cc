@@ -271,7 +271,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  d->grpc_service_ = std::make_unique<GrpcConveyorService>(d->service_.get());
+  d->identifier_ = std::make_unique<ClientIdentifier>();
+  d->grpc_service_ =
+      std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
   if (!unix_path.empty()) {
     builder.AddListeningPort(absl::StrCat("unix:", unix_path), grpc::InsecureServerCredentials());

@@ -29,6 +29,7 @@ class Server;
 
 namespace conveyor::server {
 
+class ClientIdentifier;
 class ConveyorService;
 class DataSocketServer;
 class FdServer;
@@ -87,6 +88,7 @@ class Daemon {
   std::unique_ptr<DataSocketServer> data_server_;
   std::unique_ptr<ConveyorService> service_;
   std::unique_ptr<FdServer> fd_server_;
+  std::unique_ptr<ClientIdentifier> identifier_;
   std::unique_ptr<GrpcConveyorService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
 

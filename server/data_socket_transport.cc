@@ -43,8 +43,8 @@ class DataSocketStream final : public StreamTransport {
 }  // namespace
 
 absl::Status DataSocketTransport::CanServe(const v1::OpenStream& request,
-                                           const std::string& peer) const {
-  if (IsUnixPeer(peer)) {
+                                           const ClientIdentity& client) const {
+  if (client.is_unix()) {
     return absl::FailedPreconditionError(
         "DATA_SOCKET is for TCP connections; over the unix socket use SHARED_MEMORY or AUTO");
   }
@@ -56,8 +56,8 @@ absl::Status DataSocketTransport::CanServe(const v1::OpenStream& request,
 }
 
 bool DataSocketTransport::OfferedByAuto(const v1::OpenStream& request,
-                                        const std::string& peer) const {
-  return request.accept_data_socket() && CanServe(request, peer).ok();
+                                        const ClientIdentity& client) const {
+  return request.accept_data_socket() && CanServe(request, client).ok();
 }
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> DataSocketTransport::Open(

@@ -33,8 +33,8 @@ namespace {
 class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>,
                             private StreamCall::Rpc {
  public:
-  StreamReactor(ConveyorService* service, std::string peer)
-      : call_(service, std::move(peer), this) {
+  StreamReactor(ConveyorService* service, ClientIdentity client)
+      : call_(service, std::move(client), this) {
     call_.Start();
     TsanRelease(this);  // see server/tsan_annotations.h
   }
@@ -78,13 +78,26 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
   StreamCall call_;            // destroyed before the alarm
 };
 
+// A StreamBatches call refused before it starts: finishes with `status`.
+class RefusedStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage> {
+ public:
+  explicit RefusedStreamReactor(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* GrpcConveyorService::ListPipelines(
     grpc::CallbackServerContext* context, const v1::ListPipelinesRequest* /*request*/,
     v1::ListPipelinesResponse* response) {
-  *response = service_->ListPipelines();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
+  if (!client.ok()) {
+    reactor->Finish(ToGrpcStatus(client.status()));
+    return reactor;
+  }
+  *response = service_->ListPipelines();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -92,15 +105,22 @@ grpc::ServerUnaryReactor* GrpcConveyorService::ListPipelines(
 grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerContext* context,
                                                         const v1::GetStatsRequest* /*request*/,
                                                         v1::GetStatsResponse* response) {
-  *response = service_->GetStats();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
+  if (!client.ok()) {
+    reactor->Finish(ToGrpcStatus(client.status()));
+    return reactor;
+  }
+  *response = service_->GetStats();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* GrpcConveyorService::StreamBatches(
     grpc::CallbackServerContext* context) {
-  return new StreamReactor(service_, context->peer());
+  absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
+  if (!client.ok()) return new RefusedStreamReactor(client.status());
+  return new StreamReactor(service_, *std::move(client));
 }
 
 }  // namespace conveyor::server

@@ -1,18 +1,21 @@
 // GrpcConveyorService: the gRPC face of ConveyorService — a thin adapter
-// built on gRPC's callback API. Unary calls forward to the core service and
+// built on gRPC's callback API. Every call first learns who its client is
+// (server/client_identifier.h) and is refused with that status when the
+// client may not call at all. Unary calls forward to the core service and
 // convert its absl::Status once (ToGrpcStatus). Each StreamBatches call gets
 // one StreamReactor (see grpc_service.cc), a thin adapter over the call's
 // protocol (server/stream_call.h): at most one write in flight, woken by the
 // stream's ready callback or by the end of its previous write.
 //
 // Thread-safety: gRPC calls the methods concurrently; the adapter holds no
-// state of its own besides the pointer to the core service.
+// state of its own besides pointers to the core service and the identifier.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
+#include "server/client_identifier.h"
 #include "server/service.h"
 
 namespace conveyor::server {
@@ -23,9 +26,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class GrpcConveyorService final : public v1::Conveyor::CallbackService {
  public:
-  // `service` is not owned and must outlive every call (the daemon shuts
-  // the gRPC server down before destroying it).
-  explicit GrpcConveyorService(ConveyorService* service) : service_(service) {}
+  // `service` and `identifier` are not owned and must outlive every call
+  // (the daemon shuts the gRPC server down before destroying them).
+  GrpcConveyorService(ConveyorService* service, const ClientIdentifier* identifier)
+      : service_(service), identifier_(identifier) {}
 
   grpc::ServerUnaryReactor* ListPipelines(grpc::CallbackServerContext* context,
                                           const v1::ListPipelinesRequest* request,
@@ -38,6 +42,7 @@ class GrpcConveyorService final : public v1::Conveyor::CallbackService {
 
  private:
   ConveyorService* const service_;
+  const ClientIdentifier* const identifier_;
 };
 
 }  // namespace conveyor::server

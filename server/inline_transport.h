@@ -18,7 +18,8 @@ class InlineTransport final : public Transport {
   explicit InlineTransport(uint64_t max_message_bytes) : max_message_bytes_(max_message_bytes) {}
 
   v1::Transport kind() const override { return v1::INLINE; }
-  absl::Status CanServe(const v1::OpenStream& request, const std::string& peer) const override {
+  absl::Status CanServe(const v1::OpenStream& request,
+                        const ClientIdentity& client) const override {
     return absl::OkStatus();
   }
   absl::Status CheckLayout(const BatchLayout& layout) const override;

@@ -108,7 +108,7 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   std::map<uint64_t, std::string> peers;
   {
     MutexLock lock(&mu_);
-    for (const auto& [id, e] : sessions_) peers[id] = e.peer;
+    for (const auto& [id, e] : sessions_) peers[id] = e.client;
     r.set_slot_bytes_in_use(reserved_bytes_);
   }
   // A stream counts from its open until both the service (its session,
@@ -136,7 +136,8 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   return r;
 }
 
-absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, const std::string& peer,
+absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req,
+                                                 const ClientIdentity& client,
                                                  const PipelineConfig& p, StreamOptions* o,
                                                  Transport** transport) const {
   if (req.credits() == 0 || req.credits() > kMaxCredits) {
@@ -153,7 +154,7 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
     return absl::InvalidArgumentError("first_epoch + num_epochs overflows");
   }
 
-  ASSIGN_OR_RETURN(*transport, transports_->Choose(req, peer));
+  ASSIGN_OR_RETURN(*transport, transports_->Choose(req, client));
 
   o->batch_size = req.batch_size();
   o->seed = req.seed();
@@ -196,7 +197,7 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req, cons
 }
 
 absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::OpenStream& req,
-                                                                     const std::string& peer,
+                                                                     const ClientIdentity& client,
                                                                      std::function<void()> wake) {
   if (shutting_down()) return absl::UnavailableError("daemon shutting down");
   auto it = by_name_.find(req.pipeline());
@@ -207,10 +208,15 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
                                                EscapeText(req.pipeline(), kClientStringCap),
                                                absl::StrJoin(names, ", ")));
   }
+  if (!client.MayOpen(req.pipeline())) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("%s may not open pipeline '%s'", client.Describe(),
+                        EscapeText(req.pipeline(), kClientStringCap)));
+  }
   const std::shared_ptr<const PipelineConfig>& pipeline = it->second;
   StreamOptions so;
   Transport* transport = nullptr;
-  RETURN_IF_ERROR(BuildStreamOptions(req, peer, *pipeline, &so, &transport));
+  RETURN_IF_ERROR(BuildStreamOptions(req, client, *pipeline, &so, &transport));
   const BatchLayout layout = BatchLayout::For(pipeline->transform, so.batch_size);
   RETURN_IF_ERROR(transport->CheckLayout(layout));
 
@@ -248,7 +254,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   }
   std::shared_ptr<Stream> stream(std::move(*opened));
   // From here on the session's destructor gives the reservation back.
-  std::unique_ptr<Session> session(new Session(this, stream, peer, bytes));
+  std::unique_ptr<Session> session(new Session(this, stream, client, bytes));
   absl::StatusOr<std::unique_ptr<StreamTransport>> stream_transport =
       transport->Open(stream, wake);
   if (!stream_transport.ok()) return stream_transport.status();
@@ -270,7 +276,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     // BeginShutdown may have run since the reservation; it could not see
     // this stream, so refuse it here.
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
-    sessions_.emplace(stream->id(), Entry{stream, peer, std::move(wake)});
+    sessions_.emplace(stream->id(), Entry{stream, client.Describe(), std::move(wake)});
   }
   return session;
 }

@@ -31,6 +31,7 @@
 #include "core/mutex.h"
 #include "core/pipeline_config.h"
 #include "core/stream.h"
+#include "server/client_identity.h"
 #include "server/transport.h"
 
 namespace conveyor::server {
@@ -68,20 +69,20 @@ class Session {
   v1::Transport transport_kind() const { return opened_.transport(); }
   // The first reply of the stream.
   const v1::StreamOpened& opened() const { return opened_; }
-  const std::string& peer() const { return peer_; }
+  const ClientIdentity& client() const { return client_; }
 
  private:
   friend class ConveyorService;
-  Session(ConveyorService* service, std::shared_ptr<Stream> stream, std::string peer,
+  Session(ConveyorService* service, std::shared_ptr<Stream> stream, ClientIdentity client,
           uint64_t reserved_bytes)
       : service_(service),
         stream_(std::move(stream)),
-        peer_(std::move(peer)),
+        client_(std::move(client)),
         reserved_bytes_(reserved_bytes) {}
 
   ConveyorService* const service_;  // not owned; outlives the session
   const std::shared_ptr<Stream> stream_;
-  const std::string peer_;
+  const ClientIdentity client_;
   const uint64_t reserved_bytes_;
   // Both set before the session is handed out.
   std::unique_ptr<StreamTransport> transport_;
@@ -100,18 +101,19 @@ class ConveyorService {
   v1::ListPipelinesResponse ListPipelines() const;
   v1::GetStatsResponse GetStats() const;
 
-  // Validates `request` and opens its stream for the client at `peer` (a
-  // gRPC peer string; the transports decide what they can serve it).
+  // Validates `request` and opens its stream for `client` (the transports
+  // decide what they can serve it; it must be allowed the pipeline).
   // `wake`, if set, is called (from any thread, no service lock held) when
   // the stream's transport may no longer need the call to wait
   // (StreamTransport::MustWaitForClient) and when the service begins
   // shutting down: the stream's owner may be waiting for either. Errors, by code:
-  // UNAVAILABLE (shutting down), NOT_FOUND (pipeline), INVALID_ARGUMENT
+  // UNAVAILABLE (shutting down), NOT_FOUND (pipeline), PERMISSION_DENIED
+  // (a pipeline `client` may not open), INVALID_ARGUMENT
   // (batch_size, credits, rank, transport), FAILED_PRECONDITION (shared
   // memory over TCP, resume at another world size), OUT_OF_RANGE (resume
   // point), RESOURCE_EXHAUSTED (budget or stream limit, with the figures).
   absl::StatusOr<std::unique_ptr<Session>> OpenStream(const v1::OpenStream& request,
-                                                      const std::string& peer,
+                                                      const ClientIdentity& client,
                                                       std::function<void()> wake = nullptr);
 
   // Stops accepting streams (OpenStream → UNAVAILABLE "daemon shutting
@@ -125,7 +127,7 @@ class ConveyorService {
   friend class Session;
   struct Entry {
     std::weak_ptr<Stream> stream;
-    std::string peer;
+    std::string client;  // ClientIdentity::Describe(), for stats
     std::function<void()> wake;
   };
 
@@ -135,7 +137,7 @@ class ConveyorService {
 
   // Checks the request, chooses its transport and turns it into stream
   // options (validation that needs no lock).
-  absl::Status BuildStreamOptions(const v1::OpenStream& request, const std::string& peer,
+  absl::Status BuildStreamOptions(const v1::OpenStream& request, const ClientIdentity& client,
                                   const PipelineConfig& pipeline, StreamOptions* options,
                                   Transport** transport) const;
   void Unregister(uint64_t stream_id, uint64_t reserved_bytes);

@@ -47,10 +47,11 @@ class ShmTransport::Stream final : public StreamTransport {
 
 ShmTransport::~ShmTransport() = default;
 
-absl::Status ShmTransport::CanServe(const v1::OpenStream& request, const std::string& peer) const {
-  if (!IsUnixPeer(peer)) {
+absl::Status ShmTransport::CanServe(const v1::OpenStream& request,
+                                    const ClientIdentity& client) const {
+  if (!client.is_unix()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "SHARED_MEMORY needs a connection over the daemon's unix socket; this one is ", peer,
+        "SHARED_MEMORY needs a connection over the daemon's unix socket; this one is ", client.Describe(),
         " (use INLINE or AUTO over TCP)"));
   }
   if (fd_socket_path_.empty()) {

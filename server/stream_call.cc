@@ -39,8 +39,8 @@ struct StreamCall::Gate {
   }
 };
 
-StreamCall::StreamCall(ConveyorService* service, std::string peer, Rpc* rpc)
-    : service_(service), peer_(std::move(peer)), rpc_(rpc), gate_(std::make_shared<Gate>()) {
+StreamCall::StreamCall(ConveyorService* service, ClientIdentity client, Rpc* rpc)
+    : service_(service), client_(std::move(client)), rpc_(rpc), gate_(std::make_shared<Gate>()) {
   MutexLock lock(&gate_->mu);
   gate_->call = this;
 }
@@ -249,10 +249,10 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
     if (end_.has_value()) return;  // cancelled meanwhile
   }
   absl::StatusOr<std::unique_ptr<Session>> session =
-      service_->OpenStream(open, peer_, [gate = gate_] { Wake(gate); });
+      service_->OpenStream(open, client_, [gate = gate_] { Wake(gate); });
   if (!session.ok()) {
     // The pipeline name is the client's: escaped and capped in log lines.
-    spdlog::info("stream request from {} for pipeline '{}' refused: {}", peer_,
+    spdlog::info("stream request from {} for pipeline '{}' refused: {}", client_.Describe(),
                  EscapeText(open.pipeline(), kClientStringCap),
                  EscapeText(absl::StatusCodeToString(session.status().code()) + ": " +
                             std::string(session.status().message())));
@@ -264,7 +264,7 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
   spdlog::info(
       "stream {} opened by {}: pipeline {}, batch_size {}, credits {}, {}, rank {}/{}, epochs "
       "{}+{}, epoch offset {}",
-      (*session)->id(), peer_, EscapeText(open.pipeline(), kClientStringCap), o.batch_size, o.num_slots,
+      (*session)->id(), client_.Describe(), EscapeText(open.pipeline(), kClientStringCap), o.batch_size, o.num_slots,
       TransportName((*session)->transport_kind()), o.rank, o.world_size, o.first_epoch,
       o.num_epochs, o.epoch_offset);
   Stream* stream = &(*session)->stream();

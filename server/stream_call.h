@@ -71,7 +71,7 @@ class StreamCall {
   };
 
   // `service` and `rpc` are not owned and outlive the call.
-  StreamCall(ConveyorService* service, std::string peer, Rpc* rpc);
+  StreamCall(ConveyorService* service, ClientIdentity client, Rpc* rpc);
   ~StreamCall();  // REQUIRES: Detach() was called
   StreamCall(const StreamCall&) = delete;
   StreamCall& operator=(const StreamCall&) = delete;
@@ -103,7 +103,7 @@ class StreamCall {
   void AddBatchLocked(const BatchInfo& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConveyorService* const service_;
-  const std::string peer_;
+  const ClientIdentity client_;
   Rpc* const rpc_;
   const std::shared_ptr<Gate> gate_;
   std::atomic<bool> pump_wanted_{false};

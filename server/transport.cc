@@ -1,11 +1,8 @@
 #include "server/transport.h"
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 
 namespace conveyor::server {
-
-bool IsUnixPeer(const std::string& peer) { return absl::StartsWith(peer, "unix:"); }
 
 bool ClientStillReads(const absl::Status& status) {
   return !absl::IsCancelled(status) && !absl::IsUnavailable(status);
@@ -25,17 +22,17 @@ const char* TransportName(v1::Transport kind) {
 }
 
 absl::StatusOr<Transport*> TransportSet::Choose(const v1::OpenStream& request,
-                                                const std::string& peer) const {
+                                                const ClientIdentity& client) const {
   if (request.transport() == v1::TRANSPORT_AUTO) {
     for (const auto& t : transports_) {
-      if (t->OfferedByAuto(request, peer)) return t.get();
+      if (t->OfferedByAuto(request, client)) return t.get();
     }
     return absl::FailedPreconditionError(
-        absl::StrFormat("no transport of this daemon can serve the client at %s", peer));
+        absl::StrFormat("no transport of this daemon can serve the client at %s", client.Describe()));
   }
   for (const auto& t : transports_) {
     if (t->kind() != request.transport()) continue;
-    if (absl::Status st = t->CanServe(request, peer); !st.ok()) return st;
+    if (absl::Status st = t->CanServe(request, client); !st.ok()) return st;
     return t.get();
   }
   if (v1::Transport_IsValid(request.transport())) {

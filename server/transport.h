@@ -32,11 +32,9 @@
 #include "conveyor/v1/conveyor.pb.h"
 #include "core/batch_layout.h"
 #include "core/stream.h"
+#include "server/client_identity.h"
 
 namespace conveyor::server {
-
-// gRPC peers look like "unix:/path", "ipv4:1.2.3.4:5", "ipv6:[::1]:5".
-bool IsUnixPeer(const std::string& peer);
 
 // Whether a stream that ended with `status` still has a client that will
 // read the batches already sent (fetch the region, drain the data socket):
@@ -82,13 +80,14 @@ class Transport {
 
   virtual v1::Transport kind() const = 0;
 
-  // Whether this transport can serve `request` from the client at `peer`:
+  // Whether this transport can serve `request` from `client`:
   // OK, or FAILED_PRECONDITION saying what to ask for instead.
-  virtual absl::Status CanServe(const v1::OpenStream& request, const std::string& peer) const = 0;
+  virtual absl::Status CanServe(const v1::OpenStream& request,
+                                const ClientIdentity& client) const = 0;
 
-  // Whether TRANSPORT_AUTO may pick it for `request` from `peer`.
-  virtual bool OfferedByAuto(const v1::OpenStream& request, const std::string& peer) const {
-    return CanServe(request, peer).ok();
+  // Whether TRANSPORT_AUTO may pick it for `request` from `client`.
+  virtual bool OfferedByAuto(const v1::OpenStream& request, const ClientIdentity& client) const {
+    return CanServe(request, client).ok();
   }
 
   // Whether the stream's slots must be in a memfd another process can map.
@@ -111,10 +110,11 @@ class TransportSet {
   explicit TransportSet(std::vector<std::unique_ptr<Transport>> transports)
       : transports_(std::move(transports)) {}
 
-  // The transport for `request` from `peer`: for TRANSPORT_AUTO the first
+  // The transport for `request` from `client`: for TRANSPORT_AUTO the first
   // offered, else the one asked for. INVALID_ARGUMENT for an unknown kind,
   // FAILED_PRECONDITION (from CanServe) when it cannot serve this client.
-  absl::StatusOr<Transport*> Choose(const v1::OpenStream& request, const std::string& peer) const;
+  absl::StatusOr<Transport*> Choose(const v1::OpenStream& request,
+                                    const ClientIdentity& client) const;
 
  private:
   const std::vector<std::unique_ptr<Transport>> transports_;

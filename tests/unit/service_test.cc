@@ -224,6 +224,25 @@ TEST_CASE("service: transports are chosen by peer and request", "[service]") {
   CHECK(absl::IsInvalidArgument(unknown.status()));
 }
 
+TEST_CASE("service: a client opens only the pipelines it is allowed", "[service]") {
+  ServiceFixture t;
+  ClientIdentity limited = kTcpPeer;
+  limited.principal = "reader";
+  limited.allowed_pipelines = std::set<std::string>{"other"};
+  auto refused = t.service->OpenStream(Request(), limited);
+  REQUIRE(absl::IsPermissionDenied(refused.status()));
+  const std::string message(refused.status().message());
+  CHECK(message.find("'test'") != std::string::npos);
+  CHECK(message.find("as 'reader'") != std::string::npos);
+  CHECK(t.BytesInUse() == 0);
+  CHECK(t.service->GetStats().streams_open() == 0);
+
+  limited.allowed_pipelines->insert("test");
+  auto opened = t.service->OpenStream(Request(), limited);
+  REQUIRE(opened.ok());
+  CHECK((*opened)->client().principal == "reader");
+}
+
 TEST_CASE(
     "service: OpenStream racing BeginShutdown either opens a cancelled stream or is "
     "refused, and leaks no budget",
@@ -462,6 +481,43 @@ TEST_CASE("service over gRPC: a call made while shutting down is UNAVAILABLE", "
   call.stream->Write(OpenMessage(Request()));
   Seen seen = ReadAll(call);
   CHECK(seen.status.error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+// Refuses every call, as an access check refuses a client without
+// credentials.
+class RefuseEveryone final : public ClientIdentifier {
+ public:
+  absl::StatusOr<ClientIdentity> Identify(const grpc::ServerContextBase&) const override {
+    return absl::UnauthenticatedError("no credentials");
+  }
+};
+
+TEST_CASE("service over gRPC: a client the identifier refuses gets its status from every call",
+          "[service][grpc]") {
+  RefuseEveryone refuse;
+  ServiceFixtureOptions o;
+  o.identifier = &refuse;
+  ServiceFixture t(o);
+  {
+    grpc::ClientContext context;
+    v1::ListPipelinesResponse pipelines;
+    const grpc::Status st = t.stub->ListPipelines(&context, {}, &pipelines);
+    CHECK(st.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(st.error_message() == "no credentials");
+    CHECK(pipelines.pipelines_size() == 0);
+  }
+  {
+    grpc::ClientContext context;
+    v1::GetStatsResponse stats;
+    CHECK(t.stub->GetStats(&context, {}, &stats).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  Call call(t.stub.get());
+  call.stream->Write(OpenMessage(Request()));
+  Seen seen = ReadAll(call);
+  CHECK(seen.status.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(seen.batches.empty());
+  CHECK(t.service->GetStats().streams_total() == 0);
 }
 
 }  // namespace

@@ -30,8 +30,8 @@ namespace conveyor::server {
 
 using testing::Eventually;
 
-inline constexpr char kUnixPeer[] = "unix:/run/conveyor/test.sock";
-inline constexpr char kTcpPeer[] = "ipv4:10.0.0.1:4000";
+inline const ClientIdentity kUnixPeer = ClientIdentity::FromPeer("unix:/run/conveyor/test.sock");
+inline const ClientIdentity kTcpPeer = ClientIdentity::FromPeer("ipv4:10.0.0.1:4000");
 
 // ShmTransport, offered to every peer: the in-process channel's peer is not
 // a unix socket, yet the reactor's wait for the hand-over is what the
@@ -40,7 +40,7 @@ class AnyPeerShm final : public Transport {
  public:
   explicit AnyPeerShm(ShmTransport* shm) : shm_(shm) {}
   v1::Transport kind() const override { return v1::SHARED_MEMORY; }
-  absl::Status CanServe(const v1::OpenStream&, const std::string&) const override {
+  absl::Status CanServe(const v1::OpenStream&, const ClientIdentity&) const override {
     return absl::OkStatus();
   }
   bool shares_memory() const override { return true; }
@@ -61,6 +61,8 @@ struct ServiceFixtureOptions {
   bool shm_for_every_peer = false;
   std::chrono::milliseconds handover_grace{10'000};
   uint64_t memory_budget = 64ull << 20;
+  // Who the gRPC adapter says each call's client is; null: by peer alone.
+  const ClientIdentifier* identifier = nullptr;
 };
 
 // A service over a small ImageFolder (2 classes × 3 images, 32 px output),
@@ -108,7 +110,8 @@ struct ServiceFixture {
     REQUIRE(created.ok());
     service = *std::move(created);
 
-    grpc_service = std::make_unique<GrpcConveyorService>(service.get());
+    grpc_service = std::make_unique<GrpcConveyorService>(
+        service.get(), o.identifier != nullptr ? o.identifier : &identifier);
     grpc::ServerBuilder builder;
     builder.RegisterService(grpc_service.get());
     server = builder.BuildAndStart();
@@ -127,6 +130,7 @@ struct ServiceFixture {
   std::string fd_path;
   ShmTransport* shm = nullptr;  // owned by the service
   std::unique_ptr<ConveyorService> service;
+  ClientIdentifier identifier;
   std::unique_ptr<GrpcConveyorService> grpc_service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<v1::Conveyor::Stub> stub;
