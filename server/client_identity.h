@@ -38,6 +38,9 @@ struct ClientIdentity {
   std::string principal;
   // The pipelines it may open; unset: every pipeline.
   std::optional<std::set<std::string>> allowed_pipelines;
+  // Whether it may see every client's streams in GetStats (the daemon's
+  // operators), not only its own.
+  bool is_operator = false;
 
   // Builds the identity of a client known only by gRPC's peer string: unix
   // when it starts with "unix:".
