@@ -14,6 +14,9 @@
 // EAGAIN, ...) carry its system mark (IsSystemError) and the engine retries
 // them; errors of the file (ENOENT, EACCES, ...) and the checks below are the
 // sample's.
+//
+// Tests inject read errors, short counts and slow reads through the seam in
+// core/read_fault_hook.h (one atomic load per read when unused).
 #pragma once
 
 #include <sys/types.h>
