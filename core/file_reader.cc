@@ -60,7 +60,10 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
       if (errno == EINTR) continue;
       return PosixError(absl::StrCat("read ", shown), errno);
     }
-    if (n == 0) break;  // file shrank while reading
+    if (n == 0) {  // the file shrank (was truncated or rewritten) while being read
+      return absl::DataLossError(absl::StrFormat(
+          "read %s: file changed size while being read (got %d of %d bytes)", shown, done, size));
+    }
     done += static_cast<uint64_t>(n);
   }
   out->resize(done);

@@ -226,6 +226,36 @@ TEST_CASE("read faults: a persistent EIO ends the stream with UNAVAILABLE naming
   }
 }
 
+TEST_CASE("read faults: a file that shrinks while it is read is a failure of the sample saying so",
+          "[read_faults]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 2, 5);
+  auto p = MakePipeline(dir.path());
+  p->max_failure_rate = 1.0;
+  const std::string rel(p->dataset->relative_path(2));
+  const uint64_t size = std::filesystem::file_size(dir.Sub(rel));
+  PlannedFaults faults;
+  ReadFault truncated;
+  truncated.end_after_bytes = static_cast<int64_t>(size / 2);
+  faults.Plan("/" + rel, truncated);
+  ScopedReadFaultHook hooked(&faults);
+  StreamOptions so = Epochs(1, 5);
+  so.shuffle = false;
+  const Collected c = RunOnce(p, 2, so, FastRetries());
+  REQUIRE(c.end.ok());
+  REQUIRE(c.batches.size() == 2);
+  REQUIRE(c.batches[0].failures.size() == 1);
+  CHECK(c.batches[0].num_samples == 4);
+  const SampleFailure& f = c.batches[0].failures[0];
+  CHECK(f.path == rel);
+  CHECK(f.sample_index == 2);
+  INFO(f.reason);
+  CHECK(f.reason.find("changed size while being read") != std::string::npos);
+  CHECK(f.reason.find(std::to_string(size / 2) + " of " + std::to_string(size)) !=
+        std::string::npos);
+  CHECK(faults.reads_of("/" + rel) == 1);  // an error of the file: not retried
+}
+
 // Delivered and failed indices of each epoch.
 struct EpochAccount {
   std::multiset<int64_t> delivered;
