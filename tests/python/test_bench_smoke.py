@@ -271,7 +271,7 @@ def test_soak_smoke(tmp_path):
         assert idle["fds"] == r["idle_before"]["fds"], (r["idle_before"], idle)
     assert r["daemon_exit_status"] == 0
     assert max(s["streams"] for s in r["samples"]) >= 2
-    for key in ("rss", "fds"):
+    for key in ("rss", "rss_less_slots", "fds"):
         j = r[key]
         assert j["verdict"] == "flat", (key, j)
         assert j["max"] >= max(j["warm"], j["end"]), (key, j)
