@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/posix_error.h"
+#include "core/read_fault_hook.h"
 #include "core/unique_fd.h"
 
 namespace conveyor {
@@ -49,15 +50,20 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s: file of %d bytes exceeds the %d-byte limit (max_file_bytes)", shown, size, max_bytes));
   }
+  ReadFault fault = internal::TakeReadFault(shown);  // tests only: see read_fault_hook.h
   out->resize(size);  // capacity is kept between calls: no churn once grown
   uint64_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, out->data() + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = internal::PreadWithFault(fd, out->data() + done, size - done,
+                                               static_cast<off_t>(done), &fault);
     if (n < 0) {
       if (errno == EINTR) continue;
       return PosixError(absl::StrCat("read ", shown), errno);
     }
-    if (n == 0) break;  // file shrank while reading
+    if (n == 0) {  // the file shrank (was truncated or rewritten) while being read
+      return absl::DataLossError(absl::StrFormat(
+          "read %s: file changed size while being read (got %d of %d bytes)", shown, done, size));
+    }
     done += static_cast<uint64_t>(n);
   }
   out->resize(done);

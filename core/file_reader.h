@@ -14,6 +14,9 @@
 // EAGAIN, ...) carry its system mark (IsSystemError) and the engine retries
 // them; errors of the file (ENOENT, EACCES, ...) and the checks below are the
 // sample's.
+//
+// Tests inject read errors, short counts and slow reads through the seam in
+// core/read_fault_hook.h (one atomic load per read when unused).
 #pragma once
 
 #include <sys/types.h>
@@ -29,7 +32,10 @@ namespace conveyor {
 
 // Errors: PosixError for open/fstat/pread failures; InvalidArgument when the
 // path is not a regular file (never blocks on one); ResourceExhausted (not a
-// system error) when it is larger than max_bytes, refused before reading.
+// system error) when it is larger than max_bytes, refused before reading;
+// DataLoss (an error of the file) when it ends before the size fstat gave,
+// i.e. it was truncated or rewritten while being read (never a silent short
+// buffer).
 absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out);
 
 // Like ReadWholeFile for `relative_path` (no leading '/', no ".." component:

@@ -232,3 +232,51 @@ def test_chart_written(quick_run):
     data = chart.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10000
+
+
+# --- bench/soak.py -----------------------------------------------------------
+SOAK = os.path.join(SOURCE_DIR, "bench", "soak.py")
+
+
+@pytest.mark.skipif(not built(CONVEYORD), reason="conveyord not built at %s" % CONVEYORD)
+def test_soak_smoke(tmp_path):
+    """bench/soak.py for two rounds of 10 s: three clients (one per
+    transport), one killed every 4 s. Checked: the run passes (RSS and fds
+    flat after warm-up by the script's own thresholds, no unexpected client
+    error, the daemon idle after each round with as many fds as before the
+    clients came, a clean exit) and its figures hold together."""
+    json_out = tmp_path / "soak.json"
+    res = subprocess.run([PYTHON, SOAK, "--build", BUILD_DIR, "--rounds", "2", "--seconds", "10",
+                          "--clients", "3", "--kill-every", "4", "--images", "24", "--interval", "0.5",
+                          "--json-out", str(json_out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, "soak.py failed (%d)\nstdout:\n%s\nstderr:\n%s" % (
+        res.returncode, res.stdout[-4000:], res.stderr[-4000:])
+    with open(json_out) as f:
+        r = json.load(f)
+    t = r["traffic"]
+    assert t["errors"] == []
+    assert t["killed"] >= 2, t
+    assert t["early_closes"] >= 1, t
+    assert t["streams"] > t["early_closes"], t
+    for transport in ("shared_memory", "inline", "data_socket"):
+        assert t["by_transport"][transport]["batches"] > 0, t["by_transport"]
+    assert r["idle_verdict"] == "flat"
+    assert len(r["idle_rounds"]) == 2
+    for idle in r["idle_rounds"]:
+        # A stream, a killed client or a closed connection that left an fd
+        # behind would show here: the daemon is idle again, so it holds what
+        # it held idle.
+        assert idle["idle"] is True
+        assert idle["fds"] == r["idle_before"]["fds"], (r["idle_before"], idle)
+    assert r["daemon_exit_status"] == 0
+    assert max(s["streams"] for s in r["samples"]) >= 2
+    for key in ("rss", "rss_less_slots", "fds"):
+        j = r[key]
+        assert j["verdict"] == "flat", (key, j)
+        assert j["max"] >= max(j["warm"], j["end"]), (key, j)
+        assert math.isclose(j["growth"], j["end"] - j["warm"]), (key, j)
+        assert j["samples"] >= 8, (key, j)
+    for line in ("figure", "warm-up", "slope/min", "threshold", "idle after round 2",
+                 "idle verdict: flat", "soak: PASS"):
+        assert line in res.stdout, res.stdout

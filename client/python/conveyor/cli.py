@@ -9,6 +9,8 @@ unix:///run/conveyor/conveyor.sock. Run with Debian's /usr/bin/python3.
 """
 
 import argparse
+import errno
+import io
 import os
 import sys
 import time
@@ -27,7 +29,9 @@ EXIT_DATA = 5
 
 EPILOG = """exit codes:
   0  success
-  1  other error (e.g. daemon limits reached: RESOURCE_EXHAUSTED)
+  1  other error (e.g. daemon limits reached: RESOURCE_EXHAUSTED; fetch --out
+     cannot be written, e.g. the disk is full: the batches written before are
+     whole, the failed one left no file)
   2  usage error or invalid request (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION)
   3  not found (unknown pipeline)
   4  server unavailable (cannot connect, or the daemon is shutting down)
@@ -110,6 +114,58 @@ class _Progress:
             sys.stderr.flush()
 
 
+class OutputError(errors.ConveyorError):
+    """A batch file could not be written (disk full, permissions, ...)."""
+
+
+def _batch_files(batch, fmt):
+    """(file name suffix, bytes) of one batch, serialized in memory: a failed
+    write then fails on the disk only, with nothing half-built left open."""
+    arrays = (("images", batch.images), ("labels", batch.labels), ("indices", batch.indices))
+    if fmt == "npz":
+        buf = io.BytesIO()
+        np.savez(buf, **dict(arrays))
+        return [(".npz", buf.getvalue())]
+    files = []
+    for key, value in arrays:
+        buf = io.BytesIO()
+        np.save(buf, value)
+        files.append(("_%s.npy" % key, buf.getvalue()))
+    return files
+
+
+def _write_batch(out, number, fmt, batch):
+    """Writes batch `number`'s files whole or not at all: each goes to a
+    hidden temporary name first and is renamed once all of the batch's files
+    are written; on an error every file of the batch is removed and
+    OutputError names the file that failed."""
+    base = os.path.join(out, "batch_%05d" % number)
+    files = [(base + suffix, data) for suffix, data in _batch_files(batch, fmt)]
+    temps, done = [], []
+    target = files[0][0]
+    try:
+        for final, data in files:
+            target = final
+            tmp = os.path.join(out, ".%s.partial" % os.path.basename(final))
+            temps.append(tmp)
+            with open(tmp, "wb") as f:
+                f.write(data)
+        for (final, _), tmp in zip(files, temps):
+            target = final
+            os.replace(tmp, final)
+            done.append(final)
+    except OSError as e:
+        for path in temps + done:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        name = errno.errorcode.get(e.errno, "errno %s" % e.errno) if e.errno else "?"
+        raise OutputError("cannot write batch %d to %s: %s (%s); %d complete batch(es) were "
+                          "written to %s before it" % (number, target, e.strerror or e, name,
+                                                       number, out)) from None
+
+
 def cmd_fetch(args):
     if args.batches < 1:
         raise errors.InvalidRequest("--batches must be at least 1")
@@ -121,27 +177,22 @@ def cmd_fetch(args):
     failed = 0
     written = 0
     t0 = time.monotonic()
-    with open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
-                     first_epoch=args.epoch, num_epochs=0, rank=rank, world_size=world,
-                     credits=args.credits, shuffle=not args.no_shuffle,
-                     transport=args.transport) as stream:
-        for batch in stream:
-            name = os.path.join(args.out, "batch_%05d" % written)
-            if args.format == "npz":
-                np.savez(name + ".npz", images=batch.images, labels=batch.labels,
-                         indices=batch.indices)
-            else:
-                np.save(name + "_images.npy", batch.images)
-                np.save(name + "_labels.npy", batch.labels)
-                np.save(name + "_indices.npy", batch.indices)
-            images += batch.num_samples
-            failed += len(batch.failures)
-            written += 1
-            progress.update(written, images)
-            if written >= args.batches:
-                break
-        progress.update(written, images, force=True)
-    progress.finish()
+    try:
+        with open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
+                         first_epoch=args.epoch, num_epochs=0, rank=rank, world_size=world,
+                         credits=args.credits, shuffle=not args.no_shuffle,
+                         transport=args.transport) as stream:
+            for batch in stream:
+                _write_batch(args.out, written, args.format, batch)
+                images += batch.num_samples
+                failed += len(batch.failures)
+                written += 1
+                progress.update(written, images)
+                if written >= args.batches:
+                    break
+            progress.update(written, images, force=True)
+    finally:
+        progress.finish()
     dt = time.monotonic() - t0
     print("fetched %d batches, %d images (%d failed samples) in %.2f s: %.1f images/s -> %s"
           % (written, images, failed, dt, images / max(dt, 1e-9), args.out))
