@@ -33,6 +33,7 @@
 #include "server/inline_transport.h"
 #include "server/service.h"
 #include "server/shm_transport.h"
+#include "server/token_identifier.h"
 #include "server/unix_socket.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -231,6 +232,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const std::string& unix_path = config.listen.unix_path;
   const std::string fd_path = unix_path.empty() ? "" : unix_path + ".fd";
 
+  // Who may call: read the token files before anything listens.
+  std::unique_ptr<ClientIdentifier> identifier = std::make_unique<ClientIdentifier>();
+  if (!config.access.tokens.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
+        TokenIdentifier::Create(config.access, std::move(identifier));
+    if (!tokens.ok()) return tokens.status();
+    identifier = *std::move(tokens);
+  }
+
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config.engine);
   if (!engine.ok()) return engine.status();
   const int threads = (*engine)->num_threads();
@@ -271,7 +281,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  d->identifier_ = std::make_unique<ClientIdentifier>();
+  d->identifier_ = std::move(identifier);
   d->grpc_service_ =
       std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
@@ -324,8 +334,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     spdlog::info("listening on unix:{} (mode {:o}), fd hand-over on {}", unix_path,
                  config.listen.unix_mode, fd_path);
   }
-  if (d->tcp_port_ != 0)
-    spdlog::info("listening on TCP {} (port {})", config.listen.tcp, d->tcp_port_);
+  if (d->tcp_port_ != 0) {
+    spdlog::info("listening on TCP {} (port {}){}{}", config.listen.tcp, d->tcp_port_,
+                 config.listen.tls.enabled() ? ", TLS" : "",
+                 config.access.tokens.empty()
+                     ? ""
+                     : absl::StrCat(", bearer tokens required (", config.access.tokens.size(),
+                                    " configured)"));
+    if (!IsLoopbackAddress(config.listen.tcp) && !config.listen.tls.enabled() &&
+        config.access.tokens.empty()) {
+      spdlog::warn(
+          "TCP {} is not a loopback address and has neither TLS nor bearer tokens "
+          "(listen.allow_insecure_tcp): anyone who reaches the port can list the pipelines, read "
+          "every dataset and hold every stream slot",
+          config.listen.tcp);
+    }
+  }
+  if (!config.access.tokens.empty()) {
+    spdlog::info("access: {} bearer token(s); unix socket clients {}", config.access.tokens.size(),
+                 config.access.require_token_on_unix ? "need one too" : "need none");
+  }
   if (d->data_server_ != nullptr) {
     spdlog::info("data socket for TCP clients on {} (port {})", DataSocketAddress(config.listen),
                  d->data_server_->port());
