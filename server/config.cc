@@ -144,7 +144,8 @@ absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
 }
 
 absl::Status Schema::ParseTls(const YAML::Node& n, TlsConfig* t) const {
-  RETURN_IF_ERROR(CheckMap(n, "listen.tls", {"cert", "key", "client_ca", "require_client_cert"}));
+  RETURN_IF_ERROR(CheckMap(n, "listen.tls", {"cert", "key", "client_ca", "require_client_cert",
+                                             "reload_interval_seconds"}));
   if (!n["cert"] || !n["key"]) {
     return Error("listen.tls", n, "needs both `cert` and `key` (PEM files of the server)");
   }
@@ -158,6 +159,10 @@ absl::Status Schema::ParseTls(const YAML::Node& n, TlsConfig* t) const {
       return Error("listen.tls.require_client_cert", n["require_client_cert"],
                    "needs listen.tls.client_ca (the CAs client certificates are checked against)");
     }
+  }
+  if (n["reload_interval_seconds"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["reload_interval_seconds"], "listen.tls.reload_interval_seconds",
+                               1, 86400, &t->reload_interval_seconds));
   }
   return absl::OkStatus();
 }
@@ -597,10 +602,12 @@ absl::Status ValidateDaemonFields(const DaemonConfig& c) {
       return bad("listen.data_tcp", st);
     }
   }
-  if (c.listen.tls.enabled() && c.listen.tcp.empty()) {
-    return bad("listen.tls", absl::InvalidArgumentError(
-                                 "needs a TCP listener (listen.tcp or --tcp); the unix socket "
-                                 "does not use TLS"));
+  if (c.listen.tls.enabled() && !c.listen.data_tcp.empty() && c.listen.data_tcp != "none") {
+    return bad("listen.data_tcp",
+               absl::InvalidArgumentError(
+                   "the data socket does not speak TLS, so a daemon with listen.tls has none "
+                   "(TCP clients get their batches inside the TLS-protected gRPC messages); leave "
+                   "listen.data_tcp out or set it to none"));
   }
   if (!c.listen.tcp.empty() && !IsLoopbackAddress(c.listen.tcp) && !c.listen.tls.enabled() &&
       c.access.tokens.empty() && !c.listen.allow_insecure_tcp) {
@@ -667,7 +674,7 @@ bool IsLoopbackAddress(const std::string& host_port) {
 }
 
 std::string DataSocketAddress(const ListenConfig& listen) {
-  if (listen.tcp.empty() || listen.data_tcp == "none") return "";
+  if (listen.tcp.empty() || listen.data_tcp == "none" || listen.tls.enabled()) return "";
   if (!listen.data_tcp.empty()) return listen.data_tcp;
   return listen.tcp.substr(0, listen.tcp.rfind(':')) + ":0";
 }

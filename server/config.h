@@ -65,6 +65,8 @@ struct TlsConfig {
   std::string key;        // PEM private key of `cert`
   std::string client_ca;  // PEM CAs whose client certificates are verified; "" = none asked
   bool require_client_cert = false;  // refuse clients without a certificate (needs client_ca)
+  // How often the files are checked for a renewed certificate, key or CA.
+  uint32_t reload_interval_seconds = 60;
 
   bool enabled() const { return !cert.empty(); }
 };
@@ -76,7 +78,8 @@ struct ListenConfig {
   // The batch-data socket of DATA_SOCKET streams (TCP clients): "host:port";
   // "" = the TCP listener's host with a free port (announced to each client
   // in StreamOpened); "none" = no data socket (TCP clients get INLINE
-  // batches). Unused without a TCP listener.
+  // batches). Unused without a TCP listener, and with TLS (the data socket
+  // does not speak it; TCP clients then get INLINE batches).
   std::string data_tcp;
   TlsConfig tls;
   // Serve TCP on a non-loopback address with neither TLS nor bearer tokens

@@ -25,6 +25,7 @@
 #include "core/batch_layout.h"
 #include "core/posix_error.h"
 #include "server/byte_size.h"
+#include "server/certificate_identifier.h"
 #include "server/config_loader.h"
 #include "server/data_socket_server.h"
 #include "server/data_socket_transport.h"
@@ -33,6 +34,7 @@
 #include "server/inline_transport.h"
 #include "server/service.h"
 #include "server/shm_transport.h"
+#include "server/tls_credentials.h"
 #include "server/token_identifier.h"
 #include "server/unix_socket.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -234,6 +236,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
 
   // Who may call: read the token files before anything listens.
   std::unique_ptr<ClientIdentifier> identifier = std::make_unique<ClientIdentifier>();
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
+  if (config.listen.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
+        MakeTlsServerCredentials(config.listen.tls);
+    if (!tls.ok()) return tls.status();
+    tcp_credentials = *std::move(tls);
+    if (!config.listen.tls.client_ca.empty()) {
+      identifier = std::make_unique<CertificateIdentifier>(std::move(identifier));
+    }
+  }
   if (!config.access.tokens.empty()) {
     absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
         TokenIdentifier::Create(config.access, std::move(identifier));
@@ -261,7 +273,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   ShmTransport* const shm_transport = shm.get();  // owned by the service from here
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::move(shm));
-  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get()));
+  transports.push_back(std::make_unique<DataSocketTransport>(
+      d->data_server_.get(),
+      config.listen.tls.enabled()
+          ? "the data socket does not speak TLS, and this daemon's TCP listener does (listen.tls): "
+            "its batches travel inside the TLS-protected gRPC messages; use INLINE or AUTO"
+          : ""));
   transports.push_back(std::make_unique<InlineTransport>(max_message_bytes));
   absl::StatusOr<std::unique_ptr<ConveyorService>> service =
       ConveyorService::Create(so, std::move(pipelines), *std::move(engine),
@@ -290,7 +307,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   int tcp_port = 0;
   if (!config.listen.tcp.empty()) {
-    builder.AddListeningPort(config.listen.tcp, grpc::InsecureServerCredentials(), &tcp_port);
+    builder.AddListeningPort(config.listen.tcp, tcp_credentials, &tcp_port);
   }
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
@@ -335,8 +352,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
                  config.listen.unix_mode, fd_path);
   }
   if (d->tcp_port_ != 0) {
+    const TlsConfig& tls = config.listen.tls;
     spdlog::info("listening on TCP {} (port {}){}{}", config.listen.tcp, d->tcp_port_,
-                 config.listen.tls.enabled() ? ", TLS" : "",
+                 !tls.enabled()                ? ""
+                 : tls.require_client_cert     ? ", TLS, client certificates required"
+                 : !tls.client_ca.empty()      ? ", TLS, client certificates verified when sent"
+                                               : ", TLS",
                  config.access.tokens.empty()
                      ? ""
                      : absl::StrCat(", bearer tokens required (", config.access.tokens.size(),

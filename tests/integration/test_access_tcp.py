@@ -188,6 +188,7 @@ def test_the_log_never_holds_a_token(token_daemon, tokens):
     call_every_rpc(token_daemon.tcp, tokens["stranger"][1])
     log = token_daemon.log()
     assert "bearer token" in log  # the start line says tokens are required
+    assert "(as 'trainer')" in log  # streams are logged with the token's name
     for _, token in tokens.values():
         assert token not in log
         assert token[:16] not in log

@@ -588,7 +588,8 @@ TEST_CASE("listen.tls is parsed and checked", "[config]") {
   absl::StatusOr<DaemonConfig> c = Parse(R"(
 listen:
   tcp: 0.0.0.0:7070
-  tls: {cert: tls/server.pem, key: /k/server.key, client_ca: ca.pem, require_client_cert: true}
+  tls: {cert: tls/server.pem, key: /k/server.key, client_ca: ca.pem, require_client_cert: true,
+        reload_interval_seconds: 5}
 )" + std::string(kMinimal));
   REQUIRE(c.ok());
   CHECK(c->listen.tls.enabled());
@@ -596,7 +597,12 @@ listen:
   CHECK(c->listen.tls.key == "/k/server.key");
   CHECK(c->listen.tls.client_ca == "/etc/ca.pem");
   CHECK(c->listen.tls.require_client_cert);
+  CHECK(c->listen.tls.reload_interval_seconds == 5);
   CHECK_FALSE(Parse(kMinimal)->listen.tls.enabled());
+  CHECK(Parse(kMinimal)->listen.tls.reload_interval_seconds == 60);
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, reload_interval_seconds: "
+                "0}}\n" + std::string(kMinimal),
+                {"field listen.tls.reload_interval_seconds"});
 
   ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c}}\n" + std::string(kMinimal),
                 {"field listen.tls: needs both `cert` and `key`"});
@@ -606,8 +612,14 @@ listen:
   ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, ca: /a}}\n" +
                     std::string(kMinimal),
                 {"field listen.tls.ca: unknown field"});
-  ExpectRefused("listen: {tls: {cert: /c, key: /k}}\n" + std::string(kMinimal),
-                {"field listen.tls: needs a TCP listener"});
+  // Unused without TCP (the unix socket never uses TLS); --tcp may add it.
+  CHECK(Parse("listen: {tls: {cert: /c, key: /k}}\n" + std::string(kMinimal)).ok());
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', data_tcp: '127.0.0.1:2', tls: {cert: /c, key: /k}}\n" +
+                    std::string(kMinimal),
+                {"field listen.data_tcp: the data socket does not speak TLS"});
+  CHECK(Parse("listen: {tcp: '127.0.0.1:1', data_tcp: none, tls: {cert: /c, key: /k}}\n" +
+              std::string(kMinimal))
+            .ok());
 }
 
 TEST_CASE("TCP off loopback needs TLS, tokens or allow_insecure_tcp", "[config]") {

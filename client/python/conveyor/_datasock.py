@@ -5,8 +5,6 @@ batch's images on a plain TCP connection (see StreamOpened.data_port in
 conveyor.proto): connect to the daemon's host at `data_port`, send the 8-byte
 little-endian stream id and the 32-byte secret, read one status byte (0 = ok).
 Then, for every Batch message in order, exactly `images_bytes` bytes follow.
-With a TLS daemon (listen.tls) the connection is TLS first, checked against
-the same CA as the gRPC channel.
 
 DataSocket reads them straight into one numpy buffer per slot (no copy in
 Python, no gRPC message assembly): the buffer of a slot is reused for the
@@ -15,7 +13,6 @@ released the previous one - the same rule as for shared-memory views.
 """
 
 import socket
-import ssl
 import struct
 
 import numpy as np
@@ -48,25 +45,15 @@ class DataSocket:
     """The connection of one DATA_SOCKET stream. Not thread-safe: the thread
     iterating the stream reads it."""
 
-    def __init__(self, host, port, stream_id, secret, *, timeout=10.0, read_timeout=120.0,
-                 ssl_context=None, server_name=None):
+    def __init__(self, host, port, stream_id, secret, *, timeout=10.0, read_timeout=120.0):
         if len(secret) != SECRET_BYTES:
             raise ConveyorError("daemon sent a %d-byte secret, expected %d" % (len(secret), SECRET_BYTES))
         self.where = "%s:%d" % (host, port)
         self._buffers = {}  # slot -> np.ndarray (uint8)
         try:
-            sock = socket.create_connection((host, port), timeout=timeout)
+            self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise Unavailable("cannot connect to the daemon's data socket %s: %s" % (self.where, e)) from e
-        if ssl_context is not None:
-            # A TLS daemon's data socket speaks TLS too, with the gRPC
-            # listener's certificate.
-            try:
-                sock = ssl_context.wrap_socket(sock, server_hostname=server_name or host)
-            except (OSError, ssl.SSLError) as e:
-                sock.close()
-                raise Unavailable("data socket %s: TLS handshake failed: %s" % (self.where, e)) from e
-        self._sock = sock
         try:
             self._sock.sendall(struct.pack("<Q", stream_id) + bytes(secret))
             status = self._sock.recv(1)
