@@ -85,6 +85,20 @@ absl::Status WritePortFile(const std::string& path, int port) {
   return absl::OkStatus();
 }
 
+// Reads the token files and checks the TLS files (Daemon::Start reads them
+// again when it builds the credentials).
+absl::Status CheckAccessFiles(const DaemonConfig& config) {
+  if (!config.access.tokens.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
+        TokenIdentifier::Create(config.access, std::make_unique<ClientIdentifier>());
+    if (!tokens.ok()) return tokens.status();
+  }
+  if (config.listen.tls.enabled() && !config.listen.tcp.empty()) {
+    return CheckTlsFiles(config.listen.tls);
+  }
+  return absl::OkStatus();
+}
+
 void SetUpLogging(const std::string& level) {
   auto logger = spdlog::get("conveyord");
   if (logger == nullptr) logger = spdlog::stderr_color_mt("conveyord");
@@ -500,6 +514,12 @@ int DaemonMain(int argc, char** argv) {
       LoadPipelines(*config);
   if (!pipelines.ok()) {
     std::cerr << "conveyord: " << pipelines.status().message() << "\n";
+    return kExitUsage;
+  }
+  // The files of the access controls, like the datasets: a bad one is a
+  // config error (and --check-config finds it).
+  if (absl::Status st = CheckAccessFiles(*config); !st.ok()) {
+    std::cerr << "conveyord: " << config->source << ": " << st.message() << "\n";
     return kExitUsage;
   }
   if (flags->check_config) {

@@ -221,8 +221,9 @@ def test_a_bad_token_file_is_refused_at_start(tmp_path, dataset, tokens, mode, w
     with pytest.raises(DaemonError):
         d.start()
     d.stop()
+    assert d.proc.returncode == 2  # a config error, found before anything listens
     log = d.log()
-    assert "access.tokens[1].file" in log and why in log, log
+    assert "conveyord.yaml: field access.tokens[1].file" in log and why in log, log
     if why != "is empty":
         assert secret not in log
 

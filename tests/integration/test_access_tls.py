@@ -214,4 +214,10 @@ def test_bad_tls_files_stop_the_daemon_at_start(tmp_path, dataset, pki, broken, 
     with pytest.raises(DaemonError):
         d.start()
     d.stop()
-    assert "field " + field in d.log(), d.log()
+    assert d.proc.returncode == 2
+    assert "conveyord.yaml: field " + field in d.log(), d.log()
+    # --check-config reads the same files.
+    r = subprocess.run([str(d.binary), "--config", str(d.config_path), "--check-config",
+                        "--tcp", "127.0.0.1:0"], capture_output=True, text=True,
+                       timeout=scaled(60))
+    assert r.returncode == 2 and "field " + field in r.stderr, r.stderr
