@@ -24,8 +24,8 @@
 #include "absl/strings/str_join.h"
 #include "core/batch_layout.h"
 #include "core/posix_error.h"
+#include "server/access.h"
 #include "server/byte_size.h"
-#include "server/certificate_identifier.h"
 #include "server/config_loader.h"
 #include "server/data_socket_server.h"
 #include "server/data_socket_transport.h"
@@ -34,8 +34,6 @@
 #include "server/inline_transport.h"
 #include "server/service.h"
 #include "server/shm_transport.h"
-#include "server/tls_credentials.h"
-#include "server/token_identifier.h"
 #include "server/unix_socket.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -82,20 +80,6 @@ absl::Status WritePortFile(const std::string& path, int port) {
   if (ec)
     return absl::InternalError(
         absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-// Reads the token files and checks the TLS files (Daemon::Start reads them
-// again when it builds the credentials).
-absl::Status CheckAccessFiles(const DaemonConfig& config) {
-  if (!config.access.tokens.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
-        TokenIdentifier::Create(config.access, std::make_unique<ClientIdentifier>());
-    if (!tokens.ok()) return tokens.status();
-  }
-  if (config.listen.tls.enabled() && !config.listen.tcp.empty()) {
-    return CheckTlsFiles(config.listen.tls);
-  }
   return absl::OkStatus();
 }
 
@@ -248,24 +232,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const std::string& unix_path = config.listen.unix_path;
   const std::string fd_path = unix_path.empty() ? "" : unix_path + ".fd";
 
-  // Who may call: read the token files before anything listens.
-  std::unique_ptr<ClientIdentifier> identifier = std::make_unique<ClientIdentifier>();
-  std::shared_ptr<grpc::ServerCredentials> tcp_credentials = grpc::InsecureServerCredentials();
-  if (config.listen.tls.enabled()) {
-    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> tls =
-        MakeTlsServerCredentials(config.listen.tls);
-    if (!tls.ok()) return tls.status();
-    tcp_credentials = *std::move(tls);
-    if (!config.listen.tls.client_ca.empty()) {
-      identifier = std::make_unique<CertificateIdentifier>(std::move(identifier));
-    }
-  }
-  if (!config.access.tokens.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
-        TokenIdentifier::Create(config.access, std::move(identifier));
-    if (!tokens.ok()) return tokens.status();
-    identifier = *std::move(tokens);
-  }
+  // Who may call (tokens, TLS): built before anything listens.
+  absl::StatusOr<Access> access = BuildAccess(config, std::make_unique<ClientIdentifier>());
+  if (!access.ok()) return access.status();
 
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config.engine);
   if (!engine.ok()) return engine.status();
@@ -287,12 +256,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   ShmTransport* const shm_transport = shm.get();  // owned by the service from here
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::move(shm));
-  transports.push_back(std::make_unique<DataSocketTransport>(
-      d->data_server_.get(),
-      config.listen.tls.enabled()
-          ? "the data socket does not speak TLS, and this daemon's TCP listener does (listen.tls): "
-            "its batches travel inside the TLS-protected gRPC messages; use INLINE or AUTO"
-          : ""));
+  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get(),
+                                                            DataSocketAbsentReason(config)));
   transports.push_back(std::make_unique<InlineTransport>(max_message_bytes));
   absl::StatusOr<std::unique_ptr<ConveyorService>> service =
       ConveyorService::Create(so, std::move(pipelines), *std::move(engine),
@@ -312,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  d->identifier_ = std::move(identifier);
+  d->identifier_ = std::move(access->identifier);
   d->grpc_service_ =
       std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
@@ -321,7 +286,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   int tcp_port = 0;
   if (!config.listen.tcp.empty()) {
-    builder.AddListeningPort(config.listen.tcp, tcp_credentials, &tcp_port);
+    builder.AddListeningPort(config.listen.tcp, access->tcp_credentials, &tcp_port);
   }
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
@@ -365,30 +330,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     spdlog::info("listening on unix:{} (mode {:o}), fd hand-over on {}", unix_path,
                  config.listen.unix_mode, fd_path);
   }
-  if (d->tcp_port_ != 0) {
-    const TlsConfig& tls = config.listen.tls;
-    spdlog::info("listening on TCP {} (port {}){}{}", config.listen.tcp, d->tcp_port_,
-                 !tls.enabled()                ? ""
-                 : tls.require_client_cert     ? ", TLS, client certificates required"
-                 : !tls.client_ca.empty()      ? ", TLS, client certificates verified when sent"
-                                               : ", TLS",
-                 config.access.tokens.empty()
-                     ? ""
-                     : absl::StrCat(", bearer tokens required (", config.access.tokens.size(),
-                                    " configured)"));
-    if (!IsLoopbackAddress(config.listen.tcp) && !config.listen.tls.enabled() &&
-        config.access.tokens.empty()) {
-      spdlog::warn(
-          "TCP {} is not a loopback address and has neither TLS nor bearer tokens "
-          "(listen.allow_insecure_tcp): anyone who reaches the port can list the pipelines, read "
-          "every dataset and hold every stream slot",
-          config.listen.tcp);
-    }
-  }
-  if (!config.access.tokens.empty()) {
-    spdlog::info("access: {} bearer token(s); unix socket clients {}", config.access.tokens.size(),
-                 config.access.require_token_on_unix ? "need one too" : "need none");
-  }
+  if (d->tcp_port_ != 0) LogTcpAccess(config, d->tcp_port_);
   if (d->data_server_ != nullptr) {
     spdlog::info("data socket for TCP clients on {} (port {})", DataSocketAddress(config.listen),
                  d->data_server_->port());
@@ -516,8 +458,8 @@ int DaemonMain(int argc, char** argv) {
     std::cerr << "conveyord: " << pipelines.status().message() << "\n";
     return kExitUsage;
   }
-  // The files of the access controls, like the datasets: a bad one is a
-  // config error (and --check-config finds it).
+  // The token and TLS files, like the datasets: a bad one is a config error
+  // (and --check-config finds it).
   if (absl::Status st = CheckAccessFiles(*config); !st.ok()) {
     std::cerr << "conveyord: " << config->source << ": " << st.message() << "\n";
     return kExitUsage;
