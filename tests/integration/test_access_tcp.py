@@ -183,6 +183,19 @@ def test_the_cli_sends_the_token_from_its_flag_or_the_environment(token_daemon, 
     assert "eval" in r.stdout
 
 
+def test_the_client_keeps_its_token_out_of_reprs_and_errors(tmp_path, tokens):
+    path, token = tokens["trainer"]
+    assert token not in repr(conveyor.Security(token_file=str(path)))
+    env = {"CONVEYOR_TOKEN_FILE": str(path), "CONVEYOR_TLS_CA": "/nonexistent/ca.pem"}
+    sec = conveyor.Security.from_env(env)
+    assert sec.has_token and sec.tls_ca == "/nonexistent/ca.pem"
+    with pytest.raises(conveyor.InvalidRequest, match="cannot read the token file"):
+        conveyor.Security(token_file=str(tmp_path / "missing"))
+    with pytest.raises(conveyor.InvalidRequest) as e:
+        conveyor.Security(token=token + " x")
+    assert token not in str(e.value)
+
+
 def test_the_log_never_holds_a_token(token_daemon, tokens):
     # Every test above ran against this daemon; make sure it logged calls.
     call_every_rpc(token_daemon.tcp, tokens["stranger"][1])
