@@ -13,6 +13,8 @@ PACKAGES=(
   clang
   # gRPC / protobuf (abseil comes with them)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # TLS of the data socket, token digests (gRPC brings its own TLS)
+  libssl-dev openssl
   # decoders
   libturbojpeg0-dev libjpeg62-turbo-dev
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev

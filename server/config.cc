@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/status_macros.h"
 #include "server/yaml_fields.h"
@@ -38,6 +39,10 @@ class Schema : public YamlFields {
 
   absl::Status ParseTop(const YAML::Node& root, DaemonConfig* c) const;
   absl::Status ParseListen(const YAML::Node& n, ListenConfig* l) const;
+  absl::Status ParseTls(const YAML::Node& n, TlsConfig* t) const;
+  absl::Status ParseAccess(const YAML::Node& n, const DaemonConfig& c, AccessConfig* a) const;
+  absl::Status ParseToken(const std::string& field, const YAML::Node& n, const DaemonConfig& c,
+                          TokenSpec* t) const;
   absl::Status ParseEngine(const YAML::Node& n, EngineOptions* e) const;
   absl::Status ParsePipeline(const std::string& name, const YAML::Node& n, const DaemonConfig& c,
                              PipelineSpec* p) const;
@@ -96,7 +101,8 @@ absl::Status ValidateUnixPath(const std::string& path) {
 }
 
 absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
-  RETURN_IF_ERROR(CheckMap(n, "listen", {"unix", "unix_mode", "tcp", "data_tcp"}));
+  RETURN_IF_ERROR(CheckMap(n, "listen", {"unix", "unix_mode", "tcp", "data_tcp", "tls",
+                                         "allow_insecure_tcp"}));
   if (n["unix"]) {
     std::string s;
     RETURN_IF_ERROR(ReadString(n["unix"], "listen.unix", &s));
@@ -127,6 +133,105 @@ absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
       if (absl::Status st = ValidateTcpAddress(l->data_tcp); !st.ok()) {
         return Error("listen.data_tcp", n["data_tcp"], std::string(st.message()));
       }
+    }
+  }
+  if (n["tls"]) RETURN_IF_ERROR(ParseTls(n["tls"], &l->tls));
+  if (n["allow_insecure_tcp"]) {
+    RETURN_IF_ERROR(
+        ReadBool(n["allow_insecure_tcp"], "listen.allow_insecure_tcp", &l->allow_insecure_tcp));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Schema::ParseTls(const YAML::Node& n, TlsConfig* t) const {
+  RETURN_IF_ERROR(CheckMap(n, "listen.tls", {"cert", "key", "client_ca", "require_client_cert",
+                                             "reload_interval_seconds"}));
+  if (!n["cert"] || !n["key"]) {
+    return Error("listen.tls", n, "needs both `cert` and `key` (PEM files of the server)");
+  }
+  RETURN_IF_ERROR(ReadPath(n["cert"], "listen.tls.cert", &t->cert));
+  RETURN_IF_ERROR(ReadPath(n["key"], "listen.tls.key", &t->key));
+  if (n["client_ca"]) RETURN_IF_ERROR(ReadPath(n["client_ca"], "listen.tls.client_ca", &t->client_ca));
+  if (n["require_client_cert"]) {
+    RETURN_IF_ERROR(ReadBool(n["require_client_cert"], "listen.tls.require_client_cert",
+                             &t->require_client_cert));
+    if (t->require_client_cert && t->client_ca.empty()) {
+      return Error("listen.tls.require_client_cert", n["require_client_cert"],
+                   "needs listen.tls.client_ca (the CAs client certificates are checked against)");
+    }
+  }
+  if (n["reload_interval_seconds"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["reload_interval_seconds"], "listen.tls.reload_interval_seconds",
+                               1, 86400, &t->reload_interval_seconds));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Schema::ParseToken(const std::string& field, const YAML::Node& n,
+                                const DaemonConfig& c, TokenSpec* t) const {
+  RETURN_IF_ERROR(CheckMap(n, field, {"name", "file", "pipelines", "operator"}));
+  if (!n["name"]) return Error(field, n, "missing `name` (what its holder is known as)");
+  if (!n["file"]) return Error(field, n, "missing `file` (the file holding the token)");
+  RETURN_IF_ERROR(ReadString(n["name"], field + ".name", &t->name));
+  if (!ValidPipelineName(t->name)) {
+    return Error(field + ".name", n["name"],
+                 "a token name is 1-128 letters, digits, '-', '_' or '.', starting with a letter "
+                 "or digit");
+  }
+  RETURN_IF_ERROR(ReadPath(n["file"], field + ".file", &t->file));
+  if (n["pipelines"]) {
+    const YAML::Node pl = n["pipelines"];
+    if (!pl.IsSequence()) {
+      return Error(field + ".pipelines", pl,
+                   absl::StrCat("expected a list of pipeline names, got ", DescribeNode(pl)));
+    }
+    t->pipelines.emplace();
+    for (size_t i = 0; i < pl.size(); ++i) {
+      const std::string f = absl::StrCat(field, ".pipelines[", i, "]");
+      std::string name;
+      RETURN_IF_ERROR(ReadString(pl[i], f, &name));
+      const bool known = std::any_of(c.pipelines.begin(), c.pipelines.end(),
+                                     [&](const PipelineSpec& p) { return p.config.name == name; });
+      if (!known) return Error(f, pl[i], absl::StrCat("no pipeline named '", name, "'"));
+      t->pipelines->insert(name);
+    }
+  }
+  if (n["operator"]) RETURN_IF_ERROR(ReadBool(n["operator"], field + ".operator", &t->is_operator));
+  return absl::OkStatus();
+}
+
+absl::Status Schema::ParseAccess(const YAML::Node& n, const DaemonConfig& c,
+                                 AccessConfig* a) const {
+  RETURN_IF_ERROR(CheckMap(n, "access", {"tokens", "require_token_on_unix"}));
+  if (n["tokens"]) {
+    const YAML::Node tl = n["tokens"];
+    if (!tl.IsSequence()) {
+      return Error("access.tokens", tl,
+                   absl::StrCat("expected a list of {name, file, pipelines, operator}, got ",
+                                DescribeNode(tl)));
+    }
+    std::set<std::string> names;
+    std::set<std::string> files;
+    for (size_t i = 0; i < tl.size(); ++i) {
+      const std::string f = absl::StrCat("access.tokens[", i, "]");
+      TokenSpec t;
+      RETURN_IF_ERROR(ParseToken(f, tl[i], c, &t));
+      if (!names.insert(t.name).second) {
+        return Error(f + ".name", tl[i]["name"], absl::StrCat("duplicate token name '", t.name, "'"));
+      }
+      if (!files.insert(t.file).second) {
+        return Error(f + ".file", tl[i]["file"],
+                     absl::StrCat("'", t.file, "' is the file of another token too"));
+      }
+      a->tokens.push_back(std::move(t));
+    }
+  }
+  if (n["require_token_on_unix"]) {
+    RETURN_IF_ERROR(ReadBool(n["require_token_on_unix"], "access.require_token_on_unix",
+                             &a->require_token_on_unix));
+    if (a->require_token_on_unix && a->tokens.empty()) {
+      return Error("access.require_token_on_unix", n["require_token_on_unix"],
+                   "needs access.tokens (no client could connect)");
     }
   }
   return absl::OkStatus();
@@ -368,7 +473,7 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
   RETURN_IF_ERROR(
       CheckMap(root, "",
                {"listen", "threads", "memory_budget", "max_streams", "allowed_roots", "log_level",
-                "shutdown_timeout_seconds", "engine", "pipelines"}));
+                "shutdown_timeout_seconds", "engine", "pipelines", "access"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(root["listen"], &c->listen));
   if (root["threads"]) {
     RETURN_IF_ERROR(
@@ -434,6 +539,8 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
     RETURN_IF_ERROR(ParsePipeline(name, kv.second, *c, &spec));
     c->pipelines.push_back(std::move(spec));
   }
+  // After the pipelines: tokens name the pipelines they may open.
+  if (root["access"]) RETURN_IF_ERROR(ParseAccess(root["access"], *c, &c->access));
   return ValidateDaemonFields(*c);
 }
 
@@ -495,6 +602,23 @@ absl::Status ValidateDaemonFields(const DaemonConfig& c) {
       return bad("listen.data_tcp", st);
     }
   }
+  if (c.listen.tls.enabled() && !c.listen.data_tcp.empty() && c.listen.data_tcp != "none") {
+    return bad("listen.data_tcp",
+               absl::InvalidArgumentError(
+                   "the data socket does not speak TLS, so a daemon with listen.tls has none "
+                   "(TCP clients get their batches inside the TLS-protected gRPC messages); leave "
+                   "listen.data_tcp out or set it to none"));
+  }
+  if (!c.listen.tcp.empty() && !IsLoopbackAddress(c.listen.tcp) && !c.listen.tls.enabled() &&
+      c.access.tokens.empty() && !c.listen.allow_insecure_tcp) {
+    return bad("listen.tcp",
+               absl::InvalidArgumentError(absl::StrCat(
+                   "'", c.listen.tcp,
+                   "' is not a loopback address, and TCP has neither TLS (listen.tls) nor bearer "
+                   "tokens (access.tokens): anyone who reaches the port could read every "
+                   "dataset. Configure one of them, bind 127.0.0.1, or set "
+                   "listen.allow_insecure_tcp: true to serve it anyway")));
+  }
   if (c.engine.num_threads < 0 || c.engine.num_threads > 1024) {
     return bad("threads", absl::InvalidArgumentError("must be within [0, 1024] (0: one per core)"));
   }
@@ -532,8 +656,25 @@ bool PathIsUnder(const std::string& path, const std::string& root) {
   return path.size() == root.size() || path[root.size()] == '/';
 }
 
+bool IsLoopbackAddress(const std::string& host_port) {
+  std::string host = host_port.substr(0, host_port.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  host = absl::AsciiStrToLower(host);
+  if (host == "localhost" || host == "::1") return true;
+  // 127.0.0.0/8, written as a dotted quad.
+  int parts = 0;
+  for (absl::string_view part : absl::StrSplit(host, '.')) {
+    uint32_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v > 255 || (parts == 0 && v != 127)) return false;
+    ++parts;
+  }
+  return parts == 4;
+}
+
 std::string DataSocketAddress(const ListenConfig& listen) {
-  if (listen.tcp.empty() || listen.data_tcp == "none") return "";
+  if (listen.tcp.empty() || listen.data_tcp == "none" || listen.tls.enabled()) return "";
   if (!listen.data_tcp.empty()) return listen.data_tcp;
   return listen.tcp.substr(0, listen.tcp.rfind(':')) + ":0";
 }

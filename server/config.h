@@ -23,6 +23,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,20 @@ struct PipelineSpec {
   PipelineConfig config;  // config.name is the pipeline's name
 };
 
+// TLS on the TCP listener and its data socket (listen.tls). The files are
+// paths (absolute, lexically normal); they are read when the daemon starts
+// and watched for renewal while it runs.
+struct TlsConfig {
+  std::string cert;       // PEM certificate chain of the server
+  std::string key;        // PEM private key of `cert`
+  std::string client_ca;  // PEM CAs whose client certificates are verified; "" = none asked
+  bool require_client_cert = false;  // refuse clients without a certificate (needs client_ca)
+  // How often the files are checked for a renewed certificate, key or CA.
+  uint32_t reload_interval_seconds = 60;
+
+  bool enabled() const { return !cert.empty(); }
+};
+
 struct ListenConfig {
   std::string unix_path = kDefaultUnixSocket;  // "" disables the unix socket
   mode_t unix_mode = 0660;                     // of the socket and its ".fd" sibling
@@ -62,9 +78,36 @@ struct ListenConfig {
   // The batch-data socket of DATA_SOCKET streams (TCP clients): "host:port";
   // "" = the TCP listener's host with a free port (announced to each client
   // in StreamOpened); "none" = no data socket (TCP clients get INLINE
-  // batches). Unused without a TCP listener.
+  // batches). Unused without a TCP listener, and with TLS (the data socket
+  // does not speak it; TCP clients then get INLINE batches).
   std::string data_tcp;
+  TlsConfig tls;
+  // Serve TCP on a non-loopback address with neither TLS nor bearer tokens
+  // (refused at start otherwise; a warning is logged when allowed).
+  bool allow_insecure_tcp = false;
 };
+
+// One bearer token a client may present (access.tokens[i]). Its secret is
+// read from `file` at start; the config holds only the path.
+struct TokenSpec {
+  std::string name;  // the principal a client holding it is known as
+  std::string file;  // absolute, lexically normal
+  // The pipelines it may open; unset: all of them.
+  std::optional<std::set<std::string>> pipelines;
+  bool is_operator = false;  // may see every client's streams in GetStats
+};
+
+// Who may use the daemon (the `access` section).
+struct AccessConfig {
+  std::vector<TokenSpec> tokens;  // empty: no bearer tokens (and none required)
+  // Whether clients of the unix socket must present a token too (TCP clients
+  // must whenever tokens are configured).
+  bool require_token_on_unix = false;
+};
+
+// Whether `host_port`'s host is a loopback address (127.0.0.0/8, ::1,
+// localhost): reachable from this machine only.
+bool IsLoopbackAddress(const std::string& host_port);
 
 // The address the data socket listens on, or "" for none (see data_tcp).
 std::string DataSocketAddress(const ListenConfig& listen);
@@ -72,6 +115,7 @@ std::string DataSocketAddress(const ListenConfig& listen);
 struct DaemonConfig {
   std::string source;  // the config file, as named on the command line (for messages)
   ListenConfig listen;
+  AccessConfig access;
   EngineOptions engine;        // engine.num_threads is the `threads` field
   uint64_t memory_budget = 0;  // bytes of batch slots over all streams (resolved, > 0)
   uint32_t max_streams = 64;

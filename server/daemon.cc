@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "core/batch_layout.h"
 #include "core/posix_error.h"
+#include "server/access.h"
 #include "server/byte_size.h"
 #include "server/config_loader.h"
 #include "server/data_socket_server.h"
@@ -231,6 +232,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const std::string& unix_path = config.listen.unix_path;
   const std::string fd_path = unix_path.empty() ? "" : unix_path + ".fd";
 
+  // Who may call (tokens, TLS): built before anything listens.
+  absl::StatusOr<Access> access = BuildAccess(config, std::make_unique<ClientIdentifier>());
+  if (!access.ok()) return access.status();
+
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config.engine);
   if (!engine.ok()) return engine.status();
   const int threads = (*engine)->num_threads();
@@ -251,7 +256,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   ShmTransport* const shm_transport = shm.get();  // owned by the service from here
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::move(shm));
-  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get()));
+  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get(),
+                                                            DataSocketAbsentReason(config)));
   transports.push_back(std::make_unique<InlineTransport>(max_message_bytes));
   absl::StatusOr<std::unique_ptr<ConveyorService>> service =
       ConveyorService::Create(so, std::move(pipelines), *std::move(engine),
@@ -271,7 +277,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  d->identifier_ = std::make_unique<ClientIdentifier>();
+  d->identifier_ = std::move(access->identifier);
   d->grpc_service_ =
       std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
@@ -280,7 +286,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   int tcp_port = 0;
   if (!config.listen.tcp.empty()) {
-    builder.AddListeningPort(config.listen.tcp, grpc::InsecureServerCredentials(), &tcp_port);
+    builder.AddListeningPort(config.listen.tcp, access->tcp_credentials, &tcp_port);
   }
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
@@ -324,8 +330,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     spdlog::info("listening on unix:{} (mode {:o}), fd hand-over on {}", unix_path,
                  config.listen.unix_mode, fd_path);
   }
-  if (d->tcp_port_ != 0)
-    spdlog::info("listening on TCP {} (port {})", config.listen.tcp, d->tcp_port_);
+  if (d->tcp_port_ != 0) LogTcpAccess(config, d->tcp_port_);
   if (d->data_server_ != nullptr) {
     spdlog::info("data socket for TCP clients on {} (port {})", DataSocketAddress(config.listen),
                  d->data_server_->port());
@@ -451,6 +456,12 @@ int DaemonMain(int argc, char** argv) {
       LoadPipelines(*config);
   if (!pipelines.ok()) {
     std::cerr << "conveyord: " << pipelines.status().message() << "\n";
+    return kExitUsage;
+  }
+  // The token and TLS files, like the datasets: a bad one is a config error
+  // (and --check-config finds it).
+  if (absl::Status st = CheckAccessFiles(*config); !st.ok()) {
+    std::cerr << "conveyord: " << config->source << ": " << st.message() << "\n";
     return kExitUsage;
   }
   if (flags->check_config) {

@@ -98,6 +98,11 @@ grpc::ServerUnaryReactor* GrpcConveyorService::ListPipelines(
     return reactor;
   }
   *response = service_->ListPipelines();
+  // Only what this client may open (a token limited to some pipelines).
+  auto* pipelines = response->mutable_pipelines();
+  for (int i = pipelines->size() - 1; i >= 0; --i) {
+    if (!client->MayOpen(pipelines->Get(i).name())) pipelines->DeleteSubrange(i, 1);
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

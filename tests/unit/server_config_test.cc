@@ -7,19 +7,23 @@
 #ifdef CONVEYOR_HAVE_SERVER
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/posix_error.h"
 #include "server/byte_size.h"
 #include "server/config.h"
 #include "server/config_loader.h"
 #include "server/daemon.h"
 #include "server/system_memory.h"
+#include "server/token_identifier.h"
 #include "server/yaml_fields.h"
 #include "tests/unit/temp_dir.h"
 
@@ -521,6 +525,169 @@ TEST_CASE("listen settings are checked", "[config]") {
   CHECK(c->listen.unix_path.empty());
 }
 
+const char kTwoPipelines[] = R"(
+pipelines:
+  a: {dataset: {root: /data/a}}
+  b: {dataset: {root: /data/b}}
+)";
+
+TEST_CASE("access tokens are parsed and checked", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+access:
+  tokens:
+    - {name: trainer, file: tokens/trainer, pipelines: [a]}
+    - {name: ops, file: /etc/conveyor/ops, operator: true}
+  require_token_on_unix: true
+)" + std::string(kTwoPipelines));
+  REQUIRE(c.ok());
+  REQUIRE(c->access.tokens.size() == 2);
+  CHECK(c->access.tokens[0].name == "trainer");
+  CHECK(c->access.tokens[0].file == "/etc/tokens/trainer");  // relative to the config's folder
+  REQUIRE(c->access.tokens[0].pipelines.has_value());
+  CHECK(*c->access.tokens[0].pipelines == std::set<std::string>{"a"});
+  CHECK_FALSE(c->access.tokens[0].is_operator);
+  CHECK_FALSE(c->access.tokens[1].pipelines.has_value());  // all pipelines
+  CHECK(c->access.tokens[1].is_operator);
+  CHECK(c->access.require_token_on_unix);
+
+  absl::StatusOr<DaemonConfig> none = Parse(kTwoPipelines);
+  REQUIRE(none.ok());
+  CHECK(none->access.tokens.empty());
+  CHECK_FALSE(none->access.require_token_on_unix);
+
+  ExpectRefused("access: {tokens: [{name: t, file: /t, pipelines: [a, c]}]}\n" +
+                    std::string(kTwoPipelines),
+                {"field access.tokens[0].pipelines[1]: no pipeline named 'c'"});
+  ExpectRefused("access: {tokens: [{file: /t}]}\n" + std::string(kTwoPipelines),
+                {"field access.tokens[0]: missing `name`"});
+  ExpectRefused("access: {tokens: [{name: t}]}\n" + std::string(kTwoPipelines),
+                {"field access.tokens[0]: missing `file`"});
+  ExpectRefused("access: {tokens: [{name: 't x', file: /t}]}\n" + std::string(kTwoPipelines),
+                {"field access.tokens[0].name: a token name is"});
+  ExpectRefused("access: {tokens: [{name: t, file: /t}, {name: t, file: /u}]}\n" +
+                    std::string(kTwoPipelines),
+                {"field access.tokens[1].name: duplicate token name 't'"});
+  ExpectRefused("access: {tokens: [{name: t, file: /t}, {name: u, file: /t}]}\n" +
+                    std::string(kTwoPipelines),
+                {"field access.tokens[1].file: '/t' is the file of another token too"});
+  ExpectRefused("access: {tokens: [{name: t, file: /t, secret: x}]}\n" + std::string(kTwoPipelines),
+                {"field access.tokens[0].secret: unknown field"});
+  ExpectRefused("access: {tokens: {name: t}}\n" + std::string(kTwoPipelines),
+                {"field access.tokens: expected a list"});
+  ExpectRefused("access: {tokens: [{name: t, file: /t, pipelines: a}]}\n" +
+                    std::string(kTwoPipelines),
+                {"field access.tokens[0].pipelines: expected a list of pipeline names"});
+  ExpectRefused("access: {tokens: [{name: t, file: /t, operator: maybe}]}\n" +
+                    std::string(kTwoPipelines),
+                {"field access.tokens[0].operator"});
+  ExpectRefused("access: {require_token_on_unix: true}\n" + std::string(kTwoPipelines),
+                {"field access.require_token_on_unix: needs access.tokens"});
+}
+
+TEST_CASE("listen.tls is parsed and checked", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+listen:
+  tcp: 0.0.0.0:7070
+  tls: {cert: tls/server.pem, key: /k/server.key, client_ca: ca.pem, require_client_cert: true,
+        reload_interval_seconds: 5}
+)" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->listen.tls.enabled());
+  CHECK(c->listen.tls.cert == "/etc/tls/server.pem");
+  CHECK(c->listen.tls.key == "/k/server.key");
+  CHECK(c->listen.tls.client_ca == "/etc/ca.pem");
+  CHECK(c->listen.tls.require_client_cert);
+  CHECK(c->listen.tls.reload_interval_seconds == 5);
+  CHECK_FALSE(Parse(kMinimal)->listen.tls.enabled());
+  CHECK(Parse(kMinimal)->listen.tls.reload_interval_seconds == 60);
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, reload_interval_seconds: "
+                "0}}\n" + std::string(kMinimal),
+                {"field listen.tls.reload_interval_seconds"});
+
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c}}\n" + std::string(kMinimal),
+                {"field listen.tls: needs both `cert` and `key`"});
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, require_client_cert: "
+                "true}}\n" + std::string(kMinimal),
+                {"field listen.tls.require_client_cert: needs listen.tls.client_ca"});
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, ca: /a}}\n" +
+                    std::string(kMinimal),
+                {"field listen.tls.ca: unknown field"});
+  // Unused without TCP (the unix socket never uses TLS); --tcp may add it.
+  CHECK(Parse("listen: {tls: {cert: /c, key: /k}}\n" + std::string(kMinimal)).ok());
+  ExpectRefused("listen: {tcp: '127.0.0.1:1', data_tcp: '127.0.0.1:2', tls: {cert: /c, key: /k}}\n" +
+                    std::string(kMinimal),
+                {"field listen.data_tcp: the data socket does not speak TLS"});
+  CHECK(Parse("listen: {tcp: '127.0.0.1:1', data_tcp: none, tls: {cert: /c, key: /k}}\n" +
+              std::string(kMinimal))
+            .ok());
+}
+
+TEST_CASE("TCP off loopback needs TLS, tokens or allow_insecure_tcp", "[config]") {
+  for (const char* addr : {"0.0.0.0:7070", "[::]:7070", "10.1.2.3:7070", "example.com:7070",
+                           "127.0.0.1.example.com:7070"}) {
+    ExpectRefused(absl::StrCat("listen: {tcp: '", addr, "'}\n", kMinimal),
+                  {"field listen.tcp: '", addr, "' is not a loopback address",
+                   "listen.allow_insecure_tcp: true"});
+  }
+  for (const char* addr : {"127.0.0.1:7070", "127.3.4.5:0", "[::1]:7070", "localhost:7070",
+                           "LOCALHOST:1"}) {
+    INFO(addr);
+    CHECK(Parse(absl::StrCat("listen: {tcp: '", addr, "'}\n", kMinimal)).ok());
+  }
+  absl::StatusOr<DaemonConfig> insecure =
+      Parse("listen: {tcp: '0.0.0.0:7070', allow_insecure_tcp: true}\n" + std::string(kMinimal));
+  REQUIRE(insecure.ok());
+  CHECK(insecure->listen.allow_insecure_tcp);
+  CHECK(Parse("listen: {tcp: '0.0.0.0:7070', tls: {cert: /c, key: /k}}\n" + std::string(kMinimal))
+            .ok());
+  CHECK(Parse("listen: {tcp: '0.0.0.0:7070'}\naccess: {tokens: [{name: t, file: /t}]}\n" +
+              std::string(kMinimal))
+            .ok());
+  ExpectRefused("listen: {tcp: '0.0.0.0:1', allow_insecure_tcp: 2}\n" + std::string(kMinimal),
+                {"field listen.allow_insecure_tcp"});
+  // --tcp on the command line is held to the same rule.
+  absl::StatusOr<DaemonConfig> c = Parse(kMinimal);
+  REQUIRE(c.ok());
+  const char* argv[] = {"conveyord", "--tcp", "0.0.0.0:0"};
+  absl::StatusOr<Flags> f = ParseFlags(3, argv);
+  REQUIRE(f.ok());
+  const absl::Status st = ApplyFlags(*f, &*c);
+  CHECK(st.message().find("field listen.tcp: '0.0.0.0:0' is not a loopback address") !=
+        std::string::npos);
+}
+
+TEST_CASE("token files are read private, non-empty, without the newline", "[config]") {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& content, mode_t mode) {
+    const std::string path = dir.Write(name, content);
+    REQUIRE(::chmod(path.c_str(), mode) == 0);
+    return path;
+  };
+  const std::string good = write("good", "0123456789abcdef0123\n", 0600);
+  absl::StatusOr<std::string> t = ReadTokenFile("access.tokens[0].file", good);
+  REQUIRE(t.ok());
+  CHECK(*t == "0123456789abcdef0123");
+  CHECK(*ReadTokenFile("f", write("crlf", "0123456789abcdef0123\r\n", 0640)) ==
+        "0123456789abcdef0123");
+
+  auto refused = [&](const std::string& path, const std::string& why) {
+    absl::StatusOr<std::string> r = ReadTokenFile("access.tokens[2].file", path);
+    REQUIRE_FALSE(r.ok());
+    const std::string msg(r.status().message());
+    INFO(msg);
+    CHECK(msg.find("field access.tokens[2].file: ") == 0);
+    CHECK(msg.find(why) != std::string::npos);
+    CHECK(msg.find("secret-secret-secret") == std::string::npos);  // never the content
+  };
+  refused(write("world", "secret-secret-secret\n", 0604), "may be read or written by others");
+  refused(write("empty", "\n", 0600), "is empty");
+  refused(write("short", "secret\n", 0600), "at least 16 are needed");
+  refused(write("space", "secret-secret-secret x\n", 0600), "holds a space");
+  refused(write("lines", "secret-secret-secret\nsecond\n", 0600), "control character");
+  refused(dir.Sub("missing"), "open '" + dir.Sub("missing") + "'");
+  refused(dir.path(), "is not a regular file");
+}
+
 TEST_CASE("YAML syntax errors name the file and line", "[config]") {
   ExpectRefused("pipelines:\n  p: {dataset: [\n", {"test.yaml:", "YAML syntax error"});
 }
@@ -582,7 +749,8 @@ TEST_CASE("the data socket listens beside TCP unless turned off", "[config]") {
   CHECK(DataSocketAddress(l).empty());
 
   absl::StatusOr<DaemonConfig> c =
-      Parse("listen: {tcp: '0.0.0.0:7070', data_tcp: '0.0.0.0:7071'}\n" + std::string(kMinimal));
+      Parse("listen: {tcp: '0.0.0.0:7070', data_tcp: '0.0.0.0:7071', allow_insecure_tcp: true}\n" +
+            std::string(kMinimal));
   REQUIRE(c.ok());
   CHECK(c->listen.data_tcp == "0.0.0.0:7071");
   const char* argv[] = {"conveyord", "--data-tcp", "none"};

@@ -12,16 +12,17 @@ opt-in reconnection to a restarted daemon (RetryPolicy), conveyor.errors for
 the exceptions. The CLI is `python3 -m conveyor --help`.
 """
 
-from .errors import (BatchReleasedError, ConveyorError, DataError, InvalidRequest, NotFound,
-                     ProtocolError, ResourceExhausted, Unavailable)
+from .errors import (AccessDenied, BatchReleasedError, ConveyorError, DataError, InvalidRequest,
+                     NotFound, ProtocolError, ResourceExhausted, Unavailable)
 from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,
                      make_channel, open_stream, stats)
 from .retry import RetryingStream, RetryPolicy
+from ._security import Security
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Batch", "BatchReleasedError", "ConveyorError", "DataError", "InvalidRequest", "Loader",
-    "NotFound", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Stream",
+    "AccessDenied", "Batch", "BatchReleasedError", "ConveyorError", "DataError", "InvalidRequest", "Loader",
+    "NotFound", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Security", "Stream",
     "Unavailable", "default_address", "list_pipelines", "make_channel", "open_stream", "stats",
 ]

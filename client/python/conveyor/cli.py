@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from . import errors
+from ._security import Security
 from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
 
 EXIT_OK = 0
@@ -26,6 +27,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_UNAVAILABLE = 4
 EXIT_DATA = 5
+EXIT_ACCESS = 6
 
 EPILOG = """exit codes:
   0  success
@@ -36,15 +38,22 @@ EPILOG = """exit codes:
   3  not found (unknown pipeline)
   4  server unavailable (cannot connect, or the daemon is shutting down)
   5  data error (the stream failed on bad samples: DATA_LOSS)
+  6  access denied (no or wrong token or certificate: UNAUTHENTICATED; a
+     pipeline the token may not open: PERMISSION_DENIED)
 
 The server address is unix:///path.sock or host:port; it defaults to
-$CONVEYOR_SERVER, else unix:///run/conveyor/conveyor.sock."""
+$CONVEYOR_SERVER, else unix:///run/conveyor/conveyor.sock. A daemon that
+requires a bearer token or TLS: --token-file, --tls-ca (and --client-cert,
+--client-key for mutual TLS), or $CONVEYOR_TOKEN_FILE, $CONVEYOR_TLS_CA,
+$CONVEYOR_CLIENT_CERT, $CONVEYOR_CLIENT_KEY."""
 
 _DTYPE_NAMES = {1: "uint8", 2: "float32", 3: "float16"}
 _LAYOUT_NAMES = {1: "nchw", 2: "nhwc"}
 
 
 def exit_code_for(error):
+    if isinstance(error, errors.AccessDenied):
+        return EXIT_ACCESS
     if isinstance(error, errors.InvalidRequest):
         return EXIT_USAGE
     if isinstance(error, errors.NotFound):
@@ -68,9 +77,14 @@ def _table(headers, rows):
     return "\n".join(out)
 
 
+def _security(args):
+    return Security(token_file=args.token_file, tls_ca=args.tls_ca, client_cert=args.client_cert,
+                    client_key=args.client_key, tls_server_name=args.tls_server_name)
+
+
 # --- pipelines ---------------------------------------------------------------
 def cmd_pipelines(args):
-    pipes = list_pipelines(args.server)
+    pipes = list_pipelines(args.server, security=_security(args))
     if not pipes:
         print("no pipelines")
         return EXIT_OK
@@ -181,7 +195,7 @@ def cmd_fetch(args):
         with open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
                          first_epoch=args.epoch, num_epochs=0, rank=rank, world_size=world,
                          credits=args.credits, shuffle=not args.no_shuffle,
-                         transport=args.transport) as stream:
+                         transport=args.transport, security=_security(args)) as stream:
             for batch in stream:
                 _write_batch(args.out, written, args.format, batch)
                 images += batch.num_samples
@@ -243,7 +257,7 @@ def format_stats(resp):
 
 
 def cmd_stats(args):
-    print(format_stats(stats(args.server)))
+    print(format_stats(stats(args.server, security=_security(args))))
     return EXIT_OK
 
 
@@ -260,6 +274,21 @@ def build_parser():
     def add_server(p):
         p.add_argument("--server", default=default_address(), metavar="ADDR",
                        help="daemon address: unix:///path.sock or host:port (default: %(default)s)")
+        p.add_argument("--token-file", metavar="FILE", default=os.environ.get("CONVEYOR_TOKEN_FILE"),
+                       help="file holding a bearer token for the daemon (default: "
+                            "$CONVEYOR_TOKEN_FILE)")
+        p.add_argument("--tls-ca", metavar="PEM", default=os.environ.get("CONVEYOR_TLS_CA"),
+                       help="CA to verify a TCP daemon's certificate with; TCP uses TLS when "
+                            "given (default: $CONVEYOR_TLS_CA)")
+        p.add_argument("--client-cert", metavar="PEM",
+                       default=os.environ.get("CONVEYOR_CLIENT_CERT"),
+                       help="client certificate for mutual TLS (default: $CONVEYOR_CLIENT_CERT)")
+        p.add_argument("--client-key", metavar="PEM", default=os.environ.get("CONVEYOR_CLIENT_KEY"),
+                       help="key of --client-cert (default: $CONVEYOR_CLIENT_KEY)")
+        p.add_argument("--tls-server-name", metavar="NAME",
+                       default=os.environ.get("CONVEYOR_TLS_SERVER_NAME"),
+                       help="name the daemon's certificate must carry, when it is not the host "
+                            "of --server")
 
     p = sub.add_parser("pipelines", help="list the daemon's pipelines", formatter_class=fmt,
                        epilog=EPILOG, description="List the pipelines the daemon serves.")

@@ -54,6 +54,13 @@ class Unavailable(ConveyorError):
     """The daemon cannot be reached or is shutting down."""
 
 
+class AccessDenied(ConveyorError):
+    """The daemon refused this client: no valid credentials (UNAUTHENTICATED:
+    a bearer token or client certificate is missing or wrong), or valid ones
+    that do not allow this (PERMISSION_DENIED: a pipeline the token may not
+    open). Do not retry: fix the credentials."""
+
+
 class ProtocolError(ConveyorError):
     """The daemon sent a message this client cannot parse or use (invalid
     UTF-8 in a string field, a field out of range, another protocol version).
@@ -73,6 +80,8 @@ _BY_CODE = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.DATA_LOSS: DataError,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.UNAUTHENTICATED: AccessDenied,
+    grpc.StatusCode.PERMISSION_DENIED: AccessDenied,
 }
 
 

@@ -45,6 +45,7 @@ from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
+from ._security import Security
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, ProtocolError,
                      Unavailable, from_rpc_error)
@@ -78,24 +79,29 @@ def grpc_target(address):
     return address
 
 
-def make_channel(address, options=()):
-    """An insecure gRPC channel to the daemon with 1 GiB message limits."""
+def make_channel(address, options=(), security=None):
+    """A gRPC channel to the daemon with 1 GiB message limits. `security`
+    (a conveyor.Security; default Security.from_env()): TLS for TCP
+    addresses when it names a CA, its bearer token on every call."""
     opts = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
     opts.extend(options)
-    return grpc.insecure_channel(grpc_target(address), options=opts)
+    if security is None:
+        security = Security.from_env()
+    return security.channel(grpc_target(address), opts)
 
 
-def _stub(channel_or_address):
+def _stub(channel_or_address, security=None):
     if isinstance(channel_or_address, str):
-        ch = make_channel(channel_or_address)
+        ch = make_channel(channel_or_address, security=security)
         return ch, pb_grpc.ConveyorStub(ch), True
     return channel_or_address, pb_grpc.ConveyorStub(channel_or_address), False
 
 
-def list_pipelines(address=None, timeout=10.0):
-    """The daemon's pipelines: a list of conveyor_pb2.PipelineInfo."""
-    ch, stub, owned = _stub(address or default_address())
+def list_pipelines(address=None, timeout=10.0, security=None):
+    """The daemon's pipelines (those this client may open): a list of
+    conveyor_pb2.PipelineInfo."""
+    ch, stub, owned = _stub(address or default_address(), security)
     try:
         return list(stub.ListPipelines(pb.ListPipelinesRequest(), timeout=timeout).pipelines)
     except grpc.RpcError as e:
@@ -105,9 +111,9 @@ def list_pipelines(address=None, timeout=10.0):
             ch.close()
 
 
-def stats(address=None, timeout=10.0):
+def stats(address=None, timeout=10.0, security=None):
     """The daemon's per-stage and per-stream figures: conveyor_pb2.GetStatsResponse."""
-    ch, stub, owned = _stub(address or default_address())
+    ch, stub, owned = _stub(address or default_address(), security)
     try:
         return stub.GetStats(pb.GetStatsRequest(), timeout=timeout)
     except grpc.RpcError as e:
@@ -242,8 +248,10 @@ class Stream(ClosesOnExit):
     """
 
     def __init__(self, channel_or_address, request, *, auto_release=True, on_batch=None,
-                 fd_timeout=10.0, data_host=None):
-        self._channel, stub, self._owns_channel = _stub(channel_or_address)
+                 fd_timeout=10.0, data_host=None, security=None):
+        if security is None:
+            security = Security.from_env()
+        self._channel, stub, self._owns_channel = _stub(channel_or_address, security)
         self._request = request
         self.credits = request.credits
         self._auto_release = auto_release
@@ -459,7 +467,8 @@ _FROM_ADDRESS = object()
 
 def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
                 world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
-                resume=None, auto_release=True, on_batch=None, data_host=_FROM_ADDRESS):
+                resume=None, auto_release=True, on_batch=None, data_host=_FROM_ADDRESS,
+                security=None):
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -473,6 +482,7 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
     data_host: the host to connect a data socket to; by default the host of
     `address` (None when `address` is a unix socket or a grpc.Channel: such
     a stream is never given a data socket).
+    security: a conveyor.Security (token, TLS); default Security.from_env().
     """
     try:
         tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
@@ -490,7 +500,8 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
         req.first_epoch = r_epoch
         req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, offset=r_offset,
                                               world_size=r_world))
-    return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host)
+    return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host,
+                  security=security)
 
 
 class Loader:
@@ -507,7 +518,10 @@ class Loader:
     index on its node, informational (every local rank of a node talks to the
     node's one daemon). credits is the prefetch depth: batches the daemon may
     have sent and the client not yet released. drop_last is the remainder
-    rule (pad by wrapping, or drop), the same on every rank. retry: None
+    rule (pad by wrapping, or drop), the same on every rank. security, or
+    its parts token / token_file / tls_ca / client_cert / client_key /
+    tls_server_name: how to authenticate and whom to trust (conveyor.Security;
+    default: Security.from_env(), from $CONVEYOR_TOKEN_FILE and friends). retry: None
     (errors surface at once) or a RetryPolicy: streams of this loader then
     wait for a lost daemon and resume where the trainer was (conveyor.retry).
 
@@ -526,7 +540,14 @@ class Loader:
 
     def __init__(self, address, pipeline, batch_size, rank=None, world_size=None, seed=0,
                  credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0,
-                 retry=None, local_rank=None):
+                 retry=None, local_rank=None, security=None, token=None, token_file=None,
+                 tls_ca=None, client_cert=None, client_key=None, tls_server_name=None):
+        given = dict(token=token, token_file=token_file, tls_ca=tls_ca, client_cert=client_cert,
+                     client_key=client_key, tls_server_name=tls_server_name)
+        given = {k: v for k, v in given.items() if v is not None}
+        if security is not None and given:
+            raise InvalidRequest("give security or its parts (%s), not both" % ", ".join(given))
+        self.security = security or (Security(**given) if given else Security.from_env())
         self.address = address if address is not None else default_address()
         self.pipeline = pipeline
         self.batch_size = int(batch_size)
@@ -557,7 +578,7 @@ class Loader:
                 # channel must not inherit the reconnect backoff of a shared one.
                 self._channel = make_channel(
                     self.address, options=[("grpc.use_local_subchannel_pool", 1)]
-                    if self.retry is not None else ())
+                    if self.retry is not None else (), security=self.security)
             return self._channel
 
     def _on_batch(self, batch):
@@ -570,7 +591,7 @@ class Loader:
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
-                           on_batch=on_batch, data_host=self._data_host)
+                           on_batch=on_batch, data_host=self._data_host, security=self.security)
 
     def _open(self, first_epoch, num_epochs, resume):
         if self.retry is not None:

@@ -1,0 +1,72 @@
+#include "server/access.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/certificate_identifier.h"
+#include "server/tls_credentials.h"
+#include "server/token_identifier.h"
+#include "spdlog/spdlog.h"
+
+namespace conveyor::server {
+
+absl::Status CheckAccessFiles(const DaemonConfig& config) {
+  if (!config.access.tokens.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
+        TokenIdentifier::Create(config.access, std::make_unique<ClientIdentifier>());
+    if (!tokens.ok()) return tokens.status();
+  }
+  if (config.listen.tls.enabled() && !config.listen.tcp.empty()) {
+    return CheckTlsFiles(config.listen.tls);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
+                                   std::unique_ptr<ClientIdentifier> inner) {
+  Access a{std::move(inner), grpc::InsecureServerCredentials()};
+  const TlsConfig& tls = config.listen.tls;
+  if (tls.enabled() && !config.listen.tcp.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeTlsServerCredentials(tls);
+    if (!creds.ok()) return creds.status();
+    a.tcp_credentials = *std::move(creds);
+    if (!tls.client_ca.empty()) {
+      a.identifier = std::make_unique<CertificateIdentifier>(std::move(a.identifier));
+    }
+  }
+  if (!config.access.tokens.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
+        TokenIdentifier::Create(config.access, std::move(a.identifier));
+    if (!tokens.ok()) return tokens.status();
+    a.identifier = *std::move(tokens);
+  }
+  return a;
+}
+
+std::string DataSocketAbsentReason(const DaemonConfig& config) {
+  if (!config.listen.tls.enabled()) return "";
+  return "the data socket does not speak TLS, and this daemon's TCP listener does (listen.tls): "
+         "its batches travel inside the TLS-protected gRPC messages; use INLINE or AUTO";
+}
+
+void LogTcpAccess(const DaemonConfig& config, int tcp_port) {
+  const TlsConfig& tls = config.listen.tls;
+  const size_t tokens = config.access.tokens.size();
+  spdlog::info("listening on TCP {} (port {}){}{}", config.listen.tcp, tcp_port,
+               !tls.enabled()              ? ""
+               : tls.require_client_cert   ? ", TLS, client certificates required"
+               : !tls.client_ca.empty()    ? ", TLS, client certificates verified when sent"
+                                           : ", TLS",
+               tokens == 0 ? "" : absl::StrCat(", bearer tokens required (", tokens, " configured)"));
+  if (tokens > 0) {
+    spdlog::info("access: {} bearer token(s); unix socket clients {}", tokens,
+                 config.access.require_token_on_unix ? "need one too" : "need none");
+  }
+  if (!IsLoopbackAddress(config.listen.tcp) && !tls.enabled() && tokens == 0) {
+    spdlog::warn(
+        "TCP {} is not a loopback address and has neither TLS nor bearer tokens "
+        "(listen.allow_insecure_tcp): anyone who reaches the port can list the pipelines, read "
+        "every dataset and hold every stream slot",
+        config.listen.tcp);
+  }
+}
+
+}  // namespace conveyor::server

@@ -1,0 +1,46 @@
+// The daemon's access controls, assembled from its config: the chain of
+// ClientIdentifiers every call goes through (an inner identifier, then the
+// TLS client certificate's name when client_ca is set, then bearer tokens
+// when access.tokens is set: each wraps the one before), and the
+// credentials of the TCP listener (TLS or plaintext). Daemon::Start builds
+// them before anything listens; DaemonMain checks the files first so that a
+// bad token or certificate file is a config error.
+//
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <grpcpp/security/server_credentials.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/client_identifier.h"
+#include "server/config.h"
+
+namespace conveyor::server {
+
+struct Access {
+  std::unique_ptr<ClientIdentifier> identifier;
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+};
+
+// Reads the token files and checks the TLS files of `config`. InvalidArgument
+// "field access.tokens[i].file: ..." / "field listen.tls.key: ...".
+absl::Status CheckAccessFiles(const DaemonConfig& config);
+
+// The identifier chain over `inner` (which identifies the client first) and
+// the TCP credentials of `config`.
+absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
+                                   std::unique_ptr<ClientIdentifier> inner);
+
+// Why a daemon of `config` has no data socket although it listens on TCP
+// ("" when nothing but listen.data_tcp: none turned it off).
+std::string DataSocketAbsentReason(const DaemonConfig& config);
+
+// Logs how TCP is guarded (TLS, client certificates, tokens), and warns
+// when it is not although it is reachable from other hosts.
+void LogTcpAccess(const DaemonConfig& config, int tcp_port);
+
+}  // namespace conveyor::server

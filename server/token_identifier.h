@@ -1,0 +1,80 @@
+// TokenIdentifier: bearer-token authentication (the `access.tokens` config
+// section). Each call's `authorization: Bearer <token>` metadata is compared
+// with every configured token; a match makes the token's name the client's
+// principal and gives it the token's pipelines and operator right. When
+// tokens are configured, a TCP call without a valid token is refused with
+// UNAUTHENTICATED; so is a unix call when access.require_token_on_unix is
+// set. A token presented that matches none is refused on every transport.
+//
+// Tokens are read from their files once, at start (ReadTokenFile); only
+// their SHA-256 digests are kept, and a presented token is compared by its
+// digest against every configured one in constant time, so neither the
+// match nor its position shows in timing. No message or log line ever
+// quotes a token.
+//
+// It wraps an inner identifier (peer address, unix credentials, TLS client
+// certificate) and refines the identity that one returns.
+//
+// Thread-safety: immutable after Create; Identify may run concurrently.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/client_identifier.h"
+#include "server/config.h"
+
+namespace conveyor::server {
+
+// The token held by `path` (named by config field `field` in messages): its
+// content without one trailing newline. Refused (naming the field and path,
+// never the content) when the file cannot be read, is not a regular file, is
+// readable or writable by others, is empty, is shorter than 16 bytes, or
+// holds anything but printable ASCII without spaces (what gRPC metadata
+// can carry).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& field, const std::string& path);
+
+class TokenIdentifier final : public ClientIdentifier {
+ public:
+  // Reads every token of `access` (ReadTokenFile); two tokens with the same
+  // content are refused. `inner` identifies the client first.
+  static absl::StatusOr<std::unique_ptr<TokenIdentifier>> Create(
+      const AccessConfig& access, std::unique_ptr<ClientIdentifier> inner);
+
+  absl::StatusOr<ClientIdentity> Identify(const grpc::ServerContextBase& context) const override;
+
+  // The decision for a client `identity` (from the inner identifier) that
+  // sent `authorization` (the metadata value; nullopt: none sent).
+  absl::StatusOr<ClientIdentity> Authenticate(ClientIdentity identity,
+                                              std::optional<absl::string_view> authorization) const;
+
+  size_t num_tokens() const { return tokens_.size(); }
+
+ private:
+  using Digest = std::array<uint8_t, 32>;
+  struct Token {
+    std::string name;
+    Digest digest;
+    std::optional<std::set<std::string>> pipelines;
+    bool is_operator = false;
+  };
+
+  TokenIdentifier(std::vector<Token> tokens, bool require_on_unix,
+                  std::unique_ptr<ClientIdentifier> inner)
+      : tokens_(std::move(tokens)), require_on_unix_(require_on_unix), inner_(std::move(inner)) {}
+
+  static Digest DigestOf(absl::string_view token);
+
+  const std::vector<Token> tokens_;
+  const bool require_on_unix_;
+  const std::unique_ptr<ClientIdentifier> inner_;
+};
+
+}  // namespace conveyor::server
