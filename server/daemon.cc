@@ -51,8 +51,14 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr char kServiceName[] = "conveyor.v1.Conveyor";
-// Client messages are small (OpenStream, Release).
-constexpr int kMaxReceiveMessageBytes = 16 << 20;
+// Client messages are small: an OpenStream (a pipeline name and a few
+// numbers) or a Release of at most 64 slots. Anything larger is refused by
+// gRPC (RESOURCE_EXHAUSTED) before it reaches the service.
+constexpr int kMaxReceiveMessageBytes = 64 << 10;
+// What one call may have the daemon buffer from its client: the stream's
+// HTTP/2 receive window, kept there (no window growth from bandwidth
+// probing, which only ever concerns the client's tiny messages here).
+constexpr int kReceiveWindowBytes = 64 << 10;
 
 // The largest Batch message any pipeline can produce (its slot at
 // max_batch_size) plus room for the message's other fields, within gRPC's
@@ -282,6 +288,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // gRPC checks the receive limit on a compressed message's compressed size
+  // and inflates it whole: a 1 MB gzip request could make 1 GiB. Clients
+  // send tiny messages, so the daemon accepts none compressed (identity
+  // only; a compressed request fails UNIMPLEMENTED, as gRPC's protocol has
+  // it) and keeps each call's receive window small.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kReceiveWindowBytes);
   // Notice peers that vanished without closing (TCP across hosts).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);

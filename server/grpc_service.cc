@@ -28,20 +28,30 @@ namespace {
 
 // One StreamBatches call: a thin adapter that forwards every reaction to
 // the call's protocol (server/stream_call.h) and carries out what it asks
-// (reads, writes, Finish, the wait alarm). Reactions only start the next
+// (reads, writes, Finish, the wait alarm). It parses each client message
+// and serializes each server message itself (the method is raw). Reactions only start the next
 // read or write; building messages happens in StreamCall::Pump.
-class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>,
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                             private StreamCall::Rpc {
  public:
-  StreamReactor(ConveyorService* service, std::string peer)
-      : call_(service, std::move(peer), this) {
+  StreamReactor(grpc::CallbackServerContext* context, ConveyorService* service, std::string peer)
+      : context_(context), call_(service, std::move(peer), this) {
     call_.Start();
     TsanRelease(this);  // see server/tsan_annotations.h
   }
 
   void OnReadDone(bool ok) override {
     TsanReaction reaction(this);
-    call_.OnRead(ok ? &request_ : nullptr);
+    if (!ok) {
+      call_.OnRead(nullptr);
+      return;
+    }
+    v1::ClientMessage message;
+    if (!grpc::SerializationTraits<v1::ClientMessage>::Deserialize(&request_, &message).ok()) {
+      call_.OnUnparseable();
+      return;
+    }
+    call_.OnRead(&message);
   }
   void OnWriteDone(bool ok) override {
     TsanReaction reaction(this);
@@ -61,7 +71,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
   // StreamCall::Rpc
   void StartRead() override { ServerBidiReactor::StartRead(&request_); }
   void StartWrite(const v1::ServerMessage* message) override {
-    ServerBidiReactor::StartWrite(message);
+    bool own_buffer = false;
+    response_.Clear();  // the previous write's, done with
+    if (!grpc::SerializationTraits<v1::ServerMessage>::Serialize(*message, &response_, &own_buffer)
+             .ok()) {
+      // Only a message over 2 GiB fails, which the transports never build.
+      // The write still happens (its end is what the call waits for); the
+      // cancel makes it fail, and the call end CANCELLED.
+      response_.Clear();
+      context_->TryCancel();
+    }
+    ServerBidiReactor::StartWrite(&response_);
   }
   void Finish(const absl::Status& status) override {
     ServerBidiReactor::Finish(ToGrpcStatus(status));
@@ -73,7 +93,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     alarm_.Set(deadline, [expire = std::move(expire)](bool /*fired*/) { expire(); });
   }
 
-  v1::ClientMessage request_;  // the read in flight's (one at a time)
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer request_;   // the read in flight's (one at a time)
+  grpc::ByteBuffer response_;  // the write in flight's (one at a time)
   grpc::Alarm alarm_;          // cancelled by its destructor
   StreamCall call_;            // destroyed before the alarm
 };
@@ -98,9 +120,9 @@ grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* GrpcConveyorService::StreamBatches(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcConveyorService::StreamBatches(
     grpc::CallbackServerContext* context) {
-  return new StreamReactor(service_, context->peer());
+  return new StreamReactor(context, service_, context->peer());
 }
 
 }  // namespace conveyor::server

@@ -84,6 +84,20 @@ void StreamCall::OnRead(const v1::ClientMessage* message) {
   Pump();
 }
 
+void StreamCall::OnUnparseable() {
+  Stream* to_cancel = nullptr;
+  {
+    MutexLock lock(&mu_);
+    EndLocked(absl::InvalidArgumentError(
+        "the client's message does not parse as a conveyor.v1.ClientMessage (a message "
+        "compressed in an encoding unknown to gRPC arrives like this; the daemon accepts "
+        "identity only)"));
+    to_cancel = stream_;
+  }
+  if (to_cancel != nullptr) to_cancel->Cancel(absl::InvalidArgumentError("unparseable message"));
+  Pump();
+}
+
 void StreamCall::OnWriteDone(bool ok) {
   Stream* to_cancel = nullptr;
   {

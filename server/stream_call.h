@@ -81,6 +81,9 @@ class StreamCall {
   // A read ended: `message` is the client's message, or null when the
   // client half-closed (or the RPC is going).
   void OnRead(const v1::ClientMessage* message);
+  // A read ended with bytes that are not a ClientMessage: the call ends
+  // INVALID_ARGUMENT.
+  void OnUnparseable();
   // The write in flight ended; !ok: the client is gone.
   void OnWriteDone(bool ok);
   // The RPC was cancelled (client gone, deadline, server shutdown).

@@ -2,8 +2,8 @@
 // StreamBatches call, driven message by message through a fake RPC with
 // no gRPC: one write at a time and StreamEnd before Finish, a failed
 // write, the wait for a shared-memory client's hand-over (woken by it, or
-// ended when the deadline's callback runs), and Detach giving everything
-// back. Compiled only with the server library.
+// ended when the deadline's callback runs), an unparseable message, and
+// Detach giving everything back. Compiled only with the server library.
 #ifdef CONVEYOR_HAVE_SERVER
 
 #include <catch2/catch.hpp>
@@ -11,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "server/stream_call.h"
@@ -203,6 +204,33 @@ TEST_CASE("stream call: a call cancelled before the stream ends does not wait", 
   REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
   CHECK(absl::IsCancelled(*rpc.finished()));
   CHECK(rpc.deadlines_set() == 0);  // nobody is left to fetch the region
+  call.Detach();
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("stream call: an unparseable message ends the call INVALID_ARGUMENT saying so",
+          "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  const bool opened = GENERATE(false, true);
+  if (opened) {
+    v1::OpenStream r = Request(2);
+    r.set_num_epochs(0);  // endless
+    v1::ClientMessage open = OpenMessage(r);
+    call.OnRead(&open);
+    REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
+    call.OnUnparseable();
+    call.OnWriteDone(true);
+  } else {
+    call.OnUnparseable();
+  }
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(absl::IsInvalidArgument(*rpc.finished()));
+  CHECK_THAT(std::string(rpc.finished()->message()),
+             Catch::Matchers::Contains("does not parse as a conveyor.v1.ClientMessage"));
+  CHECK_FALSE(rpc.misused());
   call.Detach();
   CHECK(t.BytesInUse() == 0);
 }
