@@ -117,6 +117,7 @@ gRPC on a unix socket (and optionally TCP).
                          (listen.data_tcp); default: the TCP host, a free
                          port; 'none' sends batches inside gRPC messages
   --port-file PATH       write the bound TCP port to PATH once serving
+                         (removed again at a clean shutdown)
   --threads N            engine worker threads (threads; 0 = one per core)
   --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
   --log-level LEVEL      trace, debug, info, warn, error, critical, off
@@ -345,6 +346,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   if (!port_file.empty()) {
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;
+    d->port_file_ = port_file;
   }
   return d;
 }
@@ -379,6 +381,13 @@ void Daemon::Shutdown() {
   // Only a socket this daemon bound: a daemon that failed to start because
   // another one serves the path must leave that one's socket alone.
   if (owns_unix_socket_) RemoveSocketFile(config_.listen.unix_path);
+  // The port is no longer served: a stale file would send clients (and
+  // launchers waiting for it) to a port someone else may own next.
+  if (!port_file_.empty()) {
+    std::error_code ec;
+    if (!fs::remove(port_file_, ec) && ec)
+      spdlog::warn("cannot remove the port file {}: {}", port_file_, ec.message());
+  }
   service_.reset();  // joins the engine's workers
   data_server_.reset();  // drops what ended streams had not flushed yet
   if (serving)
