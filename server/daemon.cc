@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "core/batch_layout.h"
 #include "core/posix_error.h"
+#include "core/text_escape.h"
 #include "server/byte_size.h"
 #include "server/config_loader.h"
 #include "server/data_socket_server.h"
@@ -442,9 +443,11 @@ int DaemonMain(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // Every message below may quote paths from the config or the dataset:
+  // escaped, so that none can forge a line of its own.
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
-    std::cerr << "conveyord: " << flags.status().message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(flags.status().message()) << "\n";
     return kExitUsage;
   }
   if (flags->help) {
@@ -457,7 +460,8 @@ int DaemonMain(int argc, char** argv) {
   }
   if (!flags->probe.empty()) {
     absl::Status st = Probe(flags->probe);
-    std::cout << (st.ok() ? flags->probe + ": SERVING" : std::string(st.message())) << "\n";
+    std::cout << EscapeText(st.ok() ? flags->probe + ": SERVING" : std::string(st.message()))
+              << "\n";
     return st.ok() ? kExitOk : kExitFailure;
   }
   absl::StatusOr<DaemonConfig> config = LoadConfigFile(flags->config, ProbeSystemInfo());
@@ -465,14 +469,14 @@ int DaemonMain(int argc, char** argv) {
     if (absl::Status st = ApplyFlags(*flags, &*config); !st.ok()) config = st;
   }
   if (!config.ok()) {
-    std::cerr << "conveyord: " << config.status().message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(config.status().message()) << "\n";
     return kExitUsage;
   }
   SetUpLogging(config->log_level);
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> pipelines =
       LoadPipelines(*config);
   if (!pipelines.ok()) {
-    std::cerr << "conveyord: " << pipelines.status().message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(pipelines.status().message()) << "\n";
     return kExitUsage;
   }
   if (flags->check_config) {
@@ -522,7 +526,8 @@ int DaemonMain(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Start(*config, *std::move(pipelines), flags->port_file);
   if (!daemon.ok()) {
-    spdlog::error("cannot start: {}", daemon.status().ToString());
+    spdlog::error("cannot start: {}: {}", absl::StatusCodeToString(daemon.status().code()),
+                  EscapeText(daemon.status().message()));
     stop_signal_thread();
     return kExitFailure;
   }

@@ -224,3 +224,21 @@ def test_bad_config_is_refused_with_the_field_named(dataset, tmp_path, case):
     assert res.returncode == 2, (res.returncode, res.stderr)
     assert re.search(field, res.stderr), "stderr does not name %r:\n%s" % (field, res.stderr)
     assert not sock.exists()
+
+
+def test_startup_error_naming_a_path_with_a_newline_stays_one_line(dataset, tmp_path):
+    """conveyord's errors at start quote paths from the config and the
+    dataset: escaped, so that they cannot forge lines on stderr."""
+    require_daemon()
+    root, _ = dataset
+    forged = "2026-01-01 00:00:00.000 E forged line"
+    cfg = daemon_config(root, pipelines={"train": pipeline_entry(root.parent / "MISSING")})
+    # A YAML double-quoted "\n" is a newline in the path.
+    text = write_config(tmp_path / "bad.yaml", cfg).read_text()
+    assert '/MISSING"' in text, text
+    path = write_config(tmp_path / "bad.yaml", text.replace("MISSING", "missing\\n" + forged))
+    res = subprocess.run([str(CONVEYORD), "--config", str(path), "--socket", str(tmp_path / "s.sock")],
+                         capture_output=True, text=True, timeout=scaled(30))
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    assert "missing\\n" in res.stderr, res.stderr
+    assert not any(l.startswith(forged) for l in res.stderr.splitlines()), res.stderr

@@ -193,3 +193,30 @@ def test_client_messages_are_capped_and_so_is_each_calls_buffer(daemon):
     assert reply.settings.get(SETTINGS_INITIAL_WINDOW_SIZE, 65535) <= 64 * 1024, reply.settings
     # Nothing of the name reached the log.
     assert "xxxxxxxx" not in daemon.log()
+
+
+FORGED = "2026-01-01 00:00:00.000 E forged line"
+
+
+def test_long_pipeline_name_with_a_newline_is_escaped_and_capped(daemon):
+    """The largest name a client can send (just under the message cap): the
+    NOT_FOUND echo is capped, the newline escaped, and the daemon's log line
+    about it stays one line of bounded size."""
+    name = "evil\n" + FORGED + "y" * (60 * 1024)
+    with pytest.raises(conveyor.NotFound) as info:
+        conveyor.open_stream(daemon.tcp, name, 8, credits=2, num_epochs=1)
+    echo = info.value.details  # the daemon's message
+    assert "evil\\n" in echo, echo
+    assert "\n" + FORGED not in echo
+    assert len(echo) < 1024, len(echo)
+    assert re.search(r"\(%d bytes\)" % len(name.encode()), echo), echo  # the name's length
+    assert len(str(info.value)) < 2048, str(info.value)  # the client's message too
+
+    def refusal_line():
+        lines = [l for l in daemon.log().splitlines() if "evil" in l]
+        return lines[-1] if lines else None
+
+    assert wait_until(refusal_line, 10), daemon.log_tail()
+    assert not any(l.startswith(FORGED) for l in daemon.log().splitlines()), daemon.log_tail()
+    line = refusal_line()
+    assert "refused" in line and len(line) < 2048, line

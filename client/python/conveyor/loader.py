@@ -266,7 +266,10 @@ class Stream(ClosesOnExit):
             first = next(self._call)
         except grpc.RpcError as e:
             self._finish(cancel=True)
-            raise from_rpc_error(e, "opening a stream of pipeline %r" % request.pipeline) from None
+            name = request.pipeline
+            if len(name) > 100:  # the daemon's part of the message names it capped too
+                name = "%s…(%d characters)" % (name[:100], len(name))
+            raise from_rpc_error(e, "opening a stream of pipeline %r" % name) from None
         except StopIteration:
             self._finish(cancel=True)
             raise Unavailable("the daemon closed the stream before answering StreamOpened") from None
