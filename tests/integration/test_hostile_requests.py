@@ -10,7 +10,9 @@
   encoding gRPC does not know arrives as bytes that do not parse;
 - an unparseable ClientMessage ends the call INVALID_ARGUMENT saying so;
 - a multi-megabyte request is refused before the daemon reads it, and each
-  call's receive window is small.
+  call's receive window is small; so is oversized metadata (gRPC's limit);
+- a 60 KiB pipeline name with a newline is echoed escaped and capped, and
+  logged on one bounded line.
 """
 
 import functools
@@ -193,6 +195,18 @@ def test_client_messages_are_capped_and_so_is_each_calls_buffer(daemon):
     assert reply.settings.get(SETTINGS_INITIAL_WINDOW_SIZE, 65535) <= 64 * 1024, reply.settings
     # Nothing of the name reached the log.
     assert "xxxxxxxx" not in daemon.log()
+
+
+
+def test_oversized_request_metadata_is_refused(daemon):
+    """gRPC's own 8 KiB limit on request headers (SETTINGS_MAX_HEADER_LIST_SIZE),
+    which the daemon keeps: 12 KiB of metadata is refused RESOURCE_EXHAUSTED
+    before the call reaches the service."""
+    reply = raw_call(*host_port(daemon), STREAM_BATCHES, grpc_frame(open_message()),
+                     headers=[("x-padding", "a" * 12 * 1024)], timeout=scaled(30), stop_after=1)
+    assert reply.grpc_status == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], reply
+    assert "metadata" in reply.grpc_message, reply
+    assert reply.settings.get(0x6, 1 << 30) <= 16 * 1024, reply.settings
 
 
 FORGED = "2026-01-01 00:00:00.000 E forged line"
