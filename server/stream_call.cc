@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-
 #include "core/text_escape.h"
 #include "server/batch_message.h"
 #include "server/transport.h"

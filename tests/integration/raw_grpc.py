@@ -165,6 +165,7 @@ class RawReply:
         self.goaway = None
         self.messages = []
         self.settings = {}  # the server's first SETTINGS: identifier -> value
+        self.error = None   # what this client failed to decode, if anything
 
     def trailer(self, name):
         for block in (self.trailers, self.headers):
@@ -183,9 +184,9 @@ class RawReply:
         return self.trailer("grpc-message")
 
     def __repr__(self):
-        return "RawReply(status=%r, message=%r, rst=%r, goaway=%r, headers=%r, trailers=%r)" % (
-            self.grpc_status, self.grpc_message, self.rst, self.goaway, self.headers,
-            self.trailers)
+        return ("RawReply(status=%r, message=%r, rst=%r, goaway=%r, error=%r, headers=%r, "
+                "trailers=%r)" % (self.grpc_status, self.grpc_message, self.rst, self.goaway,
+                                  self.error, self.headers, self.trailers))
 
 
 class _Connection:
@@ -236,6 +237,8 @@ class _Connection:
                     break
         except (EOFError, OSError):
             pass  # the connection is over: the reply is what was read
+        except Exception as e:  # a frame this client cannot decode
+            self.reply.error = e
         self._finish()
 
     def _handle(self, ftype, flags, stream, payload):
@@ -353,7 +356,13 @@ def raw_call(host, port, path, body, headers=(), timeout=30.0, encoding=None, st
         fields.extend(headers)
         block = b"".join(_hpack_literal(n, v) for n, v in fields)
         try:
-            c.send(_frame(HEADERS, END_HEADERS, STREAM, block))
+            # The header block in frames of at most 16 KiB (HTTP/2's default
+            # largest frame): HEADERS, then CONTINUATIONs.
+            pieces = [block[i:i + 16384] for i in range(0, len(block), 16384)] or [b""]
+            frames = [_frame(HEADERS if i == 0 else CONTINUATION,
+                             END_HEADERS if i == len(pieces) - 1 else 0, STREAM, piece)
+                      for i, piece in enumerate(pieces)]
+            c.send(b"".join(frames))
             c.send_data(body, deadline)
         except OSError:
             pass  # the server closed the connection: what it said is read below

@@ -10,9 +10,10 @@
   encoding gRPC does not know arrives as bytes that do not parse;
 - an unparseable ClientMessage ends the call INVALID_ARGUMENT saying so;
 - a multi-megabyte request is refused before the daemon reads it, and each
-  call's receive window is small; so is oversized metadata (gRPC's limit);
-- a 60 KiB pipeline name with a newline is echoed escaped and capped, and
-  logged on one bounded line.
+  call's receive window is small; every call with over 8 KiB of metadata
+  is refused (gRPC's own limit refuses only some).
+(The longest pipeline name a client can send, echoed escaped and capped:
+test_hostile_names.py.)
 """
 
 import functools
@@ -198,39 +199,19 @@ def test_client_messages_are_capped_and_so_is_each_calls_buffer(daemon):
 
 
 
-def test_oversized_request_metadata_is_refused(daemon):
-    """gRPC's own 8 KiB limit on request headers (SETTINGS_MAX_HEADER_LIST_SIZE),
-    which the daemon keeps: 12 KiB of metadata is refused RESOURCE_EXHAUSTED
-    before the call reaches the service."""
+@pytest.mark.parametrize("path", [STREAM_BATCHES, "/conveyor.v1.Conveyor/GetStats"])
+def test_oversized_request_metadata_is_refused(daemon, path):
+    """gRPC 1.51's 8 KiB limit on request metadata refuses only some calls
+    over it; the daemon refuses every one, RESOURCE_EXHAUSTED, before the
+    service sees the call."""
+    for _ in range(10):
+        reply = raw_call(*host_port(daemon), path, grpc_frame(open_message()),
+                         headers=[("x-padding", "a" * 16 * 1024)], timeout=scaled(30),
+                         stop_after=1)
+        assert reply.grpc_status == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], reply
+        assert "metadata" in reply.grpc_message, reply
+        assert not reply.messages, reply
+    # Small metadata is fine.
     reply = raw_call(*host_port(daemon), STREAM_BATCHES, grpc_frame(open_message()),
-                     headers=[("x-padding", "a" * 12 * 1024)], timeout=scaled(30), stop_after=1)
-    assert reply.grpc_status == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], reply
-    assert "metadata" in reply.grpc_message, reply
-    assert reply.settings.get(0x6, 1 << 30) <= 16 * 1024, reply.settings
-
-
-FORGED = "2026-01-01 00:00:00.000 E forged line"
-
-
-def test_long_pipeline_name_with_a_newline_is_escaped_and_capped(daemon):
-    """The largest name a client can send (just under the message cap): the
-    NOT_FOUND echo is capped, the newline escaped, and the daemon's log line
-    about it stays one line of bounded size."""
-    name = "evil\n" + FORGED + "y" * (60 * 1024)
-    with pytest.raises(conveyor.NotFound) as info:
-        conveyor.open_stream(daemon.tcp, name, 8, credits=2, num_epochs=1)
-    echo = info.value.details  # the daemon's message
-    assert "evil\\n" in echo, echo
-    assert "\n" + FORGED not in echo
-    assert len(echo) < 1024, len(echo)
-    assert re.search(r"\(%d bytes\)" % len(name.encode()), echo), echo  # the name's length
-    assert len(str(info.value)) < 2048, str(info.value)  # the client's message too
-
-    def refusal_line():
-        lines = [l for l in daemon.log().splitlines() if "evil" in l]
-        return lines[-1] if lines else None
-
-    assert wait_until(refusal_line, 10), daemon.log_tail()
-    assert not any(l.startswith(FORGED) for l in daemon.log().splitlines()), daemon.log_tail()
-    line = refusal_line()
-    assert "refused" in line and len(line) < 2048, line
+                     headers=[("x-padding", "a" * 1024)], timeout=scaled(30), stop_after=1)
+    assert reply.messages, reply
