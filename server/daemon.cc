@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "core/batch_layout.h"
 #include "core/posix_error.h"
+#include "core/text_escape.h"
 #include "server/access.h"
 #include "server/byte_size.h"
 #include "server/config_loader.h"
@@ -52,8 +53,14 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr char kServiceName[] = "conveyor.v1.Conveyor";
-// Client messages are small (OpenStream, Release).
-constexpr int kMaxReceiveMessageBytes = 16 << 20;
+// Client messages are small: an OpenStream (a pipeline name and a few
+// numbers) or a Release of at most 64 slots. Anything larger is refused by
+// gRPC (RESOURCE_EXHAUSTED) before it reaches the service.
+constexpr int kMaxReceiveMessageBytes = 64 << 10;
+// What one call may have the daemon buffer from its client: the stream's
+// HTTP/2 receive window, kept there (no window growth from bandwidth
+// probing, which only ever concerns the client's tiny messages here).
+constexpr int kReceiveWindowBytes = 64 << 10;
 
 // The largest Batch message any pipeline can produce (its slot at
 // max_batch_size) plus room for the message's other fields, within gRPC's
@@ -112,6 +119,7 @@ gRPC on a unix socket (and optionally TCP).
                          (listen.data_tcp); default: the TCP host, a free
                          port; 'none' sends batches inside gRPC messages
   --port-file PATH       write the bound TCP port to PATH once serving
+                         (removed again at a clean shutdown)
   --threads N            engine worker threads (threads; 0 = one per core)
   --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
   --log-level LEVEL      trace, debug, info, warn, error, critical, off
@@ -290,6 +298,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // gRPC checks the receive limit on a compressed message's compressed size
+  // and inflates it whole: a 1 MB gzip request could make 1 GiB. Clients
+  // send tiny messages, so the daemon accepts none compressed (identity
+  // only; a compressed request fails UNIMPLEMENTED, as gRPC's protocol has
+  // it) and keeps each call's receive window small.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kReceiveWindowBytes);
   // Notice peers that vanished without closing (TCP across hosts).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
@@ -337,6 +354,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   if (!port_file.empty()) {
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;
+    d->port_file_ = port_file;
   }
   return d;
 }
@@ -371,6 +389,13 @@ void Daemon::Shutdown() {
   // Only a socket this daemon bound: a daemon that failed to start because
   // another one serves the path must leave that one's socket alone.
   if (owns_unix_socket_) RemoveSocketFile(config_.listen.unix_path);
+  // The port is no longer served: a stale file would send clients (and
+  // launchers waiting for it) to a port someone else may own next.
+  if (!port_file_.empty()) {
+    std::error_code ec;
+    if (!fs::remove(port_file_, ec) && ec)
+      spdlog::warn("cannot remove the port file {}: {}", port_file_, ec.message());
+  }
   service_.reset();  // joins the engine's workers
   data_server_.reset();  // drops what ended streams had not flushed yet
   if (serving)
@@ -425,9 +450,11 @@ int DaemonMain(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // Every message below may quote paths from the config or the dataset:
+  // escaped, so that none can forge a line of its own.
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
-    std::cerr << "conveyord: " << flags.status().message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(flags.status().message()) << "\n";
     return kExitUsage;
   }
   if (flags->help) {
@@ -440,7 +467,8 @@ int DaemonMain(int argc, char** argv) {
   }
   if (!flags->probe.empty()) {
     absl::Status st = Probe(flags->probe);
-    std::cout << (st.ok() ? flags->probe + ": SERVING" : std::string(st.message())) << "\n";
+    std::cout << EscapeText(st.ok() ? flags->probe + ": SERVING" : std::string(st.message()))
+              << "\n";
     return st.ok() ? kExitOk : kExitFailure;
   }
   absl::StatusOr<DaemonConfig> config = LoadConfigFile(flags->config, ProbeSystemInfo());
@@ -448,20 +476,21 @@ int DaemonMain(int argc, char** argv) {
     if (absl::Status st = ApplyFlags(*flags, &*config); !st.ok()) config = st;
   }
   if (!config.ok()) {
-    std::cerr << "conveyord: " << config.status().message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(config.status().message()) << "\n";
     return kExitUsage;
   }
   SetUpLogging(config->log_level);
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> pipelines =
       LoadPipelines(*config);
   if (!pipelines.ok()) {
-    std::cerr << "conveyord: " << pipelines.status().message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(pipelines.status().message()) << "\n";
     return kExitUsage;
   }
   // The token and TLS files, like the datasets: a bad one is a config error
   // (and --check-config finds it).
   if (absl::Status st = CheckAccessFiles(*config); !st.ok()) {
-    std::cerr << "conveyord: " << config->source << ": " << st.message() << "\n";
+    std::cerr << "conveyord: " << EscapeText(config->source) << ": " << EscapeText(st.message())
+              << "\n";
     return kExitUsage;
   }
   if (flags->check_config) {
@@ -511,7 +540,8 @@ int DaemonMain(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Start(*config, *std::move(pipelines), flags->port_file);
   if (!daemon.ok()) {
-    spdlog::error("cannot start: {}", daemon.status().ToString());
+    spdlog::error("cannot start: {}: {}", absl::StatusCodeToString(daemon.status().code()),
+                  EscapeText(daemon.status().message()));
     stop_signal_thread();
     return kExitFailure;
   }

@@ -61,7 +61,8 @@ absl::Status ApplyFlags(const Flags& flags, DaemonConfig* config);
 class Daemon {
  public:
   // Starts serving `pipelines` (from LoadPipelines(config)). When
-  // `port_file` is not empty, writes the bound TCP port there.
+  // `port_file` is not empty, writes the bound TCP port there (and
+  // Shutdown removes it).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(
       const DaemonConfig& config, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
       const std::string& port_file = "");
@@ -83,6 +84,7 @@ class Daemon {
   const DaemonConfig config_;
   int tcp_port_ = 0;
   bool owns_unix_socket_ = false;  // we bound it (so we remove it)
+  std::string port_file_;          // written by us (so we remove it)
   // Destroyed in reverse order: the server (and every reactor) before the
   // fd socket before the service (and engine) before the data socket.
   std::unique_ptr<DataSocketServer> data_server_;

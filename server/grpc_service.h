@@ -24,7 +24,15 @@ namespace conveyor::server {
 // share their numbers).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-class GrpcConveyorService final : public v1::Conveyor::CallbackService {
+// StreamBatches is registered raw (ByteBuffer in and out): the reactor
+// parses each client message itself, so that a message that does not parse
+// ends the call INVALID_ARGUMENT saying so — with typed reads gRPC reports
+// it like the client's half-close.
+using ConveyorCallbackBase = v1::Conveyor::WithCallbackMethod_ListPipelines<
+    v1::Conveyor::WithRawCallbackMethod_StreamBatches<
+        v1::Conveyor::WithCallbackMethod_GetStats<v1::Conveyor::Service>>>;
+
+class GrpcConveyorService final : public ConveyorCallbackBase {
  public:
   // `service` and `identifier` are not owned and must outlive every call
   // (the daemon shuts the gRPC server down before destroying them).
@@ -37,7 +45,7 @@ class GrpcConveyorService final : public v1::Conveyor::CallbackService {
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
                                      const v1::GetStatsRequest* request,
                                      v1::GetStatsResponse* response) override;
-  grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* StreamBatches(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamBatches(
       grpc::CallbackServerContext* context) override;
 
  private:

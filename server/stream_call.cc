@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_format.h"
 #include "core/text_escape.h"
 #include "server/batch_message.h"
 #include "server/transport.h"
@@ -81,6 +82,20 @@ void StreamCall::OnRead(const v1::ClientMessage* message) {
       }
     }
   }
+  Pump();
+}
+
+void StreamCall::OnUnparseable() {
+  Stream* to_cancel = nullptr;
+  {
+    MutexLock lock(&mu_);
+    EndLocked(absl::InvalidArgumentError(
+        "the client's message does not parse as a conveyor.v1.ClientMessage (a message "
+        "compressed in an encoding unknown to gRPC arrives like this; the daemon accepts "
+        "identity only)"));
+    to_cancel = stream_;
+  }
+  if (to_cancel != nullptr) to_cancel->Cancel(absl::InvalidArgumentError("unparseable message"));
   Pump();
 }
 
@@ -281,6 +296,7 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
 
 void StreamCall::HandleRelease(const v1::Release& release) {
   Stream* stream = nullptr;
+  absl::Status bad;
   {
     MutexLock lock(&mu_);
     if (stream_ == nullptr) {
@@ -288,6 +304,12 @@ void StreamCall::HandleRelease(const v1::Release& release) {
       return;
     }
     stream = stream_;
+    bad = CheckReleaseLocked(release);
+    if (!bad.ok()) EndLocked(bad);
+  }
+  if (!bad.ok()) {
+    stream->Cancel(bad);
+    return;
   }
   for (uint32_t slot : release.slots()) {
     if (absl::Status st = stream->Release(slot); !st.ok()) {
@@ -303,11 +325,42 @@ void StreamCall::HandleRelease(const v1::Release& release) {
   if (!end_.has_value()) rpc_->StartRead();
 }
 
+absl::Status StreamCall::CheckReleaseLocked(const v1::Release& release) {
+  if (release.sequences_size() != 0 && release.sequences_size() != release.slots_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Release names %d slot(s) but %d batch sequence(s): give one per slot, "
+                        "or none",
+                        release.slots_size(), release.sequences_size()));
+  }
+  for (int i = 0; i < release.slots_size(); ++i) {
+    const uint32_t slot = release.slots(i);
+    const auto it = held_.find(slot);
+    if (release.sequences_size() != 0) {
+      const uint64_t sequence = release.sequences(i);
+      if (it == held_.end()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "Release of slot %d for batch %d: the client holds no batch in that slot (released "
+            "already, or never delivered)",
+            slot, sequence));
+      }
+      if (it->second != sequence) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "Release of slot %d for batch %d: that slot holds batch %d now (a stale or repeated "
+            "Release)",
+            slot, sequence, it->second));
+      }
+    }
+    if (it != held_.end()) held_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
 void StreamCall::AddBatchLocked(const BatchInfo& b) {
   v1::ServerMessage m;
   FillBatchHeader(b, *stream_, m.mutable_batch());
   session_->transport().Deliver(b, m.mutable_batch());
   queue_.push_back(std::move(m));
+  held_[b.slot] = b.sequence;
 
   ++total_batches_;
   total_samples_ += b.num_samples;

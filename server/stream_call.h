@@ -5,7 +5,9 @@
 // write, finish, set the wait alarm).
 //
 // Reading: one read is outstanding until the stream ends; OpenStream opens
-// the core stream (ConveyorService::OpenStream), Release returns slots.
+// the core stream (ConveyorService::OpenStream), Release returns slots
+// (checked against the batch sequences it names, when it names them: see
+// conveyor.v1.Release).
 // Writing: messages go out one at a time from a queue (StreamOpened, Batch,
 // EpochEnd, StreamEnd); when the queue is empty the call polls the core
 // stream (TryNext). Polling happens in Pump(), from two places: the
@@ -43,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -81,6 +84,9 @@ class StreamCall {
   // A read ended: `message` is the client's message, or null when the
   // client half-closed (or the RPC is going).
   void OnRead(const v1::ClientMessage* message);
+  // A read ended with bytes that are not a ClientMessage: the call ends
+  // INVALID_ARGUMENT.
+  void OnUnparseable();
   // The write in flight ended; !ok: the client is gone.
   void OnWriteDone(bool ok);
   // The RPC was cancelled (client gone, deadline, server shutdown).
@@ -100,6 +106,10 @@ class StreamCall {
   void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleOpen(const v1::OpenStream& open);
   void HandleRelease(const v1::Release& release);
+  // Checks a Release against the batches delivered and not released (and
+  // forgets those it releases): a sequence that does not match its slot's.
+  absl::Status CheckReleaseLocked(const v1::Release& release)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddBatchLocked(const BatchInfo& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConveyorService* const service_;
@@ -114,6 +124,8 @@ class StreamCall {
   // The session's stream, set once with it and valid until Detach.
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::deque<v1::ServerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  // Slot -> Batch.sequence of the batch delivered in it and not released.
+  std::unordered_map<uint32_t, uint64_t> held_ ABSL_GUARDED_BY(mu_);
   v1::ServerMessage writing_ ABSL_GUARDED_BY(mu_);  // the RPC's while write_in_flight_
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);

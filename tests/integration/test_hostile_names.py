@@ -63,7 +63,8 @@ def test_hostile_file_names_are_escaped_and_the_epoch_completes(daemon_factory, 
 def test_long_pipeline_name_is_echoed_escaped_and_capped(daemon_factory, hostile_root):
     root, _ = hostile_root
     d = daemon_factory(daemon_config(root, pipelines={"train": pipeline_entry(root)}))
-    name = "x" * 100000 + "\n" + FORGED
+    # The longest a name can be: the daemon takes client messages of 64 KiB.
+    name = "x" * 60000 + "\n" + FORGED
     with pytest.raises(conveyor.NotFound) as info:
         stream = conveyor.open_stream(d.unix, name, 8, credits=2, num_epochs=1)
         stream.close()
@@ -71,6 +72,7 @@ def test_long_pipeline_name_is_echoed_escaped_and_capped(daemon_factory, hostile
     assert len(details) < 1024, len(details)
     assert "(%d bytes)" % len(name.encode()) in details
     assert "this daemon serves: train" in details
+    assert len(str(info.value)) < 2048  # the client quotes the name capped too
     log = d.log()
     assert not [line for line in log.splitlines() if line.startswith(FORGED)]
     assert max(len(line) for line in log.splitlines()) < 4096

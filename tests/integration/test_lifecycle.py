@@ -1,7 +1,9 @@
 """The daemon as a service: the gRPC health check says SERVING, and SIGTERM
 while a client is mid-stream ends the daemon with status 0 within a few
-seconds while the client gets Unavailable instead of hanging."""
+seconds while the client gets Unavailable instead of hanging; a clean
+shutdown removes the --port-file the daemon wrote."""
 
+import os
 import queue
 import signal
 import threading
@@ -19,6 +21,15 @@ def test_health_check_is_serving(daemon):
             assert health_status(channel, timeout=scaled(5)) == SERVING
         finally:
             channel.close()
+
+
+def test_port_file_is_removed_on_clean_shutdown(daemon_factory, dataset):
+    root, _ = dataset
+    d = daemon_factory(daemon_config(root), name="portfile")
+    assert os.path.exists(d.port_file) and d.port is not None
+    d.signal(signal.SIGTERM)
+    assert d.wait(timeout=scaled(15)) == 0, d.log()
+    assert not os.path.exists(d.port_file), "port file left behind: %s" % d.port_file
 
 
 def test_sigterm_mid_stream_exits_zero_and_client_sees_unavailable(daemon_factory, dataset):

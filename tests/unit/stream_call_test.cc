@@ -2,7 +2,8 @@
 // StreamBatches call, driven message by message through a fake RPC with
 // no gRPC: one write at a time and StreamEnd before Finish, a failed
 // write, the wait for a shared-memory client's hand-over (woken by it, or
-// ended when the deadline's callback runs), and Detach giving everything
+// ended when the deadline's callback runs), an unparseable message, stale
+// Releases (the batch sequence they name), and Detach giving everything
 // back. Compiled only with the server library.
 #ifdef CONVEYOR_HAVE_SERVER
 
@@ -11,8 +12,10 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "server/stream_call.h"
 #include "tests/unit/service_test_util.h"
 
@@ -205,6 +208,130 @@ TEST_CASE("stream call: a call cancelled before the stream ends does not wait", 
   CHECK(rpc.deadlines_set() == 0);  // nobody is left to fetch the region
   call.Detach();
   CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("stream call: an unparseable message ends the call INVALID_ARGUMENT saying so",
+          "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  const bool opened = GENERATE(false, true);
+  if (opened) {
+    v1::OpenStream r = Request(2);
+    r.set_num_epochs(0);  // endless
+    v1::ClientMessage open = OpenMessage(r);
+    call.OnRead(&open);
+    REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
+    call.OnUnparseable();
+    call.OnWriteDone(true);
+  } else {
+    call.OnUnparseable();
+  }
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(absl::IsInvalidArgument(*rpc.finished()));
+  CHECK_THAT(std::string(rpc.finished()->message()),
+             Catch::Matchers::Contains("does not parse as a conveyor.v1.ClientMessage"));
+  CHECK_FALSE(rpc.misused());
+  call.Detach();
+  CHECK(t.BytesInUse() == 0);
+}
+
+v1::ClientMessage ReleaseOf(uint32_t slot, std::optional<uint64_t> sequence) {
+  v1::ClientMessage m = ReleaseMessage(slot);
+  if (sequence) m.mutable_release()->add_sequences(*sequence);
+  return m;
+}
+
+// The next write, completed; it must be a batch.
+v1::Batch NextBatch(StreamCall& call, FakeRpc& rpc) {
+  std::optional<v1::ServerMessage> m;
+  REQUIRE(Eventually([&] { return (m = rpc.TakeWrite()).has_value(); }));
+  call.OnWriteDone(true);
+  REQUIRE(m->has_batch());
+  return m->batch();
+}
+
+TEST_CASE("stream call: a Release naming a batch its slot no longer holds is refused",
+          "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  v1::OpenStream r = Request(2);
+  r.set_credits(1);  // one slot: every batch reuses it
+  v1::ClientMessage open = OpenMessage(r);
+  call.OnRead(&open);
+  REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
+  call.OnWriteDone(true);
+  const v1::Batch first = NextBatch(call, rpc);
+  v1::ClientMessage release = ReleaseOf(first.slot(), first.sequence());
+  call.OnRead(&release);
+  const v1::Batch second = NextBatch(call, rpc);
+  REQUIRE(second.slot() == first.slot());
+  REQUIRE(second.sequence() == first.sequence() + 1);
+  std::string expected;
+
+  SECTION("the first batch's Release, again: stale") {
+    release = ReleaseOf(first.slot(), first.sequence());
+    expected = absl::StrFormat("slot %d for batch %d: that slot holds batch %d now", first.slot(),
+                               first.sequence(), second.sequence());
+  }
+  SECTION("a batch not delivered yet") {
+    release = ReleaseOf(first.slot(), second.sequence() + 1);
+    expected = "that slot holds batch";
+  }
+  SECTION("a slot never delivered") {
+    release = ReleaseOf(first.slot() + 1, 0);
+    expected = "holds no batch in that slot";
+  }
+  SECTION("fewer sequences than slots") {
+    release = ReleaseOf(first.slot(), second.sequence());
+    release.mutable_release()->add_slots(first.slot() + 1);
+    expected = "2 slot(s) but 1 batch sequence(s)";
+  }
+  call.OnRead(&release);
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(absl::IsInvalidArgument(*rpc.finished()));
+  CHECK_THAT(std::string(rpc.finished()->message()), Catch::Matchers::Contains(expected));
+  CHECK_FALSE(rpc.misused());
+  call.Detach();
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("stream call: Releases with the right sequences, or with none, are served",
+          "[stream_call]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  v1::OpenStream r = Request(2);
+  r.set_credits(1);
+  v1::ClientMessage open = OpenMessage(r);
+  call.OnRead(&open);
+  REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
+  call.OnWriteDone(true);
+  bool with_sequence = false;
+  int batches = 0;
+  while (true) {
+    std::optional<v1::ServerMessage> m;
+    REQUIRE(Eventually([&] { return (m = rpc.TakeWrite()).has_value() || rpc.finished(); }));
+    if (!m) break;
+    call.OnWriteDone(true);
+    if (m->has_end()) break;
+    if (!m->has_batch()) continue;
+    ++batches;
+    // Alternate: old clients send no sequence.
+    with_sequence = !with_sequence;
+    v1::ClientMessage release =
+        ReleaseOf(m->batch().slot(), with_sequence ? std::optional<uint64_t>(m->batch().sequence())
+                                                   : std::nullopt);
+    call.OnRead(&release);
+  }
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(rpc.finished()->ok());
+  CHECK(batches == 3);
+  call.Detach();
 }
 
 }  // namespace

@@ -10,9 +10,9 @@ How a stream works (see proto/conveyor/v1/conveyor.proto): the client opens a
 bidirectional StreamBatches call, the daemon answers StreamOpened, then sends
 Batch messages. The client grants `credits` batches: the daemon never has more
 than that many batches of the stream unreleased. A batch is released (a
-Release message goes back) when the next batch is taken, when
-`batch.release()` is called, or when the stream is closed (`with` block exit,
-`close()`, end of iteration). After release the batch's slot belongs to the
+Release message, naming the batch's slot and sequence, goes back) when the
+next batch is taken, when `batch.release()` is called, or when the stream is
+closed (`with` block exit, `close()`, end of iteration). After release the batch's slot belongs to the
 daemon again and `batch.images` raises BatchReleasedError; arrays obtained
 before the release still view the slot, whose contents the daemon will
 overwrite - keep data with `batch.copy()`.
@@ -274,7 +274,10 @@ class Stream(ClosesOnExit):
             first = next(self._call)
         except grpc.RpcError as e:
             self._finish(cancel=True)
-            raise from_rpc_error(e, "opening a stream of pipeline %r" % request.pipeline) from None
+            name = request.pipeline
+            if len(name) > 100:  # the daemon's part of the message names it capped too
+                name = "%s…(%d characters)" % (name[:100], len(name))
+            raise from_rpc_error(e, "opening a stream of pipeline %r" % name) from None
         except StopIteration:
             self._finish(cancel=True)
             raise Unavailable("the daemon closed the stream before answering StreamOpened") from None
@@ -324,7 +327,9 @@ class Stream(ClosesOnExit):
             if self._current is batch:
                 self._current = None
             if not self._done:
-                self._requests.put(pb.ClientMessage(release=pb.Release(slots=[batch.slot])))
+                # The batch's sequence lets the daemon refuse a stale Release.
+                self._requests.put(pb.ClientMessage(release=pb.Release(
+                    slots=[batch.slot], sequences=[batch.sequence])))
 
     # --- responses ------------------------------------------------------
     def __iter__(self):
