@@ -217,6 +217,8 @@ const std::vector<std::string> kPipelineFields = {"dataset",
                                                   "resize_size",
                                                   "dct_scaling",
                                                   "max_pixels",
+                                                  "max_decode_memory",
+                                                  "max_decode_seconds",
                                                   "max_batch_size",
                                                   "error_policy",
                                                   "max_failure_rate",
@@ -329,6 +331,14 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
   if (n["max_pixels"]) {
     RETURN_IF_ERROR(
         ReadUint(n["max_pixels"], sub("max_pixels"), 1, uint64_t{1} << 40, &t.max_pixels));
+  }
+  if (n["max_decode_memory"]) {
+    RETURN_IF_ERROR(ReadSize(n["max_decode_memory"], sub("max_decode_memory"), kMinDecodeMemory,
+                             0, &t.max_decode_memory));
+  }
+  if (n["max_decode_seconds"]) {
+    RETURN_IF_ERROR(ReadDouble(n["max_decode_seconds"], sub("max_decode_seconds"), 0.001,
+                               kMaxDecodeSeconds, &t.max_decode_seconds));
   }
   if (n["max_batch_size"]) {
     RETURN_IF_ERROR(

@@ -91,6 +91,8 @@ TEST_CASE("a minimal config gets every default", "[config]") {
   CHECK(t.resize_size == 256);
   CHECK(t.flip_probability == defaults.flip_probability);
   CHECK(t.dct_scaling);
+  CHECK(t.max_decode_memory == defaults.max_decode_memory);
+  CHECK(t.max_decode_seconds == defaults.max_decode_seconds);
   const PipelineConfig pc_defaults;
   CHECK(p.config.max_batch_size == pc_defaults.max_batch_size);
   CHECK(p.config.error_policy == ErrorPolicy::kSkip);
@@ -129,6 +131,8 @@ pipelines:
     resize_size: 200
     dct_scaling: false
     max_pixels: 1000000
+    max_decode_memory: 48MiB
+    max_decode_seconds: 0.25
     max_batch_size: 512
     error_policy: fail_fast
     max_failure_rate: 0.5
@@ -177,6 +181,8 @@ pipelines:
   CHECK(t.resize_size == 200);
   CHECK_FALSE(t.dct_scaling);
   CHECK(t.max_pixels == 1000000);
+  CHECK(t.max_decode_memory == (48u << 20));
+  CHECK(t.max_decode_seconds == 0.25);
   CHECK(p.config.max_batch_size == 512);
   CHECK(p.config.error_policy == ErrorPolicy::kFailFast);
   CHECK(p.config.max_failure_rate == 0.5);
@@ -305,6 +311,14 @@ TEST_CASE("negative and out-of-range numbers are refused", "[config]") {
                 {"field max_streams: must be within [1,"});
   ExpectRefused(head + "    max_file_bytes: -5MiB\n",
                 {"field pipelines.p.max_file_bytes: size must not be negative"});
+  ExpectRefused(head + "    max_decode_memory: 4KiB\n",
+                {"field pipelines.p.max_decode_memory: must be at least 1048576 bytes"});
+  ExpectRefused(head + "    max_decode_memory: -1MiB\n",
+                {"field pipelines.p.max_decode_memory: size must not be negative"});
+  ExpectRefused(head + "    max_decode_seconds: 0\n",
+                {"field pipelines.p.max_decode_seconds: must be within [0.001, 3600]"});
+  ExpectRefused(head + "    max_decode_seconds: 7200\n",
+                {"field pipelines.p.max_decode_seconds: must be within [0.001, 3600]"});
   ExpectRefused(head + "    max_batch_size: -4\n",
                 {"field pipelines.p.max_batch_size: must not be negative"});
   ExpectRefused(head + "    max_batch_size: 0\n",
