@@ -6,6 +6,7 @@
 #include <cstdio>  // jpeglib.h needs FILE and size_t first
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 
 // clang-format off
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "core/image_format.h"
 
 namespace conveyor {
 
@@ -75,6 +77,11 @@ int64_t ThreadCpuNs() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// "looks like PNG", or "unknown format".
+std::string LooksLike(const char* format) {
+  return std::strcmp(format, "unknown format") == 0 ? format : absl::StrCat("looks like ", format);
 }
 
 uint64_t RoundUp(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
@@ -284,11 +291,11 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
                                                  std::numeric_limits<long>::max()));
   if (bytes.empty()) return absl::InvalidArgumentError("empty input (0 bytes)");
   if (bytes.size() < 2 || bytes[0] != 0xFF || bytes[1] != 0xD8) {
-    if (bytes.size() == 1) {
-      return absl::InvalidArgumentError(absl::StrFormat("not a JPEG (1 byte: 0x%02X)", bytes[0]));
-    }
+    // Named by its magic bytes; file content is never echoed (it may be
+    // anything, terminal escapes included).
+    if (bytes.size() == 1) return absl::InvalidArgumentError("not a JPEG (1 byte, unknown format)");
     return absl::InvalidArgumentError(
-        absl::StrFormat("not a JPEG (starts with 0x%02X 0x%02X)", bytes[0], bytes[1]));
+        absl::StrCat("not a JPEG (", LooksLike(ImageFormatName(bytes)), ")"));
   }
   bytes_ = bytes;
   JpegHeader header;

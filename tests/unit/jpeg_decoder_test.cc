@@ -165,9 +165,10 @@ TEST_CASE("jpeg decoder: not-a-JPEG inputs are InvalidArgument", "[jpeg]") {
   CHECK(s.message() == "empty input (0 bytes)");
   s = TryDecode(dec, {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A});
   CHECK(absl::IsInvalidArgument(s));
-  CHECK(s.message() == "not a JPEG (starts with 0x89 0x50)");
+  CHECK(s.message() == "not a JPEG (looks like PNG)");
   s = TryDecode(dec, {0xFF});
   CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message() == "not a JPEG (1 byte, unknown format)");
   Rng rng(3);
   std::vector<uint8_t> noise(4096);
   for (auto& b : noise) b = static_cast<uint8_t>(rng.Below(256));
@@ -177,6 +178,30 @@ TEST_CASE("jpeg decoder: not-a-JPEG inputs are InvalidArgument", "[jpeg]") {
   noise[0] = 0xFF;
   noise[1] = 0xD8;
   CHECK_FALSE(TryDecode(dec, noise).ok());
+}
+
+TEST_CASE("jpeg decoder: other formats are named by their magic bytes, never echoed", "[jpeg]") {
+  auto reason = [](const std::string& content) {
+    JpegDecoder dec;
+    const std::vector<uint8_t> bytes(content.begin(), content.end());
+    const absl::Status s = TryDecode(dec, bytes);
+    CHECK(absl::IsInvalidArgument(s));
+    return std::string(s.message());
+  };
+  CHECK(reason("GIF89a\x01\x00") == "not a JPEG (looks like GIF)");
+  CHECK(reason(std::string("RIFF\x10\0\0\0WEBPVP8 ", 16)) == "not a JPEG (looks like WebP)");
+  CHECK(reason(std::string("BM\x36\x10\x0e\0", 6)) == "not a JPEG (looks like BMP)");
+  CHECK(reason(std::string("II*\0\x08\0\0\0", 8)) == "not a JPEG (looks like TIFF)");
+  CHECK(reason(std::string("MM\0*\0\0\0\x08", 8)) == "not a JPEG (looks like TIFF)");
+  CHECK(reason("P6\n4 4\n255\n") == "not a JPEG (looks like PNM (PPM/PGM/PBM))");
+  CHECK(reason(std::string("\0\0\0\x1c" "ftypavif", 12)) == "not a JPEG (looks like AVIF/HEIF)");
+  CHECK(reason("%PDF-1.7") == "not a JPEG (looks like PDF)");
+  CHECK(reason("PK\x03\x04....") == "not a JPEG (looks like ZIP)");
+  CHECK(reason("\x1f\x8b\x08\x00") == "not a JPEG (looks like gzip)");
+  // Anything else is an unknown format, and the bytes are never shown:
+  // not even a name-like or terminal-escape prefix of the file.
+  CHECK(reason("rm -rf /\n") == "not a JPEG (unknown format)");
+  CHECK(reason("\x1b]0;owned\x07") == "not a JPEG (unknown format)");
 }
 
 TEST_CASE("jpeg decoder: truncated files are DataLoss at every cut", "[jpeg]") {
