@@ -135,12 +135,17 @@ absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
 absl::Status Schema::ParseEngine(const YAML::Node& n, EngineOptions* e) const {
   RETURN_IF_ERROR(
       CheckMap(n, "engine",
-               {"fetch_queue_capacity", "fetch_concurrency", "decode_concurrency",
+               {"fetch_queue_capacity", "fetch_queue_bytes", "fetch_concurrency",
+                "decode_concurrency",
                 "fetch_retry_max_attempts", "fetch_retry_initial_backoff_ms",
                 "fetch_retry_max_backoff_ms", "fetch_retry_deadline_seconds"}));
   if (n["fetch_queue_capacity"]) {
     RETURN_IF_ERROR(ReadUintAs(n["fetch_queue_capacity"], "engine.fetch_queue_capacity", 0,
                                         65536, &e->fetch_queue_capacity));
+  }
+  if (n["fetch_queue_bytes"]) {
+    RETURN_IF_ERROR(
+        ReadSize(n["fetch_queue_bytes"], "engine.fetch_queue_bytes", 1, 0, &e->fetch_queue_bytes));
   }
   if (n["fetch_concurrency"]) {
     RETURN_IF_ERROR(ReadUintAs(n["fetch_concurrency"], "engine.fetch_concurrency", 1, 4096,

@@ -113,7 +113,8 @@ max_streams: 7
 allowed_roots: [/data]
 log_level: debug
 shutdown_timeout_seconds: 2.5
-engine: {fetch_queue_capacity: 8, fetch_concurrency: 2, decode_concurrency: 3,
+engine: {fetch_queue_capacity: 8, fetch_queue_bytes: 24MiB, fetch_concurrency: 2,
+         decode_concurrency: 3,
          fetch_retry_max_attempts: 3, fetch_retry_initial_backoff_ms: 5,
          fetch_retry_max_backoff_ms: 40, fetch_retry_deadline_seconds: 2.5}
 pipelines:
@@ -149,6 +150,7 @@ pipelines:
   CHECK(c->listen.tcp == "127.0.0.1:0");
   CHECK(c->engine.num_threads == 3);
   CHECK(c->engine.fetch_queue_capacity == 8);
+  CHECK(c->engine.fetch_queue_bytes == (24u << 20));
   CHECK(c->engine.fetch_concurrency == 2);
   CHECK(c->engine.decode_concurrency == 3);
   CHECK(c->engine.fetch_retry_max_attempts == 3);
@@ -311,6 +313,8 @@ TEST_CASE("negative and out-of-range numbers are refused", "[config]") {
                 {"field max_streams: must be within [1,"});
   ExpectRefused(head + "    max_file_bytes: -5MiB\n",
                 {"field pipelines.p.max_file_bytes: size must not be negative"});
+  ExpectRefused("engine: {fetch_queue_bytes: 0}\n" + std::string(kMinimal),
+                {"field engine.fetch_queue_bytes: must be at least 1 bytes"});
   ExpectRefused(head + "    max_decode_memory: 4KiB\n",
                 {"field pipelines.p.max_decode_memory: must be at least 1048576 bytes"});
   ExpectRefused(head + "    max_decode_memory: -1MiB\n",
