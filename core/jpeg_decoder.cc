@@ -68,8 +68,9 @@ bool IsCorruptDataWarning(int code, bool decoding_scans) {
 // the clock's cost negligible next to decoding.
 constexpr unsigned kCpuCheckInterval = 8;
 
-// Fixed part of libjpeg's per-image memory (tables, entropy state, the
-// memory manager's pools) in EstimateDecodeMemory; measured well below this.
+// Allowance for the fixed part of libjpeg's per-image memory in
+// EstimateDecodeMemory: tables, entropy decoder state and the memory
+// manager's small pools (libjpeg-turbo's first image pool is about 16 KB).
 constexpr uint64_t kFixedDecodeBytes = 256 * 1024;
 
 // CPU time of the calling thread in nanoseconds.
