@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/file_reader.h"
 #include "core/posix_error.h"
+#include "core/text_escape.h"
 #include "core/unique_fd.h"
 
 namespace conveyor {
@@ -134,10 +135,22 @@ EntryType TypeOf(int dir_fd, const struct dirent* entry) {
 // Lists the non-hidden entries of the folder `name` of `parent_fd` (a real
 // folder: O_NOFOLLOW) of type `want`, sorted by bytes. Names for which `keep`
 // is false are skipped before any stat(). `shown` names the folder in errors.
+// Entries left out are counted in `ignored` as `prefix` + name: hidden ones
+// as kHidden, those of another type as `wrong_type`, those `keep` refused as
+// `refused` (kNestedFolder instead when the file system says, without a
+// stat, that they are folders).
 template <typename Keep>
 absl::StatusOr<std::vector<std::string>> ListDirectory(int parent_fd, const char* name,
                                                        const std::string& shown, EntryType want,
-                                                       Keep keep) {
+                                                       Keep keep, std::string_view prefix,
+                                                       IgnoredEntries::Reason refused,
+                                                       IgnoredEntries::Reason wrong_type,
+                                                       IgnoredEntries* ignored) {
+  auto ignore = [&](IgnoredEntries::Reason reason, std::string_view entry_name) {
+    std::string path(prefix);
+    path.append(entry_name);
+    ignored->Add(reason, path);
+  };
   // A new open file description each time (not a dup: its offset is shared).
   const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "cannot open directory", shown);
@@ -156,9 +169,19 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(int parent_fd, const char
       break;
     }
     const std::string_view entry_name(entry->d_name);
-    if (entry_name.empty() || entry_name[0] == '.') continue;  // hidden, "." and ".."
-    if (!keep(entry_name)) continue;
-    if (TypeOf(::dirfd(dir.get()), entry) != want) continue;
+    if (entry_name == "." || entry_name == "..") continue;
+    if (entry_name.empty() || entry_name[0] == '.') {
+      ignore(IgnoredEntries::kHidden, entry_name);
+      continue;
+    }
+    if (!keep(entry_name)) {
+      ignore(entry->d_type == DT_DIR ? IgnoredEntries::kNestedFolder : refused, entry_name);
+      continue;
+    }
+    if (TypeOf(::dirfd(dir.get()), entry) != want) {
+      ignore(wrong_type, entry_name);
+      continue;
+    }
     names.emplace_back(entry_name);
   }
   std::sort(names.begin(), names.end());  // std::string compares as unsigned bytes
@@ -190,6 +213,55 @@ std::string Quote(std::string_view text) {
 }
 
 }  // namespace
+
+void IgnoredEntries::Add(Reason reason, std::string_view relative_path) {
+  ++counts[reason];
+  // The first names in byte order, whatever order readdir gives.
+  std::vector<std::string>& kept = examples[reason];
+  std::string name = EscapeText(relative_path, kMaxExampleBytes);
+  if (kept.size() == kMaxExamples && !(name < kept.back())) return;
+  kept.insert(std::upper_bound(kept.begin(), kept.end(), name), std::move(name));
+  if (kept.size() > kMaxExamples) kept.pop_back();
+}
+
+uint64_t IgnoredEntries::total() const {
+  uint64_t n = 0;
+  for (const uint64_t c : counts) n += c;
+  return n;
+}
+
+const char* IgnoredEntries::ReasonText(Reason reason) {
+  switch (reason) {
+    case kHidden:
+      return "hidden (name starts with '.')";
+    case kNoImageExtension:
+      return "without an image extension";
+    case kNotAFolderAtRoot:
+      return "directly under the root but not a folder (files, links, special files)";
+    case kNestedFolder:
+      return "folders inside class folders (not descended into)";
+    case kNumReasons:
+      break;
+  }
+  return "unknown";
+}
+
+std::string IgnoredEntries::Summary() const {
+  const uint64_t n = total();
+  if (n == 0) return "";
+  std::string out = absl::StrCat(n, n == 1 ? " entry" : " entries", " ignored:");
+  const char* sep = " ";
+  for (int r = 0; r < kNumReasons; ++r) {
+    if (counts[r] == 0) continue;
+    absl::StrAppend(&out, sep, counts[r], " ", ReasonText(static_cast<Reason>(r)), " (e.g. ");
+    for (size_t i = 0; i < examples[r].size(); ++i) {
+      absl::StrAppend(&out, i == 0 ? "'" : ", '", examples[r][i], "'");
+    }
+    absl::StrAppend(&out, counts[r] > examples[r].size() ? ", ...)" : ")");
+    sep = "; ";
+  }
+  return out;
+}
 
 absl::Status ValidateRelativePath(std::string_view path) {
   if (path.empty()) return absl::InvalidArgumentError("empty path");
@@ -269,8 +341,10 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
 
   absl::StatusOr<UniqueFd> root_fd = OpenRoot(root);
   if (!root_fd.ok()) return root_fd.status();
+  IgnoredEntries ignored;
   absl::StatusOr<std::vector<std::string>> classes = ListDirectory(
-      root_fd->get(), ".", root, EntryType::kDirectory, [](std::string_view) { return true; });
+      root_fd->get(), ".", root, EntryType::kDirectory, [](std::string_view) { return true; }, "",
+      IgnoredEntries::kNotAFolderAtRoot, IgnoredEntries::kNotAFolderAtRoot, &ignored);
   if (!classes.ok()) return classes.status();
   if (classes->empty()) {
     return absl::NotFoundError(
@@ -287,8 +361,10 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
       return absl::InvalidArgumentError(absl::StrCat("too many class folders in '", root, "'"));
     }
     const std::string class_dir = absl::StrCat(root, "/", class_name);
-    absl::StatusOr<std::vector<std::string>> files = ListDirectory(
-        index->root_fd_.get(), class_name.c_str(), class_dir, EntryType::kOther, HasImageExtension);
+    absl::StatusOr<std::vector<std::string>> files =
+        ListDirectory(index->root_fd_.get(), class_name.c_str(), class_dir, EntryType::kOther,
+                      HasImageExtension, class_name + "/", IgnoredEntries::kNoImageExtension,
+                      IgnoredEntries::kNestedFolder, &ignored);
     if (!files.ok()) return files.status();
     for (const std::string& file : *files) {
       index->arena_.append(class_name);
@@ -303,6 +379,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
                                             " class folders but no image files"));
   }
   index->class_names_ = *std::move(classes);
+  index->ignored_ = std::move(ignored);
   return Finish(std::move(index));
 }
 

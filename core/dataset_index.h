@@ -20,6 +20,7 @@
 // It is handed out as std::shared_ptr<const DatasetIndex>.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,33 @@
 #include "core/unique_fd.h"
 
 namespace conveyor {
+
+// The entries of an ImageFolder tree that are not samples, counted by reason
+// when the index loads, so that an operator learns what the daemon ignores
+// (the daemon logs Summary() once per dataset). A few example paths per
+// reason are kept (the first in byte order), escaped (EscapeText) and capped
+// in length: they come from the dataset and may hold any bytes.
+struct IgnoredEntries {
+  enum Reason {
+    kHidden,            // name starts with '.'
+    kNoImageExtension,  // in a class folder, not an image extension
+    kNotAFolderAtRoot,  // directly under the root and not a real folder
+    kNestedFolder,      // a folder inside a class folder (not descended into)
+    kNumReasons,
+  };
+  static constexpr size_t kMaxExamples = 3;
+  static constexpr size_t kMaxExampleBytes = 96;
+
+  std::array<uint64_t, kNumReasons> counts{};
+  std::array<std::vector<std::string>, kNumReasons> examples;
+
+  void Add(Reason reason, std::string_view relative_path);
+  uint64_t total() const;
+  // "" when nothing was ignored, else e.g. "7 entries ignored: 5 without an
+  // image extension (e.g. 'class_a/notes.txt', ...), 2 hidden (...)".
+  std::string Summary() const;
+  static const char* ReasonText(Reason reason);
+};
 
 class DatasetIndex {
  public:
@@ -57,6 +85,7 @@ class DatasetIndex {
   //    of silently dropped. Nested folders inside a class folder are not
   //    descended into (torchvision would).
   //  - Hidden means the name starts with '.'.
+  //  - Every entry left out is counted in ignored() by reason.
   //  - Samples are ordered by class, then by file name in byte order.
   //  - A class folder without images keeps its label (so splits that share
   //    folder names share labels) and simply has no samples.
@@ -128,6 +157,10 @@ class DatasetIndex {
   // Heap + object bytes held by the index (capacities, not sizes).
   size_t MemoryBytes() const;
 
+  // ImageFolder: the entries found that are not samples. Nothing for list
+  // files and FromEntries (there every line is a sample or an error).
+  const IgnoredEntries& ignored() const { return ignored_; }
+
  private:
   DatasetIndex() = default;
 
@@ -144,6 +177,7 @@ class DatasetIndex {
   std::vector<int32_t> labels_;    // size() entries
   std::vector<std::string> class_names_;
   size_t num_classes_ = 0;
+  IgnoredEntries ignored_;
 };
 
 // Whether `relative_path` is acceptable as an index entry: non-empty, not

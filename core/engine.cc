@@ -47,6 +47,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (o.num_threads == 0) o.num_threads = std::max(1u, std::thread::hardware_concurrency());
   if (o.fetch_queue_capacity == 0) o.fetch_queue_capacity = std::max(4, 2 * o.num_threads);
   if (o.fetch_concurrency == 0) o.fetch_concurrency = 1;
+  if (o.fetch_queue_bytes == 0) {
+    return absl::InvalidArgumentError("fetch_queue_bytes must be at least 1");
+  }
   if (o.decode_concurrency == 0) o.decode_concurrency = static_cast<uint32_t>(o.num_threads);
   auto scheduler = std::make_shared<Scheduler>(o);
   scheduler->Start();
@@ -82,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   const EngineOptions& eo = scheduler_->options();
   c.fetch_capacity = eo.fetch_queue_capacity;
   c.fetch_limit = eo.fetch_concurrency;
+  c.fetch_bytes = eo.fetch_queue_bytes;
   c.decode_limit = eo.decode_concurrency;
   c.retry.max_attempts = eo.fetch_retry_max_attempts;
   c.retry.initial_backoff_ns = Nanos(eo.fetch_retry_initial_backoff);

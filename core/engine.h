@@ -27,6 +27,10 @@ struct EngineOptions {
   uint32_t fetch_queue_capacity = 0; // fetched-but-not-decoded samples per stream; 0: 2×threads (≥ 4)
   uint32_t fetch_concurrency = 4;    // fetch tasks running at once per stream
   uint32_t decode_concurrency = 0;   // decode tasks running at once per stream; 0: threads
+  // Bytes of fetched samples a stream may hold (waiting for decode or being
+  // decoded): no fetch starts while the stream holds this much, so at most
+  // fetch_queue_bytes + fetch_concurrency × max_file_bytes are held.
+  uint64_t fetch_queue_bytes = 64ull << 20;  // ≥ 1
 
   // Errors of the system while fetching a sample (IsSystemError: EMFILE,
   // ENFILE, ENOMEM, EIO, EAGAIN, ...) are retried: the fetch is queued again

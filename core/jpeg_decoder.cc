@@ -1,8 +1,12 @@
 #include "core/jpeg_decoder.h"
 
+#include <time.h>
+
 #include <csetjmp>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first
 #include <cstring>
+#include <limits>
+#include <string>
 #include <utility>
 
 // clang-format off
@@ -13,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "core/image_format.h"
 
 namespace conveyor {
 
@@ -56,6 +61,33 @@ bool IsCorruptDataWarning(int code, bool decoding_scans) {
       return false;
   }
 }
+
+// The CPU budget is read from the clock on every kCpuCheckInterval-th call
+// of the progress monitor (one call per row of blocks read, or per call of
+// the output pass: microseconds apart even in a costly file), which keeps
+// the clock's cost negligible next to decoding.
+constexpr unsigned kCpuCheckInterval = 8;
+
+// Allowance for the fixed part of libjpeg's per-image memory in
+// EstimateDecodeMemory: tables, entropy decoder state and the memory
+// manager's small pools (libjpeg-turbo's first image pool is about 16 KB).
+constexpr uint64_t kFixedDecodeBytes = 256 * 1024;
+
+// CPU time of the calling thread in nanoseconds.
+int64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// "looks like PNG", or "unknown format".
+std::string LooksLike(const char* format) {
+  return std::strcmp(format, "unknown format") == 0 ? format : absl::StrCat("looks like ", format);
+}
+
+uint64_t RoundUp(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+double Mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 inline int MulDiv255(int a, int b) {
   const int t = a * b + 128;
@@ -111,11 +143,18 @@ struct JpegDecoder::State {
   jpeg_error_mgr err;
   jpeg_progress_mgr progress;
   std::jmp_buf jump;
-  // Set before every longjmp.
+  // Set before every longjmp: the message, and what kind of failure it is.
+  enum class Failure { kCorrupt, kTruncated, kLimit };
   char message[JMSG_LENGTH_MAX];
-  bool truncated;
+  Failure failure;
   bool decoding_scans = false;  // past jpeg_read_header
   bool created = false;
+  // The image's limits (from ReadHeader): memory for the backstop's
+  // message, and the CPU deadline (thread CPU ns; 0: none).
+  uint64_t max_memory = 0;
+  double max_cpu_seconds = 0;
+  int64_t cpu_deadline_ns = 0;
+  unsigned progress_calls = 0;
   // A header read by ReadHeader, waiting for DecodeRegion (empty otherwise).
   ImageInProgress image;
 
@@ -129,7 +168,7 @@ struct JpegDecoder::State {
     progress.pass_counter = progress.pass_limit = 0;
     progress.completed_passes = progress.total_passes = 0;
     message[0] = '\0';
-    truncated = false;
+    failure = Failure::kCorrupt;
     cinfo.client_data = this;
     Create();
   }
@@ -170,8 +209,16 @@ struct JpegDecoder::State {
 
   [[noreturn]] static void ErrorExit(j_common_ptr c) {
     State* s = From(c);
-    (*c->err->format_message)(c, s->message);
-    s->truncated = false;
+    if (c->err->msg_code == JERR_NO_BACKING_STORE && s->max_memory != 0) {
+      // The memory manager's cap (max_memory_to_use) refused the image's
+      // large arrays: the estimate in ReadHeader should have caught it.
+      std::snprintf(s->message, sizeof(s->message),
+                    "decoding needs more than max_decode_memory (%.1f MiB)", Mib(s->max_memory));
+      s->failure = Failure::kLimit;
+    } else {
+      (*c->err->format_message)(c, s->message);
+      s->failure = Failure::kCorrupt;
+    }
     std::longjmp(s->jump, 1);
   }
 
@@ -179,7 +226,7 @@ struct JpegDecoder::State {
     if (level >= 0) return;  // trace messages
     State* s = From(c);
     if (!IsCorruptDataWarning(c->err->msg_code, s->decoding_scans)) return;
-    s->truncated = c->err->msg_code == JWRN_JPEG_EOF;
+    s->failure = c->err->msg_code == JWRN_JPEG_EOF ? Failure::kTruncated : Failure::kCorrupt;
     (*c->err->format_message)(c, s->message);
     std::longjmp(s->jump, 1);
   }
@@ -189,10 +236,18 @@ struct JpegDecoder::State {
   static void ProgressMonitor(j_common_ptr c) {
     if (!c->is_decompressor) return;
     auto* d = reinterpret_cast<j_decompress_ptr>(c);
+    State* s = From(c);
     if (d->input_scan_number > kMaxScans) {
-      State* s = From(c);
       std::snprintf(s->message, sizeof(s->message), "more than %d progressive scans", kMaxScans);
-      s->truncated = false;
+      s->failure = Failure::kCorrupt;
+      std::longjmp(s->jump, 1);
+    }
+    if (s->cpu_deadline_ns != 0 && ++s->progress_calls % kCpuCheckInterval == 0 &&
+        ThreadCpuNs() > s->cpu_deadline_ns) {
+      std::snprintf(s->message, sizeof(s->message),
+                    "decoding took more than max_decode_seconds (%g s of CPU; stopped in scan %d)",
+                    s->max_cpu_seconds, d->input_scan_number);
+      s->failure = Failure::kLimit;
       std::longjmp(s->jump, 1);
     }
   }
@@ -203,7 +258,12 @@ JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {}
 JpegDecoder::~JpegDecoder() = default;
 
 absl::Status JpegDecoder::LibjpegError(const char* what) const {
-  if (state_->truncated) return absl::DataLossError("truncated JPEG data (premature end of file)");
+  if (state_->failure == State::Failure::kTruncated) {
+    return absl::DataLossError("truncated JPEG data (premature end of file)");
+  }
+  if (state_->failure == State::Failure::kLimit) {
+    return absl::ResourceExhaustedError(state_->message);
+  }
   // libjpeg's corrupt-data warnings already start with "Corrupt JPEG data: ".
   absl::string_view message = state_->message;
   absl::ConsumePrefix(&message, "Corrupt JPEG data: ");
@@ -211,17 +271,32 @@ absl::Status JpegDecoder::LibjpegError(const char* what) const {
 }
 
 absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> bytes,
-                                                   uint64_t max_pixels) {
+                                                   const DecodeLimits& limits) {
+  const uint64_t max_pixels = limits.max_pixels;
   state_->image = ImageInProgress();  // drops a header read but never decoded
   state_->Recreate();                  // every image starts from a clean decompressor
   if (!state_->created) return absl::InternalError("libjpeg decompressor could not be created");
+  state_->max_memory = limits.max_memory;
+  state_->max_cpu_seconds = limits.max_cpu_seconds;
+  state_->progress_calls = 0;
+  state_->cpu_deadline_ns =
+      limits.max_cpu_seconds > 0
+          ? ThreadCpuNs() + static_cast<int64_t>(limits.max_cpu_seconds * 1e9)
+          : 0;
+  // The backstop: libjpeg's memory manager refuses large arrays beyond this
+  // (it has no backing store, so an array that does not fit is an error).
+  state_->cinfo.mem->max_memory_to_use =
+      limits.max_memory == 0
+          ? 0
+          : static_cast<long>(std::min<uint64_t>(limits.max_memory,
+                                                 std::numeric_limits<long>::max()));
   if (bytes.empty()) return absl::InvalidArgumentError("empty input (0 bytes)");
   if (bytes.size() < 2 || bytes[0] != 0xFF || bytes[1] != 0xD8) {
-    if (bytes.size() == 1) {
-      return absl::InvalidArgumentError(absl::StrFormat("not a JPEG (1 byte: 0x%02X)", bytes[0]));
-    }
+    // Named by its magic bytes; file content is never echoed (it may be
+    // anything, terminal escapes included).
+    if (bytes.size() == 1) return absl::InvalidArgumentError("not a JPEG (1 byte, unknown format)");
     return absl::InvalidArgumentError(
-        absl::StrFormat("not a JPEG (starts with 0x%02X 0x%02X)", bytes[0], bytes[1]));
+        absl::StrCat("not a JPEG (", LooksLike(ImageFormatName(bytes)), ")"));
   }
   bytes_ = bytes;
   JpegHeader header;
@@ -231,6 +306,18 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
   if (pixels > max_pixels) {
     return absl::InvalidArgumentError(absl::StrFormat("image %dx%d exceeds max_pixels %d",
                                                       header.width, header.height, max_pixels));
+  }
+  if (limits.max_memory != 0) {
+    const uint64_t need = EstimateDecodeMemory();
+    if (need > limits.max_memory) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "image %dx%d (%s, %d component%s) needs about %.1f MiB to decode, more than "
+          "max_decode_memory (%.1f MiB)",
+          header.width, header.height,
+          header.progressive ? "progressive" : (MultiScan() ? "multi-scan" : "baseline"),
+          header.components, header.components == 1 ? "" : "s", Mib(need),
+          Mib(limits.max_memory)));
+    }
   }
   // The scan data starts where libjpeg stopped reading; an intact file has an
   // end-of-image marker after it (0xFF 0xD9 cannot occur inside entropy-coded
@@ -248,6 +335,40 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
   }
   state_->image = std::move(image);  // kept for DecodeRegion
   return header;
+}
+
+bool JpegDecoder::MultiScan() const {
+  const jpeg_decompress_struct& c = state_->cinfo;
+  return c.progressive_mode || c.comps_in_scan < c.num_components;
+}
+
+uint64_t JpegDecoder::EstimateDecodeMemory() const {
+  const jpeg_decompress_struct& c = state_->cinfo;
+  const uint64_t block_bytes = sizeof(JBLOCK);  // 64 coefficients of 2 bytes
+  const bool multi_scan = MultiScan();
+  const uint64_t max_v = static_cast<uint64_t>(c.max_v_samp_factor);
+  // Output rows are as wide as whole iMCUs.
+  const uint64_t padded_width =
+      RoundUp(c.image_width, static_cast<uint64_t>(c.max_h_samp_factor) * DCTSIZE);
+  uint64_t bytes = kFixedDecodeBytes;
+  for (int ci = 0; ci < c.num_components; ++ci) {
+    const jpeg_component_info& comp = c.comp_info[ci];
+    const uint64_t h = static_cast<uint64_t>(comp.h_samp_factor);
+    const uint64_t v = static_cast<uint64_t>(comp.v_samp_factor);
+    const uint64_t blocks_wide = RoundUp(comp.width_in_blocks, h);
+    // Coefficients: all of the component's blocks when the file has several
+    // scans (jdcoefct.c's whole-image array), else one iMCU row of them.
+    const uint64_t block_rows = multi_scan ? RoundUp(comp.height_in_blocks, v) : v;
+    bytes += blocks_wide * block_rows * block_bytes;
+    // Sample rows of the main controller: v × 8 rows, and context rows
+    // around them for fancy upsampling (10 row groups of v rows in all).
+    bytes += blocks_wide * DCTSIZE * v * 10;
+    // The upsampler's full-width rows of this component.
+    bytes += padded_width * max_v * DCTSIZE;
+  }
+  // This decoder's batch of rows (4 bytes a pixel for CMYK).
+  bytes += padded_width * 4 * kBatchRows + kRowSlack;
+  return bytes;
 }
 
 bool JpegDecoder::ReadHeaderLibjpeg(JpegHeader* header) {
@@ -352,7 +473,7 @@ bool JpegDecoder::DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom
       if (n == 0) {
         // Cannot happen with a memory source (it never suspends); be safe.
         std::snprintf(state_->message, sizeof(state_->message), "decoder stalled");
-        state_->truncated = false;
+        state_->failure = State::Failure::kCorrupt;
         return false;
       }
       got += static_cast<int>(n);

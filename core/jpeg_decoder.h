@@ -23,6 +23,17 @@
 // rows below a crop that are never decoded. Corruption in rows that are never
 // decoded is, by design, not detected.
 //
+// Limits (DecodeLimits) bound what one image may cost the calling thread:
+// its pixel count and the memory libjpeg would need are checked from the
+// header, before libjpeg allocates anything for the image (the big item is
+// the coefficient buffer of a progressive or multi-scan file, 128 bytes per
+// 8x8 block of every component, allocated by jpeg_start_decompress); libjpeg's
+// own memory manager is capped at the same figure as a backstop; and the
+// thread's CPU time since ReadHeader is checked in libjpeg's progress
+// monitor (once per row of blocks read, or per call of the output pass), so
+// a file with hundreds of scans cannot hold a worker for seconds. Limits hit
+// are ResourceExhausted errors naming the limit and the figures.
+//
 // Every image is decoded by a new libjpeg decompressor (created in
 // ReadHeader), so an image decodes, or is refused, exactly as it would be
 // alone: no quantization or Huffman table of an earlier image is ever used
@@ -55,6 +66,19 @@ struct JpegHeader {
   JpegColor color = JpegColor::kOther;
   bool progressive = false;
   bool arithmetic = false;
+};
+
+// What one image may cost the thread that decodes it. 0 in max_memory or
+// max_cpu_seconds means no limit (tools and tests); pipelines always set
+// them (TransformSpec's max_decode_memory and max_decode_seconds).
+struct DecodeLimits {
+  uint64_t max_pixels = 64ull * 1024 * 1024;
+  // Bytes of decoder working memory: libjpeg's allocations for the image
+  // plus the decoder's row buffers (EstimateDecodeMemory).
+  uint64_t max_memory = 0;
+  // CPU seconds of the calling thread from ReadHeader to the end of the
+  // decode.
+  double max_cpu_seconds = 0;
 };
 
 // A rectangle of the decoded (scaled) image: columns [x0, x1), rows [y0, y1).
@@ -101,7 +125,24 @@ class JpegDecoder {
   // abandoned.
   // REQUIRES: `bytes` stays alive and unchanged until the matching Decode*
   // call returns.
-  absl::StatusOr<JpegHeader> ReadHeader(std::span<const uint8_t> bytes, uint64_t max_pixels);
+  // Refuses, with ResourceExhausted naming the figures, an image whose
+  // estimated working memory (EstimateDecodeMemory) exceeds limits.max_memory,
+  // and starts the CPU-time budget of limits.max_cpu_seconds.
+  absl::StatusOr<JpegHeader> ReadHeader(std::span<const uint8_t> bytes, const DecodeLimits& limits);
+  // Only max_pixels limits this image (tools and tests).
+  absl::StatusOr<JpegHeader> ReadHeader(std::span<const uint8_t> bytes, uint64_t max_pixels) {
+    DecodeLimits limits;
+    limits.max_pixels = max_pixels;
+    return ReadHeader(bytes, limits);
+  }
+
+  // Bytes of working memory the image whose header was just read needs at
+  // most for a full-size decode: the coefficient buffer (the whole image's
+  // for progressive and other multi-scan files, one row of blocks
+  // otherwise) plus libjpeg's and this decoder's row buffers. An upper
+  // bound of what jpeg_start_decompress and the rows allocate, computed
+  // from the header alone. REQUIRES: a successful ReadHeader.
+  uint64_t EstimateDecodeMemory() const;
 
   // Size of the image decoded at scale 1/scale_denom (libjpeg's rounding:
   // ceil(width / scale_denom)).
@@ -127,6 +168,9 @@ class JpegDecoder {
   bool ReadHeaderLibjpeg(JpegHeader* header);
   bool DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink);
   absl::Status LibjpegError(const char* what) const;
+  // Whether the image read has several scans (progressive, or components in
+  // separate scans): then libjpeg buffers all its coefficients.
+  bool MultiScan() const;
 
   std::unique_ptr<State> state_;
   std::span<const uint8_t> bytes_;

@@ -182,7 +182,11 @@ SampleTransformer::~SampleTransformer() = default;
 
 absl::Status SampleTransformer::Start(std::span<const uint8_t> bytes, const TransformSpec& spec) {
   if (absl::Status s = ValidateTransformSpec(spec); !s.ok()) return s;
-  absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, spec.max_pixels);
+  DecodeLimits limits;
+  limits.max_pixels = spec.max_pixels;
+  limits.max_memory = spec.max_decode_memory;
+  limits.max_cpu_seconds = spec.max_decode_seconds;
+  absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, limits);
   if (!header.ok()) return header.status();
   header_ = *header;
   trace_ = Trace();

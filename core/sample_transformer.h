@@ -66,7 +66,9 @@ class SampleTransformer final : public SampleDecoder {
   // exactly SampleBytes(spec) bytes at `out` in spec.layout / spec.dtype.
   // Errors (the caller adds the sample name): InvalidArgument for input that
   // is not a JPEG, is empty or too large (max_pixels) or for a bad spec;
-  // DataLoss for truncated or corrupt JPEG data. `out` is unspecified on error.
+  // DataLoss for truncated or corrupt JPEG data; ResourceExhausted when
+  // decoding would need more than max_decode_memory or took more than
+  // max_decode_seconds of CPU. `out` is unspecified on error.
   // REQUIRES: spec passed ValidateTransformSpec (checked again, cheaply);
   // out has SampleBytes(spec) writable bytes, aligned to ElementSize(dtype).
   absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,

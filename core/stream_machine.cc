@@ -16,6 +16,10 @@ namespace conveyor {
 namespace {
 int StageIndex(Stage s) { return static_cast<int>(s); }
 
+// A fetch buffer larger than this after its sample is decoded is freed
+// instead of kept for the next sample (most samples are far smaller).
+constexpr size_t kKeptFetchBufferBytes = 1u << 20;
+
 const SampleSource* ChooseSource(const PipelineConfig& p,
                                  const std::unique_ptr<SampleSource>& fallback) {
   return p.source != nullptr ? p.source.get() : fallback.get();
@@ -54,6 +58,7 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
   buffers_.resize(num_buffers);
   // Not yet shared with any other thread; the lock is taken for the analysis.
   MutexLock lock(&mu_);
+  buffer_bytes_.assign(num_buffers, 0);
   free_buffers_.reserve(num_buffers);
   for (uint32_t i = num_buffers; i > 0; --i) free_buffers_.push_back(i - 1);
   // Slots are handed out lowest first.
@@ -125,7 +130,7 @@ bool StreamMachine::CanSample() const {
 
 bool StreamMachine::FetchRoom() const {
   return fetched_.size() + fetch_inflight_ < config_.fetch_capacity && !free_buffers_.empty() &&
-         fetch_inflight_ < config_.fetch_limit;
+         fetch_inflight_ < config_.fetch_limit && held_bytes_ < config_.fetch_bytes;
 }
 
 BatchWork* StreamMachine::Fetchable() const {
@@ -275,6 +280,9 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   }
   if (t->status.ok()) {
     ++st.items_out;
+    // The fetch task is done with the buffer: its size is stable.
+    buffer_bytes_[t->buffer] = buffers_[t->buffer].size();
+    held_bytes_ += buffer_bytes_[t->buffer];
     fetched_.push_back(Fetched{t->batch, t->position, t->buffer});
     return nullptr;
   }
@@ -328,6 +336,10 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   Rng rng = Rng::ForKeys(config_.options.seed, b->epoch, index);
   t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()),
                            config_.pipeline->transform, rng, dst);
+  // A buffer that grew for a large file is not kept at that size: streams
+  // would otherwise keep max_file_bytes per buffer for good. Freed here,
+  // outside the lock, by the task that owns the buffer.
+  if (buf.capacity() > kKeptFetchBufferBytes) std::vector<uint8_t>().swap(buffers_[t->buffer]);
   reinterpret_cast<int64_t*>(slot + l.labels_offset)[t->position] =
       config_.pipeline->dataset->label(index);
   reinterpret_cast<int64_t*>(slot + l.indices_offset)[t->position] = static_cast<int64_t>(index);
@@ -338,6 +350,8 @@ BatchWork* StreamMachine::CompleteDecode(Task* t, Outbox* out) {
   st.busy_ns += t->finished_ns - t->started_ns;
   ++st.items_in;
   --decode_inflight_;
+  held_bytes_ -= buffer_bytes_[t->buffer];
+  buffer_bytes_[t->buffer] = 0;
   free_buffers_.push_back(t->buffer);
   if (terminal_) return nullptr;
   if (t->status.ok()) {
@@ -356,7 +370,11 @@ void StreamMachine::Fail(absl::Status why, Outbox* out) {
   terminal_ = true;
   error_ = std::move(why);
   // Work not yet started is dropped; tasks in flight finish and are ignored.
-  for (const Fetched& f : fetched_) free_buffers_.push_back(f.buffer);
+  for (const Fetched& f : fetched_) {
+    held_bytes_ -= buffer_bytes_[f.buffer];
+    buffer_bytes_[f.buffer] = 0;
+    free_buffers_.push_back(f.buffer);
+  }
   fetched_.clear();
   retries_.clear();
   Notify(out);
@@ -374,7 +392,8 @@ void StreamMachine::UpdateClocks(uint64_t now) {
   set(Stage::kSample, plan_pending_ ? StageClock::kActive : StageClock::kStarved);
   if (!fetchable) {
     set(Stage::kFetch, StageClock::kStarved);
-  } else if (fetched_.size() + fetch_inflight_ >= config_.fetch_capacity || free_buffers_.empty()) {
+  } else if (fetched_.size() + fetch_inflight_ >= config_.fetch_capacity || free_buffers_.empty() ||
+             held_bytes_ >= config_.fetch_bytes) {
     set(Stage::kFetch, StageClock::kBlocked);
   } else {
     set(Stage::kFetch, StageClock::kActive);
@@ -436,6 +455,9 @@ void StreamMachine::CheckInvariants() const {
     assert(!seen[slot]);
     seen[slot] = 1;
   };
+  uint64_t bytes = 0;
+  for (const uint64_t b : buffer_bytes_) bytes += b;
+  assert(bytes == held_bytes_);
   for (uint32_t s : free_slots_) mark(s);
   for (const auto& b : open_) mark(b->slot);
   for (const BatchInfo& b : ready_) mark(b.slot);

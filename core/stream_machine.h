@@ -22,6 +22,12 @@
 // in exactly one of free_slots_, open_ (being filled), ready_ (emitted, not
 // taken) or held by the consumer. Every fetch buffer is free, queued in
 // fetched_, or owned by one running fetch or decode task.
+//
+// Memory of fetched samples: no fetch starts while the stream holds
+// fetch_bytes of fetched samples (queued or being decoded), so it holds at
+// most fetch_bytes + fetch_limit × max_file_bytes; a buffer that grew past
+// kKeptFetchBufferBytes is freed once its sample is decoded, so an idle
+// stream keeps at most that much per buffer.
 #pragma once
 
 #include <array>
@@ -133,6 +139,7 @@ class StreamMachine {
     uint64_t total_batches = 0;        // 0: endless
     uint32_t fetch_capacity = 0;
     uint32_t fetch_limit = 0;
+    uint64_t fetch_bytes = 0;  // EngineOptions::fetch_queue_bytes
     uint32_t decode_limit = 0;
     RetryPolicy retry;
   };
@@ -307,6 +314,11 @@ class StreamMachine {
   uint32_t slots_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<BatchInfo> ready_ ABSL_GUARDED_BY(mu_);
   uint32_t fetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes of the fetched samples in fetched_ or being decoded (each
+  // buffer's size when its fetch completed, in buffer_bytes_), bounded by
+  // config_.fetch_bytes in FetchRoom.
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> buffer_bytes_ ABSL_GUARDED_BY(mu_);
   uint32_t decode_inflight_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t tasks_inflight_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t consumers_waiting_ ABSL_GUARDED_BY(mu_) = 0;

@@ -117,6 +117,15 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
                             spec.resize_size, " < ", spec.output_height, "x", spec.output_width));
   }
   if (spec.max_pixels == 0) return bad("max_pixels", "must be > 0");
+  if (spec.max_decode_memory < kMinDecodeMemory) {
+    return bad("max_decode_memory", absl::StrCat("must be at least ", kMinDecodeMemory,
+                                                 " bytes, got ", spec.max_decode_memory));
+  }
+  if (!Finite(spec.max_decode_seconds) || !(spec.max_decode_seconds > 0) ||
+      spec.max_decode_seconds > kMaxDecodeSeconds) {
+    return bad("max_decode_seconds", absl::StrCat("must be in (0, ", kMaxDecodeSeconds, "], got ",
+                                                  spec.max_decode_seconds));
+  }
   return absl::OkStatus();
 }
 

@@ -40,7 +40,19 @@ struct TransformSpec {
   bool dct_scaling = true;
   // Images with more pixels than this are refused before any allocation.
   uint64_t max_pixels = 64ull * 1024 * 1024;
+  // What decoding one image may cost a worker (JpegDecoder's DecodeLimits):
+  // working memory, judged from the header before libjpeg allocates it (a
+  // progressive file needs 128 bytes per 8x8 block of every component, so a
+  // progressive 4:2:0 image of up to about 40 megapixels fits the default),
+  // and CPU seconds of the worker thread. Either exceeded is a bad sample.
+  uint64_t max_decode_memory = 128ull << 20;
+  double max_decode_seconds = 2.0;
 };
+
+// Smallest max_decode_memory accepted: every image needs some row buffers.
+inline constexpr uint64_t kMinDecodeMemory = 1ull << 20;
+// Largest max_decode_seconds accepted.
+inline constexpr double kMaxDecodeSeconds = 3600;
 
 // Bytes of one output sample (3 channels).
 size_t SampleBytes(const TransformSpec& spec);

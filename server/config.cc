@@ -240,12 +240,17 @@ absl::Status Schema::ParseAccess(const YAML::Node& n, const DaemonConfig& c,
 absl::Status Schema::ParseEngine(const YAML::Node& n, EngineOptions* e) const {
   RETURN_IF_ERROR(
       CheckMap(n, "engine",
-               {"fetch_queue_capacity", "fetch_concurrency", "decode_concurrency",
+               {"fetch_queue_capacity", "fetch_queue_bytes", "fetch_concurrency",
+                "decode_concurrency",
                 "fetch_retry_max_attempts", "fetch_retry_initial_backoff_ms",
                 "fetch_retry_max_backoff_ms", "fetch_retry_deadline_seconds"}));
   if (n["fetch_queue_capacity"]) {
     RETURN_IF_ERROR(ReadUintAs(n["fetch_queue_capacity"], "engine.fetch_queue_capacity", 0,
                                         65536, &e->fetch_queue_capacity));
+  }
+  if (n["fetch_queue_bytes"]) {
+    RETURN_IF_ERROR(
+        ReadSize(n["fetch_queue_bytes"], "engine.fetch_queue_bytes", 1, 0, &e->fetch_queue_bytes));
   }
   if (n["fetch_concurrency"]) {
     RETURN_IF_ERROR(ReadUintAs(n["fetch_concurrency"], "engine.fetch_concurrency", 1, 4096,
@@ -322,6 +327,8 @@ const std::vector<std::string> kPipelineFields = {"dataset",
                                                   "resize_size",
                                                   "dct_scaling",
                                                   "max_pixels",
+                                                  "max_decode_memory",
+                                                  "max_decode_seconds",
                                                   "max_batch_size",
                                                   "error_policy",
                                                   "max_failure_rate",
@@ -434,6 +441,14 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
   if (n["max_pixels"]) {
     RETURN_IF_ERROR(
         ReadUint(n["max_pixels"], sub("max_pixels"), 1, uint64_t{1} << 40, &t.max_pixels));
+  }
+  if (n["max_decode_memory"]) {
+    RETURN_IF_ERROR(ReadSize(n["max_decode_memory"], sub("max_decode_memory"), kMinDecodeMemory,
+                             0, &t.max_decode_memory));
+  }
+  if (n["max_decode_seconds"]) {
+    RETURN_IF_ERROR(ReadDouble(n["max_decode_seconds"], sub("max_decode_seconds"), 0.001,
+                               kMaxDecodeSeconds, &t.max_decode_seconds));
   }
   if (n["max_batch_size"]) {
     RETURN_IF_ERROR(

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/dataset_index.h"
 #include "core/posix_error.h"
+#include "core/text_escape.h"
 #include "core/status_macros.h"
 #include "server/yaml_fields.h"
 #include "spdlog/spdlog.h"
@@ -94,6 +95,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       spdlog::info("dataset {}: {} samples, {} classes, index {:.1f} MiB, loaded in {:.0f} ms",
                    d.kind == DatasetSpec::Kind::kImageFolder ? d.root : d.list, (*index)->size(),
                    (*index)->num_classes(), (*index)->MemoryBytes() / 1048576.0, ms);
+      // What the index left out, once per dataset (names escaped, capped).
+      if (const std::string ignored = (*index)->ignored().Summary(); !ignored.empty()) {
+        spdlog::warn("dataset {}: {}", EscapeText(d.root), ignored);
+      }
       it = loaded.emplace(d.Key(), *std::move(index)).first;
     }
     auto pc = std::make_shared<PipelineConfig>(spec.config);

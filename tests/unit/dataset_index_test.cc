@@ -67,6 +67,51 @@ TEST_CASE("ImageFolder: skips non-images hidden files nested folders stray files
   CHECK(d.relative_path(2) == "cat/ok.jpg");
 }
 
+TEST_CASE("ImageFolder: what is left out is counted by reason with escaped examples",
+          "[dataset]") {
+  TempDir dir;
+  dir.Write("cat/ok.jpg");
+  dir.Write("cat/notes.txt");
+  dir.Write("cat/noext");
+  dir.Write("cat/evil\nname\x1b[2J.csv");
+  dir.Write("cat/more.json");
+  dir.Write("cat/.hidden.jpg");
+  dir.Write("cat/nested/deep.jpg");
+  dir.Write("cat/folder.jpg/inner.jpg");
+  dir.Write(".hiddenclass/a.jpg");
+  dir.Write("readme.jpg");
+  fs::create_symlink(dir.path() + "/cat", dir.path() + "/linked_class");
+  auto index = DatasetIndex::LoadImageFolder(dir.path());
+  REQUIRE(index.ok());
+  const IgnoredEntries& ig = (*index)->ignored();
+  CHECK(ig.counts[IgnoredEntries::kNoImageExtension] == 4);
+  CHECK(ig.counts[IgnoredEntries::kHidden] == 2);
+  CHECK(ig.counts[IgnoredEntries::kNestedFolder] == 2);
+  CHECK(ig.counts[IgnoredEntries::kNotAFolderAtRoot] == 2);
+  CHECK(ig.total() == 10);
+  // At most kMaxExamples names per reason, escaped; "..." says there are more.
+  CHECK(ig.examples[IgnoredEntries::kNoImageExtension].size() == IgnoredEntries::kMaxExamples);
+  const std::string summary = ig.Summary();
+  INFO(summary);
+  CHECK(summary.find("10 entries ignored: ") == 0);
+  CHECK(summary.find("4 without an image extension (e.g. 'cat/") != std::string::npos);
+  CHECK(summary.find(", ...); 2 directly under the root but not a folder (files, links, special "
+                     "files) (e.g. '") != std::string::npos);
+  CHECK(summary.find("'linked_class'") != std::string::npos);
+  CHECK(summary.find("'readme.jpg'") != std::string::npos);
+  CHECK(summary.find("2 hidden (name starts with '.') (e.g. '") != std::string::npos);
+  CHECK(summary.find("2 folders inside class folders (not descended into)") != std::string::npos);
+  CHECK(summary.find('\n') == std::string::npos);
+  CHECK(summary.find('\x1b') == std::string::npos);
+  // A clean tree has nothing to say; list files never ignore an entry.
+  TempDir clean;
+  clean.Write("a/1.jpg");
+  auto clean_index = DatasetIndex::LoadImageFolder(clean.path());
+  REQUIRE(clean_index.ok());
+  CHECK((*clean_index)->ignored().total() == 0);
+  CHECK((*clean_index)->ignored().Summary().empty());
+}
+
 TEST_CASE("ImageFolder: an empty class keeps its label", "[dataset]") {
   TempDir dir;
   dir.Write("a/1.jpg");

@@ -13,6 +13,8 @@
 #include <catch2/catch.hpp>
 
 #include "core/rng.h"
+#include "core/transform_spec.h"
+#include "tests/support/costly_jpeg.h"
 #include "tests/unit/test_images.h"
 
 namespace conveyor {
@@ -62,11 +64,18 @@ std::vector<uint8_t> DecodeRegion(JpegDecoder& dec, const std::vector<uint8_t>& 
 }
 
 absl::Status TryDecode(JpegDecoder& dec, const std::vector<uint8_t>& bytes,
-                       uint64_t max_pixels = 1ull << 26) {
-  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, max_pixels);
+                       const DecodeLimits& limits) {
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, limits);
   if (!h.ok()) return h.status();
   RgbImage img;
   return dec.DecodeImage(1, &img);
+}
+
+absl::Status TryDecode(JpegDecoder& dec, const std::vector<uint8_t>& bytes,
+                       uint64_t max_pixels = 1ull << 26) {
+  DecodeLimits limits;
+  limits.max_pixels = max_pixels;
+  return TryDecode(dec, bytes, limits);
 }
 
 // Offset of the SOF0..SOF2 marker, or npos.
@@ -156,9 +165,10 @@ TEST_CASE("jpeg decoder: not-a-JPEG inputs are InvalidArgument", "[jpeg]") {
   CHECK(s.message() == "empty input (0 bytes)");
   s = TryDecode(dec, {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A});
   CHECK(absl::IsInvalidArgument(s));
-  CHECK(s.message() == "not a JPEG (starts with 0x89 0x50)");
+  CHECK(s.message() == "not a JPEG (looks like PNG)");
   s = TryDecode(dec, {0xFF});
   CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message() == "not a JPEG (1 byte, unknown format)");
   Rng rng(3);
   std::vector<uint8_t> noise(4096);
   for (auto& b : noise) b = static_cast<uint8_t>(rng.Below(256));
@@ -168,6 +178,30 @@ TEST_CASE("jpeg decoder: not-a-JPEG inputs are InvalidArgument", "[jpeg]") {
   noise[0] = 0xFF;
   noise[1] = 0xD8;
   CHECK_FALSE(TryDecode(dec, noise).ok());
+}
+
+TEST_CASE("jpeg decoder: other formats are named by their magic bytes, never echoed", "[jpeg]") {
+  auto reason = [](const std::string& content) {
+    JpegDecoder dec;
+    const std::vector<uint8_t> bytes(content.begin(), content.end());
+    const absl::Status s = TryDecode(dec, bytes);
+    CHECK(absl::IsInvalidArgument(s));
+    return std::string(s.message());
+  };
+  CHECK(reason("GIF89a\x01\x00") == "not a JPEG (looks like GIF)");
+  CHECK(reason(std::string("RIFF\x10\0\0\0WEBPVP8 ", 16)) == "not a JPEG (looks like WebP)");
+  CHECK(reason(std::string("BM\x36\x10\x0e\0", 6)) == "not a JPEG (looks like BMP)");
+  CHECK(reason(std::string("II*\0\x08\0\0\0", 8)) == "not a JPEG (looks like TIFF)");
+  CHECK(reason(std::string("MM\0*\0\0\0\x08", 8)) == "not a JPEG (looks like TIFF)");
+  CHECK(reason("P6\n4 4\n255\n") == "not a JPEG (looks like PNM (PPM/PGM/PBM))");
+  CHECK(reason(std::string("\0\0\0\x1c" "ftypavif", 12)) == "not a JPEG (looks like AVIF/HEIF)");
+  CHECK(reason("%PDF-1.7") == "not a JPEG (looks like PDF)");
+  CHECK(reason("PK\x03\x04....") == "not a JPEG (looks like ZIP)");
+  CHECK(reason("\x1f\x8b\x08\x00") == "not a JPEG (looks like gzip)");
+  // Anything else is an unknown format, and the bytes are never shown:
+  // not even a name-like or terminal-escape prefix of the file.
+  CHECK(reason("rm -rf /\n") == "not a JPEG (unknown format)");
+  CHECK(reason("\x1b]0;owned\x07") == "not a JPEG (unknown format)");
 }
 
 TEST_CASE("jpeg decoder: truncated files are DataLoss at every cut", "[jpeg]") {
@@ -436,6 +470,96 @@ TEST_CASE("jpeg decoder: no table state is carried from one image to the next", 
       CHECK((alone.pixels == DecodeOutcome(ref, good).pixels));
     }
   }
+}
+
+}  // namespace
+}  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// The SOF of `bytes` rewritten to declare w×h (the scan data stays that of
+// the real, smaller image: enough for everything ReadHeader looks at).
+std::vector<uint8_t> WithDeclaredSize(std::vector<uint8_t> bytes, int w, int h) {
+  const size_t sof = FindSof(bytes);
+  REQUIRE(sof != std::string::npos);
+  bytes[sof + 5] = static_cast<uint8_t>(h >> 8);
+  bytes[sof + 6] = static_cast<uint8_t>(h & 0xFF);
+  bytes[sof + 7] = static_cast<uint8_t>(w >> 8);
+  bytes[sof + 8] = static_cast<uint8_t>(w & 0xFF);
+  return bytes;
+}
+
+DecodeLimits PipelineDefaults() {
+  const TransformSpec spec;
+  DecodeLimits limits;
+  limits.max_pixels = spec.max_pixels;
+  limits.max_memory = spec.max_decode_memory;
+  limits.max_cpu_seconds = spec.max_decode_seconds;
+  return limits;
+}
+
+TEST_CASE("jpeg decoder: a progressive image needing more than max_memory is refused from its header",
+          "[jpeg][limits]") {
+  // 1024x1024 4:4:4 progressive: 3 x 16384 blocks of 128 bytes = 6 MiB of
+  // coefficients.
+  const std::vector<uint8_t> bytes = testing::Progressive444Jpeg(1024, 1024);
+  JpegDecoder dec;
+  DecodeLimits limits;
+  limits.max_memory = 4u << 20;
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, limits);
+  REQUIRE_FALSE(h.ok());
+  CHECK(absl::IsResourceExhausted(h.status()));
+  INFO(h.status().message());
+  CHECK(h.status().message().find("image 1024x1024 (progressive, 3 components) needs about 6.") == 0);
+  CHECK(h.status().message().find("more than max_decode_memory (4.0 MiB)") != std::string::npos);
+  // With room for it, the same file decodes, and the estimate covers the
+  // coefficient buffer.
+  limits.max_memory = 16u << 20;
+  REQUIRE(dec.ReadHeader(bytes, limits).ok());
+  CHECK(dec.EstimateDecodeMemory() >= 6u << 20);
+  CHECK(dec.EstimateDecodeMemory() < 8u << 20);
+  RgbImage img;
+  CHECK(dec.DecodeImage(1, &img).ok());
+}
+
+TEST_CASE("jpeg decoder: the pipeline defaults refuse a progressive 4:4:4 image at max_pixels",
+          "[jpeg][limits]") {
+  // 8192x8192 is exactly the default max_pixels; progressive 4:4:4 it needs
+  // 384 MiB of coefficients, which libjpeg would allocate in
+  // jpeg_start_decompress. Refused from the header, nothing allocated.
+  const std::vector<uint8_t> bytes =
+      WithDeclaredSize(testing::Progressive444Jpeg(64, 64), 8192, 8192);
+  JpegDecoder dec;
+  absl::StatusOr<JpegHeader> h = dec.ReadHeader(bytes, PipelineDefaults());
+  REQUIRE_FALSE(h.ok());
+  CHECK(absl::IsResourceExhausted(h.status()));
+  INFO(h.status().message());
+  CHECK(h.status().message().find("needs about 38") != std::string::npos);
+  CHECK(h.status().message().find("max_decode_memory (128.0 MiB)") != std::string::npos);
+  // A baseline image of the same size needs only rows of blocks: allowed.
+  const std::vector<uint8_t> baseline = WithDeclaredSize(Encode(64, 64, Flavour::k444), 8192, 8192);
+  REQUIRE(dec.ReadHeader(baseline, PipelineDefaults()).ok());
+  CHECK(dec.EstimateDecodeMemory() < 16u << 20);
+}
+
+TEST_CASE("jpeg decoder: a decode over its CPU budget stops with an error naming the budget",
+          "[jpeg][limits]") {
+  // 2304x2304 grayscale with 704 scans: decoding to libjpeg's scan limit
+  // walks 500 x 82944 blocks, about half a second of CPU (measured 12 ns a
+  // block and scan); the budget is a tenth of that, counted in CPU time of
+  // this thread, so a loaded machine cannot make it pass.
+  const std::vector<uint8_t> bytes = testing::ManyScanGrayJpeg(2304, 2304);
+  JpegDecoder dec;
+  DecodeLimits limits;
+  limits.max_cpu_seconds = 0.05;
+  const absl::Status s = TryDecode(dec, bytes, limits);
+  CHECK(absl::IsResourceExhausted(s));
+  CHECK(s.message().find("decoding took more than max_decode_seconds (0.05 s of CPU; stopped in scan ") ==
+        0);
+  // The decoder is ready for the next image, with a fresh budget.
+  const std::vector<uint8_t> good = Encode(96, 64, Flavour::kProgressive);
+  CHECK(TryDecode(dec, good, limits).ok());
 }
 
 }  // namespace

@@ -95,6 +95,8 @@ TEST_CASE("a minimal config gets every default", "[config]") {
   CHECK(t.resize_size == 256);
   CHECK(t.flip_probability == defaults.flip_probability);
   CHECK(t.dct_scaling);
+  CHECK(t.max_decode_memory == defaults.max_decode_memory);
+  CHECK(t.max_decode_seconds == defaults.max_decode_seconds);
   const PipelineConfig pc_defaults;
   CHECK(p.config.max_batch_size == pc_defaults.max_batch_size);
   CHECK(p.config.error_policy == ErrorPolicy::kSkip);
@@ -115,7 +117,8 @@ max_streams: 7
 allowed_roots: [/data]
 log_level: debug
 shutdown_timeout_seconds: 2.5
-engine: {fetch_queue_capacity: 8, fetch_concurrency: 2, decode_concurrency: 3,
+engine: {fetch_queue_capacity: 8, fetch_queue_bytes: 24MiB, fetch_concurrency: 2,
+         decode_concurrency: 3,
          fetch_retry_max_attempts: 3, fetch_retry_initial_backoff_ms: 5,
          fetch_retry_max_backoff_ms: 40, fetch_retry_deadline_seconds: 2.5}
 pipelines:
@@ -133,6 +136,8 @@ pipelines:
     resize_size: 200
     dct_scaling: false
     max_pixels: 1000000
+    max_decode_memory: 48MiB
+    max_decode_seconds: 0.25
     max_batch_size: 512
     error_policy: fail_fast
     max_failure_rate: 0.5
@@ -149,6 +154,7 @@ pipelines:
   CHECK(c->listen.tcp == "127.0.0.1:0");
   CHECK(c->engine.num_threads == 3);
   CHECK(c->engine.fetch_queue_capacity == 8);
+  CHECK(c->engine.fetch_queue_bytes == (24u << 20));
   CHECK(c->engine.fetch_concurrency == 2);
   CHECK(c->engine.decode_concurrency == 3);
   CHECK(c->engine.fetch_retry_max_attempts == 3);
@@ -181,6 +187,8 @@ pipelines:
   CHECK(t.resize_size == 200);
   CHECK_FALSE(t.dct_scaling);
   CHECK(t.max_pixels == 1000000);
+  CHECK(t.max_decode_memory == (48u << 20));
+  CHECK(t.max_decode_seconds == 0.25);
   CHECK(p.config.max_batch_size == 512);
   CHECK(p.config.error_policy == ErrorPolicy::kFailFast);
   CHECK(p.config.max_failure_rate == 0.5);
@@ -309,6 +317,16 @@ TEST_CASE("negative and out-of-range numbers are refused", "[config]") {
                 {"field max_streams: must be within [1,"});
   ExpectRefused(head + "    max_file_bytes: -5MiB\n",
                 {"field pipelines.p.max_file_bytes: size must not be negative"});
+  ExpectRefused("engine: {fetch_queue_bytes: 0}\n" + std::string(kMinimal),
+                {"field engine.fetch_queue_bytes: must be at least 1 bytes"});
+  ExpectRefused(head + "    max_decode_memory: 4KiB\n",
+                {"field pipelines.p.max_decode_memory: must be at least 1048576 bytes"});
+  ExpectRefused(head + "    max_decode_memory: -1MiB\n",
+                {"field pipelines.p.max_decode_memory: size must not be negative"});
+  ExpectRefused(head + "    max_decode_seconds: 0\n",
+                {"field pipelines.p.max_decode_seconds: must be within [0.001, 3600]"});
+  ExpectRefused(head + "    max_decode_seconds: 7200\n",
+                {"field pipelines.p.max_decode_seconds: must be within [0.001, 3600]"});
   ExpectRefused(head + "    max_batch_size: -4\n",
                 {"field pipelines.p.max_batch_size: must not be negative"});
   ExpectRefused(head + "    max_batch_size: 0\n",
