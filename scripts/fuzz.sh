@@ -60,8 +60,8 @@ for target in "${TARGETS[@]}"; do
   last="$(grep -E '^#[0-9]+' "$log" | tail -1)"
   cov="$(grep -o 'cov: [0-9]*' <<<"$last" | tail -1)"
   ft="$(grep -o 'ft: [0-9]*' <<<"$last" | tail -1)"
-  files="$(ls "$corpus" | wc -l)"
-  line="$target: ${execs:-?} execs, ${speed:-?}/s, ${cov:-cov: ?} edges, ${ft:-ft: ?} features, corpus $files files, new crashers $((after - before)), exit $rc"
+  corp="$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' <<<"$last" | tail -1)"
+  line="$target: ${execs:-?} execs, ${speed:-?}/s, ${cov:-cov: ?} edges, ${ft:-ft: ?} features, ${corp:-corp: ?} inputs/bytes, new crashers $((after - before)), exit $rc"
   summary+=("$line")
   echo "$line"
   if [ "$rc" -ne 0 ] || [ "$after" -ne "$before" ]; then

@@ -8,6 +8,7 @@
 // Properties: no sanitizer report; errors are the documented ones
 // (InvalidArgument or DataLoss, with a message); a sample that decodes once
 // decodes again to the same bytes (no state leaks between images).
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <span>
