@@ -16,6 +16,7 @@
 // with a write in flight, never with INTERNAL or UNKNOWN, and within 30 s;
 // after Detach every byte of slot budget is back.
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -118,7 +119,16 @@ server::ConveyorService* MakeService() {
   auto service = server::ConveyorService::Create(
       so, {p}, *std::move(engine), std::make_unique<server::TransportSet>(std::move(transports)));
   FUZZ_CHECK(service.ok());
-  return service->release();  // lives as long as the process
+  return service->release();  // deleted at exit (StopService)
+}
+
+server::ConveyorService* g_service = nullptr;
+
+// Shuts the engine down and joins its workers before the process's static
+// objects go, so that no worker outlives what it uses.
+void StopService() {
+  delete g_service;
+  g_service = nullptr;
 }
 
 // The messages of the input after byte 0 (see the top of the file).
@@ -143,12 +153,14 @@ std::vector<v1::ClientMessage> ParseMessages(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);  // one log line per refused request otherwise
+  conveyor::fuzz::g_service = conveyor::fuzz::MakeService();
+  std::atexit(conveyor::fuzz::StopService);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace conveyor;
-  static server::ConveyorService* const service = fuzz::MakeService();
+  server::ConveyorService* const service = fuzz::g_service;
   if (size == 0 || size > (1u << 20)) return 0;
   const std::string peer =
       (data[0] & 1) ? "unix:/run/conveyor/fuzz.sock" : "ipv4:10.0.0.1:4000";
