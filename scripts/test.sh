@@ -4,10 +4,13 @@
 # ccache):
 #
 #   release  Release build of everything; every unit, tool and integration
-#            test through CTest (the benchmarks only as their smoke test).
+#            test through CTest (the benchmarks only as their smoke test),
+#            and each fuzz target of tests/fuzz replayed over its seeds and
+#            regressions (fuzz.<target>; fuzzing itself is scripts/fuzz.sh).
 #   asan     AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer
 #            build of engine, server, unit tests, tools and conveyord; every
-#            test again, the integration suites against the sanitized daemon.
+#            test again, the integration suites against the sanitized daemon
+#            and the fuzz replays under ASan + UBSan.
 #   tsan     ThreadSanitizer build of the same; the unit tests (engine,
 #            side sockets, service, the call protocol under many threads),
 #            not the suites that run inside Debian's uninstrumented gRPC.

@@ -1,0 +1,86 @@
+// Fuzz target: bytes as a sample file through the decode stage as a
+// pipeline runs it — SampleTransformer (core/jpeg_decoder + crop/resize +
+// flip + conversion) writing two samples into a batch slot, then the
+// collate stage's compaction of the failed one(s). Parameters (train or
+// eval, output size 8..39, dtype, layout, DCT scaling) come from a hash of
+// the input; images over 2^20 pixels are refused by max_pixels so that
+// every run stays fast.
+// Properties: no sanitizer report; errors are the documented ones
+// (InvalidArgument or DataLoss, with a message); a sample that decodes once
+// decodes again to the same bytes (no state leaks between images).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/batch_layout.h"
+#include "core/collate.h"
+#include "core/jpeg_decoder.h"
+#include "core/rng.h"
+#include "core/sample_transformer.h"
+#include "core/transform_spec.h"
+#include "tests/fuzz/fuzz_target.h"
+
+namespace conveyor::fuzz {
+namespace {
+
+TransformSpec SpecFor(uint64_t h) {
+  TransformSpec spec;
+  spec.mode = (h & 1) ? AugmentMode::kTrain : AugmentMode::kEval;
+  spec.output_height = 8 + static_cast<int>((h >> 1) & 31);
+  spec.output_width = 8 + static_cast<int>((h >> 6) & 31);
+  spec.resize_size = std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 11) & 7);
+  static constexpr DType kTypes[] = {DType::kUint8, DType::kFloat32, DType::kFloat16};
+  spec.dtype = kTypes[((h >> 14) & 3) % 3];
+  spec.layout = (h >> 16) & 1 ? Layout::kNHWC : Layout::kNCHW;
+  spec.dct_scaling = ((h >> 17) & 1) != 0;
+  spec.max_pixels = 1u << 20;
+  return spec;
+}
+
+bool DocumentedError(const absl::Status& st) {
+  return (absl::IsInvalidArgument(st) || absl::IsDataLoss(st)) && !st.message().empty();
+}
+
+}  // namespace
+}  // namespace conveyor::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace conveyor;
+  const uint64_t h = fuzz::HashBytes(data, size);
+  const TransformSpec spec = fuzz::SpecFor(h);
+  FUZZ_CHECK(ValidateTransformSpec(spec).ok());
+  const std::span<const uint8_t> bytes(data, size);
+
+  // One transformer per worker thread in the engine; one here, reused.
+  static SampleTransformer* transformer = new SampleTransformer();
+  const BatchLayout layout = BatchLayout::For(spec, 2);
+  // Aligned for every element type (the engine's slots are page-aligned).
+  std::vector<uint64_t> slot_words((layout.slot_bytes + 7) / 8, 0xA5A5A5A5A5A5A5A5ull);
+  uint8_t* const slot = reinterpret_cast<uint8_t*>(slot_words.data());
+
+  uint8_t failed[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    Rng rng(h + i);
+    const absl::Status st =
+        transformer->Run(bytes, spec, rng, slot + layout.images_offset + i * layout.sample_bytes);
+    if (!st.ok()) {
+      FUZZ_CHECK(fuzz::DocumentedError(st));
+      failed[i] = 1;
+    }
+    std::memcpy(slot + layout.labels_offset + i * 8, &i, sizeof(i));
+  }
+  // The same input and draws give the same verdict, and the same pixels.
+  FUZZ_CHECK(failed[0] == failed[1] || spec.mode == AugmentMode::kTrain);
+  if (!failed[0]) {
+    std::vector<uint8_t> again(layout.sample_bytes);
+    Rng rng(h);
+    FUZZ_CHECK(transformer->Run(bytes, spec, rng, again.data()).ok());
+    FUZZ_CHECK(std::memcmp(again.data(), slot + layout.images_offset, layout.sample_bytes) == 0);
+  }
+  const uint32_t kept = CompactSamples(layout, slot, std::span<const uint8_t>(failed, 2));
+  FUZZ_CHECK(kept == 2u - failed[0] - failed[1]);
+  return 0;
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of the fuzz targets in tests/fuzz (committed; run
+again only to change it): tiny JPEGs of every kind the decoder meets for
+jpeg_fuzz, configs for config_fuzz, call scripts for request_fuzz and
+handshakes for handshake_fuzz. Each file is a few hundred bytes; the whole
+corpus stays in the tens of KB. Needs Pillow, cjpeg/jpegtran (libjpeg-turbo)
+and the generated conveyor protobuf module (client/python after a build).
+
+Usage: tests/fuzz/make_seeds.py
+"""
+import io
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "client" / "python"))
+
+
+def _write(target, name, data):
+    folder = HERE / target / "seeds"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data)
+
+
+def _pattern(mode, w, h):
+    from PIL import Image
+    img = Image.new("RGB", (w, h))
+    img.putdata([((x * 37) % 256, (y * 53) % 256, ((x + y) * 19) % 256)
+                 for y in range(h) for x in range(w)])
+    return img.convert(mode)
+
+
+def jpeg_seeds():
+    from PIL import Image  # noqa: F401  (fails early without Pillow)
+    def pil(mode, w, h, **kw):
+        out = io.BytesIO()
+        _pattern(mode, w, h).save(out, "JPEG", **kw)
+        return out.getvalue()
+
+    _write("jpeg_fuzz", "rgb_420.jpg", pil("RGB", 24, 16, quality=50))
+    _write("jpeg_fuzz", "rgb_444.jpg", pil("RGB", 17, 9, quality=50, subsampling=0))
+    _write("jpeg_fuzz", "gray.jpg", pil("L", 16, 24, quality=50))
+    _write("jpeg_fuzz", "cmyk.jpg", pil("CMYK", 16, 16, quality=50))
+    _write("jpeg_fuzz", "progressive.jpg", pil("RGB", 32, 8, quality=50, progressive=True))
+    with tempfile.TemporaryDirectory() as tmp:
+        ppm = pathlib.Path(tmp) / "in.ppm"
+        _pattern("RGB", 40, 24).save(ppm)
+        for name, args in [("arithmetic.jpg", ["-arithmetic"]),
+                           ("restart.jpg", ["-restart", "1B"]),
+                           ("optimized_smooth.jpg", ["-optimize", "-smooth", "10"])]:
+            out = subprocess.run(["cjpeg", "-quality", "40", "-baseline", *args, str(ppm)],
+                                 check=True, capture_output=True).stdout
+            _write("jpeg_fuzz", name, out)
+        big = subprocess.run(["cjpeg", "-quality", "20", "-baseline", str(ppm)],
+                             check=True, capture_output=True).stdout
+        # A header claiming 4000 × 3000 pixels: refused by max_pixels.
+        sof = big.index(b"\xff\xc0")
+        huge = bytearray(big)
+        huge[sof + 5:sof + 9] = struct.pack(">HH", 3000, 4000)
+        _write("jpeg_fuzz", "huge_header.jpg", bytes(huge))
+        _write("jpeg_fuzz", "truncated.jpg", big[: len(big) // 2])
+    _write("jpeg_fuzz", "png_signature.bin", b"\x89PNG\r\n\x1a\n" + b"\0" * 16)
+
+
+def config_seeds():
+    for name in ("conveyord.yaml", "demo.yaml"):
+        shutil.copy(ROOT / "config" / name, HERE / "config_fuzz" / "seeds" / name)
+    _write("config_fuzz", "minimal.yaml", b"pipelines:\n  p:\n    dataset: {root: /data/train}\n")
+    _write("config_fuzz", "list_and_sizes.yaml", b"""\
+listen: {unix: run/c.sock, unix_mode: "0600", tcp: "127.0.0.1:0", data_tcp: none}
+memory_budget: 10%
+max_streams: 4
+threads: 2
+allowed_roots: [/data, ../shared]
+log_level: warn
+shutdown_timeout_seconds: 0.5
+engine: {fetch_queue_capacity: 8, fetch_concurrency: 2}
+pipelines:
+  val:
+    dataset: {list: ../shared/val.txt, root: /data/val}
+    augment: eval
+    size: [160, 128]
+    resize_size: 192
+    layout: nhwc
+    dtype: float16
+    mean: [0.5, 0.5, 0.5]
+    std: [0.25, 0.25, 0.25]
+    error_policy: fail_fast
+    max_batch_size: 256
+    max_file_bytes: 4MiB
+""")
+    _write("config_fuzz", "anchors.yaml",
+           b"base: &b {root: /d}\npipelines:\n  a: {dataset: *b}\n  b: {dataset: *b, transform: {mode: train}}\n")
+
+
+def request_seeds():
+    from conveyor._proto.v1 import conveyor_pb2 as pb
+
+    def script(peer_unix, *messages):
+        out = bytes([1 if peer_unix else 0])
+        for m in messages:
+            body = m.SerializeToString()
+            length = len(body)
+            varint = bytearray()
+            while True:
+                b = length & 0x7F
+                length >>= 7
+                varint.append(b | (0x80 if length else 0))
+                if not length:
+                    break
+            out += b"\x0a" + bytes(varint) + body
+        return out
+
+    def open_(**kw):
+        m = pb.ClientMessage()
+        m.open.CopyFrom(pb.OpenStream(**kw))
+        return m
+
+    def release(*slots):
+        m = pb.ClientMessage()
+        m.release.slots.extend(slots)
+        return m
+
+    base = dict(pipeline="test", batch_size=2, credits=2, num_epochs=1, shuffle=False)
+    _write("request_fuzz", "open_inline.bin", script(False, open_(**base, transport=pb.INLINE)))
+    _write("request_fuzz", "open_shm.bin", script(True, open_(**base, transport=pb.SHARED_MEMORY)))
+    _write("request_fuzz", "open_data_socket.bin",
+           script(False, open_(**base, accept_data_socket=True)))
+    _write("request_fuzz", "open_release.bin",
+           script(True, open_(**base), release(0, 1), release(7), open_(**base)))
+    _write("request_fuzz", "release_first.bin", script(False, release(0)))
+    _write("request_fuzz", "empty_message.bin", script(False, pb.ClientMessage()))
+    _write("request_fuzz", "sharded_resume.bin", script(True, open_(
+        pipeline="test", batch_size=3, credits=64, rank=1, world_size=2, seed=5, first_epoch=2,
+        num_epochs=0, drop_last=True,
+        resume=pb.ResumePosition(epoch=3, offset=4, world_size=2))))
+    _write("request_fuzz", "bad_fields.bin", script(False, open_(
+        pipeline="nope\xff", batch_size=100000, credits=1000, rank=5, world_size=2)))
+
+
+def handshake_seeds():
+    secret = bytes(range(32))
+    _write("handshake_fuzz", "accepted.bin", b"\x00" + struct.pack("<Q", 7) + secret)
+    _write("handshake_fuzz", "accepted_pieces_close.bin", b"\x35" + struct.pack("<Q", 7) + secret)
+    _write("handshake_fuzz", "wrong_secret.bin", b"\x02" + struct.pack("<Q", 7) + secret[::-1])
+    _write("handshake_fuzz", "unknown_stream_and_more.bin",
+           b"\x04" + struct.pack("<Q", 1 << 63) + secret + b"trailing bytes")
+    _write("handshake_fuzz", "short_open.bin", b"\x06" + struct.pack("<Q", 7) + secret[:5])
+    _write("handshake_fuzz", "short_closed.bin", b"\x07" + b"\x07\x00")
+
+
+def main():
+    for target in ("jpeg_fuzz", "config_fuzz", "request_fuzz", "handshake_fuzz"):
+        (HERE / target / "seeds").mkdir(parents=True, exist_ok=True)
+        (HERE / target / "regressions").mkdir(parents=True, exist_ok=True)
+        keep = HERE / target / "regressions" / ".gitkeep"
+        keep.touch()
+    jpeg_seeds()
+    config_seeds()
+    request_seeds()
+    handshake_seeds()
+
+
+if __name__ == "__main__":
+    main()
