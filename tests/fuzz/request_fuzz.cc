@@ -168,7 +168,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   fuzz::FakeRpc rpc;
   {
-    server::StreamCall call(service, peer, &rpc);
+    server::StreamCall call(service, server::ClientIdentity::FromPeer(peer), &rpc);
     call.Start();
     for (const v1::ClientMessage& m : messages) {
       call.OnRead(&m);
