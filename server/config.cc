@@ -38,6 +38,9 @@ class Schema : public YamlFields {
 
   absl::Status ParseTop(const YAML::Node& root, DaemonConfig* c) const;
   absl::Status ParseListen(const YAML::Node& n, ListenConfig* l) const;
+  // A list of user or group names or numbers (resolved at start, not here).
+  absl::Status ParseIdList(const YAML::Node& n, const std::string& field,
+                           std::vector<std::string>* out) const;
   absl::Status ParseEngine(const YAML::Node& n, EngineOptions* e) const;
   absl::Status ParsePipeline(const std::string& name, const YAML::Node& n, const DaemonConfig& c,
                              PipelineSpec* p) const;
@@ -95,8 +98,36 @@ absl::Status ValidateUnixPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status Schema::ParseIdList(const YAML::Node& n, const std::string& field,
+                                 std::vector<std::string>* out) const {
+  if (!n) return absl::OkStatus();
+  if (!n.IsSequence()) {
+    return Error(field, n,
+                 absl::StrCat("expected a list of names or numbers, got ", DescribeNode(n)));
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string item = absl::StrCat(field, "[", i, "]");
+    std::string v;
+    RETURN_IF_ERROR(ReadString(n[i], item, &v));
+    const bool printable = std::all_of(v.begin(), v.end(), [](char ch) {
+      return ch > ' ' && ch < 0x7f && ch != ':';
+    });
+    if (v.empty() || v.size() > 256 || !printable) {
+      return Error(item, n[i], "expected a user or group name or number");
+    }
+    out->push_back(v);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
-  RETURN_IF_ERROR(CheckMap(n, "listen", {"unix", "unix_mode", "tcp", "data_tcp"}));
+  RETURN_IF_ERROR(CheckMap(n, "listen",
+                           {"unix", "unix_mode", "tcp", "data_tcp", "allowed_uids",
+                            "allowed_gids", "operator_uids", "operator_gids"}));
+  RETURN_IF_ERROR(ParseIdList(n["allowed_uids"], "listen.allowed_uids", &l->allowed_uids));
+  RETURN_IF_ERROR(ParseIdList(n["allowed_gids"], "listen.allowed_gids", &l->allowed_gids));
+  RETURN_IF_ERROR(ParseIdList(n["operator_uids"], "listen.operator_uids", &l->operator_uids));
+  RETURN_IF_ERROR(ParseIdList(n["operator_gids"], "listen.operator_gids", &l->operator_gids));
   if (n["unix"]) {
     std::string s;
     RETURN_IF_ERROR(ReadString(n["unix"], "listen.unix", &s));
@@ -368,7 +399,8 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
   RETURN_IF_ERROR(
       CheckMap(root, "",
                {"listen", "threads", "memory_budget", "max_streams", "allowed_roots", "log_level",
-                "shutdown_timeout_seconds", "engine", "pipelines"}));
+                "shutdown_timeout_seconds", "stream_idle_timeout_seconds", "engine",
+                "pipelines"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(root["listen"], &c->listen));
   if (root["threads"]) {
     RETURN_IF_ERROR(
@@ -394,6 +426,11 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
     RETURN_IF_ERROR(ReadDouble(root["shutdown_timeout_seconds"],
                                         "shutdown_timeout_seconds", 0, 3600,
                                         &c->shutdown_timeout_seconds));
+  }
+  if (root["stream_idle_timeout_seconds"]) {
+    RETURN_IF_ERROR(ReadDouble(root["stream_idle_timeout_seconds"],
+                               "stream_idle_timeout_seconds", 0, 7 * 86400,
+                               &c->stream_idle_timeout_seconds));
   }
   if (root["allowed_roots"]) {
     const YAML::Node ar = root["allowed_roots"];

@@ -64,6 +64,17 @@ struct ListenConfig {
   // in StreamOpened); "none" = no data socket (TCP clients get INLINE
   // batches). Unused without a TCP listener.
   std::string data_tcp;
+  // Who may connect to the unix socket (and fetch memory from its ".fd"
+  // sibling), checked against each connection's kernel credentials: user
+  // and group names or numbers, resolved when the daemon starts
+  // (server/unix_access.h). Both empty: anyone the socket mode admits.
+  // Root and the daemon's own uid are always allowed.
+  std::vector<std::string> allowed_uids;
+  std::vector<std::string> allowed_gids;
+  // Unix clients who see every client's streams in GetStats (besides root
+  // and the daemon's uid, who always do).
+  std::vector<std::string> operator_uids;
+  std::vector<std::string> operator_gids;
 };
 
 // The address the data socket listens on, or "" for none (see data_tcp).
@@ -78,6 +89,9 @@ struct DaemonConfig {
   std::vector<std::string> allowed_roots;  // absolute; empty = any root
   std::string log_level = "info";
   double shutdown_timeout_seconds = 5.0;
+  // A stream whose client holds slots without releasing any while nothing
+  // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.
+  double stream_idle_timeout_seconds = 300.0;
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
   SystemInfo system;                    // the machine "N%" sizes were taken of
 };

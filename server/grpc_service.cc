@@ -111,7 +111,7 @@ grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerCont
     reactor->Finish(ToGrpcStatus(client.status()));
     return reactor;
   }
-  *response = service_->GetStats();
+  *response = service_->GetStats(*client);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

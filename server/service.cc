@@ -98,6 +98,28 @@ v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
 }
 
 v1::GetStatsResponse ConveyorService::GetStats() const {
+  ClientIdentity daemon;
+  daemon.is_operator = true;
+  return GetStats(daemon);
+}
+
+absl::Status ConveyorService::CheckStreamOwner(uint64_t stream_id,
+                                               const PeerCredentials& peer) const {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(stream_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no open stream %d", stream_id));
+  }
+  const std::optional<PeerCredentials>& owner = it->second.client.credentials;
+  if (!owner || owner->uid != peer.uid) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "stream %d was not opened by uid %d (pid %d); its memory goes only to its owner",
+        stream_id, peer.uid, peer.pid));
+  }
+  return absl::OkStatus();
+}
+
+v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) const {
   const EngineStats es = engine_->Stats();
   v1::GetStatsResponse r;
   r.set_num_threads(static_cast<uint32_t>(es.num_threads));
@@ -105,10 +127,16 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   r.set_streams_total(es.streams_total);
   for (const StageStats& s : es.stages) ToProto(s, r.add_stages());
   r.set_bottleneck(ToString(Bottleneck(es.stages)));
-  std::map<uint64_t, std::string> peers;
+  struct Owner {
+    std::string described;
+    bool visible = false;
+  };
+  std::map<uint64_t, Owner> peers;
   {
     MutexLock lock(&mu_);
-    for (const auto& [id, e] : sessions_) peers[id] = e.client;
+    for (const auto& [id, e] : sessions_) {
+      peers[id] = Owner{e.client.Describe(), viewer.SeesStreamsOf(e.client)};
+    }
     r.set_slot_bytes_in_use(reserved_bytes_);
   }
   // A stream counts from its open until both the service (its session,
@@ -121,6 +149,12 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   r.set_streams_open(open_ids.size());
   r.set_slot_bytes_budget(options_.memory_budget);
   for (const StreamStats& s : es.streams) {
+    // A stream whose session is gone (closing) has no known owner: only
+    // operators see it.
+    auto owner = peers.find(s.stream_id);
+    const bool visible =
+        owner != peers.end() ? owner->second.visible : viewer.is_operator;
+    if (!visible) continue;
     v1::StreamStats* o = r.add_streams();
     o->set_stream_id(s.stream_id);
     o->set_pipeline(s.pipeline);
@@ -131,7 +165,7 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
     o->set_slots_held_by_client(s.slots_held_by_consumer);
     o->set_elapsed_ns(s.elapsed_ns);
     for (const StageStats& st : s.stages) ToProto(st, o->add_stages());
-    if (auto it = peers.find(s.stream_id); it != peers.end()) o->set_peer(it->second);
+    if (owner != peers.end()) o->set_peer(owner->second.described);
   }
   return r;
 }
@@ -276,7 +310,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     // BeginShutdown may have run since the reservation; it could not see
     // this stream, so refuse it here.
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
-    sessions_.emplace(stream->id(), Entry{stream, client.Describe(), std::move(wake)});
+    sessions_.emplace(stream->id(), Entry{stream, client, std::move(wake)});
   }
   return session;
 }

@@ -99,7 +99,18 @@ class ConveyorService {
   ~ConveyorService();  // shuts the engine down; REQUIRES: no live Session
 
   v1::ListPipelinesResponse ListPipelines() const;
+  // The daemon-wide counters and, per open stream, its stats — of every
+  // stream for an operator, of `viewer`'s own streams (its LimitKey) for
+  // anyone else (ClientIdentity::SeesStreamsOf). The overload without a
+  // viewer is the operator's view, for the daemon itself and tests.
+  v1::GetStatsResponse GetStats(const ClientIdentity& viewer) const;
   v1::GetStatsResponse GetStats() const;
+
+  // OK when `peer` (a unix connection's credentials) may receive the
+  // memory of stream `stream_id`: the stream is open and was opened by a
+  // unix client of the same uid. PERMISSION_DENIED otherwise (NOT_FOUND
+  // for a stream that is not open).
+  absl::Status CheckStreamOwner(uint64_t stream_id, const PeerCredentials& peer) const;
 
   // Validates `request` and opens its stream for `client` (the transports
   // decide what they can serve it; it must be allowed the pipeline).
@@ -127,7 +138,7 @@ class ConveyorService {
   friend class Session;
   struct Entry {
     std::weak_ptr<Stream> stream;
-    std::string client;  // ClientIdentity::Describe(), for stats
+    ClientIdentity client;  // who opened it
     std::function<void()> wake;
   };
 

@@ -714,7 +714,38 @@ TEST_CASE("paths resolve lexically against the base folder", "[config]") {
         "f.yaml: field root: must not be empty (line 1)");
 }
 
-}  // namespace
-}  // namespace conveyor::server
 
 #endif  // CONVEYOR_HAVE_SERVER
+
+TEST_CASE("unix access lists and the stream idle timeout are read and checked", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+listen:
+  allowed_uids: [1000, trainer]
+  allowed_gids: [ml]
+  operator_uids: [2000]
+  operator_gids: [adm, "4"]
+stream_idle_timeout_seconds: 30
+)" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->listen.allowed_uids == std::vector<std::string>{"1000", "trainer"});
+  CHECK(c->listen.allowed_gids == std::vector<std::string>{"ml"});
+  CHECK(c->listen.operator_uids == std::vector<std::string>{"2000"});
+  CHECK(c->listen.operator_gids == std::vector<std::string>{"adm", "4"});
+  CHECK(c->stream_idle_timeout_seconds == 30);
+  absl::StatusOr<DaemonConfig> d = Parse(kMinimal);
+  REQUIRE(d.ok());
+  CHECK(d->listen.allowed_uids.empty());
+  CHECK(d->stream_idle_timeout_seconds == 300);
+
+  ExpectRefused("listen: {allowed_uids: 1000}\n" + std::string(kMinimal),
+                {"field listen.allowed_uids: expected a list of names or numbers"});
+  ExpectRefused("listen: {operator_gids: [\"a b\"]}\n" + std::string(kMinimal),
+                {"field listen.operator_gids[0]: expected a user or group name or number"});
+  ExpectRefused("listen: {allowed_gids: [[1]]}\n" + std::string(kMinimal),
+                {"field listen.allowed_gids[0]"});
+  ExpectRefused("stream_idle_timeout_seconds: -1\n" + std::string(kMinimal),
+                {"field stream_idle_timeout_seconds"});
+}
+
+}  // namespace
+}  // namespace conveyor::server

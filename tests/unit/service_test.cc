@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,7 +156,7 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   CHECK(opened.fd_socket() == t.fd_path);
   const Secret secret = SecretOf(opened);
   auto fd_server = FdServer::Start(
-      t.fd_path, 0600, [&t](uint64_t id, const Secret& s) { return t.shm->RegionFd(id, s); });
+      t.fd_path, 0600, [&t](uint64_t id, const Secret& s, const UnixPeer&) { return t.shm->RegionFd(id, s); });
   REQUIRE(fd_server.ok());
 
   Secret wrong = secret;
@@ -524,3 +525,53 @@ TEST_CASE("service over gRPC: a client the identifier refuses gets its status fr
 }  // namespace conveyor::server
 
 #endif  // CONVEYOR_HAVE_SERVER
+
+namespace conveyor::server {
+namespace {
+
+ClientIdentity UnixUser(uid_t uid, bool is_operator = false) {
+  ClientIdentity c = kUnixPeer;
+  c.credentials = PeerCredentials{static_cast<pid_t>(100 + uid), uid, uid};
+  c.is_operator = is_operator;
+  return c;
+}
+
+TEST_CASE("service: GetStats shows a client only its own streams, an operator all",
+          "[service]") {
+  ServiceFixture t;
+  auto a = t.service->OpenStream(Request(), UnixUser(1000));
+  auto b = t.service->OpenStream(Request(), UnixUser(1001));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto ids = [](const v1::GetStatsResponse& r) {
+    std::set<uint64_t> s;
+    for (const auto& st : r.streams()) s.insert(st.stream_id());
+    return s;
+  };
+  const v1::GetStatsResponse seen_by_a = t.service->GetStats(UnixUser(1000));
+  CHECK(ids(seen_by_a) == std::set<uint64_t>{(*a)->id()});
+  CHECK(seen_by_a.streams(0).peer().find("uid 1000") != std::string::npos);
+  CHECK(seen_by_a.streams_open() == 2);  // daemon-wide figures stay
+  CHECK(seen_by_a.slot_bytes_in_use() == t.BytesInUse());
+  CHECK(ids(t.service->GetStats(UnixUser(1001))) == std::set<uint64_t>{(*b)->id()});
+  CHECK(ids(t.service->GetStats(kTcpPeer)).empty());
+  CHECK(ids(t.service->GetStats(UnixUser(1002, /*is_operator=*/true))) ==
+        std::set<uint64_t>{(*a)->id(), (*b)->id()});
+}
+
+TEST_CASE("service: a stream's memory goes only to the uid that opened it", "[service]") {
+  ServiceFixture t;
+  auto a = t.service->OpenStream(Request(), UnixUser(1000));
+  REQUIRE(a.ok());
+  CHECK(t.service->CheckStreamOwner((*a)->id(), PeerCredentials{7, 1000, 1000}).ok());
+  const absl::Status other = t.service->CheckStreamOwner((*a)->id(), PeerCredentials{8, 1001, 1000});
+  CHECK(absl::IsPermissionDenied(other));
+  CHECK(absl::IsNotFound(t.service->CheckStreamOwner((*a)->id() + 1, PeerCredentials{7, 1000, 1000})));
+  // A stream of a client without credentials (TCP) hands memory to nobody.
+  auto tcp = t.service->OpenStream(Request(/*batch_size=*/2), kTcpPeer);
+  REQUIRE(tcp.ok());
+  CHECK(absl::IsPermissionDenied(t.service->CheckStreamOwner((*tcp)->id(), PeerCredentials{7, 0, 0})));
+}
+
+}  // namespace
+}  // namespace conveyor::server
