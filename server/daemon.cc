@@ -278,12 +278,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
         fd_path, config.listen.unix_mode,
         [shm_transport, service_ptr](uint64_t id, const Secret& secret,
                                      const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
-          absl::StatusOr<UniqueFd> fd = shm_transport->RegionFd(id, secret);
-          if (!fd.ok()) return fd.status();
+          // The owner first: a successful hand-over wakes the stream's call,
+          // which may then end and close its session at once.
           if (absl::Status st = service_ptr->CheckStreamOwner(id, peer.credentials); !st.ok()) {
             return st;
           }
-          return fd;
+          return shm_transport->RegionFd(id, secret);
         });
     if (!fds.ok()) return fds.status();
     d->fd_server_ = *std::move(fds);
