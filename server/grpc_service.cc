@@ -33,8 +33,9 @@ namespace {
 class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>,
                             private StreamCall::Rpc {
  public:
-  StreamReactor(ConveyorService* service, ClientIdentity client)
-      : call_(service, std::move(client), this) {
+  StreamReactor(grpc::CallbackServerContext* context, ConveyorService* service,
+                ClientIdentity client)
+      : context_(context), call_(service, std::move(client), this) {
     call_.Start();
     TsanRelease(this);  // see server/tsan_annotations.h
   }
@@ -73,6 +74,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1
     alarm_.Set(deadline, [expire = std::move(expire)](bool /*fired*/) { expire(); });
   }
 
+  void Cancel() override { context_->TryCancel(); }
+
+  grpc::CallbackServerContext* const context_;  // valid until OnDone
   v1::ClientMessage request_;  // the read in flight's (one at a time)
   grpc::Alarm alarm_;          // cancelled by its destructor
   StreamCall call_;            // destroyed before the alarm
@@ -120,7 +124,7 @@ grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* GrpcConveyorServi
     grpc::CallbackServerContext* context) {
   absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
   if (!client.ok()) return new RefusedStreamReactor(client.status());
-  return new StreamReactor(service_, *std::move(client));
+  return new StreamReactor(context, service_, *std::move(client));
 }
 
 }  // namespace conveyor::server

@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -70,7 +71,96 @@ ConveyorService::ConveyorService(const ServiceOptions& options,
       engine_(std::move(engine)),
       transports_(std::move(transports)) {}
 
-ConveyorService::~ConveyorService() { engine_->Shutdown(); }
+ConveyorService::~ConveyorService() {
+  StopWatchdog();
+  engine_->Shutdown();
+}
+
+void ConveyorService::StopWatchdog() {
+  {
+    MutexLock lock(&mu_);
+    stop_watchdog_ = true;
+  }
+  watchdog_cv_.SignalAll();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void ConveyorService::WatchIdleStreams() {
+  const std::chrono::milliseconds timeout = options_.stream_idle_timeout;
+  const auto interval = std::clamp<std::chrono::milliseconds>(
+      timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  struct Cancel {
+    std::shared_ptr<Stream> stream;
+    std::string message;
+    std::string client;
+  };
+  while (true) {
+    std::vector<std::pair<uint64_t, std::shared_ptr<Stream>>> open;
+    {
+      MutexLock lock(&mu_);
+      if (!stop_watchdog_) {
+        watchdog_cv_.WaitWithDeadline(&mu_, absl::Now() + absl::FromChrono(interval));
+      }
+      if (stop_watchdog_) return;
+      for (const auto& [id, e] : sessions_) {
+        if (auto s = e.stream.lock()) open.emplace_back(id, std::move(s));
+      }
+    }
+    // Outside the lock: Stats takes the stream's own.
+    std::vector<StreamStats> figures;
+    figures.reserve(open.size());
+    for (const auto& [id, s] : open) figures.push_back(s->Stats());
+    std::vector<Cancel> cancels;
+    std::vector<std::pair<uint64_t, std::function<void()>>> aborts;
+    {
+      MutexLock lock(&mu_);
+      const Clock::time_point now = Clock::now();
+      for (size_t i = 0; i < open.size() && !shutting_down_; ++i) {
+        auto it = sessions_.find(open[i].first);
+        if (it == sessions_.end()) continue;
+        Entry& e = it->second;
+        const StreamStats& f = figures[i];
+        if (e.idle_ended_at) {
+          if (!e.aborted && e.abort && now - *e.idle_ended_at >= options_.handover_grace) {
+            e.aborted = true;
+            aborts.emplace_back(it->first, e.abort);
+          }
+          continue;
+        }
+        if (f.slots_held_by_consumer == 0 || f.batches_emitted != e.seen_batches ||
+            f.slots_held_by_consumer != e.seen_held) {
+          e.seen_batches = f.batches_emitted;
+          e.seen_held = f.slots_held_by_consumer;
+          e.progress_at = now;
+          continue;
+        }
+        const double idle_s = std::chrono::duration<double>(now - e.progress_at).count();
+        if (now - e.progress_at < timeout) continue;
+        e.idle_ended_at = now;
+        cancels.push_back(Cancel{
+            open[i].second,
+            absl::StrFormat("stream %d ended: its client held %d of its %d slots and released "
+                            "none for %.1f s while the stream could not go on "
+                            "(stream_idle_timeout_seconds is %g); its slots and memory are "
+                            "given back",
+                            it->first, f.slots_held_by_consumer, f.slots_total, idle_s,
+                            timeout.count() / 1000.0),
+            e.client.Describe()});
+      }
+    }
+    // Outside the lock: Cancel runs the stream's ready callback.
+    for (Cancel& c : cancels) {
+      spdlog::warn("{} (client {})", c.message, c.client);
+      c.stream->Cancel(absl::DeadlineExceededError(c.message));
+    }
+    for (auto& [id, abort] : aborts) {
+      spdlog::warn("stream {}: its client still reads nothing after the idle timeout; call "
+                   "cancelled",
+                   id);
+      abort();
+    }
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     const ServiceOptions& options, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
@@ -87,8 +177,13 @@ absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     }
   }
   if (options.max_streams == 0) return absl::InvalidArgumentError("max_streams must be positive");
-  return std::unique_ptr<ConveyorService>(new ConveyorService(
+  std::unique_ptr<ConveyorService> service(new ConveyorService(
       options, std::move(pipelines), std::move(engine), std::move(transports)));
+  if (options.stream_idle_timeout.count() > 0) {
+    ConveyorService* s = service.get();
+    service->watchdog_ = std::thread([s] { s->WatchIdleStreams(); });
+  }
+  return service;
 }
 
 v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
@@ -232,7 +327,8 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req,
 
 absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::OpenStream& req,
                                                                      const ClientIdentity& client,
-                                                                     std::function<void()> wake) {
+                                                                     std::function<void()> wake,
+                                                                     std::function<void()> abort) {
   if (shutting_down()) return absl::UnavailableError("daemon shutting down");
   auto it = by_name_.find(req.pipeline());
   if (it == by_name_.end()) {
@@ -310,7 +406,11 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     // BeginShutdown may have run since the reservation; it could not see
     // this stream, so refuse it here.
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
-    sessions_.emplace(stream->id(), Entry{stream, client, std::move(wake)});
+    Entry& e = sessions_[stream->id()];
+    e.stream = stream;
+    e.client = client;
+    e.wake = std::move(wake);
+    e.abort = std::move(abort);
   }
   return session;
 }

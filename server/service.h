@@ -20,6 +20,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,13 @@ struct ServiceOptions {
   // what it still needs (StreamTransport::MustWaitForClient) before it is
   // finished anyway.
   std::chrono::milliseconds handover_grace{10'000};
+  // A stream whose client holds slots while nothing moves — no batch
+  // emitted, no slot released — for this long is ended with
+  // DEADLINE_EXCEEDED, its slots and budget given back (a client that
+  // stopped reading or releasing must not keep its share of the daemon
+  // forever); zero: never. A watchdog thread looks every timeout/4 (10 ms
+  // to 1 s).
+  std::chrono::milliseconds stream_idle_timeout{0};
 };
 
 class ConveyorService;
@@ -123,9 +132,16 @@ class ConveyorService {
   // (batch_size, credits, rank, transport), FAILED_PRECONDITION (shared
   // memory over TCP, resume at another world size), OUT_OF_RANGE (resume
   // point), RESOURCE_EXHAUSTED (budget or stream limit, with the figures).
+  //
+  // `abort`, if set, is called (from the idle watchdog's thread, no service
+  // lock held) when the service ended the stream for idleness and its call
+  // still has not finished handover_grace later — its client is not
+  // reading, so the call's last write never completes: the owner must end
+  // the RPC at once.
   absl::StatusOr<std::unique_ptr<Session>> OpenStream(const v1::OpenStream& request,
                                                       const ClientIdentity& client,
-                                                      std::function<void()> wake = nullptr);
+                                                      std::function<void()> wake = nullptr,
+                                                      std::function<void()> abort = nullptr);
 
   // Stops accepting streams (OpenStream → UNAVAILABLE "daemon shutting
   // down") and cancels every open stream with that status. Idempotent.
@@ -136,10 +152,18 @@ class ConveyorService {
 
  private:
   friend class Session;
+  using Clock = std::chrono::steady_clock;
   struct Entry {
     std::weak_ptr<Stream> stream;
     ClientIdentity client;  // who opened it
     std::function<void()> wake;
+    std::function<void()> abort;
+    // The idle watchdog's: the figures it last saw and since when.
+    uint64_t seen_batches = 0;
+    uint64_t seen_held = 0;
+    Clock::time_point progress_at = Clock::now();
+    std::optional<Clock::time_point> idle_ended_at;  // cancelled for idleness
+    bool aborted = false;
   };
 
   ConveyorService(const ServiceOptions& options,
@@ -152,6 +176,9 @@ class ConveyorService {
                                   const PipelineConfig& pipeline, StreamOptions* options,
                                   Transport** transport) const;
   void Unregister(uint64_t stream_id, uint64_t reserved_bytes);
+  // The idle watchdog's thread (options_.stream_idle_timeout > 0).
+  void WatchIdleStreams();
+  void StopWatchdog();
 
   // Constant after construction.
   const ServiceOptions options_;
@@ -165,6 +192,9 @@ class ConveyorService {
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t reserved_streams_ ABSL_GUARDED_BY(mu_) = 0;  // counted from reservation on
   std::map<uint64_t, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar watchdog_cv_;
+  std::thread watchdog_;
 };
 
 }  // namespace conveyor::server

@@ -158,6 +158,12 @@ void StreamCall::Expire(const std::shared_ptr<Gate>& gate) {
   });
 }
 
+// The idle watchdog's thread; no lock held (Rpc::Cancel may run the RPC's
+// reactions inline).
+void StreamCall::Abort(const std::shared_ptr<Gate>& gate) {
+  gate->With([](StreamCall* c) { c->rpc_->Cancel(); });
+}
+
 // Moves the stream on without waiting: if another thread holds mu_, it will
 // see pump_wanted_ after it lets go and pump for us.
 void StreamCall::Pump() {
@@ -249,7 +255,8 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
     if (end_.has_value()) return;  // cancelled meanwhile
   }
   absl::StatusOr<std::unique_ptr<Session>> session =
-      service_->OpenStream(open, client_, [gate = gate_] { Wake(gate); });
+      service_->OpenStream(open, client_, [gate = gate_] { Wake(gate); },
+                           [gate = gate_] { Abort(gate); });
   if (!session.ok()) {
     // The pipeline name is the client's: escaped and capped in log lines.
     spdlog::info("stream request from {} for pipeline '{}' refused: {}", client_.Describe(),

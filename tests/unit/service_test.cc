@@ -573,5 +573,57 @@ TEST_CASE("service: a stream's memory goes only to the uid that opened it", "[se
   CHECK(absl::IsPermissionDenied(t.service->CheckStreamOwner((*tcp)->id(), PeerCredentials{7, 0, 0})));
 }
 
+TEST_CASE("service: a client that holds its slots and releases none is cut off after "
+          "stream_idle_timeout", "[service]") {
+  ServiceFixtureOptions o;
+  o.stream_idle_timeout = std::chrono::milliseconds(300);
+  o.handover_grace = std::chrono::milliseconds(200);
+  ServiceFixture t(o);
+  std::atomic<int> aborts{0};
+  auto session = t.service->OpenStream(Request(), UnixUser(1000), nullptr, [&] { ++aborts; });
+  REQUIRE(session.ok());
+  Stream& stream = (*session)->stream();
+  // Take both slots (credits 2) and never release: 3 batches in the epoch,
+  // so the stream cannot go on.
+  int held = 0;
+  absl::Status error;
+  REQUIRE(Eventually([&] {
+    BatchInfo b;
+    if (stream.TryNext(&b, &error) == Stream::Poll::kBatch) ++held;
+    return held == 2;
+  }));
+  BatchInfo b;
+  Stream::Poll poll = Stream::Poll::kNotReady;
+  REQUIRE(Eventually([&] {
+    poll = stream.TryNext(&b, &error);
+    return poll != Stream::Poll::kNotReady;
+  }));
+  REQUIRE(poll == Stream::Poll::kError);
+  CHECK(absl::IsDeadlineExceeded(error));
+  CHECK(error.message().find("held 2 of its 2 slots") != std::string::npos);
+  CHECK(error.message().find("stream_idle_timeout_seconds is 0.3") != std::string::npos);
+  // Its call never finished (as if its client read nothing): the owner is
+  // told to end it.
+  CHECK(Eventually([&] { return aborts == 1; }));
+  CHECK(t.BytesInUse() > 0);
+  session->reset();
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("service: a stream whose client holds nothing is not idle, however long it waits",
+          "[service]") {
+  ServiceFixtureOptions o;
+  o.stream_idle_timeout = std::chrono::milliseconds(100);
+  ServiceFixture t(o);
+  auto session = t.service->OpenStream(Request(), UnixUser(1000));
+  REQUIRE(session.ok());
+  // The stream fills its slots, but its client has taken none: the daemon,
+  // not the client, is the one holding them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  BatchInfo b;
+  absl::Status error;
+  CHECK(Eventually([&] { return (*session)->stream().TryNext(&b, &error) == Stream::Poll::kBatch; }));
+}
+
 }  // namespace
 }  // namespace conveyor::server
