@@ -399,8 +399,8 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
   RETURN_IF_ERROR(
       CheckMap(root, "",
                {"listen", "threads", "memory_budget", "max_streams", "allowed_roots", "log_level",
-                "shutdown_timeout_seconds", "stream_idle_timeout_seconds", "engine",
-                "pipelines"}));
+                "shutdown_timeout_seconds", "stream_idle_timeout_seconds", "per_client",
+                "engine", "pipelines"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(root["listen"], &c->listen));
   if (root["threads"]) {
     RETURN_IF_ERROR(
@@ -431,6 +431,22 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
     RETURN_IF_ERROR(ReadDouble(root["stream_idle_timeout_seconds"],
                                "stream_idle_timeout_seconds", 0, 7 * 86400,
                                &c->stream_idle_timeout_seconds));
+  }
+  if (const YAML::Node pc = root["per_client"]) {
+    RETURN_IF_ERROR(
+        CheckMap(pc, "per_client", {"max_streams", "max_credits", "max_memory"}));
+    if (pc["max_streams"]) {
+      RETURN_IF_ERROR(ReadUintAs(pc["max_streams"], "per_client.max_streams", 0, 100000,
+                                 &c->per_client.max_streams));
+    }
+    if (pc["max_credits"]) {
+      RETURN_IF_ERROR(ReadUintAs(pc["max_credits"], "per_client.max_credits", 0, 100000000,
+                                 &c->per_client.max_credits));
+    }
+    if (pc["max_memory"]) {
+      RETURN_IF_ERROR(ReadSize(pc["max_memory"], "per_client.max_memory", 0,
+                               c->system.MemoryLimit(), &c->per_client.max_bytes));
+    }
   }
   if (root["allowed_roots"]) {
     const YAML::Node ar = root["allowed_roots"];

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine.h"
 #include "core/pipeline_config.h"
+#include "server/client_limits.h"
 #include "server/system_memory.h"
 
 namespace conveyor::server {
@@ -92,6 +93,7 @@ struct DaemonConfig {
   // A stream whose client holds slots without releasing any while nothing
   // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.
   double stream_idle_timeout_seconds = 300.0;
+  ClientLimits per_client;  // per_client.*: what one client may hold; 0 = no limit
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
   SystemInfo system;                    // the machine "N%" sizes were taken of
 };

@@ -253,6 +253,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   ServiceOptions so;
   so.memory_budget = config.memory_budget;
   so.max_streams = config.max_streams;
+  so.per_client = config.per_client;
   so.stream_idle_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config.stream_idle_timeout_seconds * 1000));
   const uint64_t max_message_bytes = MaxMessageBytes(pipelines);

@@ -47,7 +47,7 @@ void ToProto(const StageStats& s, v1::StageStats* out) {
 Session::~Session() {
   stream_->Cancel(absl::CancelledError("stream closed"));
   transport_.reset();  // leaves the transport's registries (fd hand-over, data socket)
-  service_->Unregister(stream_->id(), reserved_bytes_);
+  service_->Unregister(stream_->id(), client_.LimitKey(), reserved_credits_, reserved_bytes_);
 }
 
 // ---------------------------------------------------------------- Service
@@ -352,6 +352,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
 
   // Reserve budget and a stream place before allocating anything.
   const uint64_t bytes = SlotArena::MappedBytes(so.num_slots, layout.slot_bytes);
+  const std::string client_key = client.LimitKey();
   {
     MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
@@ -368,6 +369,9 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
           Bytes(bytes), so.num_slots, Bytes(bytes / so.num_slots), Bytes(free_bytes),
           Bytes(options_.memory_budget), reserved_streams_, Bytes(reserved_bytes_)));
     }
+    // The client's own share: checked last, so that the daemon-wide
+    // message wins when both apply.
+    RETURN_IF_ERROR(per_client_.Reserve(client_key, so.num_slots, bytes, options_.per_client));
     reserved_bytes_ += bytes;
     ++reserved_streams_;
   }
@@ -375,6 +379,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     MutexLock lock(&mu_);
     reserved_bytes_ -= bytes;
     --reserved_streams_;
+    per_client_.Release(client_key, so.num_slots, bytes);
   };
 
   absl::StatusOr<std::unique_ptr<Stream>> opened = engine_->OpenStream(pipeline, so);
@@ -384,7 +389,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   }
   std::shared_ptr<Stream> stream(std::move(*opened));
   // From here on the session's destructor gives the reservation back.
-  std::unique_ptr<Session> session(new Session(this, stream, client, bytes));
+  std::unique_ptr<Session> session(new Session(this, stream, client, bytes, so.num_slots));
   absl::StatusOr<std::unique_ptr<StreamTransport>> stream_transport =
       transport->Open(stream, wake);
   if (!stream_transport.ok()) return stream_transport.status();
@@ -415,8 +420,10 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   return session;
 }
 
-void ConveyorService::Unregister(uint64_t stream_id, uint64_t reserved_bytes) {
+void ConveyorService::Unregister(uint64_t stream_id, const std::string& client_key,
+                                 uint32_t credits, uint64_t reserved_bytes) {
   MutexLock lock(&mu_);
+  per_client_.Release(client_key, credits, reserved_bytes);
   sessions_.erase(stream_id);  // closes the duplicate region fd
   reserved_bytes_ -= reserved_bytes;
   --reserved_streams_;

@@ -34,6 +34,7 @@
 #include "core/pipeline_config.h"
 #include "core/stream.h"
 #include "server/client_identity.h"
+#include "server/client_limits.h"
 #include "server/transport.h"
 
 namespace conveyor::server {
@@ -55,6 +56,8 @@ struct ServiceOptions {
   // forever); zero: never. A watchdog thread looks every timeout/4 (10 ms
   // to 1 s).
   std::chrono::milliseconds stream_idle_timeout{0};
+  // What one client (ClientIdentity::LimitKey) may hold.
+  ClientLimits per_client;
 };
 
 class ConveyorService;
@@ -83,16 +86,18 @@ class Session {
  private:
   friend class ConveyorService;
   Session(ConveyorService* service, std::shared_ptr<Stream> stream, ClientIdentity client,
-          uint64_t reserved_bytes)
+          uint64_t reserved_bytes, uint32_t reserved_credits)
       : service_(service),
         stream_(std::move(stream)),
         client_(std::move(client)),
-        reserved_bytes_(reserved_bytes) {}
+        reserved_bytes_(reserved_bytes),
+        reserved_credits_(reserved_credits) {}
 
   ConveyorService* const service_;  // not owned; outlives the session
   const std::shared_ptr<Stream> stream_;
   const ClientIdentity client_;
   const uint64_t reserved_bytes_;
+  const uint32_t reserved_credits_;
   // Both set before the session is handed out.
   std::unique_ptr<StreamTransport> transport_;
   v1::StreamOpened opened_;
@@ -175,7 +180,8 @@ class ConveyorService {
   absl::Status BuildStreamOptions(const v1::OpenStream& request, const ClientIdentity& client,
                                   const PipelineConfig& pipeline, StreamOptions* options,
                                   Transport** transport) const;
-  void Unregister(uint64_t stream_id, uint64_t reserved_bytes);
+  void Unregister(uint64_t stream_id, const std::string& client_key, uint32_t credits,
+                  uint64_t reserved_bytes);
   // The idle watchdog's thread (options_.stream_idle_timeout > 0).
   void WatchIdleStreams();
   void StopWatchdog();
@@ -192,6 +198,7 @@ class ConveyorService {
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t reserved_streams_ ABSL_GUARDED_BY(mu_) = 0;  // counted from reservation on
   std::map<uint64_t, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  ClientUsage per_client_ ABSL_GUARDED_BY(mu_);  // reserved with the budget
   bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
   CondVar watchdog_cv_;
   std::thread watchdog_;

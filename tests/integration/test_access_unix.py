@@ -8,7 +8,8 @@ connect) is not what decides.
   take a memfd from the .fd socket even with another stream's id + secret;
 - an allowed uid cannot take another uid's memory either (the region goes
   only to the uid that opened the stream);
-- GetStats shows a non-operator only its own streams; root sees all.
+- GetStats shows a non-operator only its own streams; root sees all;
+- a uid that fills its per_client share does not lock root out.
 
 The second uid is "nobody" (65534), reached with setpriv; the tests need
 root (they are skipped without it)."""
@@ -52,6 +53,20 @@ try:
         print(json.dumps({"stream_id": s.stream_id}), flush=True)
         sys.stdin.readline()
         s.close()
+    elif action == "two":
+        # Holds one stream open while trying a second, then waits for stdin.
+        first = conveyor.open_stream(address, "train", 8, num_epochs=0, credits=2)
+        next(first)
+        try:
+            conveyor.open_stream(address, "train", 8, num_epochs=0, credits=2)
+            out["second"] = "opened"
+        except Exception as e:
+            out["second"] = type(e).__name__
+            out["message"] = str(e)
+        print(json.dumps(out), flush=True)
+        sys.stdin.readline()
+        first.close()
+        sys.exit(0)
     elif action == "stats":
         st = conveyor.stats(address)
         out["streams"] = [{"id": x.stream_id, "peer": x.peer} for x in st.streams]
@@ -98,9 +113,10 @@ def shared_dir():
 def start_daemon(tmp_path_factory, dataset, shared_dir):
     started = []
 
-    def start(**listen):
+    def start(allowed_uids, **fields):
         root, _ = dataset
-        cfg = daemon_config(root, listen=dict({"unix_mode": "0660"}, **listen))
+        cfg = daemon_config(root, listen={"unix_mode": "0660", "allowed_uids": allowed_uids},
+                            **fields)
         d = Daemon(tmp_path_factory.mktemp("access"), cfg)
         d.socket_path = shared_dir / ("conveyor%d.sock" % len(started))
         started.append(d)
@@ -111,7 +127,7 @@ def start_daemon(tmp_path_factory, dataset, shared_dir):
 
 
 def test_allowed_uid_streams_over_shared_memory(start_daemon):
-    d = start_daemon(allowed_uids=[str(NOBODY)])
+    d = start_daemon([str(NOBODY)])
     r = run_as_nobody("stream", d.unix)
     assert r.get("error") is None, r
     assert r["transport"] == "shared_memory"
@@ -120,7 +136,7 @@ def test_allowed_uid_streams_over_shared_memory(start_daemon):
 
 
 def test_refused_uid_gets_nothing_not_even_with_a_stolen_secret(start_daemon):
-    d = start_daemon(allowed_uids=[str(OTHER_UID)])
+    d = start_daemon([str(OTHER_UID)])
     r = run_as_nobody("list", d.unix)
     assert r.get("error") == "Unavailable", r
     assert wait_until(lambda: "refused a connection from" in d.log() and
@@ -139,7 +155,7 @@ def test_refused_uid_gets_nothing_not_even_with_a_stolen_secret(start_daemon):
 
 
 def test_allowed_uid_cannot_take_another_uids_memory(start_daemon):
-    d = start_daemon(allowed_uids=[str(NOBODY)])
+    d = start_daemon([str(NOBODY)])
     s = conveyor.open_stream(d.unix, "train", 8, num_epochs=0, credits=2)
     try:
         r = run_as_nobody("steal", d.unix, str(d.socket_path) + ".fd", s.stream_id,
@@ -151,7 +167,7 @@ def test_allowed_uid_cannot_take_another_uids_memory(start_daemon):
 
 
 def test_stats_show_a_client_only_its_own_streams(start_daemon):
-    d = start_daemon(allowed_uids=[str(NOBODY)])
+    d = start_daemon([str(NOBODY)])
     mine = conveyor.open_stream(d.unix, "train", 8, num_epochs=0, credits=2)
     holder = as_nobody("hold", d.unix, stdin=subprocess.PIPE)
     try:
@@ -165,6 +181,23 @@ def test_stats_show_a_client_only_its_own_streams(start_daemon):
         assert ids == sorted([mine.stream_id, theirs["stream_id"]])  # root sees all
     finally:
         mine.close()
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.communicate(timeout=scaled(30))
+
+
+def test_one_uid_filling_its_share_does_not_lock_another_out(start_daemon):
+    d = start_daemon([str(NOBODY)], max_streams=3, per_client={"max_streams": 1})
+    holder = as_nobody("two", d.unix, stdin=subprocess.PIPE)
+    try:
+        r = json.loads(holder.stdout.readline())
+        assert r.get("second") == "ResourceExhausted", r
+        assert "per_client.max_streams is 1" in r["message"], r
+        assert "uid:%d" % NOBODY in r["message"], r
+        s = conveyor.open_stream(d.unix, "train", 8, num_epochs=0, credits=2)  # root: its own share
+        with s:
+            assert next(s).num_samples == 8
+    finally:
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.communicate(timeout=scaled(30))

@@ -747,5 +747,25 @@ stream_idle_timeout_seconds: 30
                 {"field stream_idle_timeout_seconds"});
 }
 
+TEST_CASE("per-client limits are read and checked", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(
+      "per_client: {max_streams: 4, max_credits: 16, max_memory: 1GiB}\n" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->per_client.max_streams == 4);
+  CHECK(c->per_client.max_credits == 16);
+  CHECK(c->per_client.max_bytes == (1ull << 30));
+  absl::StatusOr<DaemonConfig> d = Parse(kMinimal);
+  REQUIRE(d.ok());
+  CHECK(d->per_client.max_streams == 0);
+  CHECK(d->per_client.max_credits == 0);
+  CHECK(d->per_client.max_bytes == 0);
+  ExpectRefused("per_client: {max_streams: -1}\n" + std::string(kMinimal),
+                {"field per_client.max_streams"});
+  ExpectRefused("per_client: {max_memory: lots}\n" + std::string(kMinimal),
+                {"field per_client.max_memory"});
+  ExpectRefused("per_client: {streams: 1}\n" + std::string(kMinimal),
+                {"field per_client.streams: unknown field"});
+}
+
 }  // namespace
 }  // namespace conveyor::server

@@ -625,5 +625,30 @@ TEST_CASE("service: a stream whose client holds nothing is not idle, however lon
   CHECK(Eventually([&] { return (*session)->stream().TryNext(&b, &error) == Stream::Poll::kBatch; }));
 }
 
+TEST_CASE("service: one client filling its per-client share does not lock another out",
+          "[service]") {
+  ServiceFixtureOptions o;
+  o.per_client.max_streams = 2;
+  o.per_client.max_credits = 3;  // Request() asks 2 credits per stream
+  ServiceFixture t(o);
+  auto a1 = t.service->OpenStream(Request(), UnixUser(1000));
+  REQUIRE(a1.ok());
+  // uid 1000 from another process: the same client.
+  ClientIdentity again = UnixUser(1000);
+  again.credentials->pid = 4242;
+  auto a2 = t.service->OpenStream(Request(), again);
+  REQUIRE_FALSE(a2.ok());
+  CHECK(absl::IsResourceExhausted(a2.status()));
+  CHECK(a2.status().message().find("per_client.max_credits is 3") != std::string::npos);
+  // Another uid has its own share.
+  auto b1 = t.service->OpenStream(Request(), UnixUser(1001));
+  CHECK(b1.ok());
+  // Closing gives the share back.
+  const uint64_t bytes = t.BytesInUse();
+  a1->reset();
+  CHECK(t.BytesInUse() < bytes);
+  CHECK(t.service->OpenStream(Request(), again).ok());
+}
+
 }  // namespace
 }  // namespace conveyor::server
