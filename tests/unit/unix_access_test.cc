@@ -1,14 +1,18 @@
 // Who may use the unix socket and who is an operator (server/unix_access.h),
-// and how clients are told apart for stats and limits
-// (ClientIdentity::LimitKey, SeesStreamsOf).
+// how clients are told apart for stats and limits (ClientIdentity::LimitKey,
+// SeesStreamsOf), and how a call's "fd:N" peer is mapped back to the
+// credentials recorded at accept (UnixConnections, PeerCredentialsIdentifier).
 #include "server/unix_access.h"
 
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
 #include "core/unique_fd.h"
+#include "server/peer_credentials_identifier.h"
+#include "server/unix_connections.h"
 
 namespace conveyor::server {
 namespace {
@@ -103,6 +107,40 @@ TEST_CASE("client identity: one key per principal, unix uid or TCP host", "[unix
   op.is_operator = true;
   CHECK(op.SeesStreamsOf(a));
   CHECK(op.SeesStreamsOf(t1));
+}
+
+TEST_CASE("unix connections: an fd maps to its credentials only while it is that socket",
+          "[unix_access]") {
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  UnixConnections connections;
+  REQUIRE(connections.Add(a.get(), PeerCredentials{11, 1000, 100}, false));
+  PeerCredentialsIdentifier identifier(&connections, "/run/c.sock",
+                                       std::make_unique<ClientIdentifier>());
+  const std::string peer = "fd:" + std::to_string(a.get());
+  auto id = identifier.IdentifyFdPeer(peer);
+  REQUIRE(id.has_value());
+  REQUIRE(id->ok());
+  CHECK((*id)->is_unix());
+  CHECK((*id)->peer == "unix:/run/c.sock");
+  CHECK((*id)->credentials->uid == 1000);
+  CHECK_FALSE((*id)->is_operator);
+  CHECK((*id)->Describe() == "unix:/run/c.sock (pid 11, uid 1000, gid 100)");
+  // Not an fd peer: someone else's business.
+  CHECK_FALSE(identifier.IdentifyFdPeer("ipv4:10.0.0.1:5").has_value());
+  // The number closed and reused by something that is not that socket.
+  const int number = a.get();
+  a.Reset();
+  UniqueFd other(::eventfd(0, EFD_CLOEXEC));
+  REQUIRE(other.get() == number);
+  auto stale = identifier.IdentifyFdPeer(peer);
+  REQUIRE(stale.has_value());
+  CHECK(absl::IsUnauthenticated(stale->status()));
+  // Never recorded.
+  auto unknown = identifier.IdentifyFdPeer("fd:99999");
+  REQUIRE(unknown.has_value());
+  CHECK(absl::IsUnauthenticated(unknown->status()));
 }
 
 }  // namespace
