@@ -317,8 +317,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("cannot start the gRPC server on ",
-                     absl::StrJoin(std::vector<std::string>{unix_path, config.listen.tcp}, " / "),
+        absl::StrCat("cannot start the gRPC server",
+                     config.listen.tcp.empty() ? "" : " on TCP " + config.listen.tcp,
                      " (see gRPC's message above)"));
   }
   if (!unix_path.empty()) {

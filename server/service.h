@@ -1,7 +1,10 @@
 // ConveyorService: the daemon's service logic with no transport in it — it
 // owns the engine and the pipelines, validates stream requests, accounts the
-// slot-memory budget and the stream limit, and keeps the registry of open
-// streams (for stats and shutdown). How each stream's batches reach its
+// slot-memory budget, the stream limit and each client's share of them
+// (server/client_limits.h), keeps the registry of open streams (for stats,
+// the fd hand-over's owner check and shutdown), and — with a watchdog
+// thread when stream_idle_timeout is set — ends streams whose client holds
+// slots and moves nothing. How each stream's batches reach its
 // client is its transport's business (server/transport.h): the service asks
 // the daemon's TransportSet for one per stream and keeps it in the Session.
 // The gRPC adapter (server/grpc_service.h) forwards to it and converts its
@@ -21,8 +24,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -136,7 +139,8 @@ class ConveyorService {
   // (a pipeline `client` may not open), INVALID_ARGUMENT
   // (batch_size, credits, rank, transport), FAILED_PRECONDITION (shared
   // memory over TCP, resume at another world size), OUT_OF_RANGE (resume
-  // point), RESOURCE_EXHAUSTED (budget or stream limit, with the figures).
+  // point), RESOURCE_EXHAUSTED (budget, stream limit or the client's
+  // per-client share, with the figures).
   //
   // `abort`, if set, is called (from the idle watchdog's thread, no service
   // lock held) when the service ended the stream for idleness and its call

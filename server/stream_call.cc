@@ -134,11 +134,12 @@ void StreamCall::Detach() {
   session->stream().SetReadyCallback(nullptr);
   session->transport().Finish(end);
   if (end.ok()) {
-    spdlog::info("stream {} done: {} batches, {} samples, {} failed", session->id(), batches,
-                 samples, failed);
+    spdlog::info("stream {} of {} done: {} batches, {} samples, {} failed", session->id(),
+                 client_.Describe(), batches, samples, failed);
   } else {
-    spdlog::info("stream {} ended ({}: {}) after {} batches, {} samples", session->id(),
-                 static_cast<int>(end.code()), EscapeText(end.message()), batches, samples);
+    spdlog::info("stream {} of {} ended ({}: {}) after {} batches, {} samples", session->id(),
+                 client_.Describe(), static_cast<int>(end.code()), EscapeText(end.message()),
+                 batches, samples);
   }
   session.reset();  // cancels the core stream, frees its budget and transport
 }
