@@ -4,14 +4,17 @@
 // connection's fd number, which is all gRPC tells a call about a connection
 // it was given by fd (its peer string is "fd:N").
 //
-// Why the fd number is a sound key: gRPC owns an accepted fd until the
-// connection's transport is destroyed, which is after every call on it has
-// ended, so while a call runs its fd number cannot name another
-// connection. A number is recorded again (replacing the old entry) only
-// after the kernel handed it out again, i.e. after the old connection was
-// closed. Each entry also keeps the socket's inode: Find checks that the
-// fd still is that socket, so a number gRPC closed and the process reused
-// for anything else is never mistaken for a client.
+// Why the fd number is a sound key: gRPC owns an accepted fd and keeps it
+// open while its transport reads from it, and a call is identified when it
+// starts, right after its headers were read from that fd. A number is
+// recorded again (replacing the old entry) only after the kernel handed it
+// out again, i.e. after the old connection was closed. The one window left
+// — a connection closed between a call's headers and its identification,
+// its number reused by a new connection at once — can only misname a call
+// whose client is gone: nothing more is read from or written to it. Each
+// entry also keeps the socket's inode, and Find checks that the fd still
+// is that socket, so a number reused for anything else (a file, a memfd)
+// is never mistaken for a client.
 //
 // Thread-safety: all methods may be called concurrently (one mutex).
 #pragma once
