@@ -20,6 +20,21 @@ bool ClientIdentity::MayOpen(const std::string& pipeline) const {
   return !allowed_pipelines.has_value() || allowed_pipelines->count(pipeline) > 0;
 }
 
+std::string ClientIdentity::LimitKey() const {
+  if (!principal.empty()) return absl::StrCat("principal:", principal);
+  if (credentials) return absl::StrCat("uid:", credentials->uid);
+  // "ipv4:10.0.0.1:5000" -> "ipv4:10.0.0.1"; "ipv6:[::1]:5000" -> "ipv6:[::1]".
+  const size_t colon = peer.rfind(':');
+  const size_t scheme = peer.find(':');
+  const std::string host =
+      (colon != std::string::npos && colon != scheme) ? peer.substr(0, colon) : peer;
+  return absl::StrCat("host:", host);
+}
+
+bool ClientIdentity::SeesStreamsOf(const ClientIdentity& owner) const {
+  return is_operator || LimitKey() == owner.LimitKey();
+}
+
 std::string ClientIdentity::Describe() const {
   std::vector<std::string> known;
   if (credentials) {

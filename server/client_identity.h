@@ -49,6 +49,14 @@ struct ClientIdentity {
   bool is_unix() const { return via == Via::kUnix; }
   // Whether it may open `pipeline`.
   bool MayOpen(const std::string& pipeline) const;
+  // Who a client is for per-client accounting and for telling its streams
+  // from others': "principal:NAME" when it authenticated, else "uid:N" for
+  // a unix client with credentials, else "host:ADDR" (the peer without its
+  // port) — so every connection of one user or host counts as one client.
+  std::string LimitKey() const;
+  // Whether GetStats shows this client the streams `owner` opened: an
+  // operator sees every stream, anyone else only those of its LimitKey.
+  bool SeesStreamsOf(const ClientIdentity& owner) const;
   // For log lines: the peer, then what is known of it, e.g.
   // "unix:/run/conveyor/conveyor.sock (pid 812, uid 1000)" or
   // "ipv4:10.0.0.7:53122 (token 'trainer')". Client-supplied parts escaped.

@@ -43,6 +43,9 @@ class Schema : public YamlFields {
   absl::Status ParseAccess(const YAML::Node& n, const DaemonConfig& c, AccessConfig* a) const;
   absl::Status ParseToken(const std::string& field, const YAML::Node& n, const DaemonConfig& c,
                           TokenSpec* t) const;
+  // A list of user or group names or numbers (resolved at start, not here).
+  absl::Status ParseIdList(const YAML::Node& n, const std::string& field,
+                           std::vector<std::string>* out) const;
   absl::Status ParseEngine(const YAML::Node& n, EngineOptions* e) const;
   absl::Status ParsePipeline(const std::string& name, const YAML::Node& n, const DaemonConfig& c,
                              PipelineSpec* p) const;
@@ -100,9 +103,36 @@ absl::Status ValidateUnixPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status Schema::ParseIdList(const YAML::Node& n, const std::string& field,
+                                 std::vector<std::string>* out) const {
+  if (!n) return absl::OkStatus();
+  if (!n.IsSequence()) {
+    return Error(field, n,
+                 absl::StrCat("expected a list of names or numbers, got ", DescribeNode(n)));
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string item = absl::StrCat(field, "[", i, "]");
+    std::string v;
+    RETURN_IF_ERROR(ReadString(n[i], item, &v));
+    const bool printable = std::all_of(v.begin(), v.end(), [](char ch) {
+      return ch > ' ' && ch < 0x7f && ch != ':';
+    });
+    if (v.empty() || v.size() > 256 || !printable) {
+      return Error(item, n[i], "expected a user or group name or number");
+    }
+    out->push_back(v);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Schema::ParseListen(const YAML::Node& n, ListenConfig* l) const {
-  RETURN_IF_ERROR(CheckMap(n, "listen", {"unix", "unix_mode", "tcp", "data_tcp", "tls",
-                                         "allow_insecure_tcp"}));
+  RETURN_IF_ERROR(CheckMap(n, "listen",
+                           {"unix", "unix_mode", "tcp", "data_tcp", "tls", "allow_insecure_tcp",
+                            "allowed_uids", "allowed_gids", "operator_uids", "operator_gids"}));
+  RETURN_IF_ERROR(ParseIdList(n["allowed_uids"], "listen.allowed_uids", &l->allowed_uids));
+  RETURN_IF_ERROR(ParseIdList(n["allowed_gids"], "listen.allowed_gids", &l->allowed_gids));
+  RETURN_IF_ERROR(ParseIdList(n["operator_uids"], "listen.operator_uids", &l->operator_uids));
+  RETURN_IF_ERROR(ParseIdList(n["operator_gids"], "listen.operator_gids", &l->operator_gids));
   if (n["unix"]) {
     std::string s;
     RETURN_IF_ERROR(ReadString(n["unix"], "listen.unix", &s));
@@ -488,7 +518,8 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
   RETURN_IF_ERROR(
       CheckMap(root, "",
                {"listen", "threads", "memory_budget", "max_streams", "allowed_roots", "log_level",
-                "shutdown_timeout_seconds", "engine", "pipelines", "access"}));
+                "shutdown_timeout_seconds", "stream_idle_timeout_seconds", "per_client",
+                "engine", "pipelines", "access"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(root["listen"], &c->listen));
   if (root["threads"]) {
     RETURN_IF_ERROR(
@@ -514,6 +545,27 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
     RETURN_IF_ERROR(ReadDouble(root["shutdown_timeout_seconds"],
                                         "shutdown_timeout_seconds", 0, 3600,
                                         &c->shutdown_timeout_seconds));
+  }
+  if (root["stream_idle_timeout_seconds"]) {
+    RETURN_IF_ERROR(ReadDouble(root["stream_idle_timeout_seconds"],
+                               "stream_idle_timeout_seconds", 0, 7 * 86400,
+                               &c->stream_idle_timeout_seconds));
+  }
+  if (const YAML::Node pc = root["per_client"]) {
+    RETURN_IF_ERROR(
+        CheckMap(pc, "per_client", {"max_streams", "max_credits", "max_memory"}));
+    if (pc["max_streams"]) {
+      RETURN_IF_ERROR(ReadUintAs(pc["max_streams"], "per_client.max_streams", 0, 100000,
+                                 &c->per_client.max_streams));
+    }
+    if (pc["max_credits"]) {
+      RETURN_IF_ERROR(ReadUintAs(pc["max_credits"], "per_client.max_credits", 0, 100000000,
+                                 &c->per_client.max_credits));
+    }
+    if (pc["max_memory"]) {
+      RETURN_IF_ERROR(ReadSize(pc["max_memory"], "per_client.max_memory", 0,
+                               c->system.MemoryLimit(), &c->per_client.max_bytes));
+    }
   }
   if (root["allowed_roots"]) {
     const YAML::Node ar = root["allowed_roots"];

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine.h"
 #include "core/pipeline_config.h"
+#include "server/client_limits.h"
 #include "server/system_memory.h"
 
 namespace conveyor::server {
@@ -85,6 +86,17 @@ struct ListenConfig {
   // Serve TCP on a non-loopback address with neither TLS nor bearer tokens
   // (refused at start otherwise; a warning is logged when allowed).
   bool allow_insecure_tcp = false;
+  // Who may connect to the unix socket (and fetch memory from its ".fd"
+  // sibling), checked against each connection's kernel credentials: user
+  // and group names or numbers, resolved when the daemon starts
+  // (server/unix_access.h). Both empty: anyone the socket mode admits.
+  // Root and the daemon's own uid are always allowed.
+  std::vector<std::string> allowed_uids;
+  std::vector<std::string> allowed_gids;
+  // Unix clients who see every client's streams in GetStats (besides root
+  // and the daemon's uid, who always do).
+  std::vector<std::string> operator_uids;
+  std::vector<std::string> operator_gids;
 };
 
 // One bearer token a client may present (access.tokens[i]). Its secret is
@@ -122,6 +134,10 @@ struct DaemonConfig {
   std::vector<std::string> allowed_roots;  // absolute; empty = any root
   std::string log_level = "info";
   double shutdown_timeout_seconds = 5.0;
+  // A stream whose client holds slots without releasing any while nothing
+  // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.
+  double stream_idle_timeout_seconds = 300.0;
+  ClientLimits per_client;  // per_client.*: what one client may hold; 0 = no limit
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
   SystemInfo system;                    // the machine "N%" sizes were taken of
 };

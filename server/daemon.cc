@@ -3,6 +3,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server_posix.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -33,8 +34,12 @@
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
 #include "server/inline_transport.h"
+#include "server/peer_credentials_identifier.h"
 #include "server/service.h"
 #include "server/shm_transport.h"
+#include "server/unix_access.h"
+#include "server/unix_connections.h"
+#include "server/unix_listener.h"
 #include "server/unix_socket.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -240,8 +245,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const std::string& unix_path = config.listen.unix_path;
   const std::string fd_path = unix_path.empty() ? "" : unix_path + ".fd";
 
-  // Who may call (tokens, TLS): built before anything listens.
-  absl::StatusOr<Access> access = BuildAccess(config, std::make_unique<ClientIdentifier>());
+  // Names in listen.allowed_* / operator_* resolve before anything binds.
+  absl::StatusOr<UnixAccessPolicy> unix_access = ResolveUnixAccess(config.listen);
+  if (!unix_access.ok()) return unix_access.status();
+  // Who may call, built before anything listens: unix clients are known by
+  // the credentials the unix listener records for their connection, TCP
+  // clients by their address; then tokens and TLS certificates refine both.
+  d->unix_connections_ = std::make_unique<UnixConnections>();
+  absl::StatusOr<Access> access = BuildAccess(
+      config, std::make_unique<PeerCredentialsIdentifier>(d->unix_connections_.get(), unix_path,
+                                                          std::make_unique<ClientIdentifier>()));
   if (!access.ok()) return access.status();
 
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config.engine);
@@ -257,6 +270,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   ServiceOptions so;
   so.memory_budget = config.memory_budget;
   so.max_streams = config.max_streams;
+  so.per_client = config.per_client;
+  so.stream_idle_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config.stream_idle_timeout_seconds * 1000));
   const uint64_t max_message_bytes = MaxMessageBytes(pipelines);
   // The transports in AUTO's order of preference: shared memory on the
   // unix socket, the data socket over TCP, inline for everyone else.
@@ -276,8 +292,18 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   if (!unix_path.empty()) {
     if (absl::Status st = PrepareUnixSocketPath(unix_path); !st.ok()) return st;
     if (absl::Status st = PrepareUnixSocketPath(fd_path); !st.ok()) return st;
+    // A region goes only to the uid that opened its stream, whatever
+    // stream id and secret the peer shows.
+    ConveyorService* const service_ptr = d->service_.get();
     absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
-        fd_path, config.listen.unix_mode, [shm_transport](uint64_t id, const Secret& secret) {
+        fd_path, config.listen.unix_mode,
+        [shm_transport, service_ptr](uint64_t id, const Secret& secret,
+                                     const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
+          // The owner first: a successful hand-over wakes the stream's call,
+          // which may then end and close its session at once.
+          if (absl::Status st = service_ptr->CheckStreamOwner(id, peer.credentials); !st.ok()) {
+            return st;
+          }
           return shm_transport->RegionFd(id, secret);
         });
     if (!fds.ok()) return fds.status();
@@ -289,9 +315,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   d->grpc_service_ =
       std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
-  if (!unix_path.empty()) {
-    builder.AddListeningPort(absl::StrCat("unix:", unix_path), grpc::InsecureServerCredentials());
-  }
+  // The unix socket is not gRPC's: the daemon's UnixListener accepts it,
+  // checks each peer's credentials and hands allowed connections to the
+  // server below (server/unix_listener.h says why).
   int tcp_port = 0;
   if (!config.listen.tcp.empty()) {
     builder.AddListeningPort(config.listen.tcp, access->tcp_credentials, &tcp_port);
@@ -311,20 +337,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20 * 1000);
   builder.RegisterService(d->grpc_service_.get());
-  {
-    // The socket file is created owner-only, then opened up to unix_mode.
-    ScopedUmask umask(0177);
-    d->server_ = builder.BuildAndStart();
-  }
-  d->owns_unix_socket_ = d->server_ != nullptr && !unix_path.empty();
+  d->server_ = builder.BuildAndStart();
   if (d->server_ == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("cannot start the gRPC server on ",
-                     absl::StrJoin(std::vector<std::string>{unix_path, config.listen.tcp}, " / "),
+        absl::StrCat("cannot start the gRPC server",
+                     config.listen.tcp.empty() ? "" : " on TCP " + config.listen.tcp,
                      " (see gRPC's message above)"));
   }
-  if (!unix_path.empty() && ::chmod(unix_path.c_str(), config.listen.unix_mode) != 0) {
-    return PosixError(absl::StrCat("chmod ", unix_path), errno);
+  if (!unix_path.empty()) {
+    grpc::Server* const server = d->server_.get();
+    absl::StatusOr<std::unique_ptr<UnixListener>> listener = UnixListener::Start(
+        unix_path, config.listen.unix_mode, *std::move(unix_access), d->unix_connections_.get(),
+        [server](UniqueFd conn) { grpc::AddInsecureChannelFromFd(server, conn.Release()); });
+    if (!listener.ok()) return listener.status();
+    d->unix_listener_ = *std::move(listener);
   }
   if (!config.listen.tcp.empty()) {
     if (tcp_port == 0) {
@@ -344,8 +370,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
       CONVEYOR_VERSION, d->service_->ListPipelines().pipelines_size(), threads,
       config.memory_budget / 1048576.0, config.max_streams, max_message_bytes / 1048576.0);
   if (!unix_path.empty()) {
-    spdlog::info("listening on unix:{} (mode {:o}), fd hand-over on {}", unix_path,
-                 config.listen.unix_mode, fd_path);
+    spdlog::info("listening on unix:{} (mode {:o}; allowed: {}), fd hand-over on {}", unix_path,
+                 config.listen.unix_mode, d->unix_listener_->policy().Describe(), fd_path);
   }
   if (d->tcp_port_ != 0) LogTcpAccess(config, d->tcp_port_);
   if (d->data_server_ != nullptr) {
@@ -377,6 +403,8 @@ void Daemon::Shutdown() {
     if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
   }
   if (service_ != nullptr) service_->BeginShutdown();
+  // No new unix connections (and none handed to a server shutting down).
+  if (unix_listener_ != nullptr) unix_listener_->Stop();
   if (server_ != nullptr) {
     const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double>(config_.shutdown_timeout_seconds));
@@ -386,9 +414,9 @@ void Daemon::Shutdown() {
   grpc_service_.reset();
   if (fd_server_ != nullptr) fd_server_->Stop();
   fd_server_.reset();
-  // Only a socket this daemon bound: a daemon that failed to start because
-  // another one serves the path must leave that one's socket alone.
-  if (owns_unix_socket_) RemoveSocketFile(config_.listen.unix_path);
+  // The listener removed the socket file it bound (a daemon that failed
+  // to start because another one serves the path never bound it).
+  unix_listener_.reset();
   // The port is no longer served: a stale file would send clients (and
   // launchers waiting for it) to a port someone else may own next.
   if (!port_file_.empty()) {

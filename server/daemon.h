@@ -3,7 +3,7 @@
 // with health checking — and takes them down in order:
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
-//   3. grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
+//   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
 //   4. the fd socket stops, socket files are removed, the engine joins.
 // DaemonMain is main(): it blocks SIGINT/SIGTERM in every thread before any
 // thread exists and waits for them on a dedicated sigwait thread (no work in
@@ -34,6 +34,8 @@ class ConveyorService;
 class DataSocketServer;
 class FdServer;
 class GrpcConveyorService;
+class UnixConnections;
+class UnixListener;
 
 struct Flags {
   std::string config = "/etc/conveyor/conveyord.yaml";
@@ -83,16 +85,18 @@ class Daemon {
 
   const DaemonConfig config_;
   int tcp_port_ = 0;
-  bool owns_unix_socket_ = false;  // we bound it (so we remove it)
-  std::string port_file_;          // written by us (so we remove it)
+  std::string port_file_;  // written by us (so we remove it)
   // Destroyed in reverse order: the server (and every reactor) before the
   // fd socket before the service (and engine) before the data socket.
   std::unique_ptr<DataSocketServer> data_server_;
   std::unique_ptr<ConveyorService> service_;
   std::unique_ptr<FdServer> fd_server_;
+  std::unique_ptr<UnixConnections> unix_connections_;
   std::unique_ptr<ClientIdentifier> identifier_;
   std::unique_ptr<GrpcConveyorService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
+  // Stopped before the server shuts down; hands connections to server_.
+  std::unique_ptr<UnixListener> unix_listener_;
 
   Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

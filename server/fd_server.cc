@@ -28,30 +28,14 @@ FdServer::FdServer(std::string path, UniqueFd epoll_fd, UniqueFd stop_fd, Lookup
 
 absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, mode_t mode,
                                                           Lookup lookup) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("fd socket path too long: ", path));
-  }
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return PosixError("fd socket: socket", errno);
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  {
-    // Owner-only while bind() creates the file; then exactly `mode`.
-    ScopedUmask umask(0177);
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return PosixError(absl::StrCat("bind ", path), errno);
-    }
-  }
+  absl::StatusOr<UniqueFd> listening = ListenUnixSocket(path, mode, 64);
+  if (!listening.ok()) return listening.status();
+  UniqueFd fd = *std::move(listening);
   // From here on the file is ours: removed again on any failure.
   auto fail = [&path](absl::Status st) {
     ::unlink(path.c_str());
     return st;
   };
-  if (::chmod(path.c_str(), mode) != 0) {
-    return fail(PosixError(absl::StrCat("chmod ", path), errno));
-  }
-  if (::listen(fd.get(), 64) != 0) return fail(PosixError(absl::StrCat("listen ", path), errno));
   UniqueFd stop(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!stop) return fail(PosixError("fd socket: eventfd", errno));
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
@@ -117,7 +101,9 @@ void FdServer::Run() {
 }
 
 void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
-  absl::StatusOr<UniqueFd> fd = lookup_(request.stream_id, request.secret);
+  absl::StatusOr<UnixPeer> peer = ReadUnixPeer(conn.get());
+  absl::StatusOr<UniqueFd> fd =
+      peer.ok() ? lookup_(request.stream_id, request.secret, *peer) : peer.status();
   // An error of the system (out of fds for the duplicate) is no refusal:
   // the client is told to retry.
   uint8_t status = fd.ok()                      ? kHandshakeAccepted

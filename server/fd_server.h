@@ -3,8 +3,10 @@
 // the handshake of server/handshake.h (stream id and secret from
 // StreamOpened); the reply is the status byte, kHandshakeAccepted with the
 // stream's region memfd attached as SCM_RIGHTS ancillary data, or
-// kHandshakeRefused (unknown stream or wrong secret, no fd). The server
-// then closes the connection.
+// kHandshakeRefused (unknown stream or wrong secret, or a peer the lookup
+// refuses: no fd). The server then closes the connection. The lookup is
+// shown the connection's kernel credentials (SO_PEERCRED), so that memory
+// goes only to the uid that opened the stream, whatever the peer knows.
 //
 // One thread serves every connection at once with epoll and non-blocking
 // sockets (HandshakeAcceptor): a client that connects and stays silent is
@@ -28,14 +30,17 @@
 #include "core/unique_fd.h"
 #include "server/handshake.h"
 #include "server/secret.h"
+#include "server/unix_access.h"
 
 namespace conveyor::server {
 
 class FdServer {
  public:
   // Returns the fd to hand over (the server closes its copy after sending),
-  // or an error (the client gets kHandshakeRefused).
-  using Lookup = std::function<absl::StatusOr<UniqueFd>(uint64_t stream_id, const Secret& secret)>;
+  // or an error (the client gets kHandshakeRefused) for a request that
+  // `peer` sent.
+  using Lookup = std::function<absl::StatusOr<UniqueFd>(uint64_t stream_id, const Secret& secret,
+                                                        const UnixPeer& peer)>;
 
   // Binds `path` (which PrepareUnixSocketPath made ready) with permissions
   // `mode` and starts serving.

@@ -119,7 +119,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     alarm_.Set(deadline, [expire = std::move(expire)](bool /*fired*/) { expire(); });
   }
 
-  grpc::CallbackServerContext* const context_;
+  void Cancel() override { context_->TryCancel(); }
+
+  grpc::CallbackServerContext* const context_;  // valid until OnDone
   grpc::ByteBuffer request_;   // the read in flight's (one at a time)
   grpc::ByteBuffer response_;  // the write in flight's (one at a time)
   grpc::Alarm alarm_;          // cancelled by its destructor
@@ -164,7 +166,7 @@ grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerCont
     reactor->Finish(ToGrpcStatus(client.status()));
     return reactor;
   }
-  *response = service_->GetStats();
+  *response = service_->GetStats(*client);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

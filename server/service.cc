@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -46,7 +47,7 @@ void ToProto(const StageStats& s, v1::StageStats* out) {
 Session::~Session() {
   stream_->Cancel(absl::CancelledError("stream closed"));
   transport_.reset();  // leaves the transport's registries (fd hand-over, data socket)
-  service_->Unregister(stream_->id(), reserved_bytes_);
+  service_->Unregister(stream_->id(), client_.LimitKey(), reserved_credits_, reserved_bytes_);
 }
 
 // ---------------------------------------------------------------- Service
@@ -70,7 +71,96 @@ ConveyorService::ConveyorService(const ServiceOptions& options,
       engine_(std::move(engine)),
       transports_(std::move(transports)) {}
 
-ConveyorService::~ConveyorService() { engine_->Shutdown(); }
+ConveyorService::~ConveyorService() {
+  StopWatchdog();
+  engine_->Shutdown();
+}
+
+void ConveyorService::StopWatchdog() {
+  {
+    MutexLock lock(&mu_);
+    stop_watchdog_ = true;
+  }
+  watchdog_cv_.SignalAll();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void ConveyorService::WatchIdleStreams() {
+  const std::chrono::milliseconds timeout = options_.stream_idle_timeout;
+  const auto interval = std::clamp<std::chrono::milliseconds>(
+      timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  struct Cancel {
+    std::shared_ptr<Stream> stream;
+    std::string message;
+    std::string client;
+  };
+  while (true) {
+    std::vector<std::pair<uint64_t, std::shared_ptr<Stream>>> open;
+    {
+      MutexLock lock(&mu_);
+      if (!stop_watchdog_) {
+        watchdog_cv_.WaitWithDeadline(&mu_, absl::Now() + absl::FromChrono(interval));
+      }
+      if (stop_watchdog_) return;
+      for (const auto& [id, e] : sessions_) {
+        if (auto s = e.stream.lock()) open.emplace_back(id, std::move(s));
+      }
+    }
+    // Outside the lock: Stats takes the stream's own.
+    std::vector<StreamStats> figures;
+    figures.reserve(open.size());
+    for (const auto& [id, s] : open) figures.push_back(s->Stats());
+    std::vector<Cancel> cancels;
+    std::vector<std::pair<uint64_t, std::function<void()>>> aborts;
+    {
+      MutexLock lock(&mu_);
+      const Clock::time_point now = Clock::now();
+      for (size_t i = 0; i < open.size() && !shutting_down_; ++i) {
+        auto it = sessions_.find(open[i].first);
+        if (it == sessions_.end()) continue;
+        Entry& e = it->second;
+        const StreamStats& f = figures[i];
+        if (e.idle_ended_at) {
+          if (!e.aborted && e.abort && now - *e.idle_ended_at >= options_.handover_grace) {
+            e.aborted = true;
+            aborts.emplace_back(it->first, e.abort);
+          }
+          continue;
+        }
+        if (f.slots_held_by_consumer == 0 || f.batches_emitted != e.seen_batches ||
+            f.slots_held_by_consumer != e.seen_held) {
+          e.seen_batches = f.batches_emitted;
+          e.seen_held = f.slots_held_by_consumer;
+          e.progress_at = now;
+          continue;
+        }
+        const double idle_s = std::chrono::duration<double>(now - e.progress_at).count();
+        if (now - e.progress_at < timeout) continue;
+        e.idle_ended_at = now;
+        cancels.push_back(Cancel{
+            open[i].second,
+            absl::StrFormat("stream %d ended: its client held %d of its %d slots and released "
+                            "none for %.1f s while the stream could not go on "
+                            "(stream_idle_timeout_seconds is %g); its slots and memory are "
+                            "given back",
+                            it->first, f.slots_held_by_consumer, f.slots_total, idle_s,
+                            timeout.count() / 1000.0),
+            e.client.Describe()});
+      }
+    }
+    // Outside the lock: Cancel runs the stream's ready callback.
+    for (Cancel& c : cancels) {
+      spdlog::warn("{} (client {})", c.message, c.client);
+      c.stream->Cancel(absl::DeadlineExceededError(c.message));
+    }
+    for (auto& [id, abort] : aborts) {
+      spdlog::warn("stream {}: its client still reads nothing after the idle timeout; call "
+                   "cancelled",
+                   id);
+      abort();
+    }
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     const ServiceOptions& options, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
@@ -87,8 +177,13 @@ absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     }
   }
   if (options.max_streams == 0) return absl::InvalidArgumentError("max_streams must be positive");
-  return std::unique_ptr<ConveyorService>(new ConveyorService(
+  std::unique_ptr<ConveyorService> service(new ConveyorService(
       options, std::move(pipelines), std::move(engine), std::move(transports)));
+  if (options.stream_idle_timeout.count() > 0) {
+    ConveyorService* s = service.get();
+    service->watchdog_ = std::thread([s] { s->WatchIdleStreams(); });
+  }
+  return service;
 }
 
 v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
@@ -98,6 +193,28 @@ v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
 }
 
 v1::GetStatsResponse ConveyorService::GetStats() const {
+  ClientIdentity daemon;
+  daemon.is_operator = true;
+  return GetStats(daemon);
+}
+
+absl::Status ConveyorService::CheckStreamOwner(uint64_t stream_id,
+                                               const PeerCredentials& peer) const {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(stream_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no open stream %d", stream_id));
+  }
+  const std::optional<PeerCredentials>& owner = it->second.client.credentials;
+  if (!owner || owner->uid != peer.uid) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "stream %d was not opened by uid %d (pid %d); its memory goes only to its owner",
+        stream_id, peer.uid, peer.pid));
+  }
+  return absl::OkStatus();
+}
+
+v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) const {
   const EngineStats es = engine_->Stats();
   v1::GetStatsResponse r;
   r.set_num_threads(static_cast<uint32_t>(es.num_threads));
@@ -105,10 +222,16 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   r.set_streams_total(es.streams_total);
   for (const StageStats& s : es.stages) ToProto(s, r.add_stages());
   r.set_bottleneck(ToString(Bottleneck(es.stages)));
-  std::map<uint64_t, std::string> peers;
+  struct Owner {
+    std::string described;
+    bool visible = false;
+  };
+  std::map<uint64_t, Owner> peers;
   {
     MutexLock lock(&mu_);
-    for (const auto& [id, e] : sessions_) peers[id] = e.client;
+    for (const auto& [id, e] : sessions_) {
+      peers[id] = Owner{e.client.Describe(), viewer.SeesStreamsOf(e.client)};
+    }
     r.set_slot_bytes_in_use(reserved_bytes_);
   }
   // A stream counts from its open until both the service (its session,
@@ -121,6 +244,12 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
   r.set_streams_open(open_ids.size());
   r.set_slot_bytes_budget(options_.memory_budget);
   for (const StreamStats& s : es.streams) {
+    // A stream whose session is gone (closing) has no known owner: only
+    // operators see it.
+    auto owner = peers.find(s.stream_id);
+    const bool visible =
+        owner != peers.end() ? owner->second.visible : viewer.is_operator;
+    if (!visible) continue;
     v1::StreamStats* o = r.add_streams();
     o->set_stream_id(s.stream_id);
     o->set_pipeline(s.pipeline);
@@ -131,7 +260,7 @@ v1::GetStatsResponse ConveyorService::GetStats() const {
     o->set_slots_held_by_client(s.slots_held_by_consumer);
     o->set_elapsed_ns(s.elapsed_ns);
     for (const StageStats& st : s.stages) ToProto(st, o->add_stages());
-    if (auto it = peers.find(s.stream_id); it != peers.end()) o->set_peer(it->second);
+    if (owner != peers.end()) o->set_peer(owner->second.described);
   }
   return r;
 }
@@ -198,7 +327,8 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req,
 
 absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::OpenStream& req,
                                                                      const ClientIdentity& client,
-                                                                     std::function<void()> wake) {
+                                                                     std::function<void()> wake,
+                                                                     std::function<void()> abort) {
   if (shutting_down()) return absl::UnavailableError("daemon shutting down");
   auto it = by_name_.find(req.pipeline());
   if (it == by_name_.end()) {
@@ -222,6 +352,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
 
   // Reserve budget and a stream place before allocating anything.
   const uint64_t bytes = SlotArena::MappedBytes(so.num_slots, layout.slot_bytes);
+  const std::string client_key = client.LimitKey();
   {
     MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
@@ -238,6 +369,9 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
           Bytes(bytes), so.num_slots, Bytes(bytes / so.num_slots), Bytes(free_bytes),
           Bytes(options_.memory_budget), reserved_streams_, Bytes(reserved_bytes_)));
     }
+    // The client's own share: checked last, so that the daemon-wide
+    // message wins when both apply.
+    RETURN_IF_ERROR(per_client_.Reserve(client_key, so.num_slots, bytes, options_.per_client));
     reserved_bytes_ += bytes;
     ++reserved_streams_;
   }
@@ -245,6 +379,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     MutexLock lock(&mu_);
     reserved_bytes_ -= bytes;
     --reserved_streams_;
+    per_client_.Release(client_key, so.num_slots, bytes);
   };
 
   absl::StatusOr<std::unique_ptr<Stream>> opened = engine_->OpenStream(pipeline, so);
@@ -254,7 +389,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   }
   std::shared_ptr<Stream> stream(std::move(*opened));
   // From here on the session's destructor gives the reservation back.
-  std::unique_ptr<Session> session(new Session(this, stream, client, bytes));
+  std::unique_ptr<Session> session(new Session(this, stream, client, bytes, so.num_slots));
   absl::StatusOr<std::unique_ptr<StreamTransport>> stream_transport =
       transport->Open(stream, wake);
   if (!stream_transport.ok()) return stream_transport.status();
@@ -276,13 +411,19 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     // BeginShutdown may have run since the reservation; it could not see
     // this stream, so refuse it here.
     if (shutting_down_) return absl::UnavailableError("daemon shutting down");
-    sessions_.emplace(stream->id(), Entry{stream, client.Describe(), std::move(wake)});
+    Entry& e = sessions_[stream->id()];
+    e.stream = stream;
+    e.client = client;
+    e.wake = std::move(wake);
+    e.abort = std::move(abort);
   }
   return session;
 }
 
-void ConveyorService::Unregister(uint64_t stream_id, uint64_t reserved_bytes) {
+void ConveyorService::Unregister(uint64_t stream_id, const std::string& client_key,
+                                 uint32_t credits, uint64_t reserved_bytes) {
   MutexLock lock(&mu_);
+  per_client_.Release(client_key, credits, reserved_bytes);
   sessions_.erase(stream_id);  // closes the duplicate region fd
   reserved_bytes_ -= reserved_bytes;
   --reserved_streams_;

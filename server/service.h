@@ -1,7 +1,10 @@
 // ConveyorService: the daemon's service logic with no transport in it — it
 // owns the engine and the pipelines, validates stream requests, accounts the
-// slot-memory budget and the stream limit, and keeps the registry of open
-// streams (for stats and shutdown). How each stream's batches reach its
+// slot-memory budget, the stream limit and each client's share of them
+// (server/client_limits.h), keeps the registry of open streams (for stats,
+// the fd hand-over's owner check and shutdown), and — with a watchdog
+// thread when stream_idle_timeout is set — ends streams whose client holds
+// slots and moves nothing. How each stream's batches reach its
 // client is its transport's business (server/transport.h): the service asks
 // the daemon's TransportSet for one per stream and keeps it in the Session.
 // The gRPC adapter (server/grpc_service.h) forwards to it and converts its
@@ -20,7 +23,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -32,6 +37,7 @@
 #include "core/pipeline_config.h"
 #include "core/stream.h"
 #include "server/client_identity.h"
+#include "server/client_limits.h"
 #include "server/transport.h"
 
 namespace conveyor::server {
@@ -46,6 +52,15 @@ struct ServiceOptions {
   // what it still needs (StreamTransport::MustWaitForClient) before it is
   // finished anyway.
   std::chrono::milliseconds handover_grace{10'000};
+  // A stream whose client holds slots while nothing moves — no batch
+  // emitted, no slot released — for this long is ended with
+  // DEADLINE_EXCEEDED, its slots and budget given back (a client that
+  // stopped reading or releasing must not keep its share of the daemon
+  // forever); zero: never. A watchdog thread looks every timeout/4 (10 ms
+  // to 1 s).
+  std::chrono::milliseconds stream_idle_timeout{0};
+  // What one client (ClientIdentity::LimitKey) may hold.
+  ClientLimits per_client;
 };
 
 class ConveyorService;
@@ -74,16 +89,18 @@ class Session {
  private:
   friend class ConveyorService;
   Session(ConveyorService* service, std::shared_ptr<Stream> stream, ClientIdentity client,
-          uint64_t reserved_bytes)
+          uint64_t reserved_bytes, uint32_t reserved_credits)
       : service_(service),
         stream_(std::move(stream)),
         client_(std::move(client)),
-        reserved_bytes_(reserved_bytes) {}
+        reserved_bytes_(reserved_bytes),
+        reserved_credits_(reserved_credits) {}
 
   ConveyorService* const service_;  // not owned; outlives the session
   const std::shared_ptr<Stream> stream_;
   const ClientIdentity client_;
   const uint64_t reserved_bytes_;
+  const uint32_t reserved_credits_;
   // Both set before the session is handed out.
   std::unique_ptr<StreamTransport> transport_;
   v1::StreamOpened opened_;
@@ -99,7 +116,18 @@ class ConveyorService {
   ~ConveyorService();  // shuts the engine down; REQUIRES: no live Session
 
   v1::ListPipelinesResponse ListPipelines() const;
+  // The daemon-wide counters and, per open stream, its stats — of every
+  // stream for an operator, of `viewer`'s own streams (its LimitKey) for
+  // anyone else (ClientIdentity::SeesStreamsOf). The overload without a
+  // viewer is the operator's view, for the daemon itself and tests.
+  v1::GetStatsResponse GetStats(const ClientIdentity& viewer) const;
   v1::GetStatsResponse GetStats() const;
+
+  // OK when `peer` (a unix connection's credentials) may receive the
+  // memory of stream `stream_id`: the stream is open and was opened by a
+  // unix client of the same uid. PERMISSION_DENIED otherwise (NOT_FOUND
+  // for a stream that is not open).
+  absl::Status CheckStreamOwner(uint64_t stream_id, const PeerCredentials& peer) const;
 
   // Validates `request` and opens its stream for `client` (the transports
   // decide what they can serve it; it must be allowed the pipeline).
@@ -111,10 +139,18 @@ class ConveyorService {
   // (a pipeline `client` may not open), INVALID_ARGUMENT
   // (batch_size, credits, rank, transport), FAILED_PRECONDITION (shared
   // memory over TCP, resume at another world size), OUT_OF_RANGE (resume
-  // point), RESOURCE_EXHAUSTED (budget or stream limit, with the figures).
+  // point), RESOURCE_EXHAUSTED (budget, stream limit or the client's
+  // per-client share, with the figures).
+  //
+  // `abort`, if set, is called (from the idle watchdog's thread, no service
+  // lock held) when the service ended the stream for idleness and its call
+  // still has not finished handover_grace later — its client is not
+  // reading, so the call's last write never completes: the owner must end
+  // the RPC at once.
   absl::StatusOr<std::unique_ptr<Session>> OpenStream(const v1::OpenStream& request,
                                                       const ClientIdentity& client,
-                                                      std::function<void()> wake = nullptr);
+                                                      std::function<void()> wake = nullptr,
+                                                      std::function<void()> abort = nullptr);
 
   // Stops accepting streams (OpenStream → UNAVAILABLE "daemon shutting
   // down") and cancels every open stream with that status. Idempotent.
@@ -125,10 +161,18 @@ class ConveyorService {
 
  private:
   friend class Session;
+  using Clock = std::chrono::steady_clock;
   struct Entry {
     std::weak_ptr<Stream> stream;
-    std::string client;  // ClientIdentity::Describe(), for stats
+    ClientIdentity client;  // who opened it
     std::function<void()> wake;
+    std::function<void()> abort;
+    // The idle watchdog's: the figures it last saw and since when.
+    uint64_t seen_batches = 0;
+    uint64_t seen_held = 0;
+    Clock::time_point progress_at = Clock::now();
+    std::optional<Clock::time_point> idle_ended_at;  // cancelled for idleness
+    bool aborted = false;
   };
 
   ConveyorService(const ServiceOptions& options,
@@ -140,7 +184,11 @@ class ConveyorService {
   absl::Status BuildStreamOptions(const v1::OpenStream& request, const ClientIdentity& client,
                                   const PipelineConfig& pipeline, StreamOptions* options,
                                   Transport** transport) const;
-  void Unregister(uint64_t stream_id, uint64_t reserved_bytes);
+  void Unregister(uint64_t stream_id, const std::string& client_key, uint32_t credits,
+                  uint64_t reserved_bytes);
+  // The idle watchdog's thread (options_.stream_idle_timeout > 0).
+  void WatchIdleStreams();
+  void StopWatchdog();
 
   // Constant after construction.
   const ServiceOptions options_;
@@ -154,6 +202,10 @@ class ConveyorService {
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t reserved_streams_ ABSL_GUARDED_BY(mu_) = 0;  // counted from reservation on
   std::map<uint64_t, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+  ClientUsage per_client_ ABSL_GUARDED_BY(mu_);  // reserved with the budget
+  bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar watchdog_cv_;
+  std::thread watchdog_;
 };
 
 }  // namespace conveyor::server

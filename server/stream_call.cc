@@ -149,11 +149,12 @@ void StreamCall::Detach() {
   session->stream().SetReadyCallback(nullptr);
   session->transport().Finish(end);
   if (end.ok()) {
-    spdlog::info("stream {} done: {} batches, {} samples, {} failed", session->id(), batches,
-                 samples, failed);
+    spdlog::info("stream {} of {} done: {} batches, {} samples, {} failed", session->id(),
+                 client_.Describe(), batches, samples, failed);
   } else {
-    spdlog::info("stream {} ended ({}: {}) after {} batches, {} samples", session->id(),
-                 static_cast<int>(end.code()), EscapeText(end.message()), batches, samples);
+    spdlog::info("stream {} of {} ended ({}: {}) after {} batches, {} samples", session->id(),
+                 client_.Describe(), static_cast<int>(end.code()), EscapeText(end.message()),
+                 batches, samples);
   }
   session.reset();  // cancels the core stream, frees its budget and transport
 }
@@ -171,6 +172,12 @@ void StreamCall::Expire(const std::shared_ptr<Gate>& gate) {
     c->wait_expired_.store(true, std::memory_order_release);
     c->Pump();
   });
+}
+
+// The idle watchdog's thread; no lock held (Rpc::Cancel may run the RPC's
+// reactions inline).
+void StreamCall::Abort(const std::shared_ptr<Gate>& gate) {
+  gate->With([](StreamCall* c) { c->rpc_->Cancel(); });
 }
 
 // Moves the stream on without waiting: if another thread holds mu_, it will
@@ -264,7 +271,8 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
     if (end_.has_value()) return;  // cancelled meanwhile
   }
   absl::StatusOr<std::unique_ptr<Session>> session =
-      service_->OpenStream(open, client_, [gate = gate_] { Wake(gate); });
+      service_->OpenStream(open, client_, [gate = gate_] { Wake(gate); },
+                           [gate = gate_] { Abort(gate); });
   if (!session.ok()) {
     // The pipeline name is the client's: escaped and capped in log lines.
     spdlog::info("stream request from {} for pipeline '{}' refused: {}", client_.Describe(),

@@ -71,6 +71,11 @@ class StreamCall {
     // torn down, whichever comes first; called at most once.
     virtual void SetWaitDeadline(std::chrono::system_clock::time_point deadline,
                                  std::function<void()> expire) = 0;
+    // Ends the RPC at once (the client sees CANCELLED), dropping what is
+    // not written: for a client that stopped reading, whose last write
+    // would never complete. Called WITHOUT the call's mutex (the RPC's
+    // reactions may run inside it), from any thread while attached.
+    virtual void Cancel() = 0;
   };
 
   // `service` and `rpc` are not owned and outlive the call.
@@ -101,6 +106,8 @@ class StreamCall {
 
   static void Wake(const std::shared_ptr<Gate>& gate);
   static void Expire(const std::shared_ptr<Gate>& gate);
+  // The service ended the stream for idleness and the call is still there.
+  static void Abort(const std::shared_ptr<Gate>& gate);
   void Pump();
   void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

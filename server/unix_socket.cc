@@ -66,6 +66,35 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<UniqueFd> ListenUnixSocket(const std::string& path, mode_t mode, int backlog) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad unix socket path '", path, "'"));
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return PosixError(absl::StrCat("socket for ", path), errno);
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  {
+    ScopedUmask umask(0177);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return PosixError(absl::StrCat("bind ", path), errno);
+    }
+  }
+  // From here on the file is ours: removed again on any failure.
+  auto fail = [&path](absl::Status st) {
+    ::unlink(path.c_str());
+    return st;
+  };
+  if (::chmod(path.c_str(), mode) != 0) {
+    return fail(PosixError(absl::StrCat("chmod ", path), errno));
+  }
+  if (::listen(fd.get(), backlog) != 0) {
+    return fail(PosixError(absl::StrCat("listen ", path), errno));
+  }
+  return fd;
+}
+
 void RemoveSocketFile(const std::string& path) {
   struct stat st {};
   if (!path.empty() && ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/unique_fd.h"
 
 namespace conveyor::server {
 
@@ -17,6 +19,13 @@ namespace conveyor::server {
 // it), and refuses with AlreadyExists when a live daemon listens there or
 // FailedPrecondition when something other than a socket is in the way.
 absl::Status PrepareUnixSocketPath(const std::string& path);
+
+// Creates a listening unix socket (non-blocking, close-on-exec) bound to
+// `path` (which PrepareUnixSocketPath made ready) with exactly the
+// permissions `mode`: the file is owner-only while bind() creates it, so it
+// is never looser than `mode`, even for an instant. On failure the file is
+// removed again. The caller removes it when done (RemoveSocketFile).
+absl::StatusOr<UniqueFd> ListenUnixSocket(const std::string& path, mode_t mode, int backlog);
 
 // Removes `path` if it is a socket (never another kind of file).
 void RemoveSocketFile(const std::string& path);

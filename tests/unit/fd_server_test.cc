@@ -54,8 +54,12 @@ struct Fixture {
     path = dir.Sub("conveyor.sock.fd");
     threads_before = testing::ThreadIds();
     auto started = FdServer::Start(
-        path, 0600, [this](uint64_t id, const Secret& secret) -> absl::StatusOr<UniqueFd> {
+        path, 0600,
+        [this](uint64_t id, const Secret& secret,
+               const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
           ++lookups;
+          last_peer_pid = peer.credentials.pid;
+          last_peer_uid = peer.credentials.uid;
           if (id == kBusyStream) return PosixError("dup of the region memfd", EMFILE);
           if (id != kStream || secret != MakeSecret(1)) {
             return absl::PermissionDeniedError("unknown stream or wrong secret");
@@ -76,6 +80,8 @@ struct Fixture {
   std::string path;
   std::set<pid_t> threads_before;
   std::atomic<int> lookups{0};
+  std::atomic<pid_t> last_peer_pid{0};
+  std::atomic<uid_t> last_peer_uid{12345};
   std::unique_ptr<FdServer> server;
 };
 
@@ -92,6 +98,9 @@ TEST_CASE("fd server: the right secret gets the region, a wrong one nothing", "[
     testing::HandOverReply r = RequestRegion(conn.get(), kStream, MakeSecret(1));
     CHECK(r.status == 0);
     CHECK(IsTheRegion(r.fd));
+    // The lookup was shown who asked, as the kernel knows it.
+    CHECK(t.last_peer_pid == ::getpid());
+    CHECK(t.last_peer_uid == ::getuid());
   }
   for (auto [id, seed] : {std::pair<uint64_t, uint8_t>{kStream, 2}, {kStream + 1, 1}}) {
     UniqueFd conn = ConnectUnix(t.path);

@@ -900,7 +900,58 @@ TEST_CASE("paths resolve lexically against the base folder", "[config]") {
         "f.yaml: field root: must not be empty (line 1)");
 }
 
-}  // namespace
-}  // namespace conveyor::server
 
 #endif  // CONVEYOR_HAVE_SERVER
+
+TEST_CASE("unix access lists and the stream idle timeout are read and checked", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+listen:
+  allowed_uids: [1000, trainer]
+  allowed_gids: [ml]
+  operator_uids: [2000]
+  operator_gids: [adm, "4"]
+stream_idle_timeout_seconds: 30
+)" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->listen.allowed_uids == std::vector<std::string>{"1000", "trainer"});
+  CHECK(c->listen.allowed_gids == std::vector<std::string>{"ml"});
+  CHECK(c->listen.operator_uids == std::vector<std::string>{"2000"});
+  CHECK(c->listen.operator_gids == std::vector<std::string>{"adm", "4"});
+  CHECK(c->stream_idle_timeout_seconds == 30);
+  absl::StatusOr<DaemonConfig> d = Parse(kMinimal);
+  REQUIRE(d.ok());
+  CHECK(d->listen.allowed_uids.empty());
+  CHECK(d->stream_idle_timeout_seconds == 300);
+
+  ExpectRefused("listen: {allowed_uids: 1000}\n" + std::string(kMinimal),
+                {"field listen.allowed_uids: expected a list of names or numbers"});
+  ExpectRefused("listen: {operator_gids: [\"a b\"]}\n" + std::string(kMinimal),
+                {"field listen.operator_gids[0]: expected a user or group name or number"});
+  ExpectRefused("listen: {allowed_gids: [[1]]}\n" + std::string(kMinimal),
+                {"field listen.allowed_gids[0]"});
+  ExpectRefused("stream_idle_timeout_seconds: -1\n" + std::string(kMinimal),
+                {"field stream_idle_timeout_seconds"});
+}
+
+TEST_CASE("per-client limits are read and checked", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(
+      "per_client: {max_streams: 4, max_credits: 16, max_memory: 1GiB}\n" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->per_client.max_streams == 4);
+  CHECK(c->per_client.max_credits == 16);
+  CHECK(c->per_client.max_bytes == (1ull << 30));
+  absl::StatusOr<DaemonConfig> d = Parse(kMinimal);
+  REQUIRE(d.ok());
+  CHECK(d->per_client.max_streams == 0);
+  CHECK(d->per_client.max_credits == 0);
+  CHECK(d->per_client.max_bytes == 0);
+  ExpectRefused("per_client: {max_streams: -1}\n" + std::string(kMinimal),
+                {"field per_client.max_streams"});
+  ExpectRefused("per_client: {max_memory: lots}\n" + std::string(kMinimal),
+                {"field per_client.max_memory"});
+  ExpectRefused("per_client: {streams: 1}\n" + std::string(kMinimal),
+                {"field per_client.streams: unknown field"});
+}
+
+}  // namespace
+}  // namespace conveyor::server

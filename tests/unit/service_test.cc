@@ -22,6 +22,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,7 +156,7 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   CHECK(opened.fd_socket() == t.fd_path);
   const Secret secret = SecretOf(opened);
   auto fd_server = FdServer::Start(
-      t.fd_path, 0600, [&t](uint64_t id, const Secret& s) { return t.shm->RegionFd(id, s); });
+      t.fd_path, 0600, [&t](uint64_t id, const Secret& s, const UnixPeer&) { return t.shm->RegionFd(id, s); });
   REQUIRE(fd_server.ok());
 
   Secret wrong = secret;
@@ -524,3 +525,130 @@ TEST_CASE("service over gRPC: a client the identifier refuses gets its status fr
 }  // namespace conveyor::server
 
 #endif  // CONVEYOR_HAVE_SERVER
+
+namespace conveyor::server {
+namespace {
+
+ClientIdentity UnixUser(uid_t uid, bool is_operator = false) {
+  ClientIdentity c = kUnixPeer;
+  c.credentials = PeerCredentials{static_cast<pid_t>(100 + uid), uid, uid};
+  c.is_operator = is_operator;
+  return c;
+}
+
+TEST_CASE("service: GetStats shows a client only its own streams, an operator all",
+          "[service]") {
+  ServiceFixture t;
+  auto a = t.service->OpenStream(Request(), UnixUser(1000));
+  auto b = t.service->OpenStream(Request(), UnixUser(1001));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto ids = [](const v1::GetStatsResponse& r) {
+    std::set<uint64_t> s;
+    for (const auto& st : r.streams()) s.insert(st.stream_id());
+    return s;
+  };
+  const v1::GetStatsResponse seen_by_a = t.service->GetStats(UnixUser(1000));
+  CHECK(ids(seen_by_a) == std::set<uint64_t>{(*a)->id()});
+  CHECK(seen_by_a.streams(0).peer().find("uid 1000") != std::string::npos);
+  CHECK(seen_by_a.streams_open() == 2);  // daemon-wide figures stay
+  CHECK(seen_by_a.slot_bytes_in_use() == t.BytesInUse());
+  CHECK(ids(t.service->GetStats(UnixUser(1001))) == std::set<uint64_t>{(*b)->id()});
+  CHECK(ids(t.service->GetStats(kTcpPeer)).empty());
+  CHECK(ids(t.service->GetStats(UnixUser(1002, /*is_operator=*/true))) ==
+        std::set<uint64_t>{(*a)->id(), (*b)->id()});
+}
+
+TEST_CASE("service: a stream's memory goes only to the uid that opened it", "[service]") {
+  ServiceFixture t;
+  auto a = t.service->OpenStream(Request(), UnixUser(1000));
+  REQUIRE(a.ok());
+  CHECK(t.service->CheckStreamOwner((*a)->id(), PeerCredentials{7, 1000, 1000}).ok());
+  const absl::Status other = t.service->CheckStreamOwner((*a)->id(), PeerCredentials{8, 1001, 1000});
+  CHECK(absl::IsPermissionDenied(other));
+  CHECK(absl::IsNotFound(t.service->CheckStreamOwner((*a)->id() + 1, PeerCredentials{7, 1000, 1000})));
+  // A stream of a client without credentials (TCP) hands memory to nobody.
+  auto tcp = t.service->OpenStream(Request(/*batch_size=*/2), kTcpPeer);
+  REQUIRE(tcp.ok());
+  CHECK(absl::IsPermissionDenied(t.service->CheckStreamOwner((*tcp)->id(), PeerCredentials{7, 0, 0})));
+}
+
+TEST_CASE("service: a client that holds its slots and releases none is cut off after "
+          "stream_idle_timeout", "[service]") {
+  ServiceFixtureOptions o;
+  o.stream_idle_timeout = std::chrono::milliseconds(300);
+  o.handover_grace = std::chrono::milliseconds(200);
+  ServiceFixture t(o);
+  std::atomic<int> aborts{0};
+  auto session = t.service->OpenStream(Request(), UnixUser(1000), nullptr, [&] { ++aborts; });
+  REQUIRE(session.ok());
+  Stream& stream = (*session)->stream();
+  // Take both slots (credits 2) and never release: 3 batches in the epoch,
+  // so the stream cannot go on.
+  int held = 0;
+  absl::Status error;
+  REQUIRE(Eventually([&] {
+    BatchInfo b;
+    if (stream.TryNext(&b, &error) == Stream::Poll::kBatch) ++held;
+    return held == 2;
+  }));
+  BatchInfo b;
+  Stream::Poll poll = Stream::Poll::kNotReady;
+  REQUIRE(Eventually([&] {
+    poll = stream.TryNext(&b, &error);
+    return poll != Stream::Poll::kNotReady;
+  }));
+  REQUIRE(poll == Stream::Poll::kError);
+  CHECK(absl::IsDeadlineExceeded(error));
+  CHECK(error.message().find("held 2 of its 2 slots") != std::string::npos);
+  CHECK(error.message().find("stream_idle_timeout_seconds is 0.3") != std::string::npos);
+  // Its call never finished (as if its client read nothing): the owner is
+  // told to end it.
+  CHECK(Eventually([&] { return aborts == 1; }));
+  CHECK(t.BytesInUse() > 0);
+  session->reset();
+  CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("service: a stream whose client holds nothing is not idle, however long it waits",
+          "[service]") {
+  ServiceFixtureOptions o;
+  o.stream_idle_timeout = std::chrono::milliseconds(100);
+  ServiceFixture t(o);
+  auto session = t.service->OpenStream(Request(), UnixUser(1000));
+  REQUIRE(session.ok());
+  // The stream fills its slots, but its client has taken none: the daemon,
+  // not the client, is the one holding them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  BatchInfo b;
+  absl::Status error;
+  CHECK(Eventually([&] { return (*session)->stream().TryNext(&b, &error) == Stream::Poll::kBatch; }));
+}
+
+TEST_CASE("service: one client filling its per-client share does not lock another out",
+          "[service]") {
+  ServiceFixtureOptions o;
+  o.per_client.max_streams = 2;
+  o.per_client.max_credits = 3;  // Request() asks 2 credits per stream
+  ServiceFixture t(o);
+  auto a1 = t.service->OpenStream(Request(), UnixUser(1000));
+  REQUIRE(a1.ok());
+  // uid 1000 from another process: the same client.
+  ClientIdentity again = UnixUser(1000);
+  again.credentials->pid = 4242;
+  auto a2 = t.service->OpenStream(Request(), again);
+  REQUIRE_FALSE(a2.ok());
+  CHECK(absl::IsResourceExhausted(a2.status()));
+  CHECK(a2.status().message().find("per_client.max_credits is 3") != std::string::npos);
+  // Another uid has its own share.
+  auto b1 = t.service->OpenStream(Request(), UnixUser(1001));
+  CHECK(b1.ok());
+  // Closing gives the share back.
+  const uint64_t bytes = t.BytesInUse();
+  a1->reset();
+  CHECK(t.BytesInUse() < bytes);
+  CHECK(t.service->OpenStream(Request(), again).ok());
+}
+
+}  // namespace
+}  // namespace conveyor::server

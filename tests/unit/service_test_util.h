@@ -61,6 +61,8 @@ struct ServiceFixtureOptions {
   bool shm_for_every_peer = false;
   std::chrono::milliseconds handover_grace{10'000};
   uint64_t memory_budget = 64ull << 20;
+  std::chrono::milliseconds stream_idle_timeout{0};
+  ClientLimits per_client;
   // Who the gRPC adapter says each call's client is; null: by peer alone.
   const ClientIdentifier* identifier = nullptr;
 };
@@ -105,6 +107,8 @@ struct ServiceFixture {
     so.memory_budget = o.memory_budget;
     so.max_streams = 256;
     so.handover_grace = o.handover_grace;
+    so.stream_idle_timeout = o.stream_idle_timeout;
+    so.per_client = o.per_client;
     auto created = ConveyorService::Create(so, {p}, *std::move(engine),
                                            std::make_unique<TransportSet>(std::move(transports)));
     REQUIRE(created.ok());

@@ -49,6 +49,10 @@ class FakeRpc final : public StreamCall::Rpc {
     ++deadlines_set_;
     expire_ = std::move(expire);
   }
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++cancels_;
+  }
 
   // The write in flight, taken off (nullopt if none).
   std::optional<v1::ServerMessage> TakeWrite() {
@@ -86,6 +90,7 @@ class FakeRpc final : public StreamCall::Rpc {
   std::optional<absl::Status> finished_;
   std::function<void()> expire_;
   int deadlines_set_ = 0;
+  int cancels_ = 0;
   bool overlapping_writes_ = false, finished_twice_ = false, finished_during_write_ = false;
 };
 
