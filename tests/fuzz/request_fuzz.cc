@@ -38,58 +38,15 @@
 #include "server/stream_call.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "tests/support/fake_stream_rpc.h"
 
 namespace conveyor::fuzz {
 namespace {
 
 using server::StreamCall;
 
-// What the call asked of its RPC. The call invokes it from engine threads
-// too (with its own lock held), hence the mutex.
-class FakeRpc final : public StreamCall::Rpc {
- public:
-  void StartRead() override {}
-  void StartWrite(const v1::ServerMessage*) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_) misused_ = true;
-    in_flight_ = true;
-  }
-  void Finish(const absl::Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (finished_ || in_flight_) misused_ = true;
-    finished_ = status;
-  }
-  void SetWaitDeadline(std::chrono::system_clock::time_point, std::function<void()> expire) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    expire_ = std::move(expire);
-  }
-  // Takes the write in flight off; whether there was one.
-  bool TakeWrite() {
-    std::lock_guard<std::mutex> lock(mu_);
-    const bool was = in_flight_;
-    in_flight_ = false;
-    return was;
-  }
-  std::optional<absl::Status> finished() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return finished_;
-  }
-  std::function<void()> expire() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return expire_;
-  }
-  bool misused() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return misused_;
-  }
+using FakeRpc = testing::FakeStreamRpc;
 
- private:
-  std::mutex mu_;
-  bool in_flight_ = false;
-  bool misused_ = false;
-  std::optional<absl::Status> finished_;
-  std::function<void()> expire_;
-};
 
 server::ConveyorService* MakeService() {
   std::vector<DatasetIndex::Entry> entries;
