@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "core/text_escape.h"
 #include "server/stream_call.h"
 #include "server/tsan_annotations.h"
@@ -130,15 +131,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
 }  // namespace
 
+absl::StatusOr<ClientIdentity> GrpcConveyorService::Admit(
+    const grpc::CallbackServerContext& context) const {
+  RETURN_IF_ERROR(CheckRequestMetadata(context));
+  return identifier_->Identify(context);
+}
+
 grpc::ServerUnaryReactor* GrpcConveyorService::ListPipelines(
     grpc::CallbackServerContext* context, const v1::ListPipelinesRequest* /*request*/,
     v1::ListPipelinesResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status st = CheckRequestMetadata(*context); !st.ok()) {
-    reactor->Finish(ToGrpcStatus(st));
-    return reactor;
-  }
-  absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
+  absl::StatusOr<ClientIdentity> client = Admit(*context);
   if (!client.ok()) {
     reactor->Finish(ToGrpcStatus(client.status()));
     return reactor;
@@ -157,11 +160,7 @@ grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerCont
                                                         const v1::GetStatsRequest* /*request*/,
                                                         v1::GetStatsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status st = CheckRequestMetadata(*context); !st.ok()) {
-    reactor->Finish(ToGrpcStatus(st));
-    return reactor;
-  }
-  absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
+  absl::StatusOr<ClientIdentity> client = Admit(*context);
   if (!client.ok()) {
     reactor->Finish(ToGrpcStatus(client.status()));
     return reactor;
@@ -173,8 +172,7 @@ grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerCont
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcConveyorService::StreamBatches(
     grpc::CallbackServerContext* context) {
-  if (absl::Status st = CheckRequestMetadata(*context); !st.ok()) return new RefusedStream(st);
-  absl::StatusOr<ClientIdentity> client = identifier_->Identify(*context);
+  absl::StatusOr<ClientIdentity> client = Admit(*context);
   if (!client.ok()) return new RefusedStream(client.status());
   return new StreamReactor(context, service_, *std::move(client));
 }

@@ -14,6 +14,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
 #include "server/client_identifier.h"
 #include "server/service.h"
@@ -49,6 +50,10 @@ class GrpcConveyorService final : public ConveyorCallbackBase {
       grpc::CallbackServerContext* context) override;
 
  private:
+  // Who the client of `context`'s call is, once its request metadata is
+  // within bounds; the status to refuse the call with otherwise.
+  absl::StatusOr<ClientIdentity> Admit(const grpc::CallbackServerContext& context) const;
+
   ConveyorService* const service_;
   const ClientIdentifier* const identifier_;
 };
