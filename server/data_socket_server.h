@@ -2,8 +2,8 @@
 // path for clients that reach the daemon over TCP. gRPC still carries every
 // message of the stream (StreamOpened, Batch headers with labels and shapes,
 // Release, EpochEnd, StreamEnd); only the image bytes of each batch travel on
-// a plain TCP connection, sent straight from the batch slot with one kernel
-// copy and read by the client straight into its buffer (a gRPC message of
+// a TCP connection of their own (TLS under listen.tls, see below), sent
+// straight from the batch slot with one kernel copy (plaintext) and read by the client straight into its buffer (a gRPC message of
 // 9.6 MB costs several user-space copies on each side: see README, design
 // decisions).
 //
