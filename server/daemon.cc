@@ -331,8 +331,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   if (d->tcp_port_ != 0) LogTcpAccess(config, d->tcp_port_);
   if (d->data_server_ != nullptr) {
-    spdlog::info("data socket for TCP clients on {} (port {})", DataSocketAddress(config.listen),
-                 d->data_server_->port());
+    spdlog::info("data socket for TCP clients on {} (port {}{})", DataSocketAddress(config.listen),
+                 d->data_server_->port(), config.listen.tls.enabled() ? ", TLS" : "");
   }
   if (!port_file.empty()) {
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;

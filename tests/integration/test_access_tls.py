@@ -101,6 +101,7 @@ def test_tls_refuses_plaintext_and_strangers_and_streams_what_the_unix_socket_do
     d.start()
     try:
         assert "TLS" in d.log()
+        assert ", TLS)" in [l for l in d.log().splitlines() if "data socket for TCP" in l][0]
         assert list_codes(d.tcp) == "UNAVAILABLE"  # plaintext
         assert list_codes(d.tcp, tls_ca=str(pki["other_ca"])) == "UNAVAILABLE"
         assert list_codes(d.tcp, tls_ca=str(pki["ca"])) == "OK"
