@@ -41,12 +41,6 @@ absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
   return a;
 }
 
-std::string DataSocketAbsentReason(const DaemonConfig& config) {
-  if (!config.listen.tls.enabled()) return "";
-  return "the data socket does not speak TLS, and this daemon's TCP listener does (listen.tls): "
-         "its batches travel inside the TLS-protected gRPC messages; use INLINE or AUTO";
-}
-
 void LogTcpAccess(const DaemonConfig& config, int tcp_port) {
   const TlsConfig& tls = config.listen.tls;
   const size_t tokens = config.access.tokens.size();

@@ -35,10 +35,6 @@ absl::Status CheckAccessFiles(const DaemonConfig& config);
 absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
                                    std::unique_ptr<ClientIdentifier> inner);
 
-// Why a daemon of `config` has no data socket although it listens on TCP
-// ("" when nothing but listen.data_tcp: none turned it off).
-std::string DataSocketAbsentReason(const DaemonConfig& config);
-
 // Logs how TCP is guarded (TLS, client certificates, tokens), and warns
 // when it is not although it is reachable from other hosts.
 void LogTcpAccess(const DaemonConfig& config, int tcp_port);

@@ -669,13 +669,6 @@ absl::Status ValidateDaemonFields(const DaemonConfig& c) {
       return bad("listen.data_tcp", st);
     }
   }
-  if (c.listen.tls.enabled() && !c.listen.data_tcp.empty() && c.listen.data_tcp != "none") {
-    return bad("listen.data_tcp",
-               absl::InvalidArgumentError(
-                   "the data socket does not speak TLS, so a daemon with listen.tls has none "
-                   "(TCP clients get their batches inside the TLS-protected gRPC messages); leave "
-                   "listen.data_tcp out or set it to none"));
-  }
   if (!c.listen.tcp.empty() && !IsLoopbackAddress(c.listen.tcp) && !c.listen.tls.enabled() &&
       c.access.tokens.empty() && !c.listen.allow_insecure_tcp) {
     return bad("listen.tcp",
@@ -741,7 +734,7 @@ bool IsLoopbackAddress(const std::string& host_port) {
 }
 
 std::string DataSocketAddress(const ListenConfig& listen) {
-  if (listen.tcp.empty() || listen.data_tcp == "none" || listen.tls.enabled()) return "";
+  if (listen.tcp.empty() || listen.data_tcp == "none") return "";
   if (!listen.data_tcp.empty()) return listen.data_tcp;
   return listen.tcp.substr(0, listen.tcp.rfind(':')) + ":0";
 }

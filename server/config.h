@@ -79,8 +79,7 @@ struct ListenConfig {
   // The batch-data socket of DATA_SOCKET streams (TCP clients): "host:port";
   // "" = the TCP listener's host with a free port (announced to each client
   // in StreamOpened); "none" = no data socket (TCP clients get INLINE
-  // batches). Unused without a TCP listener, and with TLS (the data socket
-  // does not speak it; TCP clients then get INLINE batches).
+  // batches). Unused without a TCP listener; with listen.tls it speaks TLS.
   std::string data_tcp;
   TlsConfig tls;
   // Serve TCP on a non-loopback address with neither TLS nor bearer tokens

@@ -262,7 +262,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const int threads = (*engine)->num_threads();
 
   if (const std::string data = DataSocketAddress(config.listen); !data.empty()) {
-    absl::StatusOr<std::unique_ptr<DataSocketServer>> ds = DataSocketServer::Start(data);
+    absl::StatusOr<std::unique_ptr<DataSocketServer>> ds = DataSocketServer::Start(data, &config.listen.tls);
     if (!ds.ok()) return ds.status();
     d->data_server_ = *std::move(ds);
   }
@@ -280,8 +280,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   ShmTransport* const shm_transport = shm.get();  // owned by the service from here
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::move(shm));
-  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get(),
-                                                            DataSocketAbsentReason(config)));
+  transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get()));
   transports.push_back(std::make_unique<InlineTransport>(max_message_bytes));
   absl::StatusOr<std::unique_ptr<ConveyorService>> service =
       ConveyorService::Create(so, std::move(pipelines), *std::move(engine),
@@ -375,8 +374,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
   if (d->tcp_port_ != 0) LogTcpAccess(config, d->tcp_port_);
   if (d->data_server_ != nullptr) {
-    spdlog::info("data socket for TCP clients on {} (port {})", DataSocketAddress(config.listen),
-                 d->data_server_->port());
+    spdlog::info("data socket for TCP clients on {} (port {}{})", DataSocketAddress(config.listen),
+                 d->data_server_->port(), config.listen.tls.enabled() ? ", TLS" : "");
   }
   if (!port_file.empty()) {
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;

@@ -3,12 +3,15 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -65,6 +68,7 @@ struct ChannelState {
   Secret secret{};
   std::function<void(absl::Status)> on_failure;
   UniqueFd fd;  // the client's connection, once it has proved the secret
+  SslPtr tls;   // its TLS session (listen.tls); declared after fd: freed first
   std::deque<Chunk> queue;
   bool closing = false;         // Channel::Close() or Abort() was called
   bool aborted = false;         // Channel::Abort(): drop everything now
@@ -76,8 +80,8 @@ struct ChannelState {
 
 class DataSocketServer::Core {
  public:
-  Core(UniqueFd wake_fd, UniqueFd epoll_fd)
-      : wake_fd_(std::move(wake_fd)), epoll_fd_(std::move(epoll_fd)) {}
+  Core(UniqueFd wake_fd, UniqueFd epoll_fd, std::unique_ptr<ReloadingTlsContext> tls)
+      : wake_fd_(std::move(wake_fd)), epoll_fd_(std::move(epoll_fd)), tls_(std::move(tls)) {}
 
   // --- called from any thread -------------------------------------------
   void Register(uint64_t stream_id, const Secret& secret,
@@ -132,9 +136,10 @@ class DataSocketServer::Core {
       return PosixError("data socket: epoll_ctl ADD of the eventfd", errno);
     }
     absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> acceptor = HandshakeAcceptor::Create(
-        epoll_fd_.get(), std::move(listen_fd), HandshakeAcceptor::Options{.name = "data socket"},
-        [this](UniqueFd conn, const HandshakeRequest& request) {
-          Admit(std::move(conn), request);
+        epoll_fd_.get(), std::move(listen_fd),
+        HandshakeAcceptor::Options{.name = "data socket", .tls = tls_.get()},
+        [this](UniqueFd conn, SslPtr tls, const HandshakeRequest& request) {
+          Admit(std::move(conn), std::move(tls), request);
         });
     if (!acceptor.ok()) return acceptor.status();
     acceptor_ = *std::move(acceptor);
@@ -193,7 +198,7 @@ class DataSocketServer::Core {
 
   // A complete handshake (from the acceptor): the connection becomes its
   // stream's, or is refused.
-  void Admit(UniqueFd conn, const HandshakeRequest& request) {
+  void Admit(UniqueFd conn, SslPtr tls, const HandshakeRequest& request) {
     const int fd = conn.get();
     const uint64_t stream_id = request.stream_id;
     bool accepted = false;
@@ -207,9 +212,9 @@ class DataSocketServer::Core {
       accepted = ConstantTimeEqual(open ? it->second.secret : kNone, request.secret) && open;
       if (accepted) {
         // A fresh connection's send buffer is empty: the byte always fits.
-        if (::send(fd, &kHandshakeAccepted, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+        if (absl::Status st = SendStatusByte(fd, tls.get(), kHandshakeAccepted); !st.ok()) {
           spdlog::warn("data socket: stream {}: cannot answer {}: {}", stream_id, PeerName(fd),
-                       std::string(PosixError("send", errno).message()));
+                       std::string(st.message()));
           return;  // the client retries or its stream times out
         }
         epoll_event ev{};
@@ -221,32 +226,60 @@ class DataSocketServer::Core {
           return;  // closes it: the client sees the connection end
         }
         it->second.fd = std::move(conn);
+        it->second.tls = std::move(tls);
       }
     }
     if (!accepted) {
       spdlog::warn("data socket: refused {} for stream {}: unknown stream, already connected, or "
                    "wrong secret",
                    PeerName(fd), stream_id);
-      (void)::send(fd, &kHandshakeRefused, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      (void)SendStatusByte(fd, tls.get(), kHandshakeRefused);
       return;  // closes
     }
     spdlog::debug("data socket: stream {} connected from {}", stream_id, PeerName(fd));
     Flush(stream_id);
   }
 
+  // The status byte after a handshake, in TLS when the connection has it.
+  static absl::Status SendStatusByte(int fd, SSL* tls, uint8_t byte) {
+    if (tls == nullptr) {
+      if (::send(fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) return absl::OkStatus();
+      return PosixError("send", errno);
+    }
+    ERR_clear_error();
+    const int r = SSL_write(tls, &byte, 1);
+    if (r == 1) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat("SSL_write: error ", SSL_get_error(tls, r), " ",
+                                               TakeOpenSslErrors()));
+  }
+
   // The client sends nothing after its request: readable means closed (or a
-  // protocol error, handled the same way).
+  // protocol error, handled the same way). Under TLS, records that carry no
+  // application data (a key update) are consumed and ignored.
   void ConnectionReadable(uint64_t stream_id) {
     int fd = -1;
+    SSL* tls = nullptr;
     {
       MutexLock lock(&mu_);
       auto it = channels_.find(stream_id);
       if (it == channels_.end() || !it->second.fd.valid()) return;
       fd = it->second.fd.get();
+      tls = it->second.tls.get();  // only this thread frees it
     }
     char byte;
-    const ssize_t r = ::recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    ssize_t r;
+    if (tls != nullptr) {
+      ERR_clear_error();
+      r = SSL_read(tls, &byte, 1);
+      if (r <= 0) {
+        const int e = SSL_get_error(tls, static_cast<int>(r));
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return;
+        ERR_clear_error();
+      }
+    } else {
+      r = ::recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    }
     Fail(stream_id, absl::UnavailableError(
                         r > 0 ? "the client sent bytes on the data socket (it only receives)"
                               : "the client closed the data socket"));
@@ -257,6 +290,7 @@ class DataSocketServer::Core {
     std::vector<std::shared_ptr<const void>> done;  // dropped outside the lock
     while (true) {
       int fd;
+      SSL* tls;
       const uint8_t* p;
       size_t n;
       {
@@ -273,15 +307,39 @@ class DataSocketServer::Core {
         }
         const Chunk& c = ch.queue.front();
         fd = ch.fd.get();
+        tls = ch.tls.get();
         p = c.data + c.sent;
         n = c.size - c.sent;
       }
       // Outside the lock: a send of megabytes takes a while, and Send()
       // callers (engine and gRPC threads) must not wait for it. Only this
       // thread removes chunks or connections, so `p` stays valid.
-      const ssize_t r = n == 0 ? 0 : ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      ssize_t r;
+      bool would_block = false;
+      if (tls != nullptr) {
+        // Partial writes are on (tls_context.h): a retry after WANT_WRITE
+        // passes the same bytes, from where the last write stopped.
+        ERR_clear_error();
+        const int w = n == 0 ? 0 : SSL_write(tls, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+        r = w;
+        if (w <= 0 && n != 0) {
+          const int e = SSL_get_error(tls, w);
+          if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+            would_block = true;
+          } else {
+            std::string why = TakeOpenSslErrors();
+            Fail(stream_id, absl::UnavailableError(absl::StrCat(
+                                "writing to the data socket over TLS failed: ",
+                                why.empty() ? absl::StrCat("SSL error ", e) : why)));
+            break;
+          }
+        }
+      } else {
+        r = n == 0 ? 0 : ::send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR) continue;
+        would_block = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      }
+      if (would_block) {
         MutexLock lock(&mu_);
         auto it = channels_.find(stream_id);
         if (it != channels_.end() && !it->second.want_writable) {
@@ -392,6 +450,7 @@ class DataSocketServer::Core {
 
   const UniqueFd wake_fd_;  // eventfd: the channels changed, or Stop()
   const UniqueFd epoll_fd_;
+  const std::unique_ptr<ReloadingTlsContext> tls_;  // listen.tls; null: plaintext
 
   Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
@@ -413,7 +472,13 @@ void DataSocketServer::Channel::Close() { core_->Close(stream_id_, /*abort=*/fal
 void DataSocketServer::Channel::Abort() { core_->Close(stream_id_, /*abort=*/true); }
 
 absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
-    const std::string& host_port) {
+    const std::string& host_port, const TlsConfig* tls) {
+  std::unique_ptr<ReloadingTlsContext> tls_context;
+  if (tls != nullptr && tls->enabled()) {
+    absl::StatusOr<std::unique_ptr<ReloadingTlsContext>> made = ReloadingTlsContext::Create(*tls);
+    if (!made.ok()) return made.status();
+    tls_context = *std::move(made);
+  }
   std::string host, port;
   if (absl::Status st = SplitHostPort(host_port, &host, &port); !st.ok()) return st;
   addrinfo hints{};
@@ -464,7 +529,7 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
   if (!wake) return PosixError("data socket: eventfd", errno);
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll) return PosixError("data socket: epoll_create1", errno);
-  auto core = std::make_shared<Core>(std::move(wake), std::move(epoll));
+  auto core = std::make_shared<Core>(std::move(wake), std::move(epoll), std::move(tls_context));
   if (absl::Status st = core->Arm(std::move(listen_fd)); !st.ok()) return st;
   std::unique_ptr<DataSocketServer> server(new DataSocketServer(core, bound_port));
   server->thread_ = std::thread([core] { core->Run(); });

@@ -50,9 +50,7 @@ absl::Status DataSocketTransport::CanServe(const v1::OpenStream& request,
   }
   if (server_ == nullptr) {
     return absl::FailedPreconditionError(
-        why_none_.empty()
-            ? "this daemon has no data socket (listen.data_tcp is none); use INLINE or AUTO"
-            : why_none_);
+        "this daemon has no data socket (listen.data_tcp is none); use INLINE or AUTO");
   }
   return absl::OkStatus();
 }

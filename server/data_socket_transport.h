@@ -9,8 +9,6 @@
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
-#include <string>
-
 #include "server/data_socket_server.h"
 #include "server/transport.h"
 
@@ -19,10 +17,8 @@ namespace conveyor::server {
 class DataSocketTransport final : public Transport {
  public:
   // `server` (not owned; outlives every stream) may be null: the daemon then
-  // has no data socket and refuses DATA_SOCKET requests, saying
-  // `why_none` (why it has none) when given.
-  explicit DataSocketTransport(DataSocketServer* server, std::string why_none = "")
-      : server_(server), why_none_(std::move(why_none)) {}
+  // has no data socket and refuses DATA_SOCKET requests.
+  explicit DataSocketTransport(DataSocketServer* server) : server_(server) {}
 
   v1::Transport kind() const override { return v1::DATA_SOCKET; }
   absl::Status CanServe(const v1::OpenStream& request,
@@ -34,7 +30,6 @@ class DataSocketTransport final : public Transport {
 
  private:
   DataSocketServer* const server_;
-  const std::string why_none_;
 };
 
 }  // namespace conveyor::server

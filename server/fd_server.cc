@@ -51,7 +51,9 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& pat
   FdServer* s = server.get();
   absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> acceptor = HandshakeAcceptor::Create(
       s->epoll_fd_.get(), std::move(fd), HandshakeAcceptor::Options{.name = "fd hand-over"},
-      [s](UniqueFd conn, const HandshakeRequest& request) { s->Serve(std::move(conn), request); });
+      [s](UniqueFd conn, SslPtr /*tls: never set*/, const HandshakeRequest& request) {
+        s->Serve(std::move(conn), request);
+      });
   if (!acceptor.ok()) return fail(acceptor.status());
   s->acceptor_ = *std::move(acceptor);
   s->thread_ = std::thread([s] { s->Run(); });

@@ -1,6 +1,7 @@
 #include "server/handshake.h"
 
 #include <netdb.h>
+#include <openssl/err.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -129,6 +130,13 @@ void HandshakeAcceptor::AcceptAll() {
       continue;
     }
     Pending& p = pending_[fd];
+    if (options_.tls != nullptr) {
+      p.tls = options_.tls->NewSession(fd);
+      if (p.tls == nullptr) {
+        pending_.erase(fd);  // closes it (logged)
+        continue;
+      }
+    }
     p.fd = std::move(conn);
     p.deadline = Clock::now() + options_.timeout;
   }
@@ -158,17 +166,25 @@ void HandshakeAcceptor::Read(int fd) {
   auto it = pending_.find(fd);
   if (it == pending_.end()) return;
   Pending& p = it->second;
-  const ssize_t r = ::recv(fd, p.request + p.got, kHandshakeRequestBytes - p.got, MSG_DONTWAIT);
-  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  if (r <= 0) {
-    spdlog::warn("{}: {} closed the connection after {} of {} handshake bytes", options_.name,
-                 PeerName(fd), p.got, kHandshakeRequestBytes);
-    pending_.erase(it);
-    return;
+  if (p.tls != nullptr) {
+    if (!ReadTls(fd, p)) {
+      pending_.erase(it);
+      return;
+    }
+  } else {
+    const ssize_t r = ::recv(fd, p.request + p.got, kHandshakeRequestBytes - p.got, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (r <= 0) {
+      spdlog::warn("{}: {} closed the connection after {} of {} handshake bytes", options_.name,
+                   PeerName(fd), p.got, kHandshakeRequestBytes);
+      pending_.erase(it);
+      return;
+    }
+    p.got += static_cast<size_t>(r);
   }
-  p.got += static_cast<size_t>(r);
   if (p.got < kHandshakeRequestBytes) return;
   const HandshakeRequest request = DecodeHandshake(p.request);
+  SslPtr tls = std::move(p.tls);
   UniqueFd conn = std::move(p.fd);
   pending_.erase(it);
   if (pending_.size() < options_.max_pending) refusing_ = false;
@@ -177,7 +193,53 @@ void HandshakeAcceptor::Read(int fd) {
                  std::string(PosixError("epoll_ctl DEL", errno).message()));
     return;  // closes it: the owner could not add it again either
   }
-  on_request_(std::move(conn), request);
+  on_request_(std::move(conn), std::move(tls), request);
+}
+
+void HandshakeAcceptor::WatchWritable(int fd, Pending& p, bool writable) {
+  if (p.want_write == writable) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0u);
+  ev.data.u64 = EventKey(EventTag::kHandshake, static_cast<uint64_t>(fd));
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
+    spdlog::warn("{}: {}", options_.name, std::string(PosixError("epoll_ctl MOD", errno).message()));
+    return;  // the deadline still ends it
+  }
+  p.want_write = writable;
+}
+
+bool HandshakeAcceptor::ReadTls(int fd, Pending& p) {
+  SSL* ssl = p.tls.get();
+  // What an SSL call that returned `r` <= 0 means: true to wait for the
+  // socket (the interest updated), false when the connection is over.
+  auto wait_or_fail = [&](int r, const char* stage) {
+    const int e = SSL_get_error(ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      WatchWritable(fd, p, e == SSL_ERROR_WANT_WRITE);
+      return true;
+    }
+    std::string why = TakeOpenSslErrors();
+    if (why.empty()) why = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL
+                               ? "the client closed the connection"
+                               : absl::StrCat("SSL error ", e);
+    spdlog::warn("{}: {} from {} failed: {}", options_.name, stage, PeerName(fd), why);
+    return false;
+  };
+  ERR_clear_error();
+  if (!p.tls_done) {
+    const int r = SSL_do_handshake(ssl);
+    if (r != 1) return wait_or_fail(r, "TLS handshake");
+    p.tls_done = true;
+    WatchWritable(fd, p, false);
+  }
+  // The request may already sit in OpenSSL's buffer: read until it is
+  // complete or the socket has no more.
+  while (p.got < kHandshakeRequestBytes) {
+    const int r = SSL_read(ssl, p.request + p.got, static_cast<int>(kHandshakeRequestBytes - p.got));
+    if (r <= 0) return wait_or_fail(r, "handshake request over TLS");
+    p.got += static_cast<size_t>(r);
+  }
+  return true;
 }
 
 std::optional<HandshakeAcceptor::Clock::time_point> HandshakeAcceptor::Tick(Clock::time_point now) {

@@ -8,6 +8,13 @@
 // a refusal the server closes. What follows an
 // accepted handshake is the socket's own business (an fd, batch bytes).
 //
+// With a TLS context (the data socket under listen.tls) each connection
+// first makes a TLS handshake, driven by the same epoll events without
+// blocking (SSL_accept wanting to read or to write) and bound by the same
+// deadline, then sends its request inside TLS; a connection whose TLS
+// handshake fails (a plaintext client, an untrusted or missing client
+// certificate) is closed, logged, and holds up nobody.
+//
 // HandshakeAcceptor is the server side: it accepts connections on a
 // listening socket and reads their requests on the owner's epoll thread,
 // many at once and without blocking, so a client that connects and stays
@@ -37,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "core/unique_fd.h"
 #include "server/secret.h"
+#include "server/tls_context.h"
 
 namespace conveyor::server {
 
@@ -76,11 +84,17 @@ class HandshakeAcceptor {
     std::string name;  // the socket in logs: "data socket", "fd hand-over"
     size_t max_pending = 128;
     Clock::duration timeout = std::chrono::seconds(5);
+    // TLS before the request (not owned; outlives the acceptor); nullptr:
+    // plaintext.
+    ReloadingTlsContext* tls = nullptr;
   };
   // Called (on the loop's thread) with a connection whose request is
   // complete; the connection is no longer in the epoll set. Closing `conn`
-  // refuses it without a word; the callee answers with the status byte.
-  using OnRequest = std::function<void(UniqueFd conn, const HandshakeRequest& request)>;
+  // refuses it without a word; the callee answers with the status byte
+  // (through `tls`, the connection's TLS session, when there is one; null
+  // without TLS).
+  using OnRequest =
+      std::function<void(UniqueFd conn, SslPtr tls, const HandshakeRequest& request)>;
 
   // Adds `listen_fd` (non-blocking, listening) to `epoll_fd` (not owned;
   // outlives the acceptor) under EventKey(kListen, 0).
@@ -107,6 +121,9 @@ class HandshakeAcceptor {
  private:
   struct Pending {
     UniqueFd fd;
+    SslPtr tls;               // declared after fd: freed before it closes
+    bool tls_done = false;    // the TLS handshake is complete
+    bool want_write = false;  // EPOLLOUT is watched (TLS handshake)
     uint8_t request[kHandshakeRequestBytes];
     size_t got = 0;
     Clock::time_point deadline;
@@ -115,6 +132,10 @@ class HandshakeAcceptor {
   HandshakeAcceptor(int epoll_fd, UniqueFd listen_fd, Options options, OnRequest on_request);
   void AcceptAll();
   void Read(int fd);
+  // Drives the TLS handshake then reads the request inside TLS; false when
+  // the connection was dropped.
+  bool ReadTls(int fd, Pending& p);
+  void WatchWritable(int fd, Pending& p, bool writable);
   // accept() failed for want of resources: stop watching the listener.
   void Pause(int error_number);
   absl::Status WatchListener(bool watch);

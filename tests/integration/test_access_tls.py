@@ -4,17 +4,21 @@ localhost, a client certificate, and a second CA with its own server
 certificate.
 
 Pinned here: a plaintext client and a client trusting another CA are
-refused; a client trusting the right CA streams the same batches as the
-unix socket (INLINE: a TLS daemon has no data socket, and an explicit
-DATA_SOCKET request is FAILED_PRECONDITION saying why); with
-require_client_cert a client without a certificate is refused and one with
-a certificate is known by its common name; a certificate renewed on disk is
-served without a restart; bad certificate files stop the daemon at start
-naming the field.
+refused, on gRPC and on the data socket (which speaks TLS too); a client
+trusting the right CA streams the same batches as the unix socket, INLINE
+and DATA_SOCKET (AUTO picks the data socket); a plaintext connection to the
+data socket is closed without holding up the streams; with
+require_client_cert a client without a certificate is refused (gRPC and
+data socket) and one with a certificate is known by its common name; a
+certificate renewed on disk is served without a restart, to new gRPC and
+data connections; bad certificate files stop the daemon at start naming the
+field.
 """
 
 import os
 import shutil
+import socket
+import struct
 import subprocess
 
 import grpc
@@ -22,6 +26,7 @@ import numpy as np
 import pytest
 
 import conveyor
+from conveyor._datasock import DataSocket
 from conveyor.daemon import DaemonError
 from conveyor_integration import (Daemon, daemon_config, pb, pb_grpc, read_epoch, require_daemon,
                                   scaled, wait_until)
@@ -96,25 +101,76 @@ def test_tls_refuses_plaintext_and_strangers_and_streams_what_the_unix_socket_do
     d.start()
     try:
         assert "TLS" in d.log()
+        assert ", TLS)" in [l for l in d.log().splitlines() if "data socket for TCP" in l][0]
         assert list_codes(d.tcp) == "UNAVAILABLE"  # plaintext
         assert list_codes(d.tcp, tls_ca=str(pki["other_ca"])) == "UNAVAILABLE"
         assert list_codes(d.tcp, tls_ca=str(pki["ca"])) == "OK"
 
         reference = read_epoch(d.unix, seed=5)
-        got = read_epoch(d.tcp, seed=5, tls_ca=str(pki["ca"]))  # AUTO
-        assert got.transport == "inline"
-        assert len(got.indices) == len(samples)
-        np.testing.assert_array_equal(got.images, reference.images)
-        np.testing.assert_array_equal(got.labels, reference.labels)
-        np.testing.assert_array_equal(got.indices, reference.indices)
+        for transport, expected in (("auto", "data_socket"), ("data_socket", "data_socket"),
+                                    ("inline", "inline")):
+            got = read_epoch(d.tcp, seed=5, tls_ca=str(pki["ca"]), transport=transport)
+            assert got.transport == expected
+            assert len(got.indices) == len(samples)
+            np.testing.assert_array_equal(got.images, reference.images)
+            np.testing.assert_array_equal(got.labels, reference.labels)
+            np.testing.assert_array_equal(got.indices, reference.indices)
+    finally:
+        d.stop(timeout=scaled(10))
 
-        loader = conveyor.Loader(d.tcp, pipeline="train", batch_size=8, transport="data_socket",
-                                 tls_ca=str(pki["ca"]))
-        with pytest.raises(conveyor.InvalidRequest) as e:
-            loader.epoch(0)
+
+def _data_socket_error(stream, **security):
+    """Connects a second data socket to `stream`'s port with `security`'s TLS
+    settings: the Unavailable it raises (the TLS handshake fails before the
+    daemon could say the stream is taken)."""
+    ctx = conveyor.Security(**security).data_socket_context()
+    with pytest.raises(conveyor.Unavailable) as e:
+        DataSocket("127.0.0.1", stream.opened.data_port, stream.stream_id, stream.opened.secret,
+                   timeout=scaled(10), ssl_context=ctx).close()
+    return str(e.value)
+
+
+def test_tls_data_socket_refuses_plaintext_and_strangers_without_stalling_streams(
+        tmp_path, dataset, pki):
+    require_daemon()
+    root, samples = dataset
+    d = Daemon(tmp_path / "d", tls_config(root, pki, tmp_path / "tls"))
+    d.start()
+    try:
+        reference = read_epoch(d.unix, seed=3, credits=2)
+        loader = conveyor.Loader(d.tcp, pipeline="train", batch_size=8, seed=3, credits=2,
+                                 transport="data_socket", tls_ca=str(pki["ca"]))
+        images = []
+        with loader.epoch(0) as stream:
+            assert stream.transport == "data_socket"
+            images.append(next(stream).images.copy())
+            port = stream.opened.data_port
+            # A plaintext client: its handshake bytes are not TLS; the daemon
+            # closes the connection without a status byte.
+            plain = socket.create_connection(("127.0.0.1", port), timeout=scaled(10))
+            plain.sendall(struct.pack("<Q", stream.stream_id) + stream.opened.secret)
+            answer = b""
+            try:
+                while True:
+                    chunk = plain.recv(4096)
+                    if not chunk:
+                        break
+                    answer += chunk
+            except ConnectionResetError:
+                pass  # closed with the client's bytes unread
+            plain.close()
+            assert answer[:1] != b"\x00", "a plaintext client was answered in plaintext"
+            # A silent one waits for its deadline without holding anyone up.
+            silent = socket.create_connection(("127.0.0.1", port), timeout=scaled(10))
+            # A client trusting another CA gets a clear error.
+            why = _data_socket_error(stream, tls_ca=str(pki["other_ca"]))
+            assert "TLS handshake failed" in why and "certificate verify failed" in why, why
+            for batch in stream:
+                images.append(batch.images.copy())
+            silent.close()
         loader.close()
-        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
-        assert "does not speak TLS" in str(e.value)
+        np.testing.assert_array_equal(np.concatenate(images), reference.images)
+        assert "TLS handshake from" in d.log(), d.log()
     finally:
         d.stop(timeout=scaled(10))
 
@@ -135,9 +191,21 @@ def test_required_client_certificates(tmp_path, dataset, pki):
                       client_key=str(pki["client"][1]))
         assert list_codes(d.tcp, **client) == "OK"
         got = read_epoch(d.tcp, seed=1, **client)
+        assert got.transport == "data_socket"
         assert len(got.indices) == len(samples)
         # The stream was opened by the certificate's common name.
         assert "(as 'trainer-7')" in d.log()
+        # The data socket asks for the certificate too.
+        loader = conveyor.Loader(d.tcp, pipeline="train", batch_size=8, transport="data_socket",
+                                 **client)
+        with loader.epoch(0) as stream:
+            why = _data_socket_error(stream, tls_ca=ca)
+            assert "handshake failed" in why and "client_cert" in why, why
+            why = _data_socket_error(stream, tls_ca=ca, client_cert=str(pki["other_client"][0]),
+                                     client_key=str(pki["other_client"][1]))
+            assert "handshake failed" in why, why
+            assert sum(b.num_samples for b in stream) == len(samples)
+        loader.close()
     finally:
         d.stop(timeout=scaled(10))
 
@@ -159,6 +227,15 @@ def test_a_renewed_certificate_is_served_without_a_restart(tmp_path, dataset, pk
         assert wait_until(lambda: list_codes(d.tcp, tls_ca=str(pki["other_ca"])) == "OK",
                           timeout=30, interval=0.5), "the renewed certificate was not served"
         assert list_codes(d.tcp, tls_ca=str(pki["ca"])) == "UNAVAILABLE"
+        # New data connections get the renewed certificate too (the data
+        # socket looks at the files at most every reload_interval_seconds).
+        def data_socket_renewed():
+            try:
+                read_epoch(d.tcp, seed=0, tls_ca=str(pki["other_ca"]), transport="data_socket")
+                return True
+            except conveyor.ConveyorError:
+                return False
+        assert wait_until(data_socket_renewed, timeout=30, interval=0.5), d.log()
         assert d.poll() is None
     finally:
         d.stop(timeout=scaled(10))

@@ -632,9 +632,18 @@ listen:
                 {"field listen.tls.ca: unknown field"});
   // Unused without TCP (the unix socket never uses TLS); --tcp may add it.
   CHECK(Parse("listen: {tls: {cert: /c, key: /k}}\n" + std::string(kMinimal)).ok());
-  ExpectRefused("listen: {tcp: '127.0.0.1:1', data_tcp: '127.0.0.1:2', tls: {cert: /c, key: /k}}\n" +
-                    std::string(kMinimal),
-                {"field listen.data_tcp: the data socket does not speak TLS"});
+  // The data socket speaks TLS too: an explicit data_tcp is fine, and the
+  // default (the TCP host, a free port) applies.
+  {
+    absl::StatusOr<DaemonConfig> c = Parse(
+        "listen: {tcp: '127.0.0.1:1', data_tcp: '127.0.0.1:2', tls: {cert: /c, key: /k}}\n" +
+        std::string(kMinimal));
+    REQUIRE(c.ok());
+    CHECK(DataSocketAddress(c->listen) == "127.0.0.1:2");
+    c = Parse("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k}}\n" + std::string(kMinimal));
+    REQUIRE(c.ok());
+    CHECK(DataSocketAddress(c->listen) == "127.0.0.1:0");
+  }
   CHECK(Parse("listen: {tcp: '127.0.0.1:1', data_tcp: none, tls: {cert: /c, key: /k}}\n" +
               std::string(kMinimal))
             .ok());

@@ -5,6 +5,8 @@ batch's images on a plain TCP connection (see StreamOpened.data_port in
 conveyor.proto): connect to the daemon's host at `data_port`, send the 8-byte
 little-endian stream id and the 32-byte secret, read one status byte (0 = ok).
 Then, for every Batch message in order, exactly `images_bytes` bytes follow.
+With a TLS daemon (listen.tls) the connection is TLS first, checked against
+the same CA as the gRPC channel.
 
 DataSocket reads them straight into one numpy buffer per slot (no copy in
 Python, no gRPC message assembly): the buffer of a slot is reused for the
@@ -13,6 +15,7 @@ released the previous one - the same rule as for shared-memory views.
 """
 
 import socket
+import ssl
 import struct
 
 import numpy as np
@@ -20,6 +23,11 @@ import numpy as np
 from .errors import ConveyorError, Unavailable
 
 SECRET_BYTES = 32
+
+# Under TLS 1.3 the daemon checks the client's certificate after the client
+# thinks the handshake is done: a refusal shows as the connection ending.
+_TLS_HINT = (" (a TLS daemon that requires client certificates ends the connection when"
+             " client_cert/client_key are missing or not signed by its client CA)")
 
 
 def tcp_host(address):
@@ -45,21 +53,36 @@ class DataSocket:
     """The connection of one DATA_SOCKET stream. Not thread-safe: the thread
     iterating the stream reads it."""
 
-    def __init__(self, host, port, stream_id, secret, *, timeout=10.0, read_timeout=120.0):
+    def __init__(self, host, port, stream_id, secret, *, timeout=10.0, read_timeout=120.0,
+                 ssl_context=None, server_name=None):
         if len(secret) != SECRET_BYTES:
             raise ConveyorError("daemon sent a %d-byte secret, expected %d" % (len(secret), SECRET_BYTES))
         self.where = "%s:%d" % (host, port)
         self._buffers = {}  # slot -> np.ndarray (uint8)
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as e:
             raise Unavailable("cannot connect to the daemon's data socket %s: %s" % (self.where, e)) from e
+        if ssl_context is not None:
+            # A TLS daemon's data socket speaks TLS too, with the gRPC
+            # listener's certificate.
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=server_name or host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise Unavailable("data socket %s: TLS handshake failed: %s" % (self.where, e)) from e
+        self._sock = sock
         try:
             self._sock.sendall(struct.pack("<Q", stream_id) + bytes(secret))
             status = self._sock.recv(1)
         except OSError as e:
             self._sock.close()
-            raise Unavailable("data socket %s: handshake failed: %s" % (self.where, e)) from e
+            raise Unavailable("data socket %s: handshake failed: %s%s"
+                              % (self.where, e, _TLS_HINT if ssl_context is not None else "")) from e
+        if not status and ssl_context is not None:
+            self._sock.close()
+            raise Unavailable("data socket %s: handshake failed: the daemon closed the TLS "
+                              "connection%s" % (self.where, _TLS_HINT))
         if status != b"\x00":
             self._sock.close()
             raise ConveyorError("data socket %s: the daemon refused stream %d%s"

@@ -9,9 +9,8 @@ TCP addresses only: the daemon's unix socket never uses TLS).
       token_file       a file holding the token (one trailing newline is
                        stripped)
       tls_ca           PEM file of the CA(s) to verify the daemon's certificate
-                       with: TCP gRPC channels use TLS when it is given (a
-                       TLS daemon has no data socket: its TCP batches come
-                       inline)
+                       with: TCP connections (gRPC and the data socket) use
+                       TLS when it is given
       client_cert,     PEM client certificate and key, for daemons that ask
       client_key       for one (mutual TLS)
       tls_server_name  the name to check the daemon's certificate against,
@@ -24,6 +23,7 @@ never part of an error message or repr.
 """
 
 import os
+import ssl
 
 import grpc
 
@@ -143,3 +143,21 @@ class Security:
         if self._token is not None:
             channel = grpc.intercept_channel(channel, _TokenInterceptor(self._token))
         return channel
+
+    def data_socket_context(self):
+        """The ssl.SSLContext for the data socket of a TLS daemon, or None
+        without TLS."""
+        if not self.tls:
+            return None
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise InvalidRequest("cannot use the TLS CA file %s: %s" % (self.tls_ca, e)) from None
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.client_cert:
+            try:
+                ctx.load_cert_chain(self.client_cert, self.client_key)
+            except (OSError, ssl.SSLError) as e:
+                raise InvalidRequest("cannot use the client certificate %s / key %s: %s"
+                                     % (self.client_cert, self.client_key, e)) from None
+        return ctx

@@ -309,7 +309,9 @@ class Stream(ClosesOnExit):
                                     "host for it (pass data_host, or ask for transport='inline')")
             try:
                 self._data = DataSocket(data_host, opened.data_port, opened.stream_id, opened.secret,
-                                        timeout=fd_timeout)
+                                        timeout=fd_timeout,
+                                        ssl_context=security.data_socket_context(),
+                                        server_name=security.tls_server_name or data_host)
             except BaseException:
                 self._finish(cancel=True)
                 raise
