@@ -86,7 +86,7 @@ Loop* MakeLoop() {
   options.name = "fuzzed socket";
   auto acceptor = HandshakeAcceptor::Create(
       loop->epoll.get(), std::move(listener), options,
-      [loop](UniqueFd conn, const HandshakeRequest& request) {
+      [loop](UniqueFd conn, server::SslPtr /*tls: none here*/, const HandshakeRequest& request) {
         ++loop->requests;
         loop->last = request;
         const bool ok =
