@@ -28,6 +28,7 @@
 
 #include "core/unique_fd.h"
 #include "server/data_socket_server.h"
+#include "tests/unit/socket_test_util.h"
 #include "server/tls_context.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/temp_dir.h"
@@ -101,15 +102,8 @@ std::shared_ptr<std::vector<uint8_t>> Pattern(size_t n, uint8_t seed) {
 }
 
 UniqueFd Connect(int port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd = testing::ConnectLoopbackTcp(port);
   REQUIRE(fd.valid());
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  const timeval timeout{10, 0};  // a test that would hang fails instead
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   return fd;
 }
 

@@ -273,30 +273,7 @@ TEST_CASE("jpeg decoder: huge declared dimensions are refused before allocation"
 TEST_CASE("jpeg decoder: absurd progressive scan counts are refused", "[jpeg]") {
   // A valid grayscale progressive script with 704 scans: DC and every AC
   // coefficient on its own, each first at Al = 10 then refined bit by bit.
-  std::vector<jpeg_scan_info> scans;
-  auto add = [&](int ss, int se, int ah, int al) {
-    jpeg_scan_info s{};
-    s.comps_in_scan = 1;
-    s.component_index[0] = 0;
-    s.Ss = ss;
-    s.Se = se;
-    s.Ah = ah;
-    s.Al = al;
-    scans.push_back(s);
-  };
-  for (int coef = 0; coef < 64; ++coef) {
-    add(coef, coef, 0, 10);
-    for (int k = 10; k > 0; --k) add(coef, coef, k, k - 1);
-  }
-  const int w = 32, h = 24;
-  std::vector<uint8_t> px(w * h);
-  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37);
-  const std::vector<uint8_t> bytes =
-      testing::CompressJpeg(px, w, h, 1, 75, [&scans](jpeg_compress_struct* cinfo) {
-        cinfo->scan_info = scans.data();
-        cinfo->num_scans = static_cast<int>(scans.size());
-      });
-  REQUIRE(scans.size() == 704);
+  const std::vector<uint8_t> bytes = testing::ManyScanGrayJpeg(32, 24);
   JpegDecoder dec;
   const absl::Status s = TryDecode(dec, bytes);
   CHECK(absl::IsDataLoss(s));
