@@ -3,7 +3,7 @@ datasets and the Python client.
 
 Environment:
   CONVEYOR_BUILD_DIR   build folder holding server/conveyord and
-                       tests/engine_dump (default /work/main/build). When it
+                       tests/engine_dump (default: build/ of the source tree). When it
                        is set (CTest sets it) a missing daemon fails the tests;
                        when it is not, they are skipped.
   CONVEYOR_SOURCE_DIR  the source tree (default: two folders up from here).
@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 SOURCE_DIR = Path(os.environ.get("CONVEYOR_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-BUILD_DIR = Path(os.environ.get("CONVEYOR_BUILD_DIR", "/work/main/build"))
+BUILD_DIR = Path(os.environ.get("CONVEYOR_BUILD_DIR", SOURCE_DIR / "build"))
 _BUILD_DIR_EXPLICIT = "CONVEYOR_BUILD_DIR" in os.environ
 PYTHON = "/usr/bin/python3"  # Debian's interpreter: grpcio, numpy, torch
 CLIENT_DIR = SOURCE_DIR / "client" / "python"
