@@ -37,6 +37,7 @@
 #include "server/peer_credentials_identifier.h"
 #include "server/service.h"
 #include "server/shm_transport.h"
+#include "server/system_cpus.h"
 #include "server/unix_access.h"
 #include "server/unix_connections.h"
 #include "server/unix_listener.h"
@@ -125,7 +126,8 @@ gRPC on a unix socket (and optionally TCP).
                          port; 'none' sends batches inside gRPC messages
   --port-file PATH       write the bound TCP port to PATH once serving
                          (removed again at a clean shutdown)
-  --threads N            engine worker threads (threads; 0 = one per core)
+  --threads N            engine worker threads (threads; 0 = one per CPU this
+                         process may use: affinity mask and cgroup quota)
   --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
   --log-level LEVEL      trace, debug, info, warn, error, critical, off
   --probe TARGET         ask the daemon at TARGET (e.g.
@@ -257,7 +259,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
                                                           std::make_unique<ClientIdentifier>()));
   if (!access.ok()) return access.status();
 
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(config.engine);
+  // threads: 0 means the CPUs this process may use, not the machine's.
+  EngineOptions engine_options = config.engine;
+  if (engine_options.num_threads == 0) {
+    std::string source;
+    engine_options.num_threads =
+        UsableCpus(AffinityCpuCount(), CgroupCpuQuota(""),
+                   static_cast<int>(std::thread::hardware_concurrency()), &source);
+    spdlog::info("threads: 0 -> {} worker threads ({})", engine_options.num_threads, source);
+  }
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
   if (!engine.ok()) return engine.status();
   const int threads = (*engine)->num_threads();
 

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/posix_error.h"
@@ -22,6 +23,7 @@
 #include "server/config.h"
 #include "server/config_loader.h"
 #include "server/daemon.h"
+#include "server/system_cpus.h"
 #include "server/system_memory.h"
 #include "server/token_identifier.h"
 #include "server/yaml_fields.h"
@@ -857,6 +859,58 @@ TEST_CASE("the cgroup memory limit is read from v2 and v1 hierarchies", "[config
   CHECK(here.physical_memory > 0);
   CHECK(here.MemoryLimit() > 0);
   CHECK(here.MemoryLimit() <= here.physical_memory);
+}
+
+TEST_CASE("the cgroup CPU quota is read from v2 (tightest ancestor) and v1", "[config]") {
+  {
+    TempDir fs_root;  // no /proc/self/cgroup at all
+    CHECK(CgroupCpuQuota(fs_root.path()) == 0);
+  }
+  {
+    TempDir r;  // v2: the job's own cpu.max is "max", its parent allows 1.5 CPUs
+    r.Write("proc/self/cgroup", "0::/kubepods/pod1/job\n");
+    r.Write("sys/fs/cgroup/kubepods/pod1/job/cpu.max", "max 100000\n");
+    r.Write("sys/fs/cgroup/kubepods/pod1/cpu.max", "150000 100000\n");
+    r.Write("sys/fs/cgroup/kubepods/cpu.max", "800000 100000\n");
+    CHECK(CgroupCpuQuota(r.path()) == Approx(1.5));
+  }
+  {
+    TempDir r;  // v2 without any quota
+    r.Write("proc/self/cgroup", "0::/user.slice\n");
+    r.Write("sys/fs/cgroup/user.slice/cpu.max", "max 100000\n");
+    CHECK(CgroupCpuQuota(r.path()) == 0);
+  }
+  {
+    TempDir r;  // v1: the cpu controller mounted with cpuacct
+    r.Write("proc/self/cgroup", "4:cpu,cpuacct:/docker/abc\n5:memory:/docker/abc\n");
+    r.Write("sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n");
+    r.Write("sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    CHECK(CgroupCpuQuota(r.path()) == Approx(2.0));
+  }
+  {
+    TempDir r;  // v1 without a quota
+    r.Write("proc/self/cgroup", "4:cpu,cpuacct:/\n");
+    r.Write("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+    r.Write("sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+    CHECK(CgroupCpuQuota(r.path()) == 0);
+  }
+}
+
+TEST_CASE("threads: 0 counts the CPUs of the affinity mask, lowered to the quota", "[config]") {
+  std::string source;
+  CHECK(UsableCpus(16, 0, 64, &source) == 16);
+  CHECK(source == "affinity mask: 16 CPUs");
+  CHECK(UsableCpus(16, 1.5, 64, &source) == 2);
+  CHECK(source == "affinity mask: 16 CPUs; cgroup CPU quota: 1.50 CPUs");
+  CHECK(UsableCpus(2, 8, 64, &source) == 2);
+  CHECK(UsableCpus(4, 0.2, 64, &source) == 1);
+  CHECK(UsableCpus(0, 3, 64, &source) == 3);
+  CHECK(UsableCpus(0, 0, 64, &source) == 64);
+  CHECK(source.find("no affinity mask or quota") != std::string::npos);
+  // This process: as many as its mask holds, never more than the machine.
+  const int here = AffinityCpuCount();
+  CHECK(here >= 1);
+  CHECK(here <= static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 TEST_CASE("YamlFields reads typed fields and names field and line", "[config]") {
