@@ -19,23 +19,31 @@ def config(root):
     return daemon_config(root, max_streams=1, stream_idle_timeout_seconds=IDLE_S)
 
 
+def raw_open(address, batch_size, credits, **call_kwargs):
+    """A raw StreamBatches call that opens an endless INLINE stream of
+    `train` and then sends nothing (no Release) until the returned event is
+    set: (channel, call, event)."""
+    channel = grpc.insecure_channel(address)
+    done = threading.Event()
+
+    def requests():
+        yield pb.ClientMessage(open=pb.OpenStream(pipeline="train", batch_size=batch_size,
+                                                  credits=credits, num_epochs=0,
+                                                  transport=pb.INLINE))
+        done.wait()
+
+    call = pb_grpc.ConveyorStub(channel).StreamBatches(requests(), **call_kwargs)
+    return channel, call, done
+
+
 def test_client_holding_every_slot_is_cut_off_and_the_owner_opens_again(daemon_factory, dataset):
     root, _ = dataset
     d = daemon_factory(config(root), name="idle-hold")
     # A raw client: it reads what it is sent but never releases (the
     # client library would refuse to read past its credits).
-    channel = grpc.insecure_channel(d.unix)
-    stub = pb_grpc.ConveyorStub(channel)
-    done = threading.Event()
-
-    def requests():
-        yield pb.ClientMessage(open=pb.OpenStream(pipeline="train", batch_size=8, credits=2,
-                                                  num_epochs=0, transport=pb.INLINE))
-        done.wait()
-
+    # The deadline only keeps a daemon without the watchdog from hanging the test.
+    channel, replies, done = raw_open(d.unix, 8, 2, timeout=scaled(30))
     try:
-        # The deadline only keeps a daemon without the watchdog from hanging the test.
-        replies = stub.StreamBatches(requests(), timeout=scaled(30))
         kinds = [next(replies).WhichOneof("kind") for _ in range(3)]
         assert kinds == ["opened", "batch", "batch"], kinds
         with pytest.raises(conveyor.ResourceExhausted):
@@ -61,16 +69,7 @@ def test_client_that_stops_reading_is_cut_off(daemon_factory, dataset):
     # INLINE batches of 64 x 64 x 64 x 3 bytes (768 KiB), 32 credits: more
     # than gRPC's flow control lets through to a client that reads nothing,
     # so the daemon's write waits on it.
-    channel = grpc.insecure_channel(d.tcp)
-    stub = pb_grpc.ConveyorStub(channel)
-    done = threading.Event()
-
-    def requests():
-        yield pb.ClientMessage(open=pb.OpenStream(pipeline="train", batch_size=64, credits=32,
-                                                  num_epochs=0, transport=pb.INLINE))
-        done.wait()
-
-    call = stub.StreamBatches(requests())  # never read
+    channel, call, done = raw_open(d.tcp, 64, 32)  # never read
     try:
         assert wait_until(lambda: conveyor.stats(d.unix).streams_open == 1, scaled(10))
         with pytest.raises(conveyor.ResourceExhausted):
