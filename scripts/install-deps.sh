@@ -23,6 +23,8 @@ PACKAGES=(
   # Python client, tests and benchmarks (Debian's interpreter)
   python3 python3-grpcio python3-protobuf python3-numpy python3-pytest
   python3-pil python3-torch python3-torchvision python3-matplotlib
+  # virtual environments for what only PyPI has (scripts/venv.sh)
+  python3-venv
   # test data: cjpeg/jpegtran make progressive and arithmetic-coded JPEGs
   libjpeg-turbo-progs
   # memory and process figures in integration tests

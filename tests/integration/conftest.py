@@ -56,6 +56,18 @@ IMAGE_SIZE = 64
 MAX_BATCH = 64
 
 
+def venv_python(name):
+    """The interpreter of the cached virtual environment NAME
+    (scripts/venvs/NAME.txt, created on first use by scripts/venv.sh) for
+    what only PyPI has. Fails the test, with pip's output, when it cannot be
+    made: the suite's dependencies are part of the suite."""
+    r = subprocess.run([str(SOURCE_DIR / "scripts" / "venv.sh"), name], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.fail(f"scripts/venv.sh {name} failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return r.stdout.strip().splitlines()[-1]
+
+
 def require_daemon():
     if not CONVEYORD.exists():
         msg = "conveyord not built at %s (set CONVEYOR_BUILD_DIR)" % CONVEYORD
