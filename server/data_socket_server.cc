@@ -303,6 +303,10 @@ class DataSocketServer::Core {
             ch.want_writable = false;
             SetInterest(ch.fd.get(), stream_id, false);
           }
+          // A closed channel is done now: its end is up to Service(), which
+          // may have looked before this flush emptied the queue (then it
+          // would wait for the drain deadline). Wake it for another look.
+          if (ch.closing) Wake();
           break;
         }
         const Chunk& c = ch.queue.front();
