@@ -156,10 +156,6 @@ class DataSocketServer::Core {
                       std::string(PosixError("epoll_wait", errno).message()));
         break;
       }
-      {
-        MutexLock lock(&mu_);
-        if (stopped_) break;
-      }
       for (int i = 0; i < n; ++i) {
         const uint64_t key = events[i].data.u64;
         if (HandshakeAcceptor::Owns(key)) {
@@ -169,12 +165,21 @@ class DataSocketServer::Core {
           while (::read(wake_fd_.get(), &count, sizeof(count)) > 0) {
           }
         } else if (TagOf(key) == EventTag::kConnection) {
+          // Both may be set: a TLS record that is not yet whole leaves the
+          // connection open, and its writes must go on meanwhile (Flush
+          // does nothing for a connection that has just been closed).
           if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
             ConnectionReadable(ValueOf(key));
-          } else if (events[i].events & EPOLLOUT) {
-            Flush(ValueOf(key));
           }
+          if (events[i].events & EPOLLOUT) Flush(ValueOf(key));
         }
+      }
+      // Looked at after the eventfd was drained above, never before: a
+      // RequestStop between a look and the drain would have its wake-up
+      // consumed, and the next wait would never end (Stop() hung in join).
+      {
+        MutexLock lock(&mu_);
+        if (stopped_) break;
       }
       timeout_ms = Service();
     }

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -323,6 +325,42 @@ TEST_CASE("data socket: out of file descriptors it backs off, then serves again"
   t.channel->Send(v->data(), v->size(), v);
   CHECK(ReadExactly(conn.get(), v->size()) == *v);
   CHECK(t.failures == 0);
+}
+
+// Stop() right behind another wake-up (here the Close of a channel): the
+// thread used to look at its stop flag before draining its eventfd, so a
+// Stop() in between had its wake-up eaten and join() waited forever (seen
+// once in CI under TSan). Many rounds widen the window; a hang fails the
+// test at the deadline instead of holding the run.
+TEST_CASE("data socket: Stop right after another wake-up always ends the thread",
+          "[data_socket]") {
+  // About 7000 rounds in a Release build; the old code hung within ~4000.
+  const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  testing::Notification done;
+  std::atomic<int> rounds{0};
+  std::thread worker([&] {
+    for (int i = 0; std::chrono::steady_clock::now() < stop_at; ++i) {
+      auto server = DataSocketServer::Start("127.0.0.1:0");
+      if (!server.ok()) break;  // Catch2 asserts stay on the main thread
+      auto channel = (*server)->Open(1, MakeSecret(1), [](absl::Status) {});
+      channel.reset();  // Close: wakes the thread
+      // Stop after a varying delay, so that some rounds land between the
+      // thread's wake-up and its drain of the eventfd.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(50 * (i % 400));
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      server->reset();  // Stop: wakes it again and joins
+      ++rounds;
+    }
+    done.Notify();
+  });
+  if (!done.WaitFor(std::chrono::seconds(60))) {
+    FAIL_CHECK("Stop() did not return after " << rounds.load() << " rounds: its wake-up was lost");
+    std::fflush(nullptr);
+    std::_Exit(1);  // the stuck join cannot be undone
+  }
+  worker.join();
+  CHECK(rounds > 100);
 }
 
 TEST_CASE("data socket: bad listen addresses are refused with the address named",
