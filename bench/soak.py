@@ -208,7 +208,7 @@ def print_table(result):
     for i, a in enumerate(result["idle_rounds"]):
         print("idle after round %d: RSS %.1f MiB, %d fds, %d threads (daemon idle: %s)"
               % (i + 1, a["rss"] / MiB, a["fds"], a["threads"], a["idle"]))
-    print("idle verdict: %s (every round idle with the fds of before, RSS within %.1f MiB of "
+    print("idle verdict: %s (every round idle with no more fds than before, RSS within %.1f MiB of "
           "round 1's)" % (result["idle_verdict"], result["idle_rss_threshold"] / MiB))
     t = result["traffic"]
     print("%.0f s, %d clients at a time (%s): %d streams (%d closed early), %d batches, "
@@ -357,13 +357,14 @@ def run(args):
         result["rss_less_slots"] = judge(samples, "rss_less_slots", args.warmup,
                                          lambda warm: args.rss_tolerance_mib * MiB + 0.05 * warm)
         result["fds"] = judge(samples, "fds", args.warmup, lambda warm: float(args.fd_tolerance))
-        # Idle again after each round: no stream, no slot memory, the fds it
-        # had before the clients came, and (from round 2 on) the RSS of round
+        # Idle again after each round: no stream, no slot memory, no more fds
+        # than it had before the clients came (fewer is fine: the look before
+        # them may have caught a health check's connection not yet closed), and (from round 2 on) the RSS of round
         # 1's end within the RSS threshold (what the allocator keeps after
         # the first round is retention, what grows round after round a leak).
         first = idle_after[0]["rss"]
         result["idle_rss_threshold"] = args.rss_tolerance_mib * MiB + 0.05 * first
-        idle_flat = all(a["idle"] and a["fds"] == result["idle_before"]["fds"] and
+        idle_flat = all(a["idle"] and a["fds"] <= result["idle_before"]["fds"] and
                         a["rss"] - first <= result["idle_rss_threshold"] for a in idle_after)
         result["idle_verdict"] = "flat" if idle_flat else "NOT FLAT"
     finally:
