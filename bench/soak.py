@@ -31,8 +31,8 @@ post-warm-up minutes stay within the threshold (printed with it: RSS
 --rss-tolerance-mib plus 5% of the warm-up level; fds --fd-tolerance); the
 samples are taken while the clients run, never during a round's wind-down.
 Then the idle levels before the clients came and after each round: the idle
-verdict is flat when the daemon is idle after every round with exactly the
-fds it had before (given up to 5 s to close the connections clients have
+verdict is flat when the daemon is idle after every round with no more
+fds than it had before (given up to 5 s to close the connections clients have
 just let go of), and its RSS within the RSS threshold of its level after
 round 1 (the allocator keeps some memory after a first busy round: that is
 retention; growth round after round would be a leak). Exit status 0 when
