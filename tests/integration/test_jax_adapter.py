@@ -96,7 +96,7 @@ def test_training_example_runs(jax_python, daemon):
     assert "mean data wait" in r.stdout, r.stdout
 
 
-def test_without_jax_names_the_package(daemon):
+def test_without_jax_names_the_package():
     """Debian's interpreter has no JAX: the module imports, its first use
     says what to install."""
     code = ("import conveyor.jax as cj\n"
