@@ -12,6 +12,7 @@ Release stage only: it tests the adapter, not the daemon.
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -99,9 +100,26 @@ def test_training_example_runs(jax_python, daemon):
 def test_without_jax_names_the_package():
     """Debian's interpreter has no JAX: the module imports, its first use
     says what to install."""
+    if importlib.util.find_spec("jax") is not None:
+        pytest.skip("%s has JAX installed" % sys.executable)
     code = ("import conveyor.jax as cj\n"
             "try:\n    cj.batch_sharding()\nexcept ImportError as e:\n    print(e)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=ci.client_env(), timeout=ci.scaled(60))
     assert r.returncode == 0, r.stderr
     assert "pip install 'jax[cpu]'" in r.stdout, r.stdout
+
+
+def test_readme_snippet_runs(jax_python, daemon):
+    """The quick start of client/python/README.md, as written."""
+    text = (ci.CLIENT_DIR / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+              if "# conveyor.jax quick start" in b]
+    assert len(blocks) == 1, "README.md has %d jax quick starts" % len(blocks)
+    env = ci.client_env()
+    env["CONVEYOR_SERVER"] = daemon.unix
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    env["JAX_PLATFORMS"] = "cpu"
+    r = subprocess.run([jax_python, "-c", blocks[0]], capture_output=True, text=True, env=env,
+                       timeout=ci.scaled(300))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]

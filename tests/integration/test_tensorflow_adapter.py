@@ -13,6 +13,7 @@ Release stage only: it tests the adapter, not the daemon.
 
 import importlib.util
 import json
+import re
 import math
 import subprocess
 import sys
@@ -112,3 +113,16 @@ def test_without_tensorflow_names_the_package():
                        env=ci.client_env(), timeout=ci.scaled(60))
     assert r.returncode == 0, r.stderr
     assert "pip install tensorflow-cpu" in r.stdout, r.stdout
+
+
+def test_readme_snippet_runs(tf_python, daemon):
+    """The quick start of client/python/README.md, as written."""
+    text = (ci.CLIENT_DIR / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
+              if "# conveyor.tensorflow quick start" in b]
+    assert len(blocks) == 1, "README.md has %d tensorflow quick starts" % len(blocks)
+    env = tf_env()
+    env["CONVEYOR_SERVER"] = daemon.unix
+    r = subprocess.run([tf_python, "-c", blocks[0]], capture_output=True, text=True, env=env,
+                       timeout=ci.scaled(300))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]

@@ -25,13 +25,17 @@ Thread-safety: stateless functions.
 """
 
 import importlib
+from types import ModuleType
+from typing import Any, Union
 
 import numpy as np
+
+Copy = Union[str, bool]  # "auto", True or False
 
 COPY_MODES = ("auto", True, False)
 
 
-def require(module, pip_name, adapter):
+def require(module: str, pip_name: str, adapter: str) -> ModuleType:
     """Imports `module` (the framework) or raises ImportError naming the pip
     package that provides it."""
     try:
@@ -41,20 +45,20 @@ def require(module, pip_name, adapter):
                           "pip install %s" % (adapter, module, e, pip_name)) from e
 
 
-def check_copy(copy):
+def check_copy(copy: Copy) -> Copy:
     """Validates an adapter's `copy` argument."""
     if not any(copy is m or (isinstance(m, str) and copy == m) for m in COPY_MODES):
         raise ValueError("copy must be 'auto', True or False, got %r" % (copy,))
     return copy
 
 
-def views_keep_slot(batch):
+def views_keep_slot(batch: Any) -> bool:
     """True when the loader keeps the batch's slot from being reused while any
     view of its images lives (the safe-lifetime lease)."""
     return getattr(batch, "views_keep_slot", False) is True
 
 
-def owns_memory(images):
+def owns_memory(images: np.ndarray) -> bool:
     """True when the array's memory can never be reused behind it: a
     read-only view of an immutable bytes object (inline batches: the array
     holds the received message). Shared-memory and data-socket views (whose
@@ -65,7 +69,7 @@ def owns_memory(images):
     return isinstance(base, bytes)
 
 
-def needs_copy(batch, images, copy):
+def needs_copy(batch: Any, images: np.ndarray, copy: Copy) -> bool:
     """Whether the adapter must copy `images` (batch.images) under `copy`."""
     if copy is True:
         return True
@@ -77,7 +81,7 @@ def needs_copy(batch, images, copy):
 ALIGNMENT = 64  # what TensorFlow's CPU tensors need to share memory (Eigen's alignment)
 
 
-def aligned_copy(images, alignment=ALIGNMENT):
+def aligned_copy(images: np.ndarray, alignment: int = ALIGNMENT) -> np.ndarray:
     """A C-contiguous copy of `images` whose data starts at a multiple of
     `alignment` bytes, so that a framework can take it over without copying
     again (TensorFlow copies unaligned host memory, and aborts on unaligned
@@ -90,5 +94,5 @@ def aligned_copy(images, alignment=ALIGNMENT):
     return out
 
 
-def is_aligned(images, alignment=ALIGNMENT):
-    return images.ctypes.data % alignment == 0
+def is_aligned(images: np.ndarray, alignment: int = ALIGNMENT) -> bool:
+    return bool(images.ctypes.data % alignment == 0)

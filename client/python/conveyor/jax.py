@@ -30,16 +30,24 @@ Thread-safety: the functions keep no state; iterate() a stream from one
 thread, like the stream itself.
 """
 
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, Tuple
+
 import numpy as np
 
-from ._framework import check_copy, needs_copy, require
+from ._framework import Copy, check_copy, needs_copy, require
+
+if TYPE_CHECKING:
+    from .loader import Batch
 
 
-def _jax():
+def _jax() -> ModuleType:
     return require("jax", "'jax[cpu]' (or jax with your accelerator's jaxlib)", "conveyor.jax")
 
 
-def batch_sharding(devices=None, axis_name="batch"):
+def batch_sharding(devices: Optional[Sequence[Any]] = None, axis_name: str = "batch") -> Any:
     """A jax.sharding.NamedSharding that splits axis 0 (the batch) over
     `devices` (default: jax.local_devices()) along a one-axis Mesh named
     `axis_name`; the other axes are whole on every device."""
@@ -53,7 +61,7 @@ def batch_sharding(devices=None, axis_name="batch"):
     return NamedSharding(mesh, PartitionSpec(axis_name))
 
 
-def shard(array, sharding):
+def shard(array: Any, sharding: Any) -> Any:
     """Places `array` (numpy or jax) with `sharding` (e.g. batch_sharding()):
     each device holds its slice of the batch axis. A batch that does not
     split evenly raises ValueError naming both sizes."""
@@ -68,7 +76,7 @@ def shard(array, sharding):
     return jax.device_put(array, sharding)
 
 
-def _images_to_jax(jax, images):
+def _images_to_jax(jax: ModuleType, images: np.ndarray) -> Any:
     if images.flags.writeable:
         return jax.dlpack.from_dlpack(images)  # the array's memory itself (CPU)
     # numpy exports no read-only array through DLPack (inline batches: the
@@ -76,7 +84,7 @@ def _images_to_jax(jax, images):
     return jax.device_put(images)
 
 
-def to_jax(batch, copy="auto", sharding=None):
+def to_jax(batch: Batch, copy: Copy = "auto", sharding: Any = None) -> Tuple[Any, Any]:
     """(images, labels) of a conveyor.Batch as jax.Arrays: on the default CPU
     device through DLPack, or placed with `sharding`. copy: "auto" (copy
     unless the view stays valid after the batch's release), True or False
@@ -92,7 +100,8 @@ def to_jax(batch, copy="auto", sharding=None):
     return _images_to_jax(jax, images), jax.device_put(labels)
 
 
-def iterate(batches, copy="auto", sharding=None):
+def iterate(batches: Iterable[Batch], copy: Copy = "auto",
+            sharding: Any = None) -> Iterator[Tuple[Any, Any]]:
     """Yields (images, labels) jax.Arrays for every batch of `batches` (a
     conveyor Stream, e.g. loader.epoch(e) or loader.stream(n), a Loader -
     its current epoch - or any iterable of Batch). A stream it opened or was
@@ -102,7 +111,8 @@ def iterate(batches, copy="auto", sharding=None):
     return _iterate(batches, copy, sharding)
 
 
-def _iterate(batches, copy, sharding):
+def _iterate(batches: Iterable[Batch], copy: Copy,
+             sharding: Any) -> Iterator[Tuple[Any, Any]]:
     it = iter(batches)
     try:
         for batch in it:

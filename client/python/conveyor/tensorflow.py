@@ -31,17 +31,25 @@ Thread-safety: tf.data runs the generator on its own threads, one call at a
 time per iterator; each iteration of the dataset opens its own stream.
 """
 
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterator, Tuple
+
 import numpy as np
 
-from ._framework import aligned_copy, check_copy, is_aligned, needs_copy, require
+from ._framework import Copy, aligned_copy, check_copy, is_aligned, needs_copy, require
 from .loader import dtype_of
 
+if TYPE_CHECKING:
+    from .loader import Batch
 
-def _tf():
+
+def _tf() -> ModuleType:
     return require("tensorflow", "tensorflow-cpu (or tensorflow)", "conveyor.tensorflow")
 
 
-def element_spec(pipeline_info):
+def element_spec(pipeline_info: Any) -> Tuple[Any, Any]:
     """(images, labels) tf.TensorSpecs of a conveyor_pb2.PipelineInfo (e.g.
     loader.pipeline_info())."""
     tf = _tf()
@@ -53,7 +61,7 @@ def element_spec(pipeline_info):
     return images, tf.TensorSpec((None,), tf.int64, name="labels")
 
 
-def _images(tf, batch, copy):
+def _images(batch: Batch, copy: Copy) -> np.ndarray:
     """The batch's images for tf.data: a numpy array TensorFlow takes over
     without a copy (a view, or a 64-byte-aligned copy)."""
     images = batch.images
@@ -62,7 +70,7 @@ def _images(tf, batch, copy):
     return images
 
 
-def to_tensors(batch, copy="auto"):
+def to_tensors(batch: Batch, copy: Copy = "auto") -> Tuple[Any, Any]:
     """(images, labels) of a conveyor.Batch as eager tf.Tensors. Images go
     through DLPack, without a copy, when copy allows it (see the module) and
     the memory is 64-byte aligned and writable; otherwise they are copied."""
@@ -75,7 +83,7 @@ def to_tensors(batch, copy="auto"):
             tf.convert_to_tensor(batch.labels))
 
 
-def dataset(loader, num_epochs=1, copy="auto"):
+def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto") -> Any:
     """A tf.data.Dataset of (images, labels) over `loader` (a conveyor.Loader,
     or any object with its pipeline_info() and stream(num_epochs=) methods
     whose streams yield conveyor Batches and have close()).
@@ -91,11 +99,11 @@ def dataset(loader, num_epochs=1, copy="auto"):
                          "or True")
     spec = element_spec(loader.pipeline_info())
 
-    def generate():
+    def generate() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         stream = loader.stream(num_epochs=num_epochs)
         try:
             for batch in stream:
-                yield _images(tf, batch, copy), batch.labels
+                yield _images(batch, copy), batch.labels
         finally:  # also when tf.data drops the iterator half-way
             stream.close()
 
