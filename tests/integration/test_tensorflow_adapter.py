@@ -83,6 +83,7 @@ def test_dlpack_is_zero_copy_and_default_copies_reused_slots(tf_python, daemon, 
     assert all(result["aligned"]), result  # slots start on 64-byte boundaries
     assert all(result["false"]), result    # copy=False: TensorFlow's buffer is the slot
     assert not any(result["true"]), result
+    # copy="auto": the slot only when the loader keeps it leased while views live.
     assert result["auto"] == result["lease"], result
 
 

@@ -14,8 +14,9 @@ adapters hand over a view only when its memory cannot be reused behind it:
 
 - the batch's images are inline bytes (the array holds the received
   message, which nothing overwrites), or
-- the loader keeps the slot leased while any view of it lives: a Batch that
-  says so with a true `views_keep_slot` attribute (the safe-lifetime lease);
+- the loader keeps the slot leased while any view of it lives (the
+  Loader's safe lifetime: a batch whose images lease their slot or are a
+  private copy already);
 
 and copy otherwise. copy=False always hands over views (the caller keeps each
 batch unreleased until the framework is done with its arrays); copy=True
@@ -54,8 +55,9 @@ def check_copy(copy: Copy) -> Copy:
 
 def views_keep_slot(batch: Any) -> bool:
     """True when the loader keeps the batch's slot from being reused while any
-    view of its images lives (the safe-lifetime lease)."""
-    return getattr(batch, "views_keep_slot", False) is True
+    view of its images lives: the Loader's safe lifetime, where the images
+    lease their slot ("lease") or are already a private copy ("sent")."""
+    return getattr(batch, "_returns", None) in ("lease", "sent")
 
 
 def owns_memory(images: np.ndarray) -> bool:
