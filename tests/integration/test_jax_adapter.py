@@ -123,3 +123,26 @@ def test_readme_snippet_runs(jax_python, daemon):
     r = subprocess.run([jax_python, "-c", blocks[0]], capture_output=True, text=True, env=env,
                        timeout=ci.scaled(300))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+
+
+def test_copy_rule_helpers():
+    """The shared copy rule of the adapters (conveyor._framework), in this
+    interpreter: what counts as memory nothing reuses, aligned copies, and
+    a clear error for a bad `copy` argument."""
+    from conveyor import _framework as fw
+
+    inline = np.frombuffer(bytes(range(48)), np.uint8).reshape(4, 12)  # like inline batches
+    assert fw.owns_memory(inline)
+    slot_buffer = np.zeros(4096, np.uint8)  # like a data socket's reused per-slot buffer
+    assert not fw.owns_memory(slot_buffer[:48].reshape(4, 12))
+    assert not fw.owns_memory(slot_buffer)
+    with pytest.raises(ValueError, match="copy must be 'auto', True or False, got 'yes'"):
+        fw.check_copy("yes")
+    assert [fw.check_copy(c) for c in ("auto", True, False)] == ["auto", True, False]
+    raw = np.arange(3 * 5 * 7 + 64, dtype=np.float32)
+    for start in range(8):  # whatever the source's alignment
+        src = raw[start:start + 105].reshape(3, 5, 7)
+        out = fw.aligned_copy(src)
+        assert fw.is_aligned(out) and out.ctypes.data % 64 == 0
+        assert out.dtype == src.dtype and out.shape == src.shape and out.flags.c_contiguous
+        np.testing.assert_array_equal(out, src)
