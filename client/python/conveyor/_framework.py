@@ -65,7 +65,7 @@ def owns_memory(images: np.ndarray) -> bool:
     read-only view of an immutable bytes object (inline batches: the array
     holds the received message). Shared-memory and data-socket views (whose
     per-slot buffer is a numpy array the stream reuses) are not."""
-    base = images
+    base: Any = images
     while isinstance(base, np.ndarray) and not base.flags.writeable:
         base = base.base
     return isinstance(base, bytes)

@@ -52,13 +52,11 @@ def batch_sharding(devices: Optional[Sequence[Any]] = None, axis_name: str = "ba
     `devices` (default: jax.local_devices()) along a one-axis Mesh named
     `axis_name`; the other axes are whole on every device."""
     jax = _jax()
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
     devices = list(jax.local_devices() if devices is None else devices)
     if not devices:
         raise ValueError("batch_sharding: no devices given")
-    mesh = Mesh(np.array(devices), (axis_name,))
-    return NamedSharding(mesh, PartitionSpec(axis_name))
+    mesh = jax.sharding.Mesh(np.array(devices), (axis_name,))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis_name))
 
 
 def shard(array: Any, sharding: Any) -> Any:
