@@ -1,0 +1,121 @@
+"""conveyor.jax: a conveyor stream's batches as jax.Arrays.
+
+    import conveyor, conveyor.jax
+    loader = conveyor.Loader(address, pipeline="train", batch_size=256)
+    for images, labels in conveyor.jax.iterate(loader.epoch(0)):
+        params = train_step(params, images, labels)
+
+    # data parallel: each local device gets its slice of the batch axis
+    sharding = conveyor.jax.batch_sharding()        # Mesh of jax.local_devices()
+    for images, labels in conveyor.jax.iterate(loader.epoch(0), sharding=sharding):
+        ...
+
+Images come through DLPack from the batch's numpy array: on the CPU that is
+the daemon's memory itself, no copy (jax.Array.unsafe_buffer_pointer() equals
+batch.images.ctypes.data). JAX arrays are immutable and may be read long
+after the Python loop moved on (asynchronous dispatch), so copy="auto" (the
+default) copies the images once unless the loader keeps the batch's slot
+leased while a view of it lives (see conveyor._framework for the rule);
+copy=False hands over the view as long as you keep each batch unreleased
+until JAX is done with it (open_stream(auto_release=False), and release
+after jax.block_until_ready on the step's result); copy=True always copies.
+Note that jax.device_put and jnp.asarray of batch.images alias the slot on
+the CPU just the same: go through this module or copy.
+
+Labels are int64 numpy arrays owned by the batch; JAX gets them in its
+default integer type (int32 unless jax_enable_x64). JAX is imported on first
+use: importing this module needs no JAX.
+
+Thread-safety: the functions keep no state; iterate() a stream from one
+thread, like the stream itself.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._framework import Copy, check_copy, needs_copy, require
+
+if TYPE_CHECKING:
+    from .loader import Batch
+
+
+def _jax() -> ModuleType:
+    return require("jax", "'jax[cpu]' (or jax with your accelerator's jaxlib)", "conveyor.jax")
+
+
+def batch_sharding(devices: Optional[Sequence[Any]] = None, axis_name: str = "batch") -> Any:
+    """A jax.sharding.NamedSharding that splits axis 0 (the batch) over
+    `devices` (default: jax.local_devices()) along a one-axis Mesh named
+    `axis_name`; the other axes are whole on every device."""
+    jax = _jax()
+    devices = list(jax.local_devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("batch_sharding: no devices given")
+    mesh = jax.sharding.Mesh(np.array(devices), (axis_name,))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis_name))
+
+
+def shard(array: Any, sharding: Any) -> Any:
+    """Places `array` (numpy or jax) with `sharding` (e.g. batch_sharding()):
+    each device holds its slice of the batch axis. A batch that does not
+    split evenly raises ValueError naming both sizes."""
+    jax = _jax()
+    try:
+        sharding.shard_shape(tuple(array.shape))
+    except ValueError as e:
+        raise ValueError("a batch of %d samples does not split evenly over the sharding's %d "
+                         "devices (%s): use a batch size that is a multiple of it, and "
+                         "drop_last=True with the 'fail_fast' error policy so that no batch is "
+                         "short" % (array.shape[0], len(sharding.device_set), e)) from None
+    return jax.device_put(array, sharding)
+
+
+def _images_to_jax(jax: ModuleType, images: np.ndarray) -> Any:
+    if images.flags.writeable:
+        return jax.dlpack.from_dlpack(images)  # the array's memory itself (CPU)
+    # numpy exports no read-only array through DLPack (inline batches: the
+    # array views the received message, which nothing overwrites).
+    return jax.device_put(images)
+
+
+def to_jax(batch: Batch, copy: Copy = "auto", sharding: Any = None) -> Tuple[Any, Any]:
+    """(images, labels) of a conveyor.Batch as jax.Arrays: on the default CPU
+    device through DLPack, or placed with `sharding`. copy: "auto" (copy
+    unless the view stays valid after the batch's release), True or False
+    (see the module's documentation)."""
+    jax = _jax()
+    check_copy(copy)
+    images = batch.images
+    if needs_copy(batch, images, copy):
+        images = np.array(images, copy=True)
+    labels = batch.labels.astype(jax.dtypes.canonicalize_dtype(np.int64), copy=False)
+    if sharding is not None:
+        return shard(images, sharding), shard(labels, sharding)
+    return _images_to_jax(jax, images), jax.device_put(labels)
+
+
+def iterate(batches: Iterable[Batch], copy: Copy = "auto",
+            sharding: Any = None) -> Iterator[Tuple[Any, Any]]:
+    """Yields (images, labels) jax.Arrays for every batch of `batches` (a
+    conveyor Stream, e.g. loader.epoch(e) or loader.stream(n), a Loader -
+    its current epoch - or any iterable of Batch). A stream it opened or was
+    given is closed when the iteration ends or is abandoned."""
+    _jax()
+    check_copy(copy)
+    return _iterate(batches, copy, sharding)
+
+
+def _iterate(batches: Iterable[Batch], copy: Copy,
+             sharding: Any) -> Iterator[Tuple[Any, Any]]:
+    it = iter(batches)
+    try:
+        for batch in it:
+            yield to_jax(batch, copy, sharding)
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
