@@ -30,8 +30,10 @@ export JOBS
 "$ROOT/scripts/install-deps.sh"
 
 # The benchmark smoke test measures throughput of Release builds; under a
-# sanitizer it only takes time.
-SANITIZED_EXCLUDE="pytest.python.test_bench_smoke"
+# sanitizer it only takes time. The framework adapters' suites test Python
+# code in the frameworks' own interpreters against a daemon that the other
+# suites already run sanitized.
+SANITIZED_EXCLUDE="pytest.python.test_bench_smoke|pytest.integration.test_jax_adapter|pytest.integration.test_tensorflow_adapter"
 TIMES=()
 
 # The cached virtual environments of scripts/venvs/ (framework adapters,
