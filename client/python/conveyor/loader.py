@@ -9,13 +9,26 @@
 How a stream works (see proto/conveyor/v1/conveyor.proto): the client opens a
 bidirectional StreamBatches call, the daemon answers StreamOpened, then sends
 Batch messages. The client grants `credits` batches: the daemon never has more
-than that many batches of the stream unreleased. A batch is released (a
-Release message, naming the batch's slot and sequence, goes back) when the
+than that many batches of the stream unreleased. A batch is released when the
 next batch is taken, when `batch.release()` is called, or when the stream is
-closed (`with` block exit, `close()`, end of iteration). After release the batch's slot belongs to the
-daemon again and `batch.images` raises BatchReleasedError; arrays obtained
-before the release still view the slot, whose contents the daemon will
-overwrite - keep data with `batch.copy()`.
+closed (`with` block exit, `close()`, end of iteration); afterwards
+`batch.images` raises BatchReleasedError.
+
+Lifetimes (the `lifetime` argument):
+  "safe" (default): the images array leases the batch's slot (conveyor._lease).
+      The Release message goes back only once the batch is released AND no
+      array, tensor or DLPack capsule views the images any more, so a kept
+      `torch.from_numpy(batch.images)` is never overwritten. When arrays of
+      released batches hold all credits but one, later batches are handed out
+      as private copies (their slots go back at once; `stream.copied_batches`
+      counts them, a RuntimeWarning says so once per stream), so the stream
+      never waits for a slot the user holds. With credits=1 that cannot help:
+      taking a batch while the previous one's array is kept raises
+      ConveyorError.
+  "fast": the explicit zero-copy fast path. The Release goes back when the
+      batch is released, whatever still views it: arrays kept past that view
+      a slot the daemon overwrites with later batches (keep data with
+      `batch.copy()`).
 
 Transports: on a unix socket the daemon hands over a memfd that holds every
 slot of the stream; the client maps it once and `batch.images` is a numpy view
@@ -33,10 +46,12 @@ Threads: one gRPC call per stream; the request side is fed by a queue
 """
 
 import collections
+import gc
 import math
 import os
 import queue
 import threading
+import warnings
 
 import grpc
 import numpy as np
@@ -45,6 +60,7 @@ from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
+from ._lease import LeaseBook, leased_array
 from ._security import Security
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, ProtocolError,
@@ -62,6 +78,17 @@ _TRANSPORT_NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory"
                     pb.DATA_SOCKET: "data_socket"}
 
 SampleFailure = collections.namedtuple("SampleFailure", "sample_index path reason")
+
+LIFETIMES = ("safe", "fast")
+
+
+def check_lifetime(lifetime):
+    """lifetime must be "safe" (default: a batch's slot goes back when the
+    batch is released and no array views it any more) or "fast" (the slot
+    goes back when the batch is released, whatever still views it)."""
+    if lifetime not in LIFETIMES:
+        raise InvalidRequest("lifetime must be \"safe\" or \"fast\", got %r" % (lifetime,))
+    return lifetime
 
 
 def default_address():
@@ -147,7 +174,7 @@ class Batch:
     that owns its arrays and never needs releasing.
     """
 
-    __slots__ = ("_stream", "_images", "_released", "labels", "indices", "sequence", "epoch",
+    __slots__ = ("_stream", "_images", "_released", "_returns", "labels", "indices", "sequence", "epoch",
                  "batch_in_epoch", "position", "offset", "epoch_samples", "end_of_epoch", "num_samples",
                  "slot", "failures", "__weakref__")
 
@@ -157,6 +184,10 @@ class Batch:
         self._stream = stream
         self._images = images
         self._released = stream is None
+        # How the slot goes back on release: "now" (a Release message),
+        # "lease" (when the images' SlotLease dies), "sent" (already returned:
+        # the images are a private copy).
+        self._returns = "now"
         self.labels = labels
         self.indices = indices
         self.sequence = sequence
@@ -218,6 +249,11 @@ class Batch:
 _CLOSE = object()  # ends the request iterator (half-close)
 
 
+def _release_message(slot, sequence):
+    # The batch's sequence lets the daemon refuse a stale Release.
+    return pb.ClientMessage(release=pb.Release(slots=[slot], sequences=[sequence]))
+
+
 def _drain(requests):
     """The request iterator of a StreamBatches call: messages put on the
     queue, until _CLOSE."""
@@ -248,7 +284,8 @@ class Stream(ClosesOnExit):
     """
 
     def __init__(self, channel_or_address, request, *, auto_release=True, on_batch=None,
-                 fd_timeout=10.0, data_host=None, security=None):
+                 fd_timeout=10.0, data_host=None, security=None, lifetime="safe"):
+        self.lifetime = check_lifetime(lifetime)
         if security is None:
             security = Security.from_env()
         self._channel, stub, self._owns_channel = _stub(channel_or_address, security)
@@ -258,6 +295,8 @@ class Stream(ClosesOnExit):
         self._on_batch = on_batch
         self._lock = threading.Lock()
         self._requests = queue.SimpleQueue()  # C-level put/get: one Release per batch
+        self._book = LeaseBook(self._requests, _release_message)
+        self.copied_batches = 0  # batches handed out as private copies (see _wrap_fields)
         self._held = {}        # slot -> Batch taken and not released
         self._current = None   # auto-released when the next batch is taken
         self._done = False
@@ -328,6 +367,11 @@ class Stream(ClosesOnExit):
             self._held.pop(batch.slot, None)
             if self._current is batch:
                 self._current = None
+            if batch._returns != "now":
+                # "lease": the Release goes when the last view of the images
+                # is gone (maybe right here); "sent": it went at arrival.
+                batch._images = None
+                return
             if not self._done:
                 # The batch's sequence lets the daemon refuse a stale Release.
                 self._requests.put(pb.ClientMessage(release=pb.Release(
@@ -346,6 +390,15 @@ class Stream(ClosesOnExit):
         if not self._auto_release and len(self._held) >= self.credits:
             raise ConveyorError("holding all %d credits: release a batch before taking another"
                                 % self.credits)
+        if len(self._book.leased) >= self.credits:
+            gc.collect()  # views caught in a reference cycle
+            lingering = len(self._book.leased) - self._held_leases()
+            if len(self._book.leased) >= self.credits:
+                raise ConveyorError(
+                    "all %d credits are held: arrays (tensors, DLPack capsules) of %d released "
+                    "batches are still referenced, so the daemon cannot send another batch; drop "
+                    "them, keep copies (batch.copy()), or open the stream with more credits"
+                    % (self.credits, lingering))
         while True:
             try:
                 msg = next(self._call)
@@ -398,11 +451,16 @@ class Stream(ClosesOnExit):
         if (self._region is not None or self._data is not None) and m.images_bytes != nbytes:
             raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
                                 % (m.sequence, m.images_bytes, shape, dtype))
-        if self._region is not None:
-            images = (np.empty(shape, dtype) if nbytes == 0
-                      else self._region.view(m.images_offset, nbytes, dtype, shape))
-        elif self._data is not None:
-            images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
+        returns = "now"
+        if self._region is not None or self._data is not None:
+            if nbytes == 0:
+                images = np.empty(shape, dtype)
+            elif self._region is not None:
+                images = self._region.view(m.images_offset, nbytes, dtype, shape)
+            else:
+                images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
+            if nbytes and self.lifetime == "safe":
+                images, returns = self._lease_or_copy(m, images)
         else:
             data = m.images  # each read of a bytes field copies it: read it once
             if len(data) != nbytes:
@@ -412,10 +470,35 @@ class Stream(ClosesOnExit):
         labels = np.array(m.labels, dtype=np.int64)
         indices = np.array(m.sample_indices, dtype=np.int64)
         failures = [SampleFailure(f.sample_index, f.path, f.reason) for f in m.failures]
-        return Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
-                     batch_in_epoch=m.batch_in_epoch, position=m.position, offset=m.offset,
-                     epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
-                     failures=failures)
+        batch = Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
+                      batch_in_epoch=m.batch_in_epoch, position=m.position, offset=m.offset,
+                      epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
+                      failures=failures)
+        batch._returns = returns
+        return batch
+
+    def _held_leases(self):
+        return sum(1 for b in list(self._held.values()) if b._returns == "lease")
+
+    def _lease_or_copy(self, m, view):
+        """lifetime="safe": the images of batch `m` as an array leasing its
+        slot - or, when arrays of released batches already hold all credits
+        but this one, a private copy whose slot goes back at once (leasing
+        it would leave the daemon no credit to send the next batch)."""
+        leased = len(self._book.leased)
+        lingering = leased - self._held_leases()
+        if lingering >= 1 and leased >= self.credits - 1:
+            images = np.array(view, copy=True)
+            self._book.send_release(m.slot, m.sequence)
+            self.copied_batches += 1
+            if self.copied_batches == 1:
+                warnings.warn(
+                    "conveyor: arrays of %d released batches of stream %d are still referenced "
+                    "(all but one of its %d credits); further batches are copied out of the "
+                    "slots until they are dropped (more credits avoid the copies)"
+                    % (lingering, self.stream_id, self.credits), RuntimeWarning, stacklevel=5)
+            return images, "sent"
+        return leased_array(self._book, m.slot, m.sequence, view), "lease"
 
     # --- lifetime -------------------------------------------------------
     @property
@@ -426,6 +509,12 @@ class Stream(ClosesOnExit):
     def held(self):
         """Batches taken and not yet released."""
         return len(self._held)
+
+    @property
+    def leased(self):
+        """Slots the client holds through leases (lifetime="safe"): batches
+        not released, and released ones whose arrays are still referenced."""
+        return len(self._book.leased)
 
     def _finish(self, cancel, release_held=False):
         with self._lock:
@@ -438,6 +527,7 @@ class Stream(ClosesOnExit):
             if self._done:
                 return
             self._done = True
+            self._book.done = True
         self._requests.put(_CLOSE)
         if cancel:
             self._call.cancel()
@@ -475,7 +565,7 @@ _FROM_ADDRESS = object()
 def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
                 world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
                 resume=None, auto_release=True, on_batch=None, data_host=_FROM_ADDRESS,
-                security=None):
+                security=None, lifetime="safe"):
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -490,7 +580,9 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
     `address` (None when `address` is a unix socket or a grpc.Channel: such
     a stream is never given a data socket).
     security: a conveyor.Security (token, TLS); default Security.from_env().
+    lifetime: "safe" (default) or "fast"; see Loader.
     """
+    check_lifetime(lifetime)
     try:
         tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
     except KeyError:
@@ -508,7 +600,7 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
         req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, offset=r_offset,
                                               world_size=r_world))
     return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host,
-                  security=security)
+                  security=security, lifetime=lifetime)
 
 
 class Loader:
@@ -531,6 +623,8 @@ class Loader:
     default: Security.from_env(), from $CONVEYOR_TOKEN_FILE and friends). retry: None
     (errors surface at once) or a RetryPolicy: streams of this loader then
     wait for a lost daemon and resume where the trainer was (conveyor.retry).
+    lifetime: "safe" (default: kept arrays keep their batch's slot) or
+    "fast" (slots go back on release; see the module's docstring).
 
     loader.epoch(e)        a Stream over epoch e (one gRPC call)
     loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
@@ -548,7 +642,9 @@ class Loader:
     def __init__(self, address, pipeline, batch_size, rank=None, world_size=None, seed=0,
                  credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0,
                  retry=None, local_rank=None, security=None, token=None, token_file=None,
-                 tls_ca=None, client_cert=None, client_key=None, tls_server_name=None):
+                 tls_ca=None, client_cert=None, client_key=None, tls_server_name=None,
+                 lifetime="safe"):
+        self.lifetime = check_lifetime(lifetime)
         given = dict(token=token, token_file=token_file, tls_ca=tls_ca, client_cert=client_cert,
                      client_key=client_key, tls_server_name=tls_server_name)
         given = {k: v for k, v in given.items() if v is not None}
@@ -598,7 +694,8 @@ class Loader:
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
-                           on_batch=on_batch, data_host=self._data_host, security=self.security)
+                           on_batch=on_batch, data_host=self._data_host, security=self.security,
+                           lifetime=self.lifetime)
 
     def _open(self, first_epoch, num_epochs, resume):
         if self.retry is not None:
