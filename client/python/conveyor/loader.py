@@ -561,6 +561,11 @@ def _env_int(name, default):
 
 _FROM_ADDRESS = object()
 
+# Channels a forked child inherited from its parent's loaders: kept referenced
+# so that the child never runs their destructors (see Loader._check_fork).
+_FORKED_CHANNELS = []
+_IMPORT_PID = os.getpid()  # a loader in another process runs in a fork of this one
+
 
 def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
                 world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
@@ -666,22 +671,54 @@ class Loader:
             raise InvalidRequest("retry must be None or a conveyor.RetryPolicy, got %r" % (retry,))
         self.retry = retry
         self._lock = threading.Lock()
+        self._pid = os.getpid()          # the process whose channel _channel is
         self._epoch = int(first_epoch)   # epoch of the resume point
         self._offset = 0                 # samples of _epoch's global order consumed
         self._pending_resume = False     # set by load_state_dict
         self._resume_world = self.world_size  # world size when the offset was saved
         self._channel = None
         self._data_host = tcp_host(grpc_target(self.address))  # None on a unix socket
+        self._dataset_size = None        # cached by batches_per_epoch()
+
+    def _check_fork(self):
+        """After a fork (a DataLoader worker, multiprocessing) the parent's
+        channel is not this process's: its sockets and gRPC's threads stayed
+        behind. The child leaves it alone (never closes or collects it: that
+        would touch the parent's connection state) and opens its own."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()  # the parent may have held it while forking
+            if self._channel is not None:
+                _FORKED_CHANNELS.append(self._channel)
+            self._channel = None
+            self._pid = os.getpid()
+
+    def __getstate__(self):
+        # Pickled for a spawned worker: everything but the lock and the
+        # channel (the new process opens its own).
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        state["_channel"] = None
+        state["_pid"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     @property
     def channel(self):
+        self._check_fork()
         with self._lock:
             if self._channel is None:
                 # A channel of its own (local subchannel pool): a retry's fresh
-                # channel must not inherit the reconnect backoff of a shared one.
+                # channel must not inherit the reconnect backoff of a shared one,
+                # and a forked child's must not reuse the parent's connection
+                # from gRPC's global pool (its fd is not the child's socket).
+                own = self.retry is not None or self._pid != _IMPORT_PID
                 self._channel = make_channel(
                     self.address, options=[("grpc.use_local_subchannel_pool", 1)]
-                    if self.retry is not None else (), security=self.security)
+                    if own else (), security=self.security)
             return self._channel
 
     def _on_batch(self, batch):
@@ -713,6 +750,7 @@ class Loader:
         stale.close()
 
     def _resume_for(self, epoch, use_progress):
+        self._check_fork()
         with self._lock:
             if (use_progress or self._pending_resume) and epoch == self._epoch and self._offset > 0:
                 self._pending_resume = False
@@ -741,12 +779,40 @@ class Loader:
     def current_epoch(self):
         return self._epoch
 
+    def set_epoch(self, epoch):
+        """The epoch iter(loader) / stream() reads next. The position inside
+        the current epoch (a loaded state, a loop left mid-way) is kept when
+        `epoch` is that epoch, else reading starts at the epoch's beginning."""
+        epoch = int(epoch)
+        self._check_fork()
+        with self._lock:
+            if epoch != self._epoch:
+                self._epoch = epoch
+                self._offset = 0
+                self._pending_resume = False
+                self._resume_world = self.world_size
+
+    def batches_per_epoch(self):
+        """Batches of a full epoch for this rank: what StreamOpened's
+        batches_per_epoch will say (the dataset's size from the daemon,
+        split as the daemon's sampler splits it)."""
+        if self._dataset_size is None:
+            self._dataset_size = int(self.pipeline_info().dataset_size)
+        n, w = self._dataset_size, self.world_size
+        per_rank = n // w if self.drop_last else -(-n // w)
+        return -(-per_rank // self.batch_size)
+
+    def __len__(self):
+        return self.batches_per_epoch()
+
     def state_dict(self):
+        self._check_fork()
         with self._lock:
             return {"pipeline": self.pipeline, "epoch": self._epoch, "offset": self._offset,
                     "world_size": self._resume_world, "seed": self.seed}
 
     def load_state_dict(self, state):
+        self._check_fork()
         saved = state.get("pipeline")
         if saved is not None and saved != self.pipeline:
             raise InvalidRequest(
@@ -769,6 +835,7 @@ class Loader:
         raise NotFound("the daemon has no pipeline %r" % self.pipeline)
 
     def close(self):
+        self._check_fork()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
