@@ -45,6 +45,8 @@ Threads: one gRPC call per stream; the request side is fed by a queue
 `batch.release()` may be called from any thread.
 """
 
+from __future__ import annotations
+
 import collections
 import gc
 import math
@@ -52,6 +54,8 @@ import os
 import queue
 import threading
 import warnings
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 import grpc
 import numpy as np
@@ -70,7 +74,7 @@ from .retry import RetryingStream, RetryPolicy, resume_point
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: inline batches travel in one message
 DEFAULT_ADDRESS = "unix:///run/conveyor/conveyor.sock"
 
-_DTYPES = {pb.UINT8: np.dtype(np.uint8), pb.FLOAT32: np.dtype(np.float32),
+_DTYPES: Dict[int, np.dtype] = {pb.UINT8: np.dtype(np.uint8), pb.FLOAT32: np.dtype(np.float32),
            pb.FLOAT16: np.dtype(np.float16)}
 _TRANSPORTS = {"auto": pb.TRANSPORT_AUTO, "shm": pb.SHARED_MEMORY, "shared_memory": pb.SHARED_MEMORY,
                "inline": pb.INLINE, "data_socket": pb.DATA_SOCKET}
@@ -82,7 +86,7 @@ SampleFailure = collections.namedtuple("SampleFailure", "sample_index path reaso
 LIFETIMES = ("safe", "fast")
 
 
-def check_lifetime(lifetime):
+def check_lifetime(lifetime: str) -> str:
     """lifetime must be "safe" (default: a batch's slot goes back when the
     batch is released and no array views it any more) or "fast" (the slot
     goes back when the batch is released, whatever still views it)."""
@@ -91,12 +95,12 @@ def check_lifetime(lifetime):
     return lifetime
 
 
-def default_address():
+def default_address() -> str:
     """$CONVEYOR_SERVER, else the daemon's default unix socket."""
     return os.environ.get("CONVEYOR_SERVER") or DEFAULT_ADDRESS
 
 
-def grpc_target(address):
+def grpc_target(address: str) -> str:
     """The gRPC target for an address: "unix:///path.sock", "unix:path",
     an absolute socket path, or "host:port"."""
     if not address:
@@ -106,7 +110,8 @@ def grpc_target(address):
     return address
 
 
-def make_channel(address, options=(), security=None):
+def make_channel(address: str, options: Sequence[Tuple[str, Any]] = (),
+                 security: Optional[Security] = None) -> grpc.Channel:
     """A gRPC channel to the daemon with 1 GiB message limits. `security`
     (a conveyor.Security; default Security.from_env()): TLS for TCP
     addresses when it names a CA, its bearer token on every call."""
@@ -118,14 +123,16 @@ def make_channel(address, options=(), security=None):
     return security.channel(grpc_target(address), opts)
 
 
-def _stub(channel_or_address, security=None):
+def _stub(channel_or_address: Union[str, grpc.Channel],
+          security: Optional[Security] = None) -> Tuple[grpc.Channel, Any, bool]:
     if isinstance(channel_or_address, str):
         ch = make_channel(channel_or_address, security=security)
         return ch, pb_grpc.ConveyorStub(ch), True
     return channel_or_address, pb_grpc.ConveyorStub(channel_or_address), False
 
 
-def list_pipelines(address=None, timeout=10.0, security=None):
+def list_pipelines(address: Union[str, grpc.Channel, None] = None, timeout: float = 10.0,
+                   security: Optional[Security] = None) -> List[Any]:
     """The daemon's pipelines (those this client may open): a list of
     conveyor_pb2.PipelineInfo."""
     ch, stub, owned = _stub(address or default_address(), security)
@@ -138,7 +145,8 @@ def list_pipelines(address=None, timeout=10.0, security=None):
             ch.close()
 
 
-def stats(address=None, timeout=10.0, security=None):
+def stats(address: Union[str, grpc.Channel, None] = None, timeout: float = 10.0,
+          security: Optional[Security] = None) -> Any:
     """The daemon's per-stage and per-stream figures: conveyor_pb2.GetStatsResponse."""
     ch, stub, owned = _stub(address or default_address(), security)
     try:
@@ -150,7 +158,7 @@ def stats(address=None, timeout=10.0, security=None):
             ch.close()
 
 
-def dtype_of(enum_value):
+def dtype_of(enum_value: int) -> np.dtype:
     """numpy dtype of a conveyor_pb2.DType value."""
     try:
         return _DTYPES[enum_value]
@@ -178,11 +186,13 @@ class Batch:
                  "batch_in_epoch", "position", "offset", "epoch_samples", "end_of_epoch", "num_samples",
                  "slot", "failures", "__weakref__")
 
-    def __init__(self, stream, images, labels, indices, *, sequence=0, epoch=0, batch_in_epoch=0,
-                 position=0, offset=0, epoch_samples=0, end_of_epoch=False, slot=0,
-                 failures=()):
+    def __init__(self, stream: Optional[Stream], images: np.ndarray, labels: np.ndarray,
+                 indices: np.ndarray, *, sequence: int = 0, epoch: int = 0,
+                 batch_in_epoch: int = 0, position: int = 0, offset: int = 0,
+                 epoch_samples: int = 0, end_of_epoch: bool = False, slot: int = 0,
+                 failures: Sequence[SampleFailure] = ()) -> None:
         self._stream = stream
-        self._images = images
+        self._images: Optional[np.ndarray] = images
         self._released = stream is None
         # How the slot goes back on release: "now" (a Release message),
         # "lease" (when the images' SlotLease dies), "sent" (already returned:
@@ -202,25 +212,26 @@ class Batch:
         self.failures = list(failures)
 
     @property
-    def images(self):
-        if self._released and self._stream is not None:
+    def images(self) -> np.ndarray:
+        images = self._images
+        if images is None or (self._released and self._stream is not None):
             raise BatchReleasedError(
                 "batch %d (epoch %d) was released: its slot belongs to the daemon again and may "
                 "hold another batch; call batch.copy() before releasing to keep the data"
                 % (self.sequence, self.epoch))
-        return self._images
+        return images
 
     @property
-    def released(self):
+    def released(self) -> bool:
         """True once the batch's slot went back to the daemon (copies: False)."""
         return self._released and self._stream is not None
 
-    def release(self):
+    def release(self) -> None:
         """Gives the slot back to the daemon (one credit). Idempotent; thread-safe."""
         if self._stream is not None:
             self._stream._release(self)
 
-    def copy(self):
+    def copy(self) -> Batch:
         """An independent batch owning copies of images, labels and indices."""
         return Batch(None, np.array(self.images, copy=True), self.labels.copy(), self.indices.copy(),
                      sequence=self.sequence, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
@@ -228,16 +239,16 @@ class Batch:
                      epoch_samples=self.epoch_samples,
                      end_of_epoch=self.end_of_epoch, slot=self.slot, failures=self.failures)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.num_samples
 
-    def __enter__(self):
+    def __enter__(self) -> Batch:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.release()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         shape = tuple(self._images.shape) if self._images is not None else None
         return ("Batch(sequence=%d, epoch=%d, batch_in_epoch=%d, position=%d, num_samples=%d, "
                 "shape=%s, dtype=%s, failures=%d%s)"
@@ -249,12 +260,12 @@ class Batch:
 _CLOSE = object()  # ends the request iterator (half-close)
 
 
-def _release_message(slot, sequence):
+def _release_message(slot: int, sequence: int) -> Any:
     # The batch's sequence lets the daemon refuse a stale Release.
     return pb.ClientMessage(release=pb.Release(slots=[slot], sequences=[sequence]))
 
 
-def _drain(requests):
+def _drain(requests: "queue.SimpleQueue[Any]") -> Iterator[Any]:
     """The request iterator of a StreamBatches call: messages put on the
     queue, until _CLOSE."""
     while True:
@@ -283,8 +294,10 @@ class Stream(ClosesOnExit):
     messages seen), end (the StreamEnd message once the stream finished).
     """
 
-    def __init__(self, channel_or_address, request, *, auto_release=True, on_batch=None,
-                 fd_timeout=10.0, data_host=None, security=None, lifetime="safe"):
+    def __init__(self, channel_or_address: Union[str, grpc.Channel], request: Any, *,
+                 auto_release: bool = True, on_batch: Optional[Callable[[Batch], None]] = None,
+                 fd_timeout: float = 10.0, data_host: Optional[str] = None,
+                 security: Optional[Security] = None, lifetime: str = "safe") -> None:
         self.lifetime = check_lifetime(lifetime)
         if security is None:
             security = Security.from_env()
@@ -294,16 +307,16 @@ class Stream(ClosesOnExit):
         self._auto_release = auto_release
         self._on_batch = on_batch
         self._lock = threading.Lock()
-        self._requests = queue.SimpleQueue()  # C-level put/get: one Release per batch
+        self._requests: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # C-level put/get: one Release per batch
         self._book = LeaseBook(self._requests, _release_message)
         self.copied_batches = 0  # batches handed out as private copies (see _wrap_fields)
-        self._held = {}        # slot -> Batch taken and not released
-        self._current = None   # auto-released when the next batch is taken
+        self._held: Dict[int, Batch] = {}  # slot -> Batch taken and not released
+        self._current: Optional[Batch] = None  # auto-released when the next batch is taken
         self._done = False
-        self._region = None
-        self._data = None
-        self.epoch_ends = []
-        self.end = None
+        self._region: Optional[SharedRegion] = None
+        self._data: Optional[DataSocket] = None
+        self.epoch_ends: List[Any] = []
+        self.end: Any = None
         self._requests.put(pb.ClientMessage(open=request))
         # The request iterator holds only the queue, not the Stream: gRPC's
         # request thread keeps it alive, and an abandoned Stream must still be
@@ -359,7 +372,7 @@ class Stream(ClosesOnExit):
             raise ConveyorError("protocol error: the daemon chose transport %r" % opened.transport)
 
     # --- requests -------------------------------------------------------
-    def _release(self, batch):
+    def _release(self, batch: Batch) -> None:
         with self._lock:
             if batch._released:
                 return
@@ -378,10 +391,10 @@ class Stream(ClosesOnExit):
                     slots=[batch.slot], sequences=[batch.sequence])))
 
     # --- responses ------------------------------------------------------
-    def __iter__(self):
+    def __iter__(self) -> Stream:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         cur = self._current
         if cur is not None and self._auto_release:
             cur.release()
@@ -435,7 +448,7 @@ class Stream(ClosesOnExit):
             self._finish(cancel=True)
             raise ConveyorError("protocol error: unexpected server message %r" % kind)
 
-    def _wrap(self, m):
+    def _wrap(self, m: Any) -> Batch:
         try:
             return self._wrap_fields(m)
         except (ValueError, TypeError, OverflowError, IndexError, KeyError) as e:
@@ -444,7 +457,7 @@ class Stream(ClosesOnExit):
             raise ProtocolError("protocol error: batch %d does not fit together: %s: %s"
                                 % (m.sequence, type(e).__name__, e)) from None
 
-    def _wrap_fields(self, m):
+    def _wrap_fields(self, m: Any) -> Batch:
         dtype = dtype_of(m.dtype)
         shape = tuple(m.shape)
         nbytes = math.prod(shape) * dtype.itemsize if shape else 0
@@ -458,6 +471,7 @@ class Stream(ClosesOnExit):
             elif self._region is not None:
                 images = self._region.view(m.images_offset, nbytes, dtype, shape)
             else:
+                assert self._data is not None
                 images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
             if nbytes and self.lifetime == "safe":
                 images, returns = self._lease_or_copy(m, images)
@@ -477,10 +491,10 @@ class Stream(ClosesOnExit):
         batch._returns = returns
         return batch
 
-    def _held_leases(self):
+    def _held_leases(self) -> int:
         return sum(1 for b in list(self._held.values()) if b._returns == "lease")
 
-    def _lease_or_copy(self, m, view):
+    def _lease_or_copy(self, m: Any, view: np.ndarray) -> Tuple[np.ndarray, str]:
         """lifetime="safe": the images of batch `m` as an array leasing its
         slot - or, when arrays of released batches already hold all credits
         but this one, a private copy whose slot goes back at once (leasing
@@ -502,21 +516,21 @@ class Stream(ClosesOnExit):
 
     # --- lifetime -------------------------------------------------------
     @property
-    def done(self):
+    def done(self) -> bool:
         return self._done
 
     @property
-    def held(self):
+    def held(self) -> int:
         """Batches taken and not yet released."""
         return len(self._held)
 
     @property
-    def leased(self):
+    def leased(self) -> int:
         """Slots the client holds through leases (lifetime="safe"): batches
         not released, and released ones whose arrays are still referenced."""
         return len(self._book.leased)
 
-    def _finish(self, cancel, release_held=False):
+    def _finish(self, cancel: bool, release_held: bool = False) -> None:
         with self._lock:
             if release_held:
                 # close(): every batch still held counts as released from now on.
@@ -538,7 +552,7 @@ class Stream(ClosesOnExit):
         if self._owns_channel:
             self._channel.close()
 
-    def close(self):
+    def close(self) -> None:
         """Cancels the call if it is still running and releases every batch
         still held (their `images` raise from now on). Idempotent.
 
@@ -549,7 +563,7 @@ class Stream(ClosesOnExit):
         self._finish(cancel=True, release_held=True)
 
 
-def _env_int(name, default):
+def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -563,14 +577,18 @@ _FROM_ADDRESS = object()
 
 # Channels a forked child inherited from its parent's loaders: kept referenced
 # so that the child never runs their destructors (see Loader._check_fork).
-_FORKED_CHANNELS = []
+_FORKED_CHANNELS: List[grpc.Channel] = []
 _IMPORT_PID = os.getpid()  # a loader in another process runs in a fork of this one
 
 
-def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
-                world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
-                resume=None, auto_release=True, on_batch=None, data_host=_FROM_ADDRESS,
-                security=None, lifetime="safe"):
+def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: int, *,
+                seed: int = 0, first_epoch: int = 0, num_epochs: int = 1, rank: int = 0,
+                world_size: int = 1, credits: int = 4, shuffle: bool = True,
+                drop_last: bool = False, transport: Union[str, int] = "auto",
+                resume: Optional[Tuple[int, int, int]] = None, auto_release: bool = True,
+                on_batch: Optional[Callable[[Batch], None]] = None,
+                data_host: Any = _FROM_ADDRESS, security: Optional[Security] = None,
+                lifetime: str = "safe") -> Stream:
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -644,11 +662,15 @@ class Loader:
                            (InvalidRequest if the state is of another pipeline)
     """
 
-    def __init__(self, address, pipeline, batch_size, rank=None, world_size=None, seed=0,
-                 credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0,
-                 retry=None, local_rank=None, security=None, token=None, token_file=None,
-                 tls_ca=None, client_cert=None, client_key=None, tls_server_name=None,
-                 lifetime="safe"):
+    def __init__(self, address: Optional[str], pipeline: str, batch_size: int,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, seed: int = 0,
+                 credits: int = 4, shuffle: bool = True, drop_last: bool = False,
+                 transport: Union[str, int] = "auto", first_epoch: int = 0,
+                 retry: Optional[RetryPolicy] = None, local_rank: Optional[int] = None,
+                 security: Optional[Security] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None, tls_ca: Optional[str] = None,
+                 client_cert: Optional[str] = None, client_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None, lifetime: str = "safe") -> None:
         self.lifetime = check_lifetime(lifetime)
         given = dict(token=token, token_file=token_file, tls_ca=tls_ca, client_cert=client_cert,
                      client_key=client_key, tls_server_name=tls_server_name)
@@ -678,9 +700,9 @@ class Loader:
         self._resume_world = self.world_size  # world size when the offset was saved
         self._channel = None
         self._data_host = tcp_host(grpc_target(self.address))  # None on a unix socket
-        self._dataset_size = None        # cached by batches_per_epoch()
+        self._dataset_size: Optional[int] = None  # cached by batches_per_epoch()
 
-    def _check_fork(self):
+    def _check_fork(self) -> None:
         """After a fork (a DataLoader worker, multiprocessing) the parent's
         channel is not this process's: its sockets and gRPC's threads stayed
         behind. The child leaves it alone (never closes or collects it: that
@@ -692,7 +714,7 @@ class Loader:
             self._channel = None
             self._pid = os.getpid()
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, Any]:
         # Pickled for a spawned worker: everything but the lock and the
         # channel (the new process opens its own).
         state = self.__dict__.copy()
@@ -701,13 +723,13 @@ class Loader:
         state["_pid"] = None
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     @property
-    def channel(self):
+    def channel(self) -> grpc.Channel:
         self._check_fork()
         with self._lock:
             if self._channel is None:
@@ -721,12 +743,14 @@ class Loader:
                     if own else (), security=self.security)
             return self._channel
 
-    def _on_batch(self, batch):
+    def _on_batch(self, batch: Batch) -> None:
         with self._lock:
             self._epoch, self._offset = resume_point(batch)
             self._resume_world = self.world_size
 
-    def _open_stream(self, first_epoch, num_epochs, resume, on_batch):
+    def _open_stream(self, first_epoch: int, num_epochs: int,
+                     resume: Optional[Tuple[int, int, int]],
+                     on_batch: Optional[Callable[[Batch], None]]) -> Stream:
         return open_stream(self.channel, self.pipeline, self.batch_size, seed=self.seed,
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
@@ -734,12 +758,13 @@ class Loader:
                            on_batch=on_batch, data_host=self._data_host, security=self.security,
                            lifetime=self.lifetime)
 
-    def _open(self, first_epoch, num_epochs, resume):
+    def _open(self, first_epoch: int, num_epochs: int,
+              resume: Optional[Tuple[int, int, int]]) -> Union[Stream, RetryingStream]:
         if self.retry is not None:
             return RetryingStream(self, first_epoch, num_epochs, resume)
         return self._open_stream(first_epoch, num_epochs, resume, self._on_batch)
 
-    def _reset_channel(self, stale):
+    def _reset_channel(self, stale: Optional[grpc.Channel]) -> None:
         """Drops the channel if it is still `stale` (the retry path: a fresh
         one skips gRPC's reconnect backoff of the old one). A channel another
         stream of this loader already replaced is left alone."""
@@ -749,7 +774,7 @@ class Loader:
             self._channel = None
         stale.close()
 
-    def _resume_for(self, epoch, use_progress):
+    def _resume_for(self, epoch: int, use_progress: bool) -> Optional[Tuple[int, int, int]]:
         self._check_fork()
         with self._lock:
             if (use_progress or self._pending_resume) and epoch == self._epoch and self._offset > 0:
@@ -757,12 +782,13 @@ class Loader:
                 return (self._epoch, self._offset, self._resume_world)
             return None
 
-    def epoch(self, e):
+    def epoch(self, e: int) -> Union[Stream, RetryingStream]:
         """A Stream over epoch e. Starts at the beginning of e, or at the
         position restored by load_state_dict if that lies in epoch e."""
         return self._open(e, 1, self._resume_for(e, use_progress=False))
 
-    def stream(self, num_epochs=0, first_epoch=None):
+    def stream(self, num_epochs: int = 0,
+               first_epoch: Optional[int] = None) -> Union[Stream, RetryingStream]:
         """A Stream over num_epochs epochs (0: endless) from first_epoch
         (default: the loader's current epoch, resuming mid-epoch if needed)."""
         if first_epoch is None:
@@ -772,14 +798,14 @@ class Loader:
             resume = self._resume_for(first_epoch, use_progress=False)
         return self._open(first_epoch, num_epochs, resume)
 
-    def __iter__(self):
+    def __iter__(self) -> Union[Stream, RetryingStream]:
         return self.stream(num_epochs=1)
 
     @property
-    def current_epoch(self):
+    def current_epoch(self) -> int:
         return self._epoch
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """The epoch iter(loader) / stream() reads next. The position inside
         the current epoch (a loaded state, a loop left mid-way) is kept when
         `epoch` is that epoch, else reading starts at the epoch's beginning."""
@@ -792,7 +818,7 @@ class Loader:
                 self._pending_resume = False
                 self._resume_world = self.world_size
 
-    def batches_per_epoch(self):
+    def batches_per_epoch(self) -> int:
         """Batches of a full epoch for this rank: what StreamOpened's
         batches_per_epoch will say (the dataset's size from the daemon,
         split as the daemon's sampler splits it)."""
@@ -802,16 +828,16 @@ class Loader:
         per_rank = n // w if self.drop_last else -(-n // w)
         return -(-per_rank // self.batch_size)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.batches_per_epoch()
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         self._check_fork()
         with self._lock:
             return {"pipeline": self.pipeline, "epoch": self._epoch, "offset": self._offset,
                     "world_size": self._resume_world, "seed": self.seed}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         self._check_fork()
         saved = state.get("pipeline")
         if saved is not None and saved != self.pipeline:
@@ -827,21 +853,21 @@ class Loader:
                 self.seed = int(state["seed"])
             self._resume_world = int(state.get("world_size", self.world_size))
 
-    def pipeline_info(self):
+    def pipeline_info(self) -> Any:
         """The PipelineInfo of this loader's pipeline (NotFound if unknown)."""
         for p in list_pipelines(self.channel):
             if p.name == self.pipeline:
                 return p
         raise NotFound("the daemon has no pipeline %r" % self.pipeline)
 
-    def close(self):
+    def close(self) -> None:
         self._check_fork()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
 
-    def __enter__(self):
+    def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
