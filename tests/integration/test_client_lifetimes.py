@@ -151,3 +151,32 @@ def test_fast_path_releases_on_the_next_batch(daemon):
 def test_bad_lifetime_is_refused():
     with pytest.raises(conveyor.InvalidRequest, match="lifetime"):
         conveyor.Loader("unix:///nonexistent.sock", pipeline="p", batch_size=1, lifetime="keep")
+
+
+def test_copied_batches_held_unreleased_are_counted_apart(daemon):
+    """auto_release=False with a kept view: later batches are copies that
+    reuse one slot. Each is still a batch the caller holds until it releases
+    it (stream.held), releasing one leaves the other held, and copies - whose
+    slots went back at arrival - do not count against the credits."""
+    stream = conveyor.open_stream(daemon.unix, "train", 8, num_epochs=0, credits=2,
+                                  auto_release=False)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            first = next(stream)
+            view = first.images
+            first.release()
+            b, c = next(stream), next(stream)
+            assert stream.copied_batches == 2 and b.slot == c.slot
+            assert stream.held == 2 and stream.leased == 1
+            b.release()
+            assert stream.held == 1 and not c.released
+            d = next(stream)  # c holds no slot: not a credit
+            assert stream.held == 2
+            c.release()
+            d.release()
+            assert stream.held == 0
+        del view
+        assert stream.leased == 0
+    finally:
+        stream.close()

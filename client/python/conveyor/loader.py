@@ -310,7 +310,7 @@ class Stream(ClosesOnExit):
         self._requests: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # C-level put/get: one Release per batch
         self._book = LeaseBook(self._requests, _release_message)
         self.copied_batches = 0  # batches handed out as private copies (see _wrap_fields)
-        self._held: Dict[int, Batch] = {}  # slot -> Batch taken and not released
+        self._held: Dict[int, Batch] = {}  # sequence -> Batch taken and not released
         self._current: Optional[Batch] = None  # auto-released when the next batch is taken
         self._done = False
         self._region: Optional[SharedRegion] = None
@@ -377,7 +377,7 @@ class Stream(ClosesOnExit):
             if batch._released:
                 return
             batch._released = True
-            self._held.pop(batch.slot, None)
+            self._held.pop(batch.sequence, None)
             if self._current is batch:
                 self._current = None
             if batch._returns != "now":
@@ -400,7 +400,7 @@ class Stream(ClosesOnExit):
             cur.release()
         if self._done:
             raise StopIteration
-        if not self._auto_release and len(self._held) >= self.credits:
+        if not self._auto_release and self._held_slots() >= self.credits:
             raise ConveyorError("holding all %d credits: release a batch before taking another"
                                 % self.credits)
         if len(self._book.leased) >= self.credits:
@@ -432,7 +432,7 @@ class Stream(ClosesOnExit):
                                           % (self.stream_id, self._request.pipeline, e)) from None
                     raise
                 with self._lock:
-                    self._held[batch.slot] = batch
+                    self._held[batch.sequence] = batch
                     if self._auto_release:
                         self._current = batch
                 if self._on_batch is not None:
@@ -493,6 +493,10 @@ class Stream(ClosesOnExit):
 
     def _held_leases(self) -> int:
         return sum(1 for b in list(self._held.values()) if b._returns == "lease")
+
+    def _held_slots(self) -> int:
+        """Unreleased batches that hold a slot (copies gave theirs back)."""
+        return sum(1 for b in list(self._held.values()) if b._returns != "sent")
 
     def _lease_or_copy(self, m: Any, view: np.ndarray) -> Tuple[np.ndarray, str]:
         """lifetime="safe": the images of batch `m` as an array leasing its
