@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import conveyor
+from conveyor._lease import SlotLease
 from conveyor_integration import IMAGE_SIZE, engine_dump, read_epoch
 
 
@@ -61,6 +62,8 @@ def test_shared_memory_batches_are_zero_copy_and_invalidated_on_release(daemon):
         base = images
         while getattr(base, "base", None) is not None and isinstance(base, np.ndarray):
             base = base.base
+            if isinstance(base, SlotLease):  # lifetime="safe": the lease views the mapping
+                base = base._backing
         if isinstance(base, memoryview):
             base = base.obj
         assert isinstance(base, mmap.mmap), "shared-memory images must view the mapping"

@@ -5,9 +5,10 @@
                              batch_size=256, seed=0)        # rank/world_size from $RANK/$WORLD_SIZE
     for batch in loader.epoch(0):
         x = torch.from_numpy(batch.images)   # zero-copy view of the daemon's shared memory
-        y = torch.from_numpy(batch.labels)
+        y = torch.from_numpy(batch.labels)   # (kept tensors keep their slot: lifetime="safe")
 
-See conveyor.loader for the stream and release rules, conveyor.retry for the
+See conveyor.loader for the stream, release and lifetime rules, conveyor.torch
+for the PyTorch adapters (imported on its own: it needs torch), conveyor.retry for the
 opt-in reconnection to a restarted daemon (RetryPolicy), conveyor.errors for
 the exceptions. The CLI is `python3 -m conveyor --help`.
 """

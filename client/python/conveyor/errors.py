@@ -21,13 +21,15 @@ the client raises it as any other ConveyorError instead of dying.
 itself) and `error.details` the daemon's text.
 """
 
+from typing import Any, Optional
+
 import grpc
 
 
 class ConveyorError(Exception):
     """Base class of every error raised by the conveyor client."""
 
-    def __init__(self, message, code=None, details=None):
+    def __init__(self, message: str, code: Any = None, details: Optional[str] = None) -> None:
         super().__init__(message)
         self.code = code
         self.details = details if details is not None else message
@@ -89,7 +91,7 @@ _BY_CODE = {
 _DESERIALIZE_FAILED = "Exception deserializing response!"
 
 
-def from_rpc_error(error, what="request"):
+def from_rpc_error(error: Any, what: str = "request") -> ConveyorError:
     """Maps a grpc.RpcError (a failed call) to the matching ConveyorError."""
     code = error.code() if hasattr(error, "code") else None
     details = error.details() if hasattr(error, "details") else None

@@ -9,13 +9,26 @@
 How a stream works (see proto/conveyor/v1/conveyor.proto): the client opens a
 bidirectional StreamBatches call, the daemon answers StreamOpened, then sends
 Batch messages. The client grants `credits` batches: the daemon never has more
-than that many batches of the stream unreleased. A batch is released (a
-Release message, naming the batch's slot and sequence, goes back) when the
+than that many batches of the stream unreleased. A batch is released when the
 next batch is taken, when `batch.release()` is called, or when the stream is
-closed (`with` block exit, `close()`, end of iteration). After release the batch's slot belongs to the
-daemon again and `batch.images` raises BatchReleasedError; arrays obtained
-before the release still view the slot, whose contents the daemon will
-overwrite - keep data with `batch.copy()`.
+closed (`with` block exit, `close()`, end of iteration); afterwards
+`batch.images` raises BatchReleasedError.
+
+Lifetimes (the `lifetime` argument):
+  "safe" (default): the images array leases the batch's slot (conveyor._lease).
+      The Release message goes back only once the batch is released AND no
+      array, tensor or DLPack capsule views the images any more, so a kept
+      `torch.from_numpy(batch.images)` is never overwritten. When arrays of
+      released batches hold all credits but one, later batches are handed out
+      as private copies (their slots go back at once; `stream.copied_batches`
+      counts them, a RuntimeWarning says so once per stream), so the stream
+      never waits for a slot the user holds. With credits=1 that cannot help:
+      taking a batch while the previous one's array is kept raises
+      ConveyorError.
+  "fast": the explicit zero-copy fast path. The Release goes back when the
+      batch is released, whatever still views it: arrays kept past that view
+      a slot the daemon overwrites with later batches (keep data with
+      `batch.copy()`).
 
 Transports: on a unix socket the daemon hands over a memfd that holds every
 slot of the stream; the client maps it once and `batch.images` is a numpy view
@@ -32,11 +45,17 @@ Threads: one gRPC call per stream; the request side is fed by a queue
 `batch.release()` may be called from any thread.
 """
 
+from __future__ import annotations
+
 import collections
+import gc
 import math
 import os
 import queue
 import threading
+import warnings
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple,
+                    Union)
 
 import grpc
 import numpy as np
@@ -45,6 +64,7 @@ from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
 from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
+from ._lease import LeaseBook, leased_array
 from ._security import Security
 from ._shm import SharedRegion
 from .errors import (BatchReleasedError, ConveyorError, InvalidRequest, NotFound, ProtocolError,
@@ -54,7 +74,7 @@ from .retry import RetryingStream, RetryPolicy, resume_point
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB: inline batches travel in one message
 DEFAULT_ADDRESS = "unix:///run/conveyor/conveyor.sock"
 
-_DTYPES = {pb.UINT8: np.dtype(np.uint8), pb.FLOAT32: np.dtype(np.float32),
+_DTYPES: Dict[int, np.dtype] = {pb.UINT8: np.dtype(np.uint8), pb.FLOAT32: np.dtype(np.float32),
            pb.FLOAT16: np.dtype(np.float16)}
 _TRANSPORTS = {"auto": pb.TRANSPORT_AUTO, "shm": pb.SHARED_MEMORY, "shared_memory": pb.SHARED_MEMORY,
                "inline": pb.INLINE, "data_socket": pb.DATA_SOCKET}
@@ -63,13 +83,24 @@ _TRANSPORT_NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory"
 
 SampleFailure = collections.namedtuple("SampleFailure", "sample_index path reason")
 
+LIFETIMES = ("safe", "fast")
 
-def default_address():
+
+def check_lifetime(lifetime: str) -> str:
+    """lifetime must be "safe" (default: a batch's slot goes back when the
+    batch is released and no array views it any more) or "fast" (the slot
+    goes back when the batch is released, whatever still views it)."""
+    if lifetime not in LIFETIMES:
+        raise InvalidRequest("lifetime must be \"safe\" or \"fast\", got %r" % (lifetime,))
+    return lifetime
+
+
+def default_address() -> str:
     """$CONVEYOR_SERVER, else the daemon's default unix socket."""
     return os.environ.get("CONVEYOR_SERVER") or DEFAULT_ADDRESS
 
 
-def grpc_target(address):
+def grpc_target(address: str) -> str:
     """The gRPC target for an address: "unix:///path.sock", "unix:path",
     an absolute socket path, or "host:port"."""
     if not address:
@@ -79,7 +110,8 @@ def grpc_target(address):
     return address
 
 
-def make_channel(address, options=(), security=None):
+def make_channel(address: str, options: Sequence[Tuple[str, Any]] = (),
+                 security: Optional[Security] = None) -> grpc.Channel:
     """A gRPC channel to the daemon with 1 GiB message limits. `security`
     (a conveyor.Security; default Security.from_env()): TLS for TCP
     addresses when it names a CA, its bearer token on every call."""
@@ -91,14 +123,16 @@ def make_channel(address, options=(), security=None):
     return security.channel(grpc_target(address), opts)
 
 
-def _stub(channel_or_address, security=None):
+def _stub(channel_or_address: Union[str, grpc.Channel],
+          security: Optional[Security] = None) -> Tuple[grpc.Channel, Any, bool]:
     if isinstance(channel_or_address, str):
         ch = make_channel(channel_or_address, security=security)
         return ch, pb_grpc.ConveyorStub(ch), True
     return channel_or_address, pb_grpc.ConveyorStub(channel_or_address), False
 
 
-def list_pipelines(address=None, timeout=10.0, security=None):
+def list_pipelines(address: Union[str, grpc.Channel, None] = None, timeout: float = 10.0,
+                   security: Optional[Security] = None) -> List[Any]:
     """The daemon's pipelines (those this client may open): a list of
     conveyor_pb2.PipelineInfo."""
     ch, stub, owned = _stub(address or default_address(), security)
@@ -111,7 +145,8 @@ def list_pipelines(address=None, timeout=10.0, security=None):
             ch.close()
 
 
-def stats(address=None, timeout=10.0, security=None):
+def stats(address: Union[str, grpc.Channel, None] = None, timeout: float = 10.0,
+          security: Optional[Security] = None) -> Any:
     """The daemon's per-stage and per-stream figures: conveyor_pb2.GetStatsResponse."""
     ch, stub, owned = _stub(address or default_address(), security)
     try:
@@ -123,7 +158,7 @@ def stats(address=None, timeout=10.0, security=None):
             ch.close()
 
 
-def dtype_of(enum_value):
+def dtype_of(enum_value: int) -> np.dtype:
     """numpy dtype of a conveyor_pb2.DType value."""
     try:
         return _DTYPES[enum_value]
@@ -147,16 +182,22 @@ class Batch:
     that owns its arrays and never needs releasing.
     """
 
-    __slots__ = ("_stream", "_images", "_released", "labels", "indices", "sequence", "epoch",
+    __slots__ = ("_stream", "_images", "_released", "_returns", "labels", "indices", "sequence", "epoch",
                  "batch_in_epoch", "position", "offset", "epoch_samples", "end_of_epoch", "num_samples",
                  "slot", "failures", "__weakref__")
 
-    def __init__(self, stream, images, labels, indices, *, sequence=0, epoch=0, batch_in_epoch=0,
-                 position=0, offset=0, epoch_samples=0, end_of_epoch=False, slot=0,
-                 failures=()):
+    def __init__(self, stream: Optional[Stream], images: np.ndarray, labels: np.ndarray,
+                 indices: np.ndarray, *, sequence: int = 0, epoch: int = 0,
+                 batch_in_epoch: int = 0, position: int = 0, offset: int = 0,
+                 epoch_samples: int = 0, end_of_epoch: bool = False, slot: int = 0,
+                 failures: Sequence[SampleFailure] = ()) -> None:
         self._stream = stream
-        self._images = images
+        self._images: Optional[np.ndarray] = images
         self._released = stream is None
+        # How the slot goes back on release: "now" (a Release message),
+        # "lease" (when the images' SlotLease dies), "sent" (already returned:
+        # the images are a private copy).
+        self._returns = "now"
         self.labels = labels
         self.indices = indices
         self.sequence = sequence
@@ -171,25 +212,26 @@ class Batch:
         self.failures = list(failures)
 
     @property
-    def images(self):
-        if self._released and self._stream is not None:
+    def images(self) -> np.ndarray:
+        images = self._images
+        if images is None or (self._released and self._stream is not None):
             raise BatchReleasedError(
                 "batch %d (epoch %d) was released: its slot belongs to the daemon again and may "
                 "hold another batch; call batch.copy() before releasing to keep the data"
                 % (self.sequence, self.epoch))
-        return self._images
+        return images
 
     @property
-    def released(self):
+    def released(self) -> bool:
         """True once the batch's slot went back to the daemon (copies: False)."""
         return self._released and self._stream is not None
 
-    def release(self):
+    def release(self) -> None:
         """Gives the slot back to the daemon (one credit). Idempotent; thread-safe."""
         if self._stream is not None:
             self._stream._release(self)
 
-    def copy(self):
+    def copy(self) -> Batch:
         """An independent batch owning copies of images, labels and indices."""
         return Batch(None, np.array(self.images, copy=True), self.labels.copy(), self.indices.copy(),
                      sequence=self.sequence, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
@@ -197,16 +239,16 @@ class Batch:
                      epoch_samples=self.epoch_samples,
                      end_of_epoch=self.end_of_epoch, slot=self.slot, failures=self.failures)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.num_samples
 
-    def __enter__(self):
+    def __enter__(self) -> Batch:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.release()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         shape = tuple(self._images.shape) if self._images is not None else None
         return ("Batch(sequence=%d, epoch=%d, batch_in_epoch=%d, position=%d, num_samples=%d, "
                 "shape=%s, dtype=%s, failures=%d%s)"
@@ -218,7 +260,12 @@ class Batch:
 _CLOSE = object()  # ends the request iterator (half-close)
 
 
-def _drain(requests):
+def _release_message(slot: int, sequence: int) -> Any:
+    # The batch's sequence lets the daemon refuse a stale Release.
+    return pb.ClientMessage(release=pb.Release(slots=[slot], sequences=[sequence]))
+
+
+def _drain(requests: "queue.SimpleQueue[Any]") -> Iterator[Any]:
     """The request iterator of a StreamBatches call: messages put on the
     queue, until _CLOSE."""
     while True:
@@ -247,8 +294,11 @@ class Stream(ClosesOnExit):
     messages seen), end (the StreamEnd message once the stream finished).
     """
 
-    def __init__(self, channel_or_address, request, *, auto_release=True, on_batch=None,
-                 fd_timeout=10.0, data_host=None, security=None):
+    def __init__(self, channel_or_address: Union[str, grpc.Channel], request: Any, *,
+                 auto_release: bool = True, on_batch: Optional[Callable[[Batch], None]] = None,
+                 fd_timeout: float = 10.0, data_host: Optional[str] = None,
+                 security: Optional[Security] = None, lifetime: str = "safe") -> None:
+        self.lifetime = check_lifetime(lifetime)
         if security is None:
             security = Security.from_env()
         self._channel, stub, self._owns_channel = _stub(channel_or_address, security)
@@ -257,14 +307,16 @@ class Stream(ClosesOnExit):
         self._auto_release = auto_release
         self._on_batch = on_batch
         self._lock = threading.Lock()
-        self._requests = queue.SimpleQueue()  # C-level put/get: one Release per batch
-        self._held = {}        # slot -> Batch taken and not released
-        self._current = None   # auto-released when the next batch is taken
+        self._requests: "queue.SimpleQueue[Any]" = queue.SimpleQueue()  # C-level put/get: one Release per batch
+        self._book = LeaseBook(self._requests, _release_message)
+        self.copied_batches = 0  # batches handed out as private copies (see _wrap_fields)
+        self._held: Dict[int, Batch] = {}  # sequence -> Batch taken and not released
+        self._current: Optional[Batch] = None  # auto-released when the next batch is taken
         self._done = False
-        self._region = None
-        self._data = None
-        self.epoch_ends = []
-        self.end = None
+        self._region: Optional[SharedRegion] = None
+        self._data: Optional[DataSocket] = None
+        self.epoch_ends: List[Any] = []
+        self.end: Any = None
         self._requests.put(pb.ClientMessage(open=request))
         # The request iterator holds only the queue, not the Stream: gRPC's
         # request thread keeps it alive, and an abandoned Stream must still be
@@ -320,32 +372,46 @@ class Stream(ClosesOnExit):
             raise ConveyorError("protocol error: the daemon chose transport %r" % opened.transport)
 
     # --- requests -------------------------------------------------------
-    def _release(self, batch):
+    def _release(self, batch: Batch) -> None:
         with self._lock:
             if batch._released:
                 return
             batch._released = True
-            self._held.pop(batch.slot, None)
+            self._held.pop(batch.sequence, None)
             if self._current is batch:
                 self._current = None
+            if batch._returns != "now":
+                # "lease": the Release goes when the last view of the images
+                # is gone (maybe right here); "sent": it went at arrival.
+                batch._images = None
+                return
             if not self._done:
                 # The batch's sequence lets the daemon refuse a stale Release.
                 self._requests.put(pb.ClientMessage(release=pb.Release(
                     slots=[batch.slot], sequences=[batch.sequence])))
 
     # --- responses ------------------------------------------------------
-    def __iter__(self):
+    def __iter__(self) -> Stream:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         cur = self._current
         if cur is not None and self._auto_release:
             cur.release()
         if self._done:
             raise StopIteration
-        if not self._auto_release and len(self._held) >= self.credits:
+        if not self._auto_release and self._held_slots() >= self.credits:
             raise ConveyorError("holding all %d credits: release a batch before taking another"
                                 % self.credits)
+        if len(self._book.leased) >= self.credits:
+            gc.collect()  # views caught in a reference cycle
+            lingering = len(self._book.leased) - self._held_leases()
+            if len(self._book.leased) >= self.credits:
+                raise ConveyorError(
+                    "all %d credits are held: arrays (tensors, DLPack capsules) of %d released "
+                    "batches are still referenced, so the daemon cannot send another batch; drop "
+                    "them, keep copies (batch.copy()), or open the stream with more credits"
+                    % (self.credits, lingering))
         while True:
             try:
                 msg = next(self._call)
@@ -366,7 +432,7 @@ class Stream(ClosesOnExit):
                                           % (self.stream_id, self._request.pipeline, e)) from None
                     raise
                 with self._lock:
-                    self._held[batch.slot] = batch
+                    self._held[batch.sequence] = batch
                     if self._auto_release:
                         self._current = batch
                 if self._on_batch is not None:
@@ -382,7 +448,7 @@ class Stream(ClosesOnExit):
             self._finish(cancel=True)
             raise ConveyorError("protocol error: unexpected server message %r" % kind)
 
-    def _wrap(self, m):
+    def _wrap(self, m: Any) -> Batch:
         try:
             return self._wrap_fields(m)
         except (ValueError, TypeError, OverflowError, IndexError, KeyError) as e:
@@ -391,18 +457,24 @@ class Stream(ClosesOnExit):
             raise ProtocolError("protocol error: batch %d does not fit together: %s: %s"
                                 % (m.sequence, type(e).__name__, e)) from None
 
-    def _wrap_fields(self, m):
+    def _wrap_fields(self, m: Any) -> Batch:
         dtype = dtype_of(m.dtype)
         shape = tuple(m.shape)
         nbytes = math.prod(shape) * dtype.itemsize if shape else 0
         if (self._region is not None or self._data is not None) and m.images_bytes != nbytes:
             raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
                                 % (m.sequence, m.images_bytes, shape, dtype))
-        if self._region is not None:
-            images = (np.empty(shape, dtype) if nbytes == 0
-                      else self._region.view(m.images_offset, nbytes, dtype, shape))
-        elif self._data is not None:
-            images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
+        returns = "now"
+        if self._region is not None or self._data is not None:
+            if nbytes == 0:
+                images = np.empty(shape, dtype)
+            elif self._region is not None:
+                images = self._region.view(m.images_offset, nbytes, dtype, shape)
+            else:
+                assert self._data is not None
+                images = self._data.read(m.slot, nbytes).view(dtype).reshape(shape)
+            if nbytes and self.lifetime == "safe":
+                images, returns = self._lease_or_copy(m, images)
         else:
             data = m.images  # each read of a bytes field copies it: read it once
             if len(data) != nbytes:
@@ -412,22 +484,57 @@ class Stream(ClosesOnExit):
         labels = np.array(m.labels, dtype=np.int64)
         indices = np.array(m.sample_indices, dtype=np.int64)
         failures = [SampleFailure(f.sample_index, f.path, f.reason) for f in m.failures]
-        return Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
-                     batch_in_epoch=m.batch_in_epoch, position=m.position, offset=m.offset,
-                     epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
-                     failures=failures)
+        batch = Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
+                      batch_in_epoch=m.batch_in_epoch, position=m.position, offset=m.offset,
+                      epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
+                      failures=failures)
+        batch._returns = returns
+        return batch
+
+    def _held_leases(self) -> int:
+        return sum(1 for b in list(self._held.values()) if b._returns == "lease")
+
+    def _held_slots(self) -> int:
+        """Unreleased batches that hold a slot (copies gave theirs back)."""
+        return sum(1 for b in list(self._held.values()) if b._returns != "sent")
+
+    def _lease_or_copy(self, m: Any, view: np.ndarray) -> Tuple[np.ndarray, str]:
+        """lifetime="safe": the images of batch `m` as an array leasing its
+        slot - or, when arrays of released batches already hold all credits
+        but this one, a private copy whose slot goes back at once (leasing
+        it would leave the daemon no credit to send the next batch)."""
+        leased = len(self._book.leased)
+        lingering = leased - self._held_leases()
+        if lingering >= 1 and leased >= self.credits - 1:
+            images = np.array(view, copy=True)
+            self._book.send_release(m.slot, m.sequence)
+            self.copied_batches += 1
+            if self.copied_batches == 1:
+                warnings.warn(
+                    "conveyor: arrays of %d released batches of stream %d are still referenced "
+                    "(all but one of its %d credits); further batches are copied out of the "
+                    "slots until they are dropped (more credits avoid the copies)"
+                    % (lingering, self.stream_id, self.credits), RuntimeWarning, stacklevel=5)
+            return images, "sent"
+        return leased_array(self._book, m.slot, m.sequence, view), "lease"
 
     # --- lifetime -------------------------------------------------------
     @property
-    def done(self):
+    def done(self) -> bool:
         return self._done
 
     @property
-    def held(self):
+    def held(self) -> int:
         """Batches taken and not yet released."""
         return len(self._held)
 
-    def _finish(self, cancel, release_held=False):
+    @property
+    def leased(self) -> int:
+        """Slots the client holds through leases (lifetime="safe"): batches
+        not released, and released ones whose arrays are still referenced."""
+        return len(self._book.leased)
+
+    def _finish(self, cancel: bool, release_held: bool = False) -> None:
         with self._lock:
             if release_held:
                 # close(): every batch still held counts as released from now on.
@@ -438,6 +545,7 @@ class Stream(ClosesOnExit):
             if self._done:
                 return
             self._done = True
+            self._book.done = True
         self._requests.put(_CLOSE)
         if cancel:
             self._call.cancel()
@@ -448,7 +556,7 @@ class Stream(ClosesOnExit):
         if self._owns_channel:
             self._channel.close()
 
-    def close(self):
+    def close(self) -> None:
         """Cancels the call if it is still running and releases every batch
         still held (their `images` raise from now on). Idempotent.
 
@@ -459,7 +567,7 @@ class Stream(ClosesOnExit):
         self._finish(cancel=True, release_held=True)
 
 
-def _env_int(name, default):
+def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
         return default
@@ -471,11 +579,20 @@ def _env_int(name, default):
 
 _FROM_ADDRESS = object()
 
+# Channels a forked child inherited from its parent's loaders: kept referenced
+# so that the child never runs their destructors (see Loader._check_fork).
+_FORKED_CHANNELS: List[grpc.Channel] = []
+_IMPORT_PID = os.getpid()  # a loader in another process runs in a fork of this one
 
-def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epochs=1, rank=0,
-                world_size=1, credits=4, shuffle=True, drop_last=False, transport="auto",
-                resume=None, auto_release=True, on_batch=None, data_host=_FROM_ADDRESS,
-                security=None):
+
+def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: int, *,
+                seed: int = 0, first_epoch: int = 0, num_epochs: int = 1, rank: int = 0,
+                world_size: int = 1, credits: int = 4, shuffle: bool = True,
+                drop_last: bool = False, transport: Union[str, int] = "auto",
+                resume: Optional[Tuple[int, int, int]] = None, auto_release: bool = True,
+                on_batch: Optional[Callable[[Batch], None]] = None,
+                data_host: Any = _FROM_ADDRESS, security: Optional[Security] = None,
+                lifetime: str = "safe") -> Stream:
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -490,7 +607,9 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
     `address` (None when `address` is a unix socket or a grpc.Channel: such
     a stream is never given a data socket).
     security: a conveyor.Security (token, TLS); default Security.from_env().
+    lifetime: "safe" (default) or "fast"; see Loader.
     """
+    check_lifetime(lifetime)
     try:
         tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
     except KeyError:
@@ -508,7 +627,7 @@ def open_stream(address, pipeline, batch_size, *, seed=0, first_epoch=0, num_epo
         req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, offset=r_offset,
                                               world_size=r_world))
     return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host,
-                  security=security)
+                  security=security, lifetime=lifetime)
 
 
 class Loader:
@@ -531,6 +650,8 @@ class Loader:
     default: Security.from_env(), from $CONVEYOR_TOKEN_FILE and friends). retry: None
     (errors surface at once) or a RetryPolicy: streams of this loader then
     wait for a lost daemon and resume where the trainer was (conveyor.retry).
+    lifetime: "safe" (default: kept arrays keep their batch's slot) or
+    "fast" (slots go back on release; see the module's docstring).
 
     loader.epoch(e)        a Stream over epoch e (one gRPC call)
     loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
@@ -545,10 +666,16 @@ class Loader:
                            (InvalidRequest if the state is of another pipeline)
     """
 
-    def __init__(self, address, pipeline, batch_size, rank=None, world_size=None, seed=0,
-                 credits=4, shuffle=True, drop_last=False, transport="auto", first_epoch=0,
-                 retry=None, local_rank=None, security=None, token=None, token_file=None,
-                 tls_ca=None, client_cert=None, client_key=None, tls_server_name=None):
+    def __init__(self, address: Optional[str], pipeline: str, batch_size: int,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, seed: int = 0,
+                 credits: int = 4, shuffle: bool = True, drop_last: bool = False,
+                 transport: Union[str, int] = "auto", first_epoch: int = 0,
+                 retry: Optional[RetryPolicy] = None, local_rank: Optional[int] = None,
+                 security: Optional[Security] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None, tls_ca: Optional[str] = None,
+                 client_cert: Optional[str] = None, client_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None, lifetime: str = "safe") -> None:
+        self.lifetime = check_lifetime(lifetime)
         given = dict(token=token, token_file=token_file, tls_ca=tls_ca, client_cert=client_cert,
                      client_key=client_key, tls_server_name=tls_server_name)
         given = {k: v for k, v in given.items() if v is not None}
@@ -570,42 +697,78 @@ class Loader:
             raise InvalidRequest("retry must be None or a conveyor.RetryPolicy, got %r" % (retry,))
         self.retry = retry
         self._lock = threading.Lock()
+        self._pid = os.getpid()          # the process whose channel _channel is
         self._epoch = int(first_epoch)   # epoch of the resume point
         self._offset = 0                 # samples of _epoch's global order consumed
         self._pending_resume = False     # set by load_state_dict
         self._resume_world = self.world_size  # world size when the offset was saved
         self._channel = None
         self._data_host = tcp_host(grpc_target(self.address))  # None on a unix socket
+        self._dataset_size: Optional[int] = None  # cached by batches_per_epoch()
+
+    def _check_fork(self) -> None:
+        """After a fork (a DataLoader worker, multiprocessing) the parent's
+        channel is not this process's: its sockets and gRPC's threads stayed
+        behind. The child leaves it alone (never closes or collects it: that
+        would touch the parent's connection state) and opens its own."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()  # the parent may have held it while forking
+            if self._channel is not None:
+                _FORKED_CHANNELS.append(self._channel)
+            self._channel = None
+            self._pid = os.getpid()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled for a spawned worker: everything but the lock and the
+        # channel (the new process opens its own).
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        state["_channel"] = None
+        state["_pid"] = None
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     @property
-    def channel(self):
+    def channel(self) -> grpc.Channel:
+        self._check_fork()
         with self._lock:
             if self._channel is None:
                 # A channel of its own (local subchannel pool): a retry's fresh
-                # channel must not inherit the reconnect backoff of a shared one.
+                # channel must not inherit the reconnect backoff of a shared one,
+                # and a forked child's must not reuse the parent's connection
+                # from gRPC's global pool (its fd is not the child's socket).
+                own = self.retry is not None or self._pid != _IMPORT_PID
                 self._channel = make_channel(
                     self.address, options=[("grpc.use_local_subchannel_pool", 1)]
-                    if self.retry is not None else (), security=self.security)
+                    if own else (), security=self.security)
             return self._channel
 
-    def _on_batch(self, batch):
+    def _on_batch(self, batch: Batch) -> None:
         with self._lock:
             self._epoch, self._offset = resume_point(batch)
             self._resume_world = self.world_size
 
-    def _open_stream(self, first_epoch, num_epochs, resume, on_batch):
+    def _open_stream(self, first_epoch: int, num_epochs: int,
+                     resume: Optional[Tuple[int, int, int]],
+                     on_batch: Optional[Callable[[Batch], None]]) -> Stream:
         return open_stream(self.channel, self.pipeline, self.batch_size, seed=self.seed,
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
-                           on_batch=on_batch, data_host=self._data_host, security=self.security)
+                           on_batch=on_batch, data_host=self._data_host, security=self.security,
+                           lifetime=self.lifetime)
 
-    def _open(self, first_epoch, num_epochs, resume):
+    def _open(self, first_epoch: int, num_epochs: int,
+              resume: Optional[Tuple[int, int, int]]) -> Union[Stream, RetryingStream]:
         if self.retry is not None:
             return RetryingStream(self, first_epoch, num_epochs, resume)
         return self._open_stream(first_epoch, num_epochs, resume, self._on_batch)
 
-    def _reset_channel(self, stale):
+    def _reset_channel(self, stale: Optional[grpc.Channel]) -> None:
         """Drops the channel if it is still `stale` (the retry path: a fresh
         one skips gRPC's reconnect backoff of the old one). A channel another
         stream of this loader already replaced is left alone."""
@@ -615,19 +778,21 @@ class Loader:
             self._channel = None
         stale.close()
 
-    def _resume_for(self, epoch, use_progress):
+    def _resume_for(self, epoch: int, use_progress: bool) -> Optional[Tuple[int, int, int]]:
+        self._check_fork()
         with self._lock:
             if (use_progress or self._pending_resume) and epoch == self._epoch and self._offset > 0:
                 self._pending_resume = False
                 return (self._epoch, self._offset, self._resume_world)
             return None
 
-    def epoch(self, e):
+    def epoch(self, e: int) -> Union[Stream, RetryingStream]:
         """A Stream over epoch e. Starts at the beginning of e, or at the
         position restored by load_state_dict if that lies in epoch e."""
         return self._open(e, 1, self._resume_for(e, use_progress=False))
 
-    def stream(self, num_epochs=0, first_epoch=None):
+    def stream(self, num_epochs: int = 0,
+               first_epoch: Optional[int] = None) -> Union[Stream, RetryingStream]:
         """A Stream over num_epochs epochs (0: endless) from first_epoch
         (default: the loader's current epoch, resuming mid-epoch if needed)."""
         if first_epoch is None:
@@ -637,19 +802,47 @@ class Loader:
             resume = self._resume_for(first_epoch, use_progress=False)
         return self._open(first_epoch, num_epochs, resume)
 
-    def __iter__(self):
+    def __iter__(self) -> Union[Stream, RetryingStream]:
         return self.stream(num_epochs=1)
 
     @property
-    def current_epoch(self):
+    def current_epoch(self) -> int:
         return self._epoch
 
-    def state_dict(self):
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch iter(loader) / stream() reads next. The position inside
+        the current epoch (a loaded state, a loop left mid-way) is kept when
+        `epoch` is that epoch, else reading starts at the epoch's beginning."""
+        epoch = int(epoch)
+        self._check_fork()
+        with self._lock:
+            if epoch != self._epoch:
+                self._epoch = epoch
+                self._offset = 0
+                self._pending_resume = False
+                self._resume_world = self.world_size
+
+    def batches_per_epoch(self) -> int:
+        """Batches of a full epoch for this rank: what StreamOpened's
+        batches_per_epoch will say (the dataset's size from the daemon,
+        split as the daemon's sampler splits it)."""
+        if self._dataset_size is None:
+            self._dataset_size = int(self.pipeline_info().dataset_size)
+        n, w = self._dataset_size, self.world_size
+        per_rank = n // w if self.drop_last else -(-n // w)
+        return -(-per_rank // self.batch_size)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch()
+
+    def state_dict(self) -> Dict[str, Any]:
+        self._check_fork()
         with self._lock:
             return {"pipeline": self.pipeline, "epoch": self._epoch, "offset": self._offset,
                     "world_size": self._resume_world, "seed": self.seed}
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self._check_fork()
         saved = state.get("pipeline")
         if saved is not None and saved != self.pipeline:
             raise InvalidRequest(
@@ -664,20 +857,21 @@ class Loader:
                 self.seed = int(state["seed"])
             self._resume_world = int(state.get("world_size", self.world_size))
 
-    def pipeline_info(self):
+    def pipeline_info(self) -> Any:
         """The PipelineInfo of this loader's pipeline (NotFound if unknown)."""
         for p in list_pipelines(self.channel):
             if p.name == self.pipeline:
                 return p
         raise NotFound("the daemon has no pipeline %r" % self.pipeline)
 
-    def close(self):
+    def close(self) -> None:
+        self._check_fork()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
 
-    def __enter__(self):
+    def __enter__(self) -> Loader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
