@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,16 @@ struct EngineStats {
 // The stage with the largest busy time per worker-second, or kDeliver when
 // producers mostly wait for the consumer to free slots. A heuristic for humans.
 Stage Bottleneck(const std::array<StageStats, kNumStages>& stages);
+
+// The bottleneck of the work going on now: Bottleneck() over the stages of
+// the open streams summed, or nullopt when there is no load (no stream open,
+// or none has yet spent time working or waiting for its consumer). Streams
+// that have finished say nothing about now, so an idle daemon names none.
+std::optional<Stage> BottleneckUnderLoad(const std::vector<StreamStats>& open_streams);
+
+// Adds every figure of `from` to `into`, stage by stage.
+void AddStages(std::array<StageStats, kNumStages>* into,
+               const std::array<StageStats, kNumStages>& from);
 
 // Accumulates how long a stage spent starved / blocked. REQUIRES external
 // synchronisation (the engine's lock).
