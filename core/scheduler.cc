@@ -201,6 +201,9 @@ void Scheduler::MaybeUnregister(StreamMachine* s, Outbox* out) {
     s->UpdateClocks(now);
     std::array<StageStats, kNumStages> snap;
     s->SnapshotStages(now, &snap);
+    // Queue fill and tasks in flight are gauges of what is open now: a
+    // finished stream's counters stay in the totals, its queues do not.
+    for (StageStats& st : snap) st.queue_size = st.queue_capacity = st.in_flight = 0;
     AddStages(&finished_totals_, snap);
     for (size_t i = 0; i < streams_.size(); ++i) {
       if (streams_[i].get() == s) {

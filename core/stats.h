@@ -55,7 +55,8 @@ struct EngineStats {
   uint64_t uptime_ns = 0;
   uint64_t streams_open = 0;
   uint64_t streams_total = 0;
-  // Sums over all streams, open and finished.
+  // Counters summed over all streams, open and finished; the gauges
+  // (queue_size, queue_capacity, in_flight) over the open streams only.
   std::array<StageStats, kNumStages> stages;
   std::vector<StreamStats> streams;  // open streams only
 };
