@@ -125,7 +125,7 @@ def test_invalid_request_and_usage_exit_2(daemon, tmp_path):
 
 
 def test_help_everywhere_documents_exit_codes():
-    for cmd in ([], ["pipelines"], ["fetch"], ["stats"]):
+    for cmd in ([], ["pipelines"], ["fetch"], ["stats"], ["top"]):
         res = run_cli(*cmd, "--help")
         assert res.returncode == 0
         assert "exit codes" in res.stdout and "server unavailable" in res.stdout
