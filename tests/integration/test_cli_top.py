@@ -28,7 +28,7 @@ class Pane:
     it the shell prints EXIT=<status> and the terminal's settings, then
     waits, so the pane can still be read."""
 
-    def __init__(self, tmp_path, command, width=150, height=45):
+    def __init__(self, tmp_path, command, width=200, height=45):
         self.server = "conveyor-test-%s" % uuid.uuid4().hex[:12]
         script = tmp_path / ("pane-%s.sh" % self.server)
         env = client_env()
