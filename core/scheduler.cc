@@ -201,6 +201,9 @@ void Scheduler::MaybeUnregister(StreamMachine* s, Outbox* out) {
     s->UpdateClocks(now);
     std::array<StageStats, kNumStages> snap;
     s->SnapshotStages(now, &snap);
+    // Queue fill and tasks in flight are gauges of what is open now: a
+    // finished stream's counters stay in the totals, its queues do not.
+    for (StageStats& st : snap) st.queue_size = st.queue_capacity = st.in_flight = 0;
     AddStages(&finished_totals_, snap);
     for (size_t i = 0; i < streams_.size(); ++i) {
       if (streams_[i].get() == s) {
@@ -293,23 +296,6 @@ void Scheduler::SetReadyCallback(StreamMachine* s, std::function<void()> cb) {
 }
 
 // ---------------------------------------------------------------- statistics
-
-void Scheduler::AddStages(std::array<StageStats, kNumStages>* into,
-                          const std::array<StageStats, kNumStages>& from) {
-  for (int i = 0; i < kNumStages; ++i) {
-    StageStats& a = (*into)[i];
-    const StageStats& b = from[i];
-    a.items_in += b.items_in;
-    a.items_out += b.items_out;
-    a.failures += b.failures;
-    a.busy_ns += b.busy_ns;
-    a.wait_input_ns += b.wait_input_ns;
-    a.wait_output_ns += b.wait_output_ns;
-    a.queue_size += b.queue_size;
-    a.queue_capacity += b.queue_capacity;
-    a.in_flight += b.in_flight;
-  }
-}
 
 StreamStats Scheduler::Stats(StreamMachine* s) {
   MutexLock lock(&mu_);

@@ -87,8 +87,6 @@ class Scheduler {
   // Unregisters s if it can leave; the scheduler's reference goes to
   // out->retired, to be dropped once mu_ is released.
   void MaybeUnregister(StreamMachine* s, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void AddStages(std::array<StageStats, kNumStages>* into,
-                        const std::array<StageStats, kNumStages>& from);
 
   // ---- constant after construction
   const EngineOptions options_;

@@ -53,4 +53,30 @@ Stage Bottleneck(const std::array<StageStats, kNumStages>& stages) {
   return static_cast<Stage>(best);
 }
 
+std::optional<Stage> BottleneckUnderLoad(const std::vector<StreamStats>& open_streams) {
+  std::array<StageStats, kNumStages> sum;
+  for (const StreamStats& s : open_streams) AddStages(&sum, s.stages);
+  bool load = false;
+  for (const StageStats& s : sum) load = load || s.busy_ns > 0 || s.wait_output_ns > 0;
+  if (!load) return std::nullopt;
+  return Bottleneck(sum);
+}
+
+void AddStages(std::array<StageStats, kNumStages>* into,
+               const std::array<StageStats, kNumStages>& from) {
+  for (int i = 0; i < kNumStages; ++i) {
+    StageStats& a = (*into)[i];
+    const StageStats& b = from[i];
+    a.items_in += b.items_in;
+    a.items_out += b.items_out;
+    a.failures += b.failures;
+    a.busy_ns += b.busy_ns;
+    a.wait_input_ns += b.wait_input_ns;
+    a.wait_output_ns += b.wait_output_ns;
+    a.queue_size += b.queue_size;
+    a.queue_capacity += b.queue_capacity;
+    a.in_flight += b.in_flight;
+  }
+}
+
 }  // namespace conveyor

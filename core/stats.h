@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,8 @@ struct EngineStats {
   uint64_t uptime_ns = 0;
   uint64_t streams_open = 0;
   uint64_t streams_total = 0;
-  // Sums over all streams, open and finished.
+  // Counters summed over all streams, open and finished; the gauges
+  // (queue_size, queue_capacity, in_flight) over the open streams only.
   std::array<StageStats, kNumStages> stages;
   std::vector<StreamStats> streams;  // open streams only
 };
@@ -62,6 +64,16 @@ struct EngineStats {
 // The stage with the largest busy time per worker-second, or kDeliver when
 // producers mostly wait for the consumer to free slots. A heuristic for humans.
 Stage Bottleneck(const std::array<StageStats, kNumStages>& stages);
+
+// The bottleneck of the work going on now: Bottleneck() over the stages of
+// the open streams summed, or nullopt when there is no load (no stream open,
+// or none has yet spent time working or waiting for its consumer). Streams
+// that have finished say nothing about now, so an idle daemon names none.
+std::optional<Stage> BottleneckUnderLoad(const std::vector<StreamStats>& open_streams);
+
+// Adds every figure of `from` to `into`, stage by stage.
+void AddStages(std::array<StageStats, kNumStages>* into,
+               const std::array<StageStats, kNumStages>& from);
 
 // Accumulates how long a stage spent starved / blocked. REQUIRES external
 // synchronisation (the engine's lock).

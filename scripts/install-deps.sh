@@ -29,6 +29,8 @@ PACKAGES=(
   libjpeg-turbo-progs
   # memory and process figures in integration tests
   procps
+  # `conveyor top` and the fetch progress bar tested on a real terminal
+  tmux
 )
 
 missing=()

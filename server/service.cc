@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -221,7 +222,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   r.set_uptime_ns(es.uptime_ns);
   r.set_streams_total(es.streams_total);
   for (const StageStats& s : es.stages) ToProto(s, r.add_stages());
-  r.set_bottleneck(ToString(Bottleneck(es.stages)));
+  if (std::optional<Stage> b = BottleneckUnderLoad(es.streams)) r.set_bottleneck(ToString(*b));
   struct Owner {
     std::string described;
     bool visible = false;

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import CLI, IMAGE_SIZE, PYTHON, client_env
+from conveyor_integration import (CLI, IMAGE_SIZE, PYTHON, client_env, daemon_config,
+                                  wait_until)
 
 
 def run_cli(*args, timeout=60):
@@ -88,6 +89,20 @@ def test_stats_marks_the_bottleneck(daemon):
     assert "stream %d" % stream.stream_id in out
 
 
+def test_stats_names_no_bottleneck_when_idle(daemon_factory, dataset):
+    """Past streams did work, none is open now: no stage limits anything."""
+    d = daemon_factory(daemon_config(dataset[0]))
+    loader = conveyor.Loader(d.unix, pipeline="train", batch_size=8, credits=2)
+    with loader.stream(num_epochs=1) as stream:
+        assert sum(1 for _ in stream) == 6
+    loader.close()
+    assert wait_until(d.idle, 30)
+    res = run_cli("stats", "--server", d.unix)
+    assert res.returncode == 0, res.stderr
+    assert "bottleneck: none (idle)" in res.stdout, res.stdout
+    assert "<- bottleneck" not in res.stdout, res.stdout
+
+
 def test_unknown_pipeline_exits_3(daemon, tmp_path):
     res = run_cli("fetch", "--server", daemon.unix, "--pipeline", "nope", "--batches", 1,
                   "--out", tmp_path / "o")
@@ -110,7 +125,7 @@ def test_invalid_request_and_usage_exit_2(daemon, tmp_path):
 
 
 def test_help_everywhere_documents_exit_codes():
-    for cmd in ([], ["pipelines"], ["fetch"], ["stats"]):
+    for cmd in ([], ["pipelines"], ["fetch"], ["stats"], ["top"]):
         res = run_cli(*cmd, "--help")
         assert res.returncode == 0
         assert "exit codes" in res.stdout and "server unavailable" in res.stdout

@@ -1,8 +1,13 @@
 """The `conveyor` command line: list pipelines, fetch batches to files, show stats.
 
-    conveyor pipelines [--server ADDR]
-    conveyor fetch --pipeline P --batches N --out DIR [--server ADDR] [...]
-    conveyor stats [--server ADDR]
+    conveyor pipelines [--server ADDR] [--json]
+    conveyor fetch --pipeline P --batches N --out DIR [--server ADDR] [--json] [...]
+    conveyor stats [--server ADDR] [--json]
+    conveyor top [--server ADDR] [--interval S] [--count N] [--json]
+
+With --json a command writes one JSON object to stdout (top: one per
+refresh), its error too ({"error": {...}}, with the same non-zero exit code);
+the keys are documented in client/python/README.md.
 
 The server address defaults to $CONVEYOR_SERVER, else
 unix:///run/conveyor/conveyor.sock. Run with Debian's /usr/bin/python3.
@@ -11,15 +16,18 @@ unix:///run/conveyor/conveyor.sock. Run with Debian's /usr/bin/python3.
 import argparse
 import errno
 import io
+import json
 import os
 import sys
 import time
 
 import numpy as np
 
-from . import errors
+from . import errors, top
 from ._security import Security
+from ._text import table
 from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
+from .stats_view import stage_units, stats_dict, stream_images_per_s
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -45,7 +53,11 @@ The server address is unix:///path.sock or host:port; it defaults to
 $CONVEYOR_SERVER, else unix:///run/conveyor/conveyor.sock. A daemon that
 requires a bearer token or TLS: --token-file, --tls-ca (and --client-cert,
 --client-key for mutual TLS), or $CONVEYOR_TOKEN_FILE, $CONVEYOR_TLS_CA,
-$CONVEYOR_CLIENT_CERT, $CONVEYOR_CLIENT_KEY."""
+$CONVEYOR_CLIENT_CERT, $CONVEYOR_CLIENT_KEY.
+
+With --json the result is one JSON object on stdout; an error is too,
+{"error": {"command", "exit_code", "code" (the gRPC status name or null),
+"message"}}, with the exit code above (the message also goes to stderr)."""
 
 _DTYPE_NAMES = {1: "uint8", 2: "float32", 3: "float16"}
 _LAYOUT_NAMES = {1: "nchw", 2: "nhwc"}
@@ -67,14 +79,11 @@ def exit_code_for(error):
 
 def _table(headers, rows):
     """Left-aligned first column, right-aligned others."""
-    cols = [headers] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cols) for i in range(len(headers))]
-    out = []
-    for r in cols:
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        out.append("  ".join(cells).rstrip())
-    out.insert(1, "  ".join(("-" if h else " ") * w for h, w in zip(headers, widths)).rstrip())
-    return "\n".join(out)
+    return "\n".join(table(headers, rows))
+
+
+def _print_json(obj):
+    print(json.dumps(obj, sort_keys=True))
 
 
 def _security(args):
@@ -85,6 +94,13 @@ def _security(args):
 # --- pipelines ---------------------------------------------------------------
 def cmd_pipelines(args):
     pipes = list_pipelines(args.server, security=_security(args))
+    if args.json:
+        _print_json({"pipelines": [{
+            "name": p.name, "dataset_size": p.dataset_size, "num_classes": p.num_classes,
+            "sample_shape": list(p.sample_shape), "dtype": _DTYPE_NAMES.get(p.dtype),
+            "layout": _LAYOUT_NAMES.get(p.layout), "max_batch_size": p.max_batch_size,
+            "augment": p.augment, "error_policy": p.error_policy} for p in pipes]})
+        return EXIT_OK
     if not pipes:
         print("no pipelines")
         return EXIT_OK
@@ -100,7 +116,8 @@ def cmd_pipelines(args):
 
 # --- fetch -------------------------------------------------------------------
 class _Progress:
-    """A one-line text bar on stderr, only when stderr is a terminal."""
+    """A one-line text bar on stdout, redrawn in place; only when enabled
+    (stdout is a terminal and no --json)."""
 
     def __init__(self, total, enabled):
         self.total = total
@@ -118,14 +135,14 @@ class _Progress:
         width = 30
         filled = int(width * done / self.total) if self.total else width
         rate = images / max(now - self.t0, 1e-9)
-        sys.stderr.write("\r[%s%s] %d/%d batches  %.0f images/s" %
+        sys.stdout.write("\r[%s%s] %d/%d batches  %.0f images/s" %
                          ("#" * filled, "." * (width - filled), done, self.total, rate))
-        sys.stderr.flush()
+        sys.stdout.flush()
 
     def finish(self):
         if self.enabled:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+            sys.stdout.write("\n")
+            sys.stdout.flush()
 
 
 class OutputError(errors.ConveyorError):
@@ -186,7 +203,7 @@ def cmd_fetch(args):
     os.makedirs(args.out, exist_ok=True)
     world = args.world_size if args.world_size is not None else 1
     rank = args.rank if args.rank is not None else 0
-    progress = _Progress(args.batches, sys.stderr.isatty())
+    progress = _Progress(args.batches, sys.stdout.isatty() and not args.json)
     images = 0
     failed = 0
     written = 0
@@ -208,6 +225,11 @@ def cmd_fetch(args):
     finally:
         progress.finish()
     dt = time.monotonic() - t0
+    if args.json:
+        _print_json({"batches": written, "images": images, "failed_samples": failed,
+                     "seconds": round(dt, 6), "images_per_s": round(images / max(dt, 1e-9), 3),
+                     "out": args.out, "format": args.format})
+        return EXIT_OK
     print("fetched %d batches, %d images (%d failed samples) in %.2f s: %.1f images/s -> %s"
           % (written, images, failed, dt, images / max(dt, 1e-9), args.out))
     return EXIT_OK
@@ -219,12 +241,17 @@ def _secs(ns):
 
 
 def _stage_rows(stages, bottleneck):
+    """Every count carries its unit: collate takes samples and gives batches."""
     rows = []
     for s in stages:
-        fill = "%d/%d" % (s.queue_size, s.queue_capacity) if s.queue_capacity else "-"
+        unit_in, unit_out, queue_unit = stage_units(s.name)
+        fill = "-"
+        if s.queue_capacity:
+            fill = "%d/%d %s" % (s.queue_size, s.queue_capacity, queue_unit)
         mark = "<- bottleneck" if bottleneck and s.name == bottleneck else ""
-        rows.append([s.name, s.items_in, s.items_out, s.failures, _secs(s.busy_ns),
-                     _secs(s.wait_input_ns), _secs(s.wait_output_ns), fill, s.in_flight, mark])
+        rows.append([s.name, "%d %s" % (s.items_in, unit_in), "%d %s" % (s.items_out, unit_out),
+                     s.failures, _secs(s.busy_ns), _secs(s.wait_input_ns),
+                     _secs(s.wait_output_ns), fill, s.in_flight, mark])
     return rows
 
 
@@ -234,7 +261,7 @@ def format_stats(resp):
                  % (resp.num_threads, resp.uptime_ns / 1e9, resp.streams_open, resp.streams_total,
                     resp.slot_bytes_in_use / 2**20, resp.slot_bytes_budget / 2**20))
     headers = ["stage", "items in", "items out", "failures", "busy s", "wait-in s", "wait-out s",
-               "queue fill", "in flight", ""]
+               "queue fill", "in flight", ""]  # failures: in the unit of "items in"
     if resp.stages:
         lines.append("")
         lines.append(_table(headers, _stage_rows(resp.stages, resp.bottleneck)))
@@ -245,7 +272,7 @@ def format_stats(resp):
         lines.append("streams:")
         for st in resp.streams:
             secs = st.elapsed_ns / 1e9
-            rate = st.samples_emitted / secs if secs > 0 else 0.0
+            rate = stream_images_per_s(st)
             lines.append("  stream %d  pipeline %s  peer %s  batches %d  samples %d  failed %d  "
                          "slots held %d/%d  %.1f s  %.1f images/s"
                          % (st.stream_id, st.pipeline, st.peer or "-", st.batches_emitted,
@@ -257,14 +284,56 @@ def format_stats(resp):
 
 
 def cmd_stats(args):
-    print(format_stats(stats(args.server, security=_security(args))))
+    resp = stats(args.server, security=_security(args))
+    if args.json:
+        _print_json(stats_dict(resp))
+    else:
+        print(format_stats(resp))
+    return EXIT_OK
+
+
+# --- top ---------------------------------------------------------------------
+def cmd_top(args):
+    if not args.interval > 0:
+        raise errors.InvalidRequest("--interval must be above 0 seconds, got %s" % args.interval)
+    if args.count < 0:
+        raise errors.InvalidRequest("--count must be 0 (no limit) or more, got %d" % args.count)
+    if not args.json and not sys.stdout.isatty():
+        raise errors.InvalidRequest("top draws on a terminal and stdout is not one; use --json "
+                                    "for one line of figures per refresh")
+    poller = top.Poller(args.server, _security(args), timeout=max(2.0, min(args.interval, 10.0)))
+    try:
+        if args.json:
+            top.run_json(poller, args.interval, args.count, sys.stdout)
+        else:
+            top.run_curses(poller, args.interval, args.count, args.server)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how a live view is left: not an error
+    finally:
+        poller.close()
     return EXIT_OK
 
 
 # --- main --------------------------------------------------------------------
+_COMMANDS = ("pipelines", "fetch", "stats", "top")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as a JSON object on stdout too when --json was given."""
+
+    argv = ()  # the command line being parsed, set by main()
+
+    def error(self, message):
+        if "--json" in _Parser.argv:
+            command = next((a for a in _Parser.argv if a in _COMMANDS), None)
+            _print_json({"error": {"command": command, "exit_code": EXIT_USAGE, "code": None,
+                                   "message": message}})
+        super().error(message)
+
+
 def build_parser():
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="conveyor", formatter_class=fmt, epilog=EPILOG,
         description="Command line client of conveyord, Conveyor's data-loading daemon.")
     parser.add_argument("--version", action="version", version="conveyor 0.1.0")
@@ -289,6 +358,8 @@ def build_parser():
                        default=os.environ.get("CONVEYOR_TLS_SERVER_NAME"),
                        help="name the daemon's certificate must carry, when it is not the host "
                             "of --server")
+        p.add_argument("--json", action="store_true",
+                       help="write the result (or the error) as JSON to stdout")
 
     p = sub.add_parser("pipelines", help="list the daemon's pipelines", formatter_class=fmt,
                        epilog=EPILOG, description="List the pipelines the daemon serves.")
@@ -300,8 +371,8 @@ def build_parser():
                            "Fetch N batches of a pipeline and write each one to DIR: "
                            "batch_00000.npz (arrays images, labels, indices) or, with --format npy, "
                            "batch_00000_images.npy, batch_00000_labels.npy, batch_00000_indices.npy. "
-                           "Prints a summary with images/s; a progress bar goes to stderr when it "
-                           "is a terminal."))
+                           "Prints a summary with images/s (--json: as a JSON object), and a "
+                           "progress bar while it runs when stdout is a terminal."))
     add_server(p)
     p.add_argument("--pipeline", required=True, help="pipeline name (see `conveyor pipelines`)")
     p.add_argument("--batches", type=int, required=True, metavar="N", help="batches to fetch")
@@ -322,30 +393,56 @@ def build_parser():
 
     p = sub.add_parser("stats", help="per-stage statistics and the bottleneck", formatter_class=fmt,
                        epilog=EPILOG, description=(
-                           "Show the engine's per-stage figures (items in/out, failures, busy "
-                           "seconds, seconds waiting for input and for room in the output, queue "
-                           "fill), the bottleneck stage, and one line per open stream."))
+                           "Show the engine's per-stage figures since the daemon started (items "
+                           "in/out with their units: samples, batches or epochs; failures; busy "
+                           "seconds, seconds waiting for input and for room in the output; queue "
+                           "fill), the bottleneck stage of the open streams (none when idle), "
+                           "and one line per open stream."))
     add_server(p)
     p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("top", help="live view of the stages and streams", formatter_class=fmt,
+                       epilog=EPILOG, description=(
+                           "A live view of the daemon, refreshed in place: per stage items/s "
+                           "in and out, busy % (the share of the worker pool's time the stage "
+                           "took), queue fill, failures, and the bottleneck while there is load; "
+                           "per stream images/s, credits in use and the client. q or Ctrl-C "
+                           "quits (exit 0). With --json: one JSON object per refresh, one per "
+                           "line, no terminal needed."))
+    add_server(p)
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="seconds between refreshes (default: %(default)s)")
+    p.add_argument("--count", type=int, default=0, metavar="N",
+                   help="stop after N refreshes (default: 0, until q or Ctrl-C)")
+    p.set_defaults(func=cmd_top)
     return parser
+
+
+def _fail(args, message, exit_code, code=None):
+    """Reports an error on stderr (and as JSON on stdout with --json);
+    returns the exit code."""
+    print("conveyor %s: %s" % (args.command, message), file=sys.stderr)
+    if args.json:
+        _print_json({"error": {"command": args.command, "exit_code": exit_code,
+                               "code": code, "message": str(message)}})
+    return exit_code
 
 
 def main(argv=None):
     parser = build_parser()
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
         return args.func(args)
     except errors.ConveyorError as e:
-        print("conveyor %s: %s" % (args.command, e), file=sys.stderr)
-        return exit_code_for(e)
+        code = e.code.name if e.code is not None else None
+        return _fail(args, e, exit_code_for(e), code)
     except KeyboardInterrupt:
-        print("conveyor %s: interrupted" % args.command, file=sys.stderr)
-        return 130
+        return _fail(args, "interrupted", 130)
     except BrokenPipeError:
         return EXIT_OTHER
     except OSError as e:
-        print("conveyor %s: %s" % (args.command, e), file=sys.stderr)
-        return EXIT_OTHER
+        return _fail(args, e, EXIT_OTHER)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""What the daemon's GetStats figures mean, for people and for scripts.
+
+Pure functions over conveyor_pb2.GetStatsResponse (no I/O, no terminal):
+the unit of each stage's counters, the documented JSON form of `conveyor
+stats --json`, and the per-interval rates of `conveyor top` computed from two
+responses. Counters are totals since the daemon started; rates are deltas
+over the daemon's own clock (uptime_ns, a stream's elapsed_ns).
+"""
+
+# What a stage counts: (unit of items_in and failures, unit of items_out,
+# unit of the queue in front of it). Collate takes samples in and gives
+# batches out; the sample stage computes one epoch order per item.
+STAGE_UNITS = {
+    "sample": ("epochs", "epochs", None),
+    "fetch": ("samples", "samples", None),
+    "decode": ("samples", "samples", "samples"),
+    "collate": ("samples", "batches", "batches"),
+    "deliver": ("batches", "batches", "batches"),
+}
+_UNKNOWN_UNITS = ("items", "items", "items")
+
+
+def stage_units(name):
+    """(in, out, queue) units of a stage; "items" for a stage this client does
+    not know (a newer daemon)."""
+    return STAGE_UNITS.get(name, _UNKNOWN_UNITS)
+
+
+def _seconds(ns):
+    return round(ns / 1e9, 6)
+
+
+def stage_dict(s):
+    unit_in, unit_out, queue_unit = stage_units(s.name)
+    return {
+        "name": s.name,
+        "unit_in": unit_in,
+        "unit_out": unit_out,
+        "items_in": s.items_in,
+        "items_out": s.items_out,
+        "failures": s.failures,
+        "busy_s": _seconds(s.busy_ns),
+        "wait_input_s": _seconds(s.wait_input_ns),
+        "wait_output_s": _seconds(s.wait_output_ns),
+        "queue_unit": queue_unit if s.queue_capacity else None,
+        "queue_size": s.queue_size,
+        "queue_capacity": s.queue_capacity,
+        "in_flight": s.in_flight,
+    }
+
+
+def stream_images_per_s(st):
+    secs = st.elapsed_ns / 1e9
+    return st.samples_emitted / secs if secs > 0 else 0.0
+
+
+def stream_dict(st):
+    return {
+        "stream_id": st.stream_id,
+        "pipeline": st.pipeline,
+        "client": st.peer or None,
+        "batches": st.batches_emitted,
+        "samples": st.samples_emitted,
+        "samples_failed": st.samples_failed,
+        "credits_in_use": st.slots_held_by_client,
+        "credits": st.slots_total,
+        "elapsed_s": _seconds(st.elapsed_ns),
+        "images_per_s": round(stream_images_per_s(st), 3),
+    }
+
+
+def stats_dict(resp):
+    """The JSON object of `conveyor stats --json` (keys documented in
+    client/python/README.md)."""
+    return {
+        "threads": resp.num_threads,
+        "uptime_s": _seconds(resp.uptime_ns),
+        "streams_open": resp.streams_open,
+        "streams_total": resp.streams_total,
+        "slot_bytes_in_use": resp.slot_bytes_in_use,
+        "slot_bytes_budget": resp.slot_bytes_budget,
+        "bottleneck": resp.bottleneck or None,
+        "stages": [stage_dict(s) for s in resp.stages],
+        "streams": [stream_dict(st) for st in resp.streams],
+    }
+
+
+def _delta(cur, prev):
+    # Counters only grow; a smaller value means another daemon (restart).
+    return max(cur - prev, 0)
+
+
+def top_frame(cur, prev=None):
+    """One refresh of `conveyor top`: the figures of `cur` with rates over
+    the interval since `prev` (the previous response, or None for the first
+    refresh: rates are then None). A `prev` from an earlier daemon (its
+    uptime is larger) counts as none.
+
+    Load means items went through some stage during the interval; the
+    bottleneck is named only then (and only when the daemon names one)."""
+    if prev is not None and prev.uptime_ns >= cur.uptime_ns:
+        prev = None
+    dt = (cur.uptime_ns - prev.uptime_ns) / 1e9 if prev is not None else None
+    prev_stages = {s.name: s for s in prev.stages} if prev is not None else {}
+    threads = max(cur.num_threads, 1)
+    stages = []
+    moved = False
+    for s in cur.stages:
+        row = stage_dict(s)
+        p = prev_stages.get(s.name)
+        if p is None or not dt:
+            row.update(in_per_s=None, out_per_s=None, busy_pct=None, failures_per_s=None)
+        else:
+            d_in, d_out = _delta(s.items_in, p.items_in), _delta(s.items_out, p.items_out)
+            moved = moved or d_in > 0 or d_out > 0
+            row.update(in_per_s=round(d_in / dt, 3), out_per_s=round(d_out / dt, 3),
+                       # share of the worker pool's time this stage took
+                       busy_pct=round(100.0 * _delta(s.busy_ns, p.busy_ns) / 1e9
+                                      / (dt * threads), 1),
+                       failures_per_s=round(_delta(s.failures, p.failures) / dt, 3))
+        stages.append(row)
+    prev_streams = {st.stream_id: st for st in prev.streams} if prev is not None else {}
+    streams = []
+    for st in cur.streams:
+        row = stream_dict(st)
+        p = prev_streams.get(st.stream_id)
+        if p is not None and st.elapsed_ns > p.elapsed_ns:
+            row["images_per_s"] = round(_delta(st.samples_emitted, p.samples_emitted)
+                                        / ((st.elapsed_ns - p.elapsed_ns) / 1e9), 3)
+        streams.append(row)
+    load = moved if dt else None
+    frame = stats_dict(cur)
+    frame.update(interval_s=round(dt, 6) if dt else None, load=load,
+                 bottleneck=(cur.bottleneck or None) if load else None,
+                 stages=stages, streams=streams)
+    return frame
