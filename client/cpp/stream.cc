@@ -53,6 +53,7 @@ struct StreamCall {
     MutexLock lock(&write_mu);  // no Release is being written while the call ends
     if (finished) return grpc::Status::OK;
     finished = true;
+    if (!cancel) rw->WritesDone();  // half-close: the daemon ends the call
     v1::ServerMessage ignored;
     while (rw->Read(&ignored)) {
     }

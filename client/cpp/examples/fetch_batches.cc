@@ -12,12 +12,14 @@
 // waits for a line on stdin. Prints "batch ..." per batch (unless --quiet)
 // and a "done ..." line with the rate and the resume state. Exit 1 on an
 // error (its message on stderr), 2 on a usage error.
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
