@@ -11,6 +11,8 @@
  * the rate and the resume state; --out appends the image bytes of every
  * batch to FILE. Exit 1 on an error (the library's message on stderr).
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
