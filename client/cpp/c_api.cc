@@ -1,0 +1,216 @@
+// The C ABI (include/conveyor_client.h) over the C++ client: each handle
+// wraps one C++ object; each function turns an absl::Status into a code and
+// the thread's last error message, and catches every exception (bad_alloc)
+// so that none crosses into C.
+#include "conveyor_client.h"
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpp/client.h"
+
+namespace cc = ::conveyor::client;
+
+struct conveyor_client {
+  cc::Client client;
+};
+struct conveyor_stream {
+  std::unique_ptr<cc::Stream> stream;
+};
+struct conveyor_batch {
+  cc::BatchLease lease;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int Fail(const absl::Status& status) {
+  last_error = status.ToString();
+  return static_cast<int>(status.code());
+}
+
+int Fail(absl::StatusCode code, absl::string_view message) {
+  return Fail(absl::Status(code, message));
+}
+
+// Runs `body` (returning an int code), turning exceptions into INTERNAL.
+template <typename Body>
+int Guard(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return Fail(absl::StatusCode::kInternal, absl::StrCat("conveyor client: ", e.what()));
+  } catch (...) {
+    return Fail(absl::StatusCode::kInternal, "conveyor client: unknown exception");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* conveyor_last_error(void) { return last_error.c_str(); }
+
+const char* conveyor_status_name(int status) {
+  if (status == CONVEYOR_END_OF_STREAM) return "END_OF_STREAM";
+  if (status < 0 || status > 16) return "UNKNOWN_STATUS";
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",  "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+      "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",
+      "UNAVAILABLE", "DATA_LOSS",       "UNAUTHENTICATED"};
+  return kNames[status];
+}
+
+int conveyor_connect(const char* address, const char* token, conveyor_client** out) {
+  return Guard([&] {
+    if (address == nullptr || out == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_connect: address and out are required");
+    }
+    cc::ClientOptions options;
+    if (token != nullptr) options.token = token;
+    absl::StatusOr<cc::Client> client = cc::Client::Create(address, std::move(options));
+    if (!client.ok()) return Fail(client.status());
+    *out = new conveyor_client{std::move(*client)};
+    return 0;
+  });
+}
+
+void conveyor_client_close(conveyor_client* client) { delete client; }
+
+void conveyor_stream_options_init(conveyor_stream_options* options) {
+  if (options == nullptr) return;
+  *options = conveyor_stream_options{};
+  options->num_epochs = 1;
+  options->world_size = 1;
+  options->credits = 4;
+  options->shuffle = 1;
+}
+
+int conveyor_open_stream(conveyor_client* client, const conveyor_stream_options* options,
+                         conveyor_stream** out) {
+  return Guard([&] {
+    if (client == nullptr || options == nullptr || out == nullptr || options->pipeline == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "conveyor_open_stream: client, options, options->pipeline and out are required");
+    }
+    cc::StreamOptions o;
+    o.pipeline = options->pipeline;
+    o.batch_size = options->batch_size;
+    o.seed = options->seed;
+    o.first_epoch = options->first_epoch;
+    o.num_epochs = options->num_epochs;
+    o.rank = options->rank;
+    o.world_size = options->world_size;
+    o.credits = options->credits;
+    o.shuffle = options->shuffle != 0;
+    o.drop_last = options->drop_last != 0;
+    if (!conveyor::v1::Transport_IsValid(options->transport)) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("conveyor_open_stream: unknown transport ", options->transport));
+    }
+    o.transport = static_cast<conveyor::v1::Transport>(options->transport);
+    if (options->has_resume) {
+      o.resume = cc::ResumeState{options->resume_epoch, options->resume_offset,
+                                 options->resume_world_size};
+    }
+    if (options->timeout_ms > 0) o.side_timeout = absl::Milliseconds(options->timeout_ms);
+    absl::StatusOr<std::unique_ptr<cc::Stream>> stream = client->client.OpenStream(o);
+    if (!stream.ok()) return Fail(stream.status());
+    *out = new conveyor_stream{std::move(*stream)};
+    return 0;
+  });
+}
+
+int conveyor_stream_get_info(const conveyor_stream* stream, conveyor_stream_info* info) {
+  return Guard([&] {
+    if (stream == nullptr || info == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_stream_get_info: NULL argument");
+    }
+    const conveyor::v1::StreamOpened& op = stream->stream->opened();
+    *info = conveyor_stream_info{};
+    info->stream_id = op.stream_id();
+    info->transport = op.transport();
+    info->credits = stream->stream->credits();
+    info->num_slots = op.num_slots();
+    info->samples_per_epoch = op.samples_per_epoch();
+    info->batches_per_epoch = op.batches_per_epoch();
+    return 0;
+  });
+}
+
+int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
+                         conveyor_batch_info* info) {
+  return Guard([&] {
+    if (stream == nullptr || batch == nullptr || info == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_stream_next: NULL argument");
+    }
+    absl::StatusOr<std::optional<cc::BatchLease>> next = stream->stream->Next();
+    if (!next.ok()) return Fail(next.status());
+    if (!next->has_value()) return static_cast<int>(CONVEYOR_END_OF_STREAM);
+    cc::BatchLease& lease = **next;
+    const conveyor::v1::Batch& h = lease.header();
+    if (h.shape_size() > CONVEYOR_MAX_DIMS) {
+      return Fail(absl::StatusCode::kInternal,
+                  absl::StrCat("batch ", h.sequence(), " has ", h.shape_size(),
+                               " dimensions; the C ABI carries at most ", CONVEYOR_MAX_DIMS));
+    }
+    auto handle = std::make_unique<conveyor_batch>(conveyor_batch{std::move(lease)});
+    const conveyor::v1::Batch& hdr = handle->lease.header();
+    *info = conveyor_batch_info{};
+    info->images = handle->lease.images();
+    info->images_bytes = handle->lease.images_bytes();
+    info->dtype = hdr.dtype();
+    info->layout = hdr.layout();
+    info->ndim = static_cast<uint32_t>(hdr.shape_size());
+    for (int i = 0; i < hdr.shape_size(); ++i) info->shape[i] = hdr.shape(i);
+    info->num_samples = hdr.num_samples();
+    info->labels = hdr.labels().data();
+    info->sample_indices = hdr.sample_indices().data();
+    info->sequence = hdr.sequence();
+    info->epoch = hdr.epoch();
+    info->batch_in_epoch = hdr.batch_in_epoch();
+    info->position = hdr.position();
+    info->offset = hdr.offset();
+    info->end_of_epoch = hdr.end_of_epoch() ? 1 : 0;
+    info->slot = hdr.slot();
+    info->num_failures = static_cast<uint32_t>(hdr.failures_size());
+    *batch = handle.release();
+    return 0;
+  });
+}
+
+void conveyor_batch_release(conveyor_batch* batch) {
+  Guard([&] {
+    delete batch;  // the lease's destructor sends the Release
+    return 0;
+  });
+}
+
+int conveyor_stream_resume_state(const conveyor_stream* stream, uint64_t* epoch, uint64_t* offset,
+                                 uint32_t* world_size) {
+  return Guard([&] {
+    if (stream == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_stream_resume_state: NULL stream");
+    }
+    const cc::ResumeState& r = stream->stream->resume_state();
+    if (epoch != nullptr) *epoch = r.epoch;
+    if (offset != nullptr) *offset = r.offset;
+    if (world_size != nullptr) *world_size = r.world_size;
+    return 0;
+  });
+}
+
+void conveyor_stream_close(conveyor_stream* stream) {
+  Guard([&] {
+    delete stream;
+    return 0;
+  });
+}
+
+}  // extern "C"

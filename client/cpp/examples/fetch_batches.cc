@@ -1,0 +1,219 @@
+// fetch_batches: reads batches from conveyord with the C++ client and prints
+// batches/s — an example of client.h and a tool of the integration tests.
+//
+//   fetch_batches --server unix:///run/conveyor/conveyor.sock --pipeline train
+//                 --batch-size 64 [--seed S] [--epoch E] [--epochs N] [--rank R]
+//                 [--world-size W] [--credits C] [--transport auto|shared_memory|
+//                 data_socket|inline] [--batches N] [--out FILE] [--hold N]
+//                 [--pause-after N] [--resume-epoch E --resume-offset O] [--quiet]
+//
+// --out appends every batch's image bytes to FILE; --hold keeps the last N
+// batches unreleased; --pause-after prints "paused" after N batches and
+// waits for a line on stdin. Prints "batch ..." per batch (unless --quiet)
+// and a "done ..." line with the rate and the resume state. Exit 1 on an
+// error (its message on stderr), 2 on a usage error.
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "client/cpp/client.h"
+
+namespace {
+
+using conveyor::client::BatchLease;
+namespace v1 = conveyor::v1;
+
+struct Args {
+  std::string server;
+  conveyor::client::StreamOptions stream;
+  uint64_t batches = 0;
+  std::string out;
+  size_t hold = 0;
+  uint64_t pause_after = 0;
+  bool quiet = false;
+};
+
+int Usage(const std::string& why) {
+  std::cerr << "fetch_batches: " << why
+            << "\nusage: fetch_batches --server ADDRESS --pipeline NAME --batch-size N [options]"
+               " (see the comment at the top of fetch_batches.cc)\n";
+  return 2;
+}
+
+template <typename T>
+bool ParseNumber(const char* text, T* out) {
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(text, &v) || v > std::numeric_limits<T>::max()) return false;
+  *out = static_cast<T>(v);
+  return true;
+}
+
+std::optional<Args> Parse(int argc, char** argv, std::string* error) {
+  Args a;
+  std::optional<uint64_t> resume_epoch, resume_offset;
+  static const std::map<std::string, v1::Transport> kTransports = {
+      {"auto", v1::TRANSPORT_AUTO}, {"shared_memory", v1::SHARED_MEMORY},
+      {"data_socket", v1::DATA_SOCKET}, {"inline", v1::INLINE}};
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--quiet") {
+      a.quiet = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      *error = flag + " needs a value";
+      return std::nullopt;
+    }
+    const char* v = argv[++i];
+    bool ok = true;
+    uint64_t n = 0;
+    if (flag == "--server") a.server = v;
+    else if (flag == "--pipeline") a.stream.pipeline = v;
+    else if (flag == "--out") a.out = v;
+    else if (flag == "--transport") {
+      auto it = kTransports.find(v);
+      ok = it != kTransports.end();
+      if (ok) a.stream.transport = it->second;
+    } else if (flag == "--batch-size") ok = ParseNumber(v, &a.stream.batch_size);
+    else if (flag == "--seed") ok = ParseNumber(v, &a.stream.seed);
+    else if (flag == "--epoch") ok = ParseNumber(v, &a.stream.first_epoch);
+    else if (flag == "--epochs") ok = ParseNumber(v, &a.stream.num_epochs);
+    else if (flag == "--rank") ok = ParseNumber(v, &a.stream.rank);
+    else if (flag == "--world-size") ok = ParseNumber(v, &a.stream.world_size);
+    else if (flag == "--credits") ok = ParseNumber(v, &a.stream.credits);
+    else if (flag == "--batches") ok = ParseNumber(v, &a.batches);
+    else if (flag == "--hold") ok = ParseNumber(v, &a.hold);
+    else if (flag == "--pause-after") ok = ParseNumber(v, &a.pause_after);
+    else if (flag == "--resume-epoch") ok = ParseNumber(v, &n), resume_epoch = n;
+    else if (flag == "--resume-offset") ok = ParseNumber(v, &n), resume_offset = n;
+    else {
+      *error = "unknown flag " + flag;
+      return std::nullopt;
+    }
+    if (!ok) {
+      *error = "bad value for " + flag + ": " + v;
+      return std::nullopt;
+    }
+  }
+  if (a.server.empty() || a.stream.pipeline.empty() || a.stream.batch_size == 0) {
+    *error = "--server, --pipeline and --batch-size are required";
+    return std::nullopt;
+  }
+  if (resume_epoch.has_value() != resume_offset.has_value()) {
+    *error = "give --resume-epoch and --resume-offset together";
+    return std::nullopt;
+  }
+  if (resume_epoch) {
+    a.stream.resume = conveyor::client::ResumeState{*resume_epoch, *resume_offset,
+                                                    a.stream.world_size};
+  }
+  return a;
+}
+
+const char* TransportName(v1::Transport t) {
+  switch (t) {
+    case v1::SHARED_MEMORY:
+      return "shared_memory";
+    case v1::DATA_SOCKET:
+      return "data_socket";
+    case v1::INLINE:
+      return "inline";
+    default:
+      return "auto";
+  }
+}
+
+void PrintBatch(const BatchLease& b) {
+  const v1::Batch& h = b.header();
+  std::printf("batch seq=%llu epoch=%llu slot=%u n=%u labels=",
+              static_cast<unsigned long long>(h.sequence()),
+              static_cast<unsigned long long>(h.epoch()), h.slot(), h.num_samples());
+  for (int i = 0; i < h.labels_size(); ++i) std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.labels(i)));
+  std::printf(" indices=");
+  for (int i = 0; i < h.sample_indices_size(); ++i) {
+    std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.sample_indices(i)));
+  }
+  std::printf("\n");
+}
+
+int Fail(const absl::Status& status) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "fetch_batches: error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string error;
+  std::optional<Args> args = Parse(argc, argv, &error);
+  if (!args) return Usage(error);
+
+  absl::StatusOr<conveyor::client::Client> client = conveyor::client::Client::Create(args->server);
+  if (!client.ok()) return Fail(client.status());
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<conveyor::client::Stream>> stream =
+      client->OpenStream(args->stream);
+  if (!stream.ok()) return Fail(stream.status());
+  const v1::StreamOpened& op = (*stream)->opened();
+  std::printf("opened stream=%llu transport=%s batches_per_epoch=%llu\n",
+              static_cast<unsigned long long>(op.stream_id()), TransportName(op.transport()),
+              static_cast<unsigned long long>(op.batches_per_epoch()));
+
+  FILE* out = nullptr;
+  if (!args->out.empty() && (out = std::fopen(args->out.c_str(), "wb")) == nullptr) {
+    return Fail(absl::InvalidArgumentError("cannot open --out " + args->out + ": " +
+                                           std::strerror(errno)));
+  }
+  std::deque<BatchLease> held;  // the last --hold batches
+  uint64_t batches = 0, samples = 0;
+  absl::Status status;
+  while (args->batches == 0 || batches < args->batches) {
+    absl::StatusOr<std::optional<BatchLease>> next = (*stream)->Next();
+    if (!next.ok()) {
+      status = next.status();
+      break;
+    }
+    if (!next->has_value()) break;
+    BatchLease& batch = **next;
+    ++batches;
+    samples += batch.header().num_samples();
+    if (!args->quiet) PrintBatch(batch);
+    if (out != nullptr && std::fwrite(batch.images(), 1, batch.images_bytes(), out) !=
+                              batch.images_bytes()) {
+      status = absl::DataLossError("writing --out " + args->out + " failed");
+      break;
+    }
+    held.push_back(std::move(batch));
+    while (held.size() > args->hold) held.pop_front();  // releases the oldest
+    if (args->pause_after != 0 && batches == args->pause_after) {
+      std::printf("paused held=%zu\n", (*stream)->held());
+      std::fflush(stdout);
+      std::string line;
+      std::getline(std::cin, line);
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  held.clear();
+  if (out != nullptr && std::fclose(out) != 0 && status.ok()) {
+    status = absl::DataLossError("closing --out " + args->out + " failed");
+  }
+  if (!status.ok()) return Fail(status);
+  const conveyor::client::ResumeState& r = (*stream)->resume_state();
+  std::printf("done batches=%llu samples=%llu seconds=%.3f batches_per_s=%.1f "
+              "resume_epoch=%llu resume_offset=%llu\n",
+              static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
+              seconds, seconds > 0 ? batches / seconds : 0.0,
+              static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.offset));
+  return 0;
+}

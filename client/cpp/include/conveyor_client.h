@@ -1,0 +1,196 @@
+/* conveyor_client.h: the C ABI of the conveyor client, for any language
+ * with a C FFI (Rust, Go, Julia, Java, ...). Link libconveyor_client.so; it
+ * exports only the conveyor_* functions below.
+ *
+ * Handles are opaque: a conveyor_client (one connection to a daemon), a
+ * conveyor_stream (one stream of batches) and a conveyor_batch (one batch
+ * the caller holds: a lease on a slot of the daemon). Every function that
+ * can fail returns a conveyor_status: CONVEYOR_OK (0), CONVEYOR_END_OF_STREAM
+ * from conveyor_stream_next when the stream is over, or the gRPC status code
+ * of the failure (the daemon's own, or the client's: UNAVAILABLE when the
+ * daemon cannot be reached, INTERNAL for a protocol error, ...). After a
+ * failure conveyor_last_error() returns the message, which says what to fix.
+ * No C++ exception ever crosses this interface.
+ *
+ *   conveyor_client* c;
+ *   if (conveyor_connect("unix:///run/conveyor/conveyor.sock", NULL, &c) != CONVEYOR_OK)
+ *     fail(conveyor_last_error());
+ *   conveyor_stream_options o;
+ *   conveyor_stream_options_init(&o);
+ *   o.pipeline = "imagenet-train"; o.batch_size = 256;
+ *   conveyor_stream* s;
+ *   if (conveyor_open_stream(c, &o, &s) != CONVEYOR_OK) fail(conveyor_last_error());
+ *   conveyor_batch* b;
+ *   conveyor_batch_info info;
+ *   int rc;
+ *   while ((rc = conveyor_stream_next(s, &b, &info)) == CONVEYOR_OK) {
+ *     train(info.images, info.shape, info.labels);  // no copy: the daemon's slot
+ *     conveyor_batch_release(b);                    // the slot goes back
+ *   }
+ *   if (rc != CONVEYOR_END_OF_STREAM) fail(conveyor_last_error());
+ *   conveyor_stream_close(s);
+ *   conveyor_client_close(c);
+ *
+ * Memory: a batch's images, labels and sample indices stay valid until
+ * conveyor_batch_release of that batch (even after its stream is closed);
+ * after it they belong to the daemon again. The caller may hold at most
+ * `credits` batches of a stream unreleased; conveyor_stream_next returns
+ * CONVEYOR_FAILED_PRECONDITION rather than block while it holds them all.
+ *
+ * Thread-safety: conveyor_last_error() is per thread (the message of the
+ * last failed call on the calling thread). A conveyor_client may be used by
+ * several threads at once. A conveyor_stream is used by one thread at a
+ * time (next, info, resume state, close); conveyor_batch_release may be
+ * called from any thread, concurrently with conveyor_stream_next.
+ */
+#ifndef CONVEYOR_CLIENT_H_
+#define CONVEYOR_CLIENT_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CONVEYOR_API __attribute__((visibility("default")))
+#else
+#define CONVEYOR_API
+#endif
+
+typedef struct conveyor_client conveyor_client;
+typedef struct conveyor_stream conveyor_stream;
+typedef struct conveyor_batch conveyor_batch;
+
+/* Return codes: 0, the gRPC status codes 1..16, and the end of a stream. */
+typedef enum conveyor_status {
+  CONVEYOR_OK = 0,
+  CONVEYOR_CANCELLED = 1,
+  CONVEYOR_UNKNOWN = 2,
+  CONVEYOR_INVALID_ARGUMENT = 3,   /* a field is wrong: fix it, do not retry */
+  CONVEYOR_DEADLINE_EXCEEDED = 4,
+  CONVEYOR_NOT_FOUND = 5,          /* unknown pipeline */
+  CONVEYOR_ALREADY_EXISTS = 6,
+  CONVEYOR_PERMISSION_DENIED = 7,
+  CONVEYOR_RESOURCE_EXHAUSTED = 8, /* daemon limits: retry later */
+  CONVEYOR_FAILED_PRECONDITION = 9,
+  CONVEYOR_ABORTED = 10,
+  CONVEYOR_OUT_OF_RANGE = 11,
+  CONVEYOR_UNIMPLEMENTED = 12,
+  CONVEYOR_INTERNAL = 13,          /* protocol error, or a bug */
+  CONVEYOR_UNAVAILABLE = 14,       /* daemon unreachable or gone: retry */
+  CONVEYOR_DATA_LOSS = 15,         /* the stream failed on bad samples */
+  CONVEYOR_UNAUTHENTICATED = 16,
+  CONVEYOR_END_OF_STREAM = 100     /* conveyor_stream_next: no more batches */
+} conveyor_status;
+
+/* DType and Layout of the proto (conveyor.v1). */
+enum { CONVEYOR_UINT8 = 1, CONVEYOR_FLOAT32 = 2, CONVEYOR_FLOAT16 = 3 };
+enum { CONVEYOR_NCHW = 1, CONVEYOR_NHWC = 2 };
+/* Transport of the proto. */
+enum {
+  CONVEYOR_TRANSPORT_AUTO = 0,
+  CONVEYOR_SHARED_MEMORY = 1,
+  CONVEYOR_INLINE = 2,
+  CONVEYOR_DATA_SOCKET = 3
+};
+
+#define CONVEYOR_MAX_DIMS 8
+
+/* The message of the last failed call on this thread ("" if none). Valid
+ * until the next call of this library on the same thread. */
+CONVEYOR_API const char* conveyor_last_error(void);
+
+/* "OK", "NOT_FOUND", ..., "END_OF_STREAM". Never NULL. */
+CONVEYOR_API const char* conveyor_status_name(int status);
+
+/* A client for `address` ("unix:///path.sock", "/path.sock" or
+ * "host:port"); `token`: bearer token, or NULL. The connection is made by
+ * the first call that needs it. *out is set on success only. */
+CONVEYOR_API int conveyor_connect(const char* address, const char* token, conveyor_client** out);
+/* Frees the client (NULL is ignored). Open streams stay usable. */
+CONVEYOR_API void conveyor_client_close(conveyor_client* client);
+
+typedef struct conveyor_stream_options {
+  const char* pipeline;   /* required */
+  uint32_t batch_size;    /* required: 1 .. the pipeline's max_batch_size */
+  uint64_t seed;
+  uint64_t first_epoch;
+  uint64_t num_epochs;    /* 0: endless */
+  uint32_t rank;
+  uint32_t world_size;
+  uint32_t credits;       /* batches the caller may hold unreleased, 1 .. 64 */
+  int32_t shuffle;        /* 0 or 1 */
+  int32_t drop_last;      /* 0 or 1 */
+  int32_t transport;      /* CONVEYOR_TRANSPORT_AUTO, ... */
+  int32_t has_resume;     /* 1: start at the resume_* position */
+  uint64_t resume_epoch;
+  uint64_t resume_offset;
+  uint32_t resume_world_size;
+  uint32_t timeout_ms;    /* fd hand-over / data socket connect; 0: 10 s */
+} conveyor_stream_options;
+
+/* Defaults: num_epochs 1, world_size 1, credits 4, shuffle 1, the rest 0. */
+CONVEYOR_API void conveyor_stream_options_init(conveyor_stream_options* options);
+
+/* Opens a stream. *out is set on success only. */
+CONVEYOR_API int conveyor_open_stream(conveyor_client* client,
+                                      const conveyor_stream_options* options,
+                                      conveyor_stream** out);
+
+typedef struct conveyor_stream_info {
+  uint64_t stream_id;
+  int32_t transport;          /* the one the daemon chose */
+  uint32_t credits;
+  uint32_t num_slots;
+  uint64_t samples_per_epoch; /* this rank's */
+  uint64_t batches_per_epoch;
+} conveyor_stream_info;
+
+CONVEYOR_API int conveyor_stream_get_info(const conveyor_stream* stream,
+                                          conveyor_stream_info* info);
+
+typedef struct conveyor_batch_info {
+  const void* images;          /* images_bytes bytes, shaped `shape` */
+  uint64_t images_bytes;
+  int32_t dtype;               /* CONVEYOR_UINT8, ... */
+  int32_t layout;              /* CONVEYOR_NCHW or CONVEYOR_NHWC */
+  uint32_t ndim;
+  int64_t shape[CONVEYOR_MAX_DIMS];
+  uint32_t num_samples;
+  const int64_t* labels;       /* num_samples of them */
+  const int64_t* sample_indices;
+  uint64_t sequence;           /* 0, 1, 2, ... over the stream */
+  uint64_t epoch;
+  uint64_t batch_in_epoch;
+  uint64_t position;           /* this rank's samples of the epoch through this batch */
+  uint64_t offset;             /* the epoch's global order consumed: the resume point */
+  int32_t end_of_epoch;
+  uint32_t slot;
+  uint32_t num_failures;       /* samples of this batch that failed (skipped) */
+} conveyor_batch_info;
+
+/* The next batch: *batch is the lease (release it), *info describes it.
+ * Returns CONVEYOR_END_OF_STREAM (and sets nothing) when the stream ended;
+ * an error ends the stream. */
+CONVEYOR_API int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
+                                      conveyor_batch_info* info);
+
+/* Gives the batch's slot back to the daemon and frees the handle (NULL is
+ * ignored). Any thread. */
+CONVEYOR_API void conveyor_batch_release(conveyor_batch* batch);
+
+/* Where to resume after the last batch taken: pass it as resume_* of a new
+ * stream's options. Any pointer may be NULL. */
+CONVEYOR_API int conveyor_stream_resume_state(const conveyor_stream* stream, uint64_t* epoch,
+                                              uint64_t* offset, uint32_t* world_size);
+
+/* Cancels the stream if it still runs and frees the handle (NULL is
+ * ignored). Batches still held stay readable until released. */
+CONVEYOR_API void conveyor_stream_close(conveyor_stream* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CONVEYOR_CLIENT_H_ */
