@@ -195,3 +195,9 @@ def test_copied_sources_exist(dockerfile):
             m = re.match(r"COPY\s+(?!--from)(\S+)\s+\S+$", line)
             if m and m.group(1) != ".":
                 assert (ci.SOURCE_DIR / m.group(1)).exists(), (name, line)
+
+
+def test_version_default_is_the_projects():
+    project = re.search(r"project\(conveyor VERSION (\S+)", (ci.SOURCE_DIR / "CMakeLists.txt").read_text())
+    arg = re.search(r"^ARG VERSION=(\S+)", DOCKERFILE.read_text(), re.M)
+    assert project and arg and arg.group(1) == project.group(1), (project, arg)

@@ -202,6 +202,13 @@ def test_docs_have_shell_blocks():
     assert RUN_BLOCKS, "every block is marked not run"
 
 
+def test_recursive_commands_are_recognised():
+    for text in ("./scripts/test.sh\n", "CONVEYOR_TEST_STAGES=asan ./scripts/test.sh\n",
+                 "ctest --test-dir build\n", "./scripts/demo.sh\n", ".ci/run\n"):
+        progs = [next(w for w in words if "=" not in w) for words in commands(text)]
+        assert any(RECURSIVE.search(p) for p in progs), text
+
+
 def test_parser_reads_markers_and_fences():
     text = ("x\n<!-- not run by tests: needs a GPU host -->\n```sh\nnvidia-smi\n```\n\n"
             "```bash\necho a \\\n  b  # c\ntrue && false\n```\n"
@@ -234,8 +241,18 @@ def run_env(tmp_path_factory):
     return env
 
 
+# Commands that run the test suite (this test among it) or the whole demo:
+# a block with one of them must carry the marker, never run from here.
+RECURSIVE = re.compile(r"(^|/)(test\.sh|demo\.sh|run)$|^ctest$")
+
+
 @pytest.mark.parametrize("block", RUN_BLOCKS, ids=lambda b: b.id)
 def test_block_runs(block, run_env):
+    for words in commands(block.text):
+        prog = next((w for w in words if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)), "")
+        if RECURSIVE.search(prog):
+            pytest.fail("%s runs `%s`: mark it <!-- not run by tests: ... -->" % (block.id, prog),
+                        pytrace=False)
     try:
         r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=ci.SOURCE_DIR,
                            env=run_env, capture_output=True, text=True,
