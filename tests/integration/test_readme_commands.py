@@ -219,11 +219,15 @@ def test_parser_reads_markers_and_fences():
     assert commands(blocks[1].text) == [["echo", "a", "b"], ["true"], ["false"]]
 
 
-@pytest.fixture(scope="module")
-def run_env(tmp_path_factory):
+def require_documented_build():
     ci.require_daemon()
     if (ci.SOURCE_DIR / "build").resolve() != ci.BUILD_DIR.resolve():
         pytest.skip("the documented commands use build/; this run tests %s" % ci.BUILD_DIR)
+
+
+@pytest.fixture(scope="module")
+def run_env(tmp_path_factory):
+    require_documented_build()
     demo = ci.SOURCE_DIR / "demo-data" / "train"
     if not demo.is_dir():
         subprocess.run([ci.PYTHON, "bench/gen_imagenet_like.py", "--out", str(demo),
@@ -268,7 +272,7 @@ def test_block_runs(block, run_env):
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.id)
 def test_block_names_real_programs_and_flags(block):
-    ci.require_daemon()
+    require_documented_build()
     problems = check_programs(block)
     assert not problems, "%s:\n%s" % (block.id, "\n".join(problems))
 
