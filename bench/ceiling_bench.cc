@@ -29,10 +29,15 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// --help prints this on stdout and exits 0; a bad argument prints it on
+// stderr and exits 2.
+constexpr const char* kUsage =
+    "usage: ceiling_bench --root DIR [--threads 2] [--batch-size 64] [--epochs 3]\n"
+    "       [--warmup-epochs 1] [--size 224] [--credits 4] [--augment train|eval]\n"
+    "       [--no-dct-scaling] [--shared-memory] [--json]\n";
+
 int Usage() {
-  std::cerr << "usage: ceiling_bench --root DIR [--threads 2] [--batch-size 64] [--epochs 3]\n"
-               "       [--warmup-epochs 1] [--size 224] [--credits 4] [--augment train|eval]\n"
-               "       [--no-dct-scaling] [--shared-memory] [--json]\n";
+  std::cerr << kUsage;
   return 2;
 }
 
@@ -45,6 +50,10 @@ int main(int argc, char** argv) {
   bool json = false, dct = true, shared = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : "0"; };
     if (a == "--root") root = next();
     else if (a == "--threads") threads = std::stoi(next());

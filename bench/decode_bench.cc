@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -93,11 +94,19 @@ class NaiveTransformer {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: decode_bench DIR [--rounds N] [--threads T] [--mode train|eval] "
+    "[--dtype uint8|float32|float16] [--layout nchw|nhwc] [--size S] [--no-dct] [--naive]\n";
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: decode_bench DIR [--rounds N] [--threads T] [--mode train|eval] "
-                         "[--dtype uint8|float32|float16] [--layout nchw|nhwc] [--size S] "
-                         "[--no-dct] [--naive]\n");
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  if (argc < 2 || argv[1][0] == '-') {
+    std::fputs(kUsage, stderr);
     return 2;
   }
   const std::string dir = argv[1];
@@ -133,6 +142,11 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = conveyor::ValidateTransformSpec(spec); !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    std::fprintf(stderr, "decode_bench: %s is not a folder\n", dir.c_str());
     return 2;
   }
   const std::vector<std::vector<uint8_t>> files = LoadJpegs(dir);

@@ -35,6 +35,7 @@ struct Args {
   std::string image_folder;
   bool keep = false;           // keep the generated file
   int repeats = 3;
+  bool help = false;           // --help: usage printed, nothing to run
 };
 
 // Value of a "Key:   123 kB" line of /proc/self/status, in bytes.
@@ -80,9 +81,18 @@ bool GenerateList(const Args& args, const std::string& path) {
   return std::fclose(f) == 0;
 }
 
+// Returns false on a bad argument (usage on stderr); --help sets
+// args->help (usage on stdout).
 bool ParseArgs(int argc, char** argv, Args* args) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: %s [--entries N] [--classes C] [--list FILE] [--keep] "
+                  "[--image-folder DIR] [--repeats K]\n",
+                  argv[0]);
+      args->help = true;
+      return true;
+    }
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
     if (a == "--keep") {
@@ -113,6 +123,7 @@ bool ParseArgs(int argc, char** argv, Args* args) {
 int main(int argc, char** argv) {
   Args args;
   if (!ParseArgs(argc, argv, &args)) return 2;
+  if (args.help) return 0;
 
   std::string list = args.list;
   bool generated = false;

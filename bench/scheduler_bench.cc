@@ -89,9 +89,14 @@ std::vector<int> ParseList(const std::string& s) {
   return v;
 }
 
+// --help prints this on stdout and exits 0; a bad argument prints it on
+// stderr and exits 2.
+constexpr const char* kUsage =
+    "usage: scheduler_bench [--threads 2,16,64] [--stage noop|spin] [--stage-us 1000]\n"
+    "       [--streams 1] [--batch-size 64] [--credits 8] [--seconds 3] [--json]\n";
+
 int Usage() {
-  std::cerr << "usage: scheduler_bench [--threads 2,16,64] [--stage noop|spin] [--stage-us 1000]\n"
-               "       [--streams 1] [--batch-size 64] [--credits 8] [--seconds 3] [--json]\n";
+  std::cerr << kUsage;
   return 2;
 }
 
@@ -112,6 +117,10 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : "0"; };
     if (a == "--threads") threads_arg = next();
     else if (a == "--stage") stage = next();

@@ -387,7 +387,8 @@ def build_parser():
                    help="batches in flight (default: %(default)s)")
     p.add_argument("--format", choices=["npz", "npy"], default="npz", help="default: %(default)s")
     p.add_argument("--transport", choices=sorted(_TRANSPORTS), default="auto",
-                   help="default: %(default)s (shared memory on a unix socket, inline on TCP)")
+                   help="default: %(default)s (shared memory on a unix socket; on TCP the data "
+                        "socket when the daemon has one, else inline)")
     p.add_argument("--no-shuffle", action="store_true", help="read samples in dataset order")
     p.set_defaults(func=cmd_fetch)
 
