@@ -38,6 +38,7 @@
 #include "core/stream.h"
 #include "server/client_identity.h"
 #include "server/client_limits.h"
+#include "server/pipeline_registry.h"
 #include "server/transport.h"
 
 namespace conveyor::server {
@@ -116,6 +117,11 @@ class ConveyorService {
   ~ConveyorService();  // shuts the engine down; REQUIRES: no live Session
 
   v1::ListPipelinesResponse ListPipelines() const;
+
+  // Serves `pipelines` to streams opened from now on (a config reload);
+  // open streams keep the definition they opened with. InvalidArgument
+  // (and nothing replaced) unless they pass PipelineRegistry::Validate.
+  absl::Status ReplacePipelines(PipelineList pipelines);
   // The daemon-wide counters and, per open stream, its stats — of every
   // stream for an operator, of `viewer`'s own streams (its LimitKey) for
   // anyone else (ClientIdentity::SeesStreamsOf). The overload without a
@@ -192,10 +198,10 @@ class ConveyorService {
 
   // Constant after construction.
   const ServiceOptions options_;
-  const std::vector<std::shared_ptr<const PipelineConfig>> pipelines_;
-  const std::map<std::string, std::shared_ptr<const PipelineConfig>> by_name_;
   const std::unique_ptr<Engine> engine_;
   const std::unique_ptr<TransportSet> transports_;
+
+  PipelineRegistry pipelines_;  // thread-safe itself
 
   mutable Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
