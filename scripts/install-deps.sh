@@ -29,6 +29,9 @@ PACKAGES=(
   libjpeg-turbo-progs
   # memory and process figures in integration tests
   procps
+  # systemd notifications of conveyord (sd_notify; optional at build time),
+  # and systemd-analyze, which the tests run on the installed unit
+  libsystemd-dev systemd
 )
 
 missing=()
