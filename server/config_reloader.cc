@@ -35,7 +35,7 @@ absl::Status ConfigReloader::Reload() {
   if (!st.ok()) {
     spdlog::error("config reload refused, the running config stays: {}",
                   EscapeText(st.message()));
-    summary_ = "config reload refused (see the log); running config unchanged";
+    summary_ = "last reload refused (see the log), running config unchanged";
   }
   return st;
 }
@@ -82,7 +82,7 @@ absl::Status ConfigReloader::TryReload() {
       "{} open stream(s) finish on the definition they opened with",
       EscapeText(flags_.config), List(changes.added), List(changes.removed),
       List(changes.changed), List(changes.unchanged), keeping);
-  summary_ = absl::StrCat("config reloaded: ", changes.added.size(), " added, ",
+  summary_ = absl::StrCat("last reload: ", changes.added.size(), " added, ",
                           changes.removed.size(), " removed, ", changes.changed.size(),
                           " changed");
   return absl::OkStatus();

@@ -186,8 +186,8 @@ TEST_CASE("lookups racing replacements see one whole set or the other", "[reload
 
 TEST_CASE("the STATUS text counts streams, images per second and pipelines", "[notify]") {
   CHECK(StatusText(ServiceFigures{0, 0, 1}, 0, "") == "0 streams open, 0 images/s, 1 pipeline");
-  CHECK(StatusText(ServiceFigures{1, 500, 3}, 1234.4, "config reloaded: 1 added") ==
-        "1 stream open, 1234 images/s, 3 pipelines; config reloaded: 1 added");
+  CHECK(StatusText(ServiceFigures{1, 500, 3}, 1234.4, "last reload: 1 added") ==
+        "1 stream open, 1234 images/s, 3 pipelines; last reload: 1 added");
 }
 
 }  // namespace
