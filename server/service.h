@@ -1,5 +1,7 @@
 // ConveyorService: the daemon's service logic with no transport in it — it
-// owns the engine and the pipelines, validates stream requests, accounts the
+// owns the engine and the pipelines (a set a config reload may replace:
+// each stream keeps the definition it opened with; server/pipeline_registry.h),
+// validates stream requests, accounts the
 // slot-memory budget, the stream limit and each client's share of them
 // (server/client_limits.h), keeps the registry of open streams (for stats,
 // the fd hand-over's owner check and shutdown), and — with a watchdog
