@@ -7,6 +7,7 @@ that changes settings a running daemon cannot change, is refused with a log
 line naming the problem, and the old config stays."""
 
 import signal
+import threading
 import subprocess
 
 import numpy as np
@@ -152,3 +153,37 @@ def test_check_config_is_unchanged(tmp_path, dataset):
                        capture_output=True, text=True, timeout=scaled(60))
     assert r.returncode == 0, r.stderr
     assert "OK: 2 pipeline(s) on 1 dataset(s)" in r.stdout, r.stdout
+
+
+def test_streams_open_throughout_repeated_reloads(daemon_factory, dataset):
+    # The pipeline set is swapped while other clients open streams: each
+    # stream gets one whole definition (the old or the new), never an error.
+    root, _ = dataset
+    configs = [daemon_config(root), daemon_config(root, pipelines={
+        "train": pipeline_entry(root, size=32), "eval": pipeline_entry(root, augment="eval")})]
+    d = daemon_factory(configs[0], name="repeat")
+    results, stop = [], threading.Event()
+
+    def open_streams():
+        while not stop.is_set():
+            try:
+                stream = conveyor.open_stream(d.unix, "train", 8, credits=1)
+                try:
+                    results.append(next(stream).images.shape)
+                finally:
+                    stream.close()
+            except Exception as e:  # collected, asserted on the main thread
+                results.append(e)
+
+    opener = threading.Thread(target=open_streams, daemon=True)
+    opener.start()
+    try:
+        for i in range(6):
+            write_config(d.config_path, configs[(i + 1) % 2])
+            _reload(d, RELOADED)
+    finally:
+        stop.set()
+        opener.join(timeout=scaled(30))
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert not errors, errors[:3]
+    assert results and set(results) <= {(8, 3, 64, 64), (8, 3, 32, 32)}, set(results)
