@@ -31,6 +31,9 @@ PACKAGES=(
   procps
   # `conveyor top` and the fetch progress bar tested on a real terminal
   tmux
+  # systemd notifications of conveyord (sd_notify; optional at build time),
+  # and systemd-analyze, which the tests run on the installed unit
+  libsystemd-dev systemd
 )
 
 missing=()

@@ -29,6 +29,7 @@
 #include "server/access.h"
 #include "server/byte_size.h"
 #include "server/config_loader.h"
+#include "server/config_reloader.h"
 #include "server/data_socket_server.h"
 #include "server/data_socket_transport.h"
 #include "server/fd_server.h"
@@ -36,6 +37,7 @@
 #include "server/inline_transport.h"
 #include "server/peer_credentials_identifier.h"
 #include "server/service.h"
+#include "server/service_notifier.h"
 #include "server/shm_transport.h"
 #include "server/system_cpus.h"
 #include "server/unix_access.h"
@@ -68,19 +70,6 @@ constexpr int kMaxReceiveMessageBytes = 64 << 10;
 // probing, which only ever concerns the client's tiny messages here).
 constexpr int kReceiveWindowBytes = 64 << 10;
 
-// The largest Batch message any pipeline can produce (its slot at
-// max_batch_size) plus room for the message's other fields, within gRPC's
-// int limit. Clients must accept messages this large (INLINE transport).
-uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines) {
-  uint64_t largest = 0;
-  for (const auto& p : pipelines) {
-    const BatchLayout l = BatchLayout::For(p->transform, p->max_batch_size);
-    // images + labels + indices, plus per-sample failure text at most.
-    largest = std::max<uint64_t>(largest, l.slot_bytes + uint64_t{p->max_batch_size} * 1024);
-  }
-  return std::clamp<uint64_t>(largest + (1u << 20), 4u << 20, INT_MAX);
-}
-
 absl::Status WritePortFile(const std::string& path, int port) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   {
@@ -106,6 +95,16 @@ void SetUpLogging(const std::string& level) {
 }
 
 }  // namespace
+
+uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines) {
+  uint64_t largest = 0;
+  for (const auto& p : pipelines) {
+    const BatchLayout l = BatchLayout::For(p->transform, p->max_batch_size);
+    // images + labels + indices, plus per-sample failure text at most.
+    largest = std::max<uint64_t>(largest, l.slot_bytes + uint64_t{p->max_batch_size} * 1024);
+  }
+  return std::clamp<uint64_t>(largest + (1u << 20), 4u << 20, INT_MAX);
+}
 
 // ---------------------------------------------------------------- flags
 
@@ -135,6 +134,10 @@ gRPC on a unix socket (and optionally TCP).
                          SERVING (gRPC health check); exit 0 if so, 1 if not
   --version              print the version and exit
   --help                 this text
+
+SIGHUP re-reads FILE: pipelines are added, removed or replaced for new
+streams (open streams keep theirs); a bad file, or one that changes other
+settings, is refused with a log line and the running config stays.
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when serving fails,
 2 for bad flags or a bad config.
@@ -285,6 +288,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   so.stream_idle_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(config.stream_idle_timeout_seconds * 1000));
   const uint64_t max_message_bytes = MaxMessageBytes(pipelines);
+  d->max_message_bytes_ = max_message_bytes;
   // The transports in AUTO's order of preference: shared memory on the
   // unix socket, the data socket over TCP, inline for everyone else.
   auto shm = std::make_unique<ShmTransport>(fd_path);
@@ -478,13 +482,14 @@ absl::Status Probe(const std::string& target, double timeout_seconds) {
 // ---------------------------------------------------------------- main
 
 int DaemonMain(int argc, char** argv) {
-  // Before any thread exists: SIGINT/SIGTERM are taken by sigwait below in
-  // every thread's stead; SIGPIPE is ignored (peers that go away are errors,
-  // not deaths).
+  // Before any thread exists: SIGINT/SIGTERM/SIGHUP are taken by sigwait
+  // below in every thread's stead; SIGPIPE is ignored (peers that go away
+  // are errors, not deaths).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -543,11 +548,12 @@ int DaemonMain(int argc, char** argv) {
     return kExitOk;
   }
 
-  // The signal thread: the only place SIGINT/SIGTERM are received.
-  // Set once by the signal thread; main waits for it.
+  // The signal thread: the only place SIGINT/SIGTERM/SIGHUP are received.
+  // Set by the signal thread (under stop_mu); main waits for them.
   Mutex stop_mu;
   CondVar stop_cv;
   bool stop_requested = false;
+  int reloads_requested = 0;
   std::atomic<bool> exiting{false};
   std::thread signal_thread([&] {
     bool seen = false;
@@ -555,6 +561,20 @@ int DaemonMain(int argc, char** argv) {
       int sig = 0;
       if (sigwait(&signals, &sig) != 0) continue;
       if (exiting.load()) return;
+      if (sig == SIGHUP) {
+        // Reloads run on the main thread; several signals before it gets
+        // to them make one reload.
+        if (seen) {
+          spdlog::info("SIGHUP during shutdown: no reload");
+          continue;
+        }
+        {
+          MutexLock lock(&stop_mu);
+          ++reloads_requested;
+        }
+        stop_cv.Signal();
+        continue;
+      }
       if (seen) {
         spdlog::warn("second signal ({}) during shutdown: exiting now", strsignal(sig));
         spdlog::default_logger()->flush();
@@ -583,10 +603,24 @@ int DaemonMain(int argc, char** argv) {
     stop_signal_thread();
     return kExitFailure;
   }
-  {
-    MutexLock lock(&stop_mu);
-    while (!stop_requested) stop_cv.Wait(&stop_mu);
+  // Serving: tell systemd (Type=notify), then wait for signals.
+  Daemon* const running = daemon->get();
+  ServiceNotifier notifier([running] { return FiguresOf(running->service()); },
+                           ServiceNotifier::DefaultOptions());
+  notifier.Ready();
+  ConfigReloader reloader(*flags, *config, running->max_message_bytes(), &running->service());
+  while (true) {
+    {
+      MutexLock lock(&stop_mu);
+      while (!stop_requested && reloads_requested == 0) stop_cv.Wait(&stop_mu);
+      if (stop_requested) break;
+      reloads_requested = 0;
+    }
+    notifier.Reloading();
+    (void)reloader.Reload();  // logs its outcome; a refused reload changes nothing
+    notifier.Reloaded(reloader.summary());
   }
+  notifier.Stopping();
   (*daemon)->Shutdown();
   daemon->reset();
   stop_signal_thread();

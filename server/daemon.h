@@ -5,9 +5,13 @@
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
 //   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
 //   4. the fd socket stops, socket files are removed, the engine joins.
-// DaemonMain is main(): it blocks SIGINT/SIGTERM in every thread before any
-// thread exists and waits for them on a dedicated sigwait thread (no work in
-// signal handlers); a second signal during shutdown exits at once.
+// DaemonMain is main(): it blocks SIGINT/SIGTERM/SIGHUP in every thread
+// before any thread exists and waits for them on a dedicated sigwait thread
+// (no work in signal handlers); a second SIGINT/SIGTERM during shutdown
+// exits at once. SIGHUP asks the main thread to reload the config file
+// (server/config_reloader.h). Under systemd (Type=notify) it reports
+// readiness, status, reloads, stopping and watchdog pings
+// (server/service_notifier.h).
 //
 // Thread-safety: Daemon::Shutdown may be called from any thread, once or
 // more; other methods are const after Start.
@@ -77,6 +81,9 @@ class Daemon {
   void Shutdown();
 
   int tcp_port() const { return tcp_port_; }  // 0 without TCP
+  // The largest message the gRPC server sends (MaxMessageBytes of the
+  // pipelines it started with); fixed for the daemon's life.
+  uint64_t max_message_bytes() const { return max_message_bytes_; }
   int data_port() const;                      // 0 without a data socket
   ConveyorService& service() const { return *service_; }
 
@@ -85,6 +92,7 @@ class Daemon {
 
   const DaemonConfig config_;
   int tcp_port_ = 0;
+  uint64_t max_message_bytes_ = 0;
   std::string port_file_;  // written by us (so we remove it)
   // Destroyed in reverse order: the server (and every reactor) before the
   // fd socket before the service (and engine) before the data socket.
@@ -101,6 +109,12 @@ class Daemon {
   Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// The largest Batch message any of `pipelines` can produce (its slot at
+// max_batch_size) plus room for the message's other fields, within gRPC's
+// int limit (at least 4 MiB). Clients must accept messages this large
+// (INLINE transport).
+uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines);
 
 // Asks the gRPC health service at `target` (e.g.
 // unix:///run/conveyor/conveyor.sock) whether the daemon is SERVING; for

@@ -53,24 +53,14 @@ Session::~Session() {
 
 // ---------------------------------------------------------------- Service
 
-namespace {
-std::map<std::string, std::shared_ptr<const PipelineConfig>> ByName(
-    const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines) {
-  std::map<std::string, std::shared_ptr<const PipelineConfig>> m;
-  for (const auto& p : pipelines) m.emplace(p->name, p);
-  return m;
-}
-}  // namespace
-
 ConveyorService::ConveyorService(const ServiceOptions& options,
                                  std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
                                  std::unique_ptr<Engine> engine,
                                  std::unique_ptr<TransportSet> transports)
     : options_(options),
-      pipelines_(std::move(pipelines)),
-      by_name_(ByName(pipelines_)),
       engine_(std::move(engine)),
-      transports_(std::move(transports)) {}
+      transports_(std::move(transports)),
+      pipelines_(std::move(pipelines)) {}
 
 ConveyorService::~ConveyorService() {
   StopWatchdog();
@@ -168,15 +158,7 @@ absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
     std::unique_ptr<Engine> engine, std::unique_ptr<TransportSet> transports) {
   if (engine == nullptr) return absl::InvalidArgumentError("no engine");
   if (transports == nullptr) return absl::InvalidArgumentError("no transports");
-  if (pipelines.empty()) return absl::InvalidArgumentError("no pipelines");
-  std::map<std::string, int> names;
-  for (const auto& p : pipelines) {
-    if (p == nullptr) return absl::InvalidArgumentError("null pipeline");
-    if (absl::Status st = ValidatePipelineConfig(*p); !st.ok()) return st;
-    if (++names[p->name] > 1) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate pipeline name ", p->name));
-    }
-  }
+  RETURN_IF_ERROR(PipelineRegistry::Validate(pipelines));
   if (options.max_streams == 0) return absl::InvalidArgumentError("max_streams must be positive");
   std::unique_ptr<ConveyorService> service(new ConveyorService(
       options, std::move(pipelines), std::move(engine), std::move(transports)));
@@ -189,8 +171,14 @@ absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
 
 v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
   v1::ListPipelinesResponse r;
-  for (const auto& p : pipelines_) *r.add_pipelines() = PipelineInfoOf(*p);
+  for (const auto& p : pipelines_.List()) *r.add_pipelines() = PipelineInfoOf(*p);
   return r;
+}
+
+absl::Status ConveyorService::ReplacePipelines(PipelineList pipelines) {
+  RETURN_IF_ERROR(PipelineRegistry::Validate(pipelines));
+  pipelines_.Replace(std::move(pipelines));
+  return absl::OkStatus();
 }
 
 v1::GetStatsResponse ConveyorService::GetStats() const {
@@ -331,20 +319,14 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
                                                                      std::function<void()> wake,
                                                                      std::function<void()> abort) {
   if (shutting_down()) return absl::UnavailableError("daemon shutting down");
-  auto it = by_name_.find(req.pipeline());
-  if (it == by_name_.end()) {
-    std::vector<std::string> names;
-    for (const auto& p : pipelines_) names.push_back(p->name);
-    return absl::NotFoundError(absl::StrFormat("unknown pipeline '%s'; this daemon serves: %s",
-                                               EscapeText(req.pipeline(), kClientStringCap),
-                                               absl::StrJoin(names, ", ")));
-  }
+  // The definition this stream keeps for its life, whatever reloads come.
+  ASSIGN_OR_RETURN(const std::shared_ptr<const PipelineConfig> pipeline,
+                   pipelines_.Find(req.pipeline()));
   if (!client.MayOpen(req.pipeline())) {
     return absl::PermissionDeniedError(
         absl::StrFormat("%s may not open pipeline '%s'", client.Describe(),
                         EscapeText(req.pipeline(), kClientStringCap)));
   }
-  const std::shared_ptr<const PipelineConfig>& pipeline = it->second;
   StreamOptions so;
   Transport* transport = nullptr;
   RETURN_IF_ERROR(BuildStreamOptions(req, client, *pipeline, &so, &transport));

@@ -1,5 +1,7 @@
 // ConveyorService: the daemon's service logic with no transport in it — it
-// owns the engine and the pipelines, validates stream requests, accounts the
+// owns the engine and the pipelines (a set a config reload may replace:
+// each stream keeps the definition it opened with; server/pipeline_registry.h),
+// validates stream requests, accounts the
 // slot-memory budget, the stream limit and each client's share of them
 // (server/client_limits.h), keeps the registry of open streams (for stats,
 // the fd hand-over's owner check and shutdown), and — with a watchdog
@@ -38,6 +40,7 @@
 #include "core/stream.h"
 #include "server/client_identity.h"
 #include "server/client_limits.h"
+#include "server/pipeline_registry.h"
 #include "server/transport.h"
 
 namespace conveyor::server {
@@ -116,6 +119,11 @@ class ConveyorService {
   ~ConveyorService();  // shuts the engine down; REQUIRES: no live Session
 
   v1::ListPipelinesResponse ListPipelines() const;
+
+  // Serves `pipelines` to streams opened from now on (a config reload);
+  // open streams keep the definition they opened with. InvalidArgument
+  // (and nothing replaced) unless they pass PipelineRegistry::Validate.
+  absl::Status ReplacePipelines(PipelineList pipelines);
   // The daemon-wide counters and, per open stream, its stats — of every
   // stream for an operator, of `viewer`'s own streams (its LimitKey) for
   // anyone else (ClientIdentity::SeesStreamsOf). The overload without a
@@ -192,10 +200,10 @@ class ConveyorService {
 
   // Constant after construction.
   const ServiceOptions options_;
-  const std::vector<std::shared_ptr<const PipelineConfig>> pipelines_;
-  const std::map<std::string, std::shared_ptr<const PipelineConfig>> by_name_;
   const std::unique_ptr<Engine> engine_;
   const std::unique_ptr<TransportSet> transports_;
+
+  PipelineRegistry pipelines_;  // thread-safe itself
 
   mutable Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

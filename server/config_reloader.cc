@@ -1,0 +1,91 @@
+#include "server/config_reloader.h"
+
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/text_escape.h"
+#include "server/config_loader.h"
+#include "server/config_reload.h"
+#include "server/service.h"
+#include "spdlog/spdlog.h"
+
+namespace conveyor::server {
+
+namespace {
+
+std::string List(const std::vector<std::string>& names) {
+  return absl::StrCat("[", absl::StrJoin(names, ", "), "]");
+}
+
+}  // namespace
+
+ConfigReloader::ConfigReloader(Flags flags, DaemonConfig running, uint64_t max_message_bytes,
+                               ConveyorService* service)
+    : flags_(std::move(flags)),
+      running_(std::move(running)),
+      max_message_bytes_(max_message_bytes),
+      service_(service) {}
+
+absl::Status ConfigReloader::Reload() {
+  spdlog::info("SIGHUP: reloading {}", EscapeText(flags_.config));
+  absl::Status st = TryReload();
+  if (!st.ok()) {
+    spdlog::error("config reload refused, the running config stays: {}",
+                  EscapeText(st.message()));
+    summary_ = "last reload refused (see the log), running config unchanged";
+  }
+  return st;
+}
+
+absl::Status ConfigReloader::TryReload() {
+  // The machine as it was at start: "N%" sizes resolve to the same bytes,
+  // so an unchanged file compares equal.
+  ASSIGN_OR_RETURN(DaemonConfig next, LoadConfigFile(flags_.config, running_.system));
+  if (absl::Status st = ApplyFlags(flags_, &next); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flags_.config, ": ", st.message()));
+  }
+  if (std::vector<std::string> fields = ChangedRestartFields(running_, next); !fields.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        flags_.config, ": changes settings a running daemon cannot change: ",
+        absl::StrJoin(fields, ", "),
+        "; restart conveyord to apply them (or undo them to reload the pipelines)"));
+  }
+  ASSIGN_OR_RETURN(PipelineList pipelines, LoadPipelines(next));
+  // The gRPC server's send limit was fixed at start.
+  std::vector<std::string> too_large;
+  for (const auto& p : pipelines) {
+    if (MaxMessageBytes({p}) > max_message_bytes_) too_large.push_back(p->name);
+  }
+  if (!too_large.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        flags_.config, ": pipelines ", List(too_large),
+        " produce batches larger than the largest message this daemon sends (",
+        max_message_bytes_ >> 20, " MiB, fixed at start by the pipelines it started with); "
+        "restart conveyord to serve them"));
+  }
+
+  const PipelineChanges changes = ComparePipelines(running_, next);
+  RETURN_IF_ERROR(service_->ReplacePipelines(std::move(pipelines)));
+  running_ = std::move(next);
+
+  // Open streams of pipelines that went or changed keep their definition.
+  std::set<std::string> old_defs(changes.removed.begin(), changes.removed.end());
+  old_defs.insert(changes.changed.begin(), changes.changed.end());
+  int keeping = 0;
+  const v1::GetStatsResponse stats = service_->GetStats();
+  for (const v1::StreamStats& s : stats.streams()) keeping += old_defs.count(s.pipeline());
+  spdlog::info(
+      "config reloaded from {}: pipelines added {}, removed {}, changed {}, unchanged {}; "
+      "{} open stream(s) finish on the definition they opened with",
+      EscapeText(flags_.config), List(changes.added), List(changes.removed),
+      List(changes.changed), List(changes.unchanged), keeping);
+  summary_ = absl::StrCat("last reload: ", changes.added.size(), " added, ",
+                          changes.removed.size(), " removed, ", changes.changed.size(),
+                          " changed");
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor::server

@@ -1,0 +1,54 @@
+// ConfigReloader: what SIGHUP does to a running conveyord. It reads the
+// config file again, applies the command line's overrides again
+// (ApplyFlags), validates the result exactly as a start would — the text,
+// then the disk: allowed_roots, every dataset loaded — and then, when the
+// file changes nothing but pipelines (and allowed_roots; see
+// server/config_reload.h), makes the service serve the new pipelines:
+// added ones at once, removed ones no longer, changed ones with their new
+// definition for new streams; open streams keep what they opened with. Any
+// problem leaves everything as it was. Every outcome is logged in one line
+// naming the file and the problem (or what changed).
+//
+// Thread-safety: Reload must not be called from two threads at once (the
+// daemon calls it from its main thread); the service it drives is
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/config.h"
+#include "server/daemon.h"
+
+namespace conveyor::server {
+
+class ConveyorService;
+
+class ConfigReloader {
+ public:
+  // `running`: the config the daemon started with (flags applied).
+  // `max_message_bytes`: the gRPC send limit the daemon started with (new
+  // pipelines must fit in it). `service` is not owned and must outlive
+  // this object.
+  ConfigReloader(Flags flags, DaemonConfig running, uint64_t max_message_bytes,
+                 ConveyorService* service);
+
+  // Reloads (above). OK when the new pipelines are served; otherwise the
+  // reason, and nothing changed. Either way it has been logged.
+  absl::Status Reload();
+
+  // One line for the service manager's status after the last Reload.
+  const std::string& summary() const { return summary_; }
+
+ private:
+  absl::Status TryReload();
+
+  const Flags flags_;
+  DaemonConfig running_;  // what the daemon serves now
+  const uint64_t max_message_bytes_;
+  ConveyorService* const service_;
+  std::string summary_;
+};
+
+}  // namespace conveyor::server
