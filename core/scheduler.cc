@@ -302,6 +302,8 @@ void Scheduler::AddStages(std::array<StageStats, kNumStages>* into,
     a.items_in += b.items_in;
     a.items_out += b.items_out;
     a.failures += b.failures;
+    for (size_t c = 0; c < a.failures_by_code.size(); ++c)
+      a.failures_by_code[c] += b.failures_by_code[c];
     a.busy_ns += b.busy_ns;
     a.wait_input_ns += b.wait_input_ns;
     a.wait_output_ns += b.wait_output_ns;

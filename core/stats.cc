@@ -15,6 +15,16 @@ const char* ToString(Stage s) {
   return "?";
 }
 
+void CountFailure(StageStats* s, const absl::Status& why) {
+  ++s->failures;
+  const auto code = static_cast<size_t>(why.code());
+  if (code < s->failures_by_code.size()) {
+    ++s->failures_by_code[code];
+  } else {
+    ++s->failures_by_code[static_cast<size_t>(absl::StatusCode::kUnknown)];
+  }
+}
+
 uint64_t MonotonicNanos() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

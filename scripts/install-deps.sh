@@ -29,6 +29,8 @@ PACKAGES=(
   libjpeg-turbo-progs
   # memory and process figures in integration tests
   procps
+  # the Prometheus metrics endpoint's HTTP server
+  libcivetweb-dev
 )
 
 missing=()

@@ -38,6 +38,7 @@
 #include "core/stream.h"
 #include "server/client_identity.h"
 #include "server/client_limits.h"
+#include "server/delivery_counters.h"
 #include "server/transport.h"
 
 namespace conveyor::server {
@@ -85,6 +86,11 @@ class Session {
   // The first reply of the stream.
   const v1::StreamOpened& opened() const { return opened_; }
   const ClientIdentity& client() const { return client_; }
+  // Counts a batch of `images` samples (`bytes` of images) handed to the
+  // client, in the daemon's delivery counters (GetStats.deliveries).
+  void CountDelivered(uint64_t images, uint64_t bytes) const {
+    if (delivered_ != nullptr) delivered_->Add(images, bytes);
+  }
 
  private:
   friend class ConveyorService;
@@ -104,6 +110,7 @@ class Session {
   // Both set before the session is handed out.
   std::unique_ptr<StreamTransport> transport_;
   v1::StreamOpened opened_;
+  DeliveryCounters::Cell* delivered_ = nullptr;  // the service's; outlives the session
 };
 
 class ConveyorService {
@@ -196,6 +203,7 @@ class ConveyorService {
   const std::map<std::string, std::shared_ptr<const PipelineConfig>> by_name_;
   const std::unique_ptr<Engine> engine_;
   const std::unique_ptr<TransportSet> transports_;
+  const std::unique_ptr<DeliveryCounters> deliveries_;  // thread-safe itself
 
   mutable Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,0 +1,45 @@
+#include "server/delivery_counters.h"
+
+#include "server/transport.h"
+
+namespace conveyor::server {
+
+namespace {
+
+constexpr v1::Transport kConcrete[] = {v1::SHARED_MEMORY, v1::DATA_SOCKET, v1::INLINE};
+
+std::map<std::pair<std::string, int>, std::unique_ptr<DeliveryCounters::Cell>> MakeCells(
+    const std::vector<std::string>& pipelines) {
+  std::map<std::pair<std::string, int>, std::unique_ptr<DeliveryCounters::Cell>> cells;
+  for (const std::string& p : pipelines) {
+    for (v1::Transport t : kConcrete) {
+      cells.emplace(std::make_pair(p, static_cast<int>(t)),
+                    std::make_unique<DeliveryCounters::Cell>());
+    }
+  }
+  return cells;
+}
+
+}  // namespace
+
+DeliveryCounters::DeliveryCounters(const std::vector<std::string>& pipelines)
+    : cells_(MakeCells(pipelines)) {}
+
+DeliveryCounters::Cell* DeliveryCounters::Find(const std::string& pipeline,
+                                               v1::Transport kind) const {
+  auto it = cells_.find(std::make_pair(pipeline, static_cast<int>(kind)));
+  return it == cells_.end() ? nullptr : it->second.get();
+}
+
+void DeliveryCounters::AppendTo(v1::GetStatsResponse* out) const {
+  for (const auto& [key, cell] : cells_) {
+    v1::DeliveryStats* d = out->add_deliveries();
+    d->set_pipeline(key.first);
+    d->set_transport(TransportName(static_cast<v1::Transport>(key.second)));
+    d->set_batches(cell->batches.load(std::memory_order_relaxed));
+    d->set_images(cell->images.load(std::memory_order_relaxed));
+    d->set_bytes(cell->bytes.load(std::memory_order_relaxed));
+  }
+}
+
+}  // namespace conveyor::server
