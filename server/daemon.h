@@ -34,6 +34,7 @@ class ConveyorService;
 class DataSocketServer;
 class FdServer;
 class GrpcConveyorService;
+class MetricsHttpServer;
 class UnixConnections;
 class UnixListener;
 
@@ -90,6 +91,8 @@ class Daemon {
   // fd socket before the service (and engine) before the data socket.
   std::unique_ptr<DataSocketServer> data_server_;
   std::unique_ptr<ConveyorService> service_;
+  // Renders service_'s stats on civetweb's threads: stopped before it goes.
+  std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<UnixConnections> unix_connections_;
   std::unique_ptr<ClientIdentifier> identifier_;
