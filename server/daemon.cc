@@ -294,6 +294,22 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   if (!service.ok()) return service.status();
   d->service_ = *std::move(service);
 
+  // The metrics endpoint before any client socket: a busy metrics port
+  // refuses the start before clients could connect.
+  if (!config.metrics.listen.empty()) {
+    ConveyorService* const service = d->service_.get();
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
+        config.metrics.listen, [service] { return RenderPrometheusText(service->GetStats()); });
+    if (!metrics.ok()) {
+      return absl::Status(metrics.status().code(),
+                          absl::StrCat("metrics.listen: ", metrics.status().message()));
+    }
+    d->metrics_server_ = *std::move(metrics);
+    const std::string& m = config.metrics.listen;
+    spdlog::info("Prometheus metrics on http://{}:{}/metrics", m.substr(0, m.rfind(':')),
+                 d->metrics_server_->port());
+  }
+
   if (!unix_path.empty()) {
     if (absl::Status st = PrepareUnixSocketPath(unix_path); !st.ok()) return st;
     if (absl::Status st = PrepareUnixSocketPath(fd_path); !st.ok()) return st;
@@ -385,19 +401,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   if (d->data_server_ != nullptr) {
     spdlog::info("data socket for TCP clients on {} (port {}{})", DataSocketAddress(config.listen),
                  d->data_server_->port(), config.listen.tls.enabled() ? ", TLS" : "");
-  }
-  if (!config.metrics.listen.empty()) {
-    ConveyorService* const service = d->service_.get();
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
-        config.metrics.listen, [service] { return RenderPrometheusText(service->GetStats()); });
-    if (!metrics.ok()) {
-      return absl::Status(metrics.status().code(),
-                          absl::StrCat("metrics.listen: ", metrics.status().message()));
-    }
-    d->metrics_server_ = *std::move(metrics);
-    const std::string& m = config.metrics.listen;
-    spdlog::info("Prometheus metrics on http://{}:{}/metrics", m.substr(0, m.rfind(':')),
-                 d->metrics_server_->port());
   }
   if (!port_file.empty()) {
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;

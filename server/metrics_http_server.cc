@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (server->context_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ": ",
-                     error_text[0] != '\0' ? EscapeText(error_text) : "civetweb failed to start"));
+                     error_text[0] != '\0' ? EscapeText(error_text) : "civetweb failed to start",
+                     " (is the port in use, or the address not one of this machine's?)"));
   }
   mg_server_port ports[4];
   std::memset(ports, 0, sizeof(ports));
