@@ -4,7 +4,9 @@
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
 //   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
-//   4. the fd socket stops, socket files are removed, the engine joins.
+//   4. the fd socket stops, socket files are removed, the metrics endpoint
+//      (if any) stops, the engine joins.
+// gRPC server reflection is on (grpcurl lists and calls the service).
 // DaemonMain is main(): it blocks SIGINT/SIGTERM in every thread before any
 // thread exists and waits for them on a dedicated sigwait thread (no work in
 // signal handlers); a second signal during shutdown exits at once.

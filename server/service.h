@@ -123,7 +123,8 @@ class ConveyorService {
   ~ConveyorService();  // shuts the engine down; REQUIRES: no live Session
 
   v1::ListPipelinesResponse ListPipelines() const;
-  // The daemon-wide counters and, per open stream, its stats — of every
+  // The daemon-wide counters (stages with failures by reason, deliveries
+  // by pipeline and transport, budget) and, per open stream, its stats — of every
   // stream for an operator, of `viewer`'s own streams (its LimitKey) for
   // anyone else (ClientIdentity::SeesStreamsOf). The overload without a
   // viewer is the operator's view, for the daemon itself and tests.
