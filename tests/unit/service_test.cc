@@ -376,7 +376,8 @@ std::map<std::string, double> Scrape(const ConveyorService& service) {
   return out;
 }
 
-TEST_CASE("service: its metrics count deliveries and failures by reason; counters never go back",
+TEST_CASE("service over gRPC: its metrics count deliveries and failures by reason; counters never "
+          "go back",
           "[service][grpc][metrics]") {
   ServiceFixtureOptions o;
   o.corrupt_sample = true;  // 7 samples, the last not a JPEG
