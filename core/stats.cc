@@ -15,6 +15,16 @@ const char* ToString(Stage s) {
   return "?";
 }
 
+void CountFailure(StageStats* s, const absl::Status& why) {
+  ++s->failures;
+  const auto code = static_cast<size_t>(why.code());
+  if (code < s->failures_by_code.size()) {
+    ++s->failures_by_code[code];
+  } else {
+    ++s->failures_by_code[static_cast<size_t>(absl::StatusCode::kUnknown)];
+  }
+}
+
 uint64_t MonotonicNanos() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -70,6 +80,9 @@ void AddStages(std::array<StageStats, kNumStages>* into,
     a.items_in += b.items_in;
     a.items_out += b.items_out;
     a.failures += b.failures;
+    for (size_t c = 0; c < a.failures_by_code.size(); ++c) {
+      a.failures_by_code[c] += b.failures_by_code[c];
+    }
     a.busy_ns += b.busy_ns;
     a.wait_input_ns += b.wait_input_ns;
     a.wait_output_ns += b.wait_output_ns;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace conveyor {
 
 enum class Stage { kSample = 0, kFetch, kDecode, kCollate, kDeliver };
@@ -29,6 +31,9 @@ struct StageStats {
   uint64_t items_in = 0;
   uint64_t items_out = 0;
   uint64_t failures = 0;
+  // `failures` split by the absl status code of each failure (index: the
+  // code's number, 0-16): a bounded set of reasons for metrics.
+  std::array<uint64_t, 17> failures_by_code{};
   uint64_t busy_ns = 0;          // summed task time of workers in this stage
   uint64_t wait_input_ns = 0;    // time with no input to work on (starved)
   uint64_t wait_output_ns = 0;   // time with input but no space to put output
@@ -60,6 +65,9 @@ struct EngineStats {
   std::array<StageStats, kNumStages> stages;
   std::vector<StreamStats> streams;  // open streams only
 };
+
+// Counts one failure of `s` with status `why` (failures and failures_by_code).
+void CountFailure(StageStats* s, const absl::Status& why);
 
 // The stage with the largest busy time per worker-second, or kDeliver when
 // producers mostly wait for the consumer to free slots. A heuristic for humans.

@@ -231,7 +231,7 @@ void StreamMachine::CompleteSample(Task* t, Outbox* out) {
   ++st.items_in;
   plan_pending_ = false;
   if (!t->status.ok()) {
-    ++st.failures;
+    CountFailure(&st, t->status);
     Fail(t->status, out);
     return;
   }
@@ -287,7 +287,7 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
     return nullptr;
   }
   free_buffers_.push_back(t->buffer);
-  ++st.failures;
+  CountFailure(&st, t->status);
   if (!IsSystemError(t->status)) {
     RecordFailure(t->batch, t->position, t->status);
     return PositionDone(t->batch, out);
@@ -357,7 +357,7 @@ BatchWork* StreamMachine::CompleteDecode(Task* t, Outbox* out) {
   if (t->status.ok()) {
     ++st.items_out;
   } else {
-    ++st.failures;
+    CountFailure(&st, t->status);
     RecordFailure(t->batch, t->position, t->status);
   }
   return PositionDone(t->batch, out);

@@ -34,6 +34,8 @@ PACKAGES=(
   # systemd notifications of conveyord (sd_notify; optional at build time),
   # and systemd-analyze, which the tests run on the installed unit
   libsystemd-dev systemd
+  # the Prometheus metrics endpoint's HTTP server
+  libcivetweb-dev
 )
 
 missing=()

@@ -1,5 +1,8 @@
 #include "server/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <set>
 
@@ -90,6 +93,39 @@ absl::Status ValidateTcpAddress(const std::string& addr) {
   if (!absl::SimpleAtoi(addr.substr(colon + 1), &port) || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("port of '", addr, "' must be an integer within [0, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
+// metrics.listen: an IP literal and a port, as civetweb binds it (no host
+// names: nothing is resolved while parsing).
+absl::Status ValidateMetricsAddress(const std::string& addr) {
+  const std::string example = "expected IPV4:PORT or [IPV6]:PORT, e.g. 127.0.0.1:9464";
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(example, ", got '", addr, "'"));
+  }
+  std::string host = addr.substr(0, colon);
+  const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  if (bracketed) host = host.substr(1, host.size() - 2);
+  unsigned char buf[sizeof(in6_addr)];
+  if (bracketed ? inet_pton(AF_INET6, host.c_str(), buf) != 1
+                : inet_pton(AF_INET, host.c_str(), buf) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(example, ", got '", addr, "' (host names are not resolved)"));
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(addr.substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port of '", addr, "' must be an integer within [0, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLogFormat(const std::string& format) {
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log format '", format, "' (text or json)"));
   }
   return absl::OkStatus();
 }
@@ -519,7 +555,7 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
       CheckMap(root, "",
                {"listen", "threads", "memory_budget", "max_streams", "allowed_roots", "log_level",
                 "shutdown_timeout_seconds", "stream_idle_timeout_seconds", "per_client",
-                "engine", "pipelines", "access"}));
+                "engine", "pipelines", "access", "metrics", "log_format"}));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(root["listen"], &c->listen));
   if (root["threads"]) {
     RETURN_IF_ERROR(
@@ -539,6 +575,22 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
     RETURN_IF_ERROR(ReadString(root["log_level"], "log_level", &c->log_level));
     if (absl::Status st = ValidateLogLevel(c->log_level); !st.ok()) {
       return Error("log_level", root["log_level"], std::string(st.message()));
+    }
+  }
+  if (root["log_format"]) {
+    RETURN_IF_ERROR(ReadString(root["log_format"], "log_format", &c->log_format));
+    if (absl::Status st = ValidateLogFormat(c->log_format); !st.ok()) {
+      return Error("log_format", root["log_format"], std::string(st.message()));
+    }
+  }
+  if (const YAML::Node m = root["metrics"]) {
+    RETURN_IF_ERROR(CheckMap(m, "metrics", {"listen"}));
+    if (m["listen"]) {
+      RETURN_IF_ERROR(ReadString(m["listen"], "metrics.listen", &c->metrics.listen));
+      if (absl::Status st = ValidateMetricsAddress(c->metrics.listen);
+          !c->metrics.listen.empty() && !st.ok()) {
+        return Error("metrics.listen", m["listen"], std::string(st.message()));
+      }
     }
   }
   if (root["shutdown_timeout_seconds"]) {
@@ -686,6 +738,11 @@ absl::Status ValidateDaemonFields(const DaemonConfig& c) {
     return bad("memory_budget", absl::InvalidArgumentError("must be at least 1 MiB"));
   }
   if (absl::Status st = ValidateLogLevel(c.log_level); !st.ok()) return bad("log_level", st);
+  if (absl::Status st = ValidateLogFormat(c.log_format); !st.ok()) return bad("log_format", st);
+  if (!c.metrics.listen.empty()) {
+    if (absl::Status st = ValidateMetricsAddress(c.metrics.listen); !st.ok())
+      return bad("metrics.listen", st);
+  }
   return absl::OkStatus();
 }
 

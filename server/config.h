@@ -116,6 +116,13 @@ struct AccessConfig {
   bool require_token_on_unix = false;
 };
 
+// The Prometheus endpoint (the `metrics` section; server/metrics_http_server.h).
+struct MetricsConfig {
+  // "IPV4:PORT" or "[IPV6]:PORT" of the HTTP listener serving /metrics;
+  // "" = no endpoint (the default). Port 0 picks a free one (logged).
+  std::string listen;
+};
+
 // Whether `host_port`'s host is a loopback address (127.0.0.0/8, ::1,
 // localhost): reachable from this machine only.
 bool IsLoopbackAddress(const std::string& host_port);
@@ -132,6 +139,8 @@ struct DaemonConfig {
   uint32_t max_streams = 64;
   std::vector<std::string> allowed_roots;  // absolute; empty = any root
   std::string log_level = "info";
+  std::string log_format = "text";  // "text" or "json" (one object per line)
+  MetricsConfig metrics;
   double shutdown_timeout_seconds = 5.0;
   // A stream whose client holds slots without releasing any while nothing
   // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.

@@ -79,6 +79,8 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("memory_budget", a.memory_budget, b.memory_budget);
   d.Field("max_streams", a.max_streams, b.max_streams);
   d.Field("log_level", a.log_level, b.log_level);
+  d.Field("log_format", a.log_format, b.log_format);
+  d.Field("metrics.listen", a.metrics.listen, b.metrics.listen);
   d.Field("shutdown_timeout_seconds", a.shutdown_timeout_seconds, b.shutdown_timeout_seconds);
   d.Field("stream_idle_timeout_seconds", a.stream_idle_timeout_seconds,
           b.stream_idle_timeout_seconds);

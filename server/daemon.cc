@@ -1,5 +1,6 @@
 #include "server/daemon.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -35,6 +36,9 @@
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
 #include "server/inline_transport.h"
+#include "server/logging.h"
+#include "server/metrics_exposition.h"
+#include "server/metrics_http_server.h"
 #include "server/peer_credentials_identifier.h"
 #include "server/service.h"
 #include "server/service_notifier.h"
@@ -83,15 +87,6 @@ absl::Status WritePortFile(const std::string& path, int port) {
     return absl::InternalError(
         absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
   return absl::OkStatus();
-}
-
-void SetUpLogging(const std::string& level) {
-  auto logger = spdlog::get("conveyord");
-  if (logger == nullptr) logger = spdlog::stderr_color_mt("conveyord");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%L%$ %v");
-  spdlog::set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
-  spdlog::flush_on(spdlog::level::info);
 }
 
 }  // namespace
@@ -303,6 +298,22 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   if (!service.ok()) return service.status();
   d->service_ = *std::move(service);
 
+  // The metrics endpoint before any client socket: a busy metrics port
+  // refuses the start before clients could connect.
+  if (!config.metrics.listen.empty()) {
+    ConveyorService* const service = d->service_.get();
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
+        config.metrics.listen, [service] { return RenderPrometheusText(service->GetStats()); });
+    if (!metrics.ok()) {
+      return absl::Status(metrics.status().code(),
+                          absl::StrCat("metrics.listen: ", metrics.status().message()));
+    }
+    d->metrics_server_ = *std::move(metrics);
+    const std::string& m = config.metrics.listen;
+    spdlog::info("Prometheus metrics on http://{}:{}/metrics", m.substr(0, m.rfind(':')),
+                 d->metrics_server_->port());
+  }
+
   if (!unix_path.empty()) {
     if (absl::Status st = PrepareUnixSocketPath(unix_path); !st.ok()) return st;
     if (absl::Status st = PrepareUnixSocketPath(fd_path); !st.ok()) return st;
@@ -325,6 +336,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   }
 
   grpc::EnableDefaultHealthCheckService(true);
+  // Server reflection: generic tools (grpcurl) list and call the service
+  // without the .proto. It tells what the .proto in the repository tells.
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   d->identifier_ = std::move(access->identifier);
   d->grpc_service_ =
       std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
@@ -438,6 +452,7 @@ void Daemon::Shutdown() {
     if (!fs::remove(port_file_, ec) && ec)
       spdlog::warn("cannot remove the port file {}: {}", port_file_, ec.message());
   }
+  metrics_server_.reset();  // no scrape reads the service any more
   service_.reset();  // joins the engine's workers
   data_server_.reset();  // drops what ended streams had not flushed yet
   if (serving)
@@ -522,7 +537,7 @@ int DaemonMain(int argc, char** argv) {
     std::cerr << "conveyord: " << EscapeText(config.status().message()) << "\n";
     return kExitUsage;
   }
-  SetUpLogging(config->log_level);
+  SetUpLogging(config->log_level, config->log_format);
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> pipelines =
       LoadPipelines(*config);
   if (!pipelines.ok()) {

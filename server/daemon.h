@@ -4,7 +4,9 @@
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
 //   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
-//   4. the fd socket stops, socket files are removed, the engine joins.
+//   4. the fd socket stops, socket files are removed, the metrics endpoint
+//      (if any) stops, the engine joins.
+// gRPC server reflection is on (grpcurl lists and calls the service).
 // DaemonMain is main(): it blocks SIGINT/SIGTERM/SIGHUP in every thread
 // before any thread exists and waits for them on a dedicated sigwait thread
 // (no work in signal handlers); a second SIGINT/SIGTERM during shutdown
@@ -38,6 +40,7 @@ class ConveyorService;
 class DataSocketServer;
 class FdServer;
 class GrpcConveyorService;
+class MetricsHttpServer;
 class UnixConnections;
 class UnixListener;
 
@@ -98,6 +101,8 @@ class Daemon {
   // fd socket before the service (and engine) before the data socket.
   std::unique_ptr<DataSocketServer> data_server_;
   std::unique_ptr<ConveyorService> service_;
+  // Renders service_'s stats on civetweb's threads: stopped before it goes.
+  std::unique_ptr<MetricsHttpServer> metrics_server_;
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<UnixConnections> unix_connections_;
   std::unique_ptr<ClientIdentifier> identifier_;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,6 +40,11 @@ void ToProto(const StageStats& s, v1::StageStats* out) {
   out->set_queue_size(s.queue_size);
   out->set_queue_capacity(s.queue_capacity);
   out->set_in_flight(s.in_flight);
+  for (size_t c = 0; c < s.failures_by_code.size(); ++c) {
+    if (s.failures_by_code[c] == 0) continue;
+    (*out->mutable_failures_by_reason())[absl::AsciiStrToLower(
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(c)))] = s.failures_by_code[c];
+  }
 }
 
 }  // namespace
@@ -53,6 +59,14 @@ Session::~Session() {
 
 // ---------------------------------------------------------------- Service
 
+namespace {
+std::vector<std::string> Names(const std::vector<std::shared_ptr<const PipelineConfig>>& ps) {
+  std::vector<std::string> names;
+  for (const auto& p : ps) names.push_back(p->name);
+  return names;
+}
+}  // namespace
+
 ConveyorService::ConveyorService(const ServiceOptions& options,
                                  std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
                                  std::unique_ptr<Engine> engine,
@@ -60,6 +74,7 @@ ConveyorService::ConveyorService(const ServiceOptions& options,
     : options_(options),
       engine_(std::move(engine)),
       transports_(std::move(transports)),
+      deliveries_(std::make_unique<DeliveryCounters>(Names(pipelines))),
       pipelines_(std::move(pipelines)) {}
 
 ConveyorService::~ConveyorService() {
@@ -177,6 +192,7 @@ v1::ListPipelinesResponse ConveyorService::ListPipelines() const {
 
 absl::Status ConveyorService::ReplacePipelines(PipelineList pipelines) {
   RETURN_IF_ERROR(PipelineRegistry::Validate(pipelines));
+  deliveries_->AddPipelines(Names(pipelines));
   pipelines_.Replace(std::move(pipelines));
   return absl::OkStatus();
 }
@@ -232,6 +248,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   for (const StreamStats& s : es.streams) open_ids.insert(s.stream_id);
   r.set_streams_open(open_ids.size());
   r.set_slot_bytes_budget(options_.memory_budget);
+  deliveries_->AppendTo(&r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only
     // operators see it.
@@ -377,6 +394,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
       transport->Open(stream, wake);
   if (!stream_transport.ok()) return stream_transport.status();
   session->transport_ = *std::move(stream_transport);
+  session->delivered_ = deliveries_->Find(pipeline->name, transport->kind());
 
   v1::StreamOpened& op = session->opened_;
   op.set_stream_id(stream->id());

@@ -40,6 +40,7 @@
 #include "core/stream.h"
 #include "server/client_identity.h"
 #include "server/client_limits.h"
+#include "server/delivery_counters.h"
 #include "server/pipeline_registry.h"
 #include "server/transport.h"
 
@@ -88,6 +89,11 @@ class Session {
   // The first reply of the stream.
   const v1::StreamOpened& opened() const { return opened_; }
   const ClientIdentity& client() const { return client_; }
+  // Counts a batch of `images` samples (`bytes` of images) handed to the
+  // client, in the daemon's delivery counters (GetStats.deliveries).
+  void CountDelivered(uint64_t images, uint64_t bytes) const {
+    if (delivered_ != nullptr) delivered_->Add(images, bytes);
+  }
 
  private:
   friend class ConveyorService;
@@ -107,6 +113,7 @@ class Session {
   // Both set before the session is handed out.
   std::unique_ptr<StreamTransport> transport_;
   v1::StreamOpened opened_;
+  DeliveryCounters::Cell* delivered_ = nullptr;  // the service's; outlives the session
 };
 
 class ConveyorService {
@@ -124,7 +131,8 @@ class ConveyorService {
   // open streams keep the definition they opened with. InvalidArgument
   // (and nothing replaced) unless they pass PipelineRegistry::Validate.
   absl::Status ReplacePipelines(PipelineList pipelines);
-  // The daemon-wide counters and, per open stream, its stats — of every
+  // The daemon-wide counters (stages with failures by reason, deliveries
+  // by pipeline and transport, budget) and, per open stream, its stats — of every
   // stream for an operator, of `viewer`'s own streams (its LimitKey) for
   // anyone else (ClientIdentity::SeesStreamsOf). The overload without a
   // viewer is the operator's view, for the daemon itself and tests.
@@ -202,6 +210,7 @@ class ConveyorService {
   const ServiceOptions options_;
   const std::unique_ptr<Engine> engine_;
   const std::unique_ptr<TransportSet> transports_;
+  const std::unique_ptr<DeliveryCounters> deliveries_;  // thread-safe itself
 
   PipelineRegistry pipelines_;  // thread-safe itself
 

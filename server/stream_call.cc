@@ -367,6 +367,7 @@ void StreamCall::AddBatchLocked(const BatchInfo& b) {
   v1::ServerMessage m;
   FillBatchHeader(b, *stream_, m.mutable_batch());
   session_->transport().Deliver(b, m.mutable_batch());
+  session_->CountDelivered(b.num_samples, m.batch().images_bytes());
   queue_.push_back(std::move(m));
   held_[b.slot] = b.sequence;
 

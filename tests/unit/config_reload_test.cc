@@ -61,6 +61,8 @@ listen: {tcp: "127.0.0.1:7070"}
 per_client: {max_memory: 1GiB}
 engine: {fetch_concurrency: 9}
 log_level: debug
+log_format: json
+metrics: {listen: "127.0.0.1:9464"}
 stream_idle_timeout_seconds: 10
 allowed_roots: [/data]
 pipelines:
@@ -69,8 +71,8 @@ pipelines:
   const std::vector<std::string> fields = ChangedRestartFields(running, next);
   CHECK(fields == std::vector<std::string>{
                       "listen.tcp", "threads", "engine.fetch_concurrency", "memory_budget",
-                      "max_streams", "log_level", "stream_idle_timeout_seconds",
-                      "per_client.max_memory"});
+                      "max_streams", "log_level", "log_format", "metrics.listen",
+                      "stream_idle_timeout_seconds", "per_client.max_memory"});
 }
 
 TEST_CASE("pipelines are compared by name and definition", "[reload]") {

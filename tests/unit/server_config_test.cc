@@ -1016,5 +1016,36 @@ TEST_CASE("per-client limits are read and checked", "[config]") {
                 {"field per_client.streams: unknown field"});
 }
 
+TEST_CASE("metrics.listen: off by default; IP literals and a port", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(kMinimal);
+  REQUIRE(c.ok());
+  CHECK(c->metrics.listen.empty());
+  CHECK(c->log_format == "text");
+  c = Parse("metrics: {listen: \"127.0.0.1:9464\"}\nlog_format: json\n" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->metrics.listen == "127.0.0.1:9464");
+  CHECK(c->log_format == "json");
+  c = Parse("metrics: {listen: \"[::1]:0\"}\n" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  CHECK(c->metrics.listen == "[::1]:0");
+  c = Parse("metrics: {listen: \"0.0.0.0:9464\"}\n" + std::string(kMinimal));
+  REQUIRE(c.ok());
+
+  ExpectRefused("metrics: {listen: \"localhost:9464\"}\n" + std::string(kMinimal),
+                {"field metrics.listen: expected IPV4:PORT or [IPV6]:PORT", "localhost:9464",
+                 "host names are not resolved"});
+  ExpectRefused("metrics: {listen: \"127.0.0.1\"}\n" + std::string(kMinimal),
+                {"field metrics.listen: expected IPV4:PORT"});
+  ExpectRefused("metrics: {listen: \"127.0.0.1:70000\"}\n" + std::string(kMinimal),
+                {"field metrics.listen: port of '127.0.0.1:70000' must be an integer within"});
+  ExpectRefused("metrics: {listen: \"::1:9464\"}\n" + std::string(kMinimal),
+                {"field metrics.listen: expected IPV4:PORT or [IPV6]:PORT"});
+  ExpectRefused("metrics: {listen: [1, 2]}\n" + std::string(kMinimal), {"field metrics.listen"});
+  ExpectRefused("metrics: {port: 9464}\n" + std::string(kMinimal),
+                {"field metrics.port: unknown field"});
+  ExpectRefused("log_format: xml\n" + std::string(kMinimal),
+                {"field log_format: unknown log format 'xml' (text or json)"});
+}
+
 }  // namespace
 }  // namespace conveyor::server

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -27,9 +28,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
+#include "server/metrics_exposition.h"
 #include "tests/unit/service_test_util.h"
 #include "tests/unit/socket_test_util.h"
 
@@ -356,6 +360,69 @@ TEST_CASE(
   CHECK(seen.batches.size() == 3);
   CHECK_FALSE(seen.stream_end);
   CHECK(Eventually([&] { return t.BytesInUse() == 0; }));
+}
+
+// "name{labels}" -> value of every sample line of the service's exposition.
+std::map<std::string, double> Scrape(const ConveyorService& service) {
+  std::map<std::string, double> out;
+  for (absl::string_view line : absl::StrSplit(RenderPrometheusText(service.GetStats()), '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    REQUIRE(space != absl::string_view::npos);
+    double v = 0;
+    REQUIRE(absl::SimpleAtod(line.substr(space + 1), &v));
+    out[std::string(line.substr(0, space))] = v;
+  }
+  return out;
+}
+
+TEST_CASE("service over gRPC: its metrics count deliveries and failures by reason; counters never "
+          "go back",
+          "[service][grpc][metrics]") {
+  ServiceFixtureOptions o;
+  o.corrupt_sample = true;  // 7 samples, the last not a JPEG
+  ServiceFixture t(o);
+  const std::map<std::string, double> before = Scrape(*t.service);
+  const std::string images = R"(conveyor_delivered_images_total{pipeline="test",transport="inline"})";
+  const std::string batches =
+      R"(conveyor_delivered_batches_total{pipeline="test",transport="inline"})";
+  const std::string bytes = R"(conveyor_delivered_bytes_total{pipeline="test",transport="inline"})";
+  CHECK(before.at(images) == 0);
+  CHECK(before.at("conveyor_streams_opened_total") == 0);
+  std::map<std::string, double> prev = before;
+  for (int round = 1; round <= 2; ++round) {
+    Call call(t.stub.get());
+    REQUIRE(call.stream->Write(OpenMessage(Request(2, v1::INLINE))));
+    Seen seen = ReadAll(call);
+    REQUIRE(seen.status.ok());
+    REQUIRE(seen.batches.size() == 4);
+    CHECK(Eventually([&] { return Scrape(*t.service).at("conveyor_streams_open") == 0; }));
+    const std::map<std::string, double> after = Scrape(*t.service);
+    CHECK(after.at(images) == 6 * round);
+    CHECK(after.at(batches) == 4 * round);
+    CHECK(after.at(bytes) == 6 * round * 3 * 32 * 32);
+    CHECK(after.at(R"(conveyor_delivered_images_total{pipeline="test",transport="shared_memory"})") ==
+          0);
+    CHECK(after.at("conveyor_streams_opened_total") == round);
+    CHECK(after.at(R"(conveyor_stage_items_out_total{stage="decode"})") == 6 * round);
+    // The one failure of each round is the decode stage's, by its status code.
+    double failures = 0;
+    for (const auto& [name, v] : after) {
+      if (name.rfind(R"(conveyor_stage_failures_total{stage="decode",reason=")", 0) == 0) {
+        failures += v;
+      }
+    }
+    CHECK(failures == round);
+    // Every counter is at least what it was in the previous round
+    // (finished streams stay counted).
+    for (const auto& [name, v] : prev) {
+      if (name.find("_total") == std::string::npos) continue;
+      INFO(name);
+      REQUIRE(after.count(name) == 1);
+      CHECK(after.at(name) >= v);
+    }
+    prev = after;
+  }
 }
 
 TEST_CASE("service over gRPC: a corrupt sample under skip is left out and named in its batch",

@@ -1,0 +1,46 @@
+// The daemon's statistics in the Prometheus text exposition format (0.0.4),
+// for the metrics endpoint (server/metrics_http_server.h). It renders what
+// ConveyorService::GetStats already collects — no bookkeeping of its own:
+//
+//   conveyor_stage_items_{in,out}_total{stage}         counters, all streams since start
+//   conveyor_stage_failures_total{stage,reason}        reason: the status code, lower case
+//   conveyor_stage_busy_seconds_total{stage}
+//   conveyor_stage_waiting_seconds_total{stage,waiting_for="input"|"output"}
+//   conveyor_stage_queue_items{stage}, conveyor_stage_queue_capacity_items{stage},
+//   conveyor_stage_tasks_in_flight{stage}              gauges, open streams summed
+//   conveyor_streams_open, conveyor_streams_opened_total
+//   conveyor_stream_slots, conveyor_stream_slots_held_by_clients
+//   conveyor_slot_memory_bytes, conveyor_slot_memory_budget_bytes
+//   conveyor_delivered_{batches,images,bytes}_total{pipeline,transport}
+//   conveyor_worker_threads, conveyor_uptime_seconds
+//
+// Base units (seconds, bytes), counters end in _total, every family has its
+// HELP and TYPE lines. Labels are bounded by the code and the config
+// (stage, reason, pipeline, transport); no stream, sample or client ever
+// becomes a label. A pipeline name goes into a label value as EscapeText
+// writes it in log lines (valid UTF-8, control characters as \n, \xNN, ...),
+// then escaped for the format (\\, \", \n), so any name gives a valid line.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "conveyor/v1/conveyor.pb.h"
+
+namespace conveyor::server {
+
+// The Content-Type of what RenderPrometheusText returns.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// `stats` should be the operator's view (every stream), as the daemon
+// itself gets it from ConveyorService::GetStats().
+std::string RenderPrometheusText(const v1::GetStatsResponse& stats);
+
+// A label value for the text format: `value` made valid UTF-8 without
+// control characters (EscapeText), then backslash, double quote and line
+// feed escaped.
+std::string PrometheusLabelValue(std::string_view value);
+
+}  // namespace conveyor::server

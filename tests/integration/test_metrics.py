@@ -1,0 +1,274 @@
+"""Observability of a real daemon: the Prometheus endpoint (metrics.listen)
+scraped over HTTP and parsed by the official Python client's parser
+(prometheus-client, in the `metrics` virtual environment), its counters
+moving as streams run (images and bytes by pipeline and transport, streams
+open and total); startup errors for a bad or busy listen address; gRPC
+server reflection as grpcurl uses it (grpcio-reflection); JSON log lines
+and the journal's format from the daemon's own stderr, with the client's
+identity on the stream open and close lines."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import textwrap
+import time
+import urllib.error
+import urllib.request
+
+import conveyor
+import pytest
+from conveyor.daemon import DaemonProcess
+from conveyor_integration import (CONVEYORD, IMAGE_SIZE, daemon_config, finish_daemons,
+                                  require_daemon, scaled, venv_python, write_config)
+
+# Reads an exposition on stdin, parses it with prometheus-client's parser and
+# prints [{"name", "type", "samples": [[name, labels, value], ...]}] as JSON.
+_PARSE = textwrap.dedent("""
+    import json, sys
+    from prometheus_client.parser import text_string_to_metric_families
+    out = []
+    for family in text_string_to_metric_families(sys.stdin.read()):
+        out.append({"name": family.name, "type": family.type, "help": family.documentation,
+                    "samples": [[s.name, s.labels, s.value] for s in family.samples]})
+    print(json.dumps(out))
+""")
+
+_METRICS_LINE = re.compile(r"Prometheus metrics on http://([0-9.]+):(\d+)/metrics")
+
+
+def metrics_url(daemon):
+    m = _METRICS_LINE.search(daemon.log())
+    assert m, "no metrics line in the log:\n%s" % daemon.log_tail()
+    return "http://%s:%s/metrics" % (m.group(1), m.group(2))
+
+
+def scrape(url):
+    """(content type, families by name) of one scrape, parsed by the official
+    parser (strictly: any line it cannot read fails the test)."""
+    with urllib.request.urlopen(url, timeout=scaled(10)) as r:
+        assert r.status == 200
+        content_type = r.headers["Content-Type"]
+        text = r.read().decode("utf-8")
+    p = subprocess.run([venv_python("metrics"), "-c", _PARSE], input=text, capture_output=True,
+                       text=True, timeout=scaled(60))
+    assert p.returncode == 0, "the Prometheus parser refused the exposition:\n%s\n%s" % (
+        p.stderr[-3000:], text[:3000])
+    families = {f["name"]: f for f in json.loads(p.stdout)}
+    return content_type, families, text
+
+
+def value(families, sample_name, **labels):
+    for family in families.values():
+        for name, lab, v in family["samples"]:
+            if name == sample_name and lab == labels:
+                return v
+    raise AssertionError("no sample %s%s" % (sample_name, labels))
+
+
+def counters(families):
+    return {(name, tuple(sorted(lab.items()))): v for f in families.values()
+            if f["type"] == "counter" for name, lab, v in f["samples"]}
+
+
+def consume(address, transport, batch_size=8):
+    images = 0
+    with conveyor.open_stream(address, "train", batch_size, num_epochs=1, credits=2,
+                              transport=transport) as stream:
+        for batch in stream:
+            images += batch.num_samples
+    return images
+
+
+@pytest.fixture
+def metrics_daemon(daemon_factory, dataset):
+    root, _ = dataset
+    return daemon_factory(daemon_config(root, metrics={"listen": "127.0.0.1:0"}), name="metrics")
+
+
+def test_scrape_counts_images_streams_and_bytes_by_transport(metrics_daemon, dataset):
+    _, samples = dataset
+    url = metrics_url(metrics_daemon)
+    content_type, before, _ = scrape(url)
+    assert content_type.startswith("text/plain; version=0.0.4")
+    # HELP and TYPE for every family; base units; no per-stream label.
+    for f in before.values():
+        assert f["name"].startswith("conveyor_") and f["help"], f
+    assert before["conveyor_streams_opened"]["type"] == "counter"
+    assert value(before, "conveyor_streams_open") == 0
+    assert value(before, "conveyor_streams_opened_total") == 0
+    for transport in ("shared_memory", "data_socket", "inline"):
+        assert value(before, "conveyor_delivered_images_total", pipeline="train",
+                     transport=transport) == 0
+    assert value(before, "conveyor_slot_memory_budget_bytes") == 256 << 20
+
+    # One stream held open mid-way: open, slots held, memory reserved.
+    stream = conveyor.open_stream(metrics_daemon.unix, "train", 8, num_epochs=1, credits=2,
+                                  auto_release=False)
+    first = next(stream)
+    _, during, _ = scrape(url)
+    assert value(during, "conveyor_streams_open") == 1
+    assert value(during, "conveyor_stream_slots") == 2
+    assert value(during, "conveyor_stream_slots_held_by_clients") >= 1
+    assert value(during, "conveyor_slot_memory_bytes") > 0
+    first.release()
+    stream.close()
+
+    n = len(samples)
+    assert consume(metrics_daemon.unix, "auto") == n           # shared memory
+    assert consume(metrics_daemon.tcp, "inline") == n           # inline over TCP
+    assert consume(metrics_daemon.tcp, "data_socket") == n      # the data socket
+
+    deadline = time.monotonic() + scaled(20)
+    while True:
+        _, after, text = scrape(url)
+        if value(after, "conveyor_streams_open") == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert value(after, "conveyor_streams_open") == 0
+    assert value(after, "conveyor_streams_opened_total") == 4
+    sample_bytes = 3 * IMAGE_SIZE * IMAGE_SIZE
+    held_images = value(after, "conveyor_delivered_images_total", pipeline="train",
+                        transport="shared_memory") - n
+    assert held_images >= 8  # the first stream's batches (it was closed mid-way)
+    for transport in ("inline", "data_socket"):
+        assert value(after, "conveyor_delivered_images_total", pipeline="train",
+                     transport=transport) == n
+        assert value(after, "conveyor_delivered_bytes_total", pipeline="train",
+                     transport=transport) == n * sample_bytes
+        assert value(after, "conveyor_delivered_batches_total", pipeline="train",
+                     transport=transport) == n // 8
+    assert value(after, "conveyor_delivered_images_total", pipeline="eval",
+                 transport="inline") == 0
+    assert value(after, "conveyor_stage_items_out_total", stage="decode") >= 3 * n
+    assert value(after, "conveyor_stage_busy_seconds_total", stage="decode") > 0
+    # Counters never go back; no stream id or client became a label.
+    was = counters(before)
+    now = counters(after)
+    for key, v in was.items():
+        assert now[key] >= v, key
+    assert "stream_id" not in text and "pid" not in text
+
+
+def test_other_paths_and_methods_are_refused(metrics_daemon):
+    url = metrics_url(metrics_daemon)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url.replace("/metrics", "/"), timeout=scaled(10))
+    assert e.value.code == 404
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"x", method="POST"),
+                               timeout=scaled(10))
+    assert e.value.code == 405
+
+
+def run_daemon_expecting_failure(tmp_path, config):
+    require_daemon()
+    path = write_config(tmp_path / "conveyord.yaml", config)
+    return subprocess.run([str(CONVEYORD), "--config", str(path), "--socket",
+                           str(tmp_path / "c.sock"), "--tcp", "none"],
+                          capture_output=True, text=True, timeout=scaled(60))
+
+
+def test_bad_metrics_address_is_a_config_error(tmp_path, dataset):
+    root, _ = dataset
+    r = run_daemon_expecting_failure(
+        tmp_path, daemon_config(root, metrics={"listen": "localhost:9464"}))
+    assert r.returncode == 2, r.stderr
+    assert "field metrics.listen" in r.stderr and "localhost:9464" in r.stderr, r.stderr
+
+
+def test_busy_metrics_port_stops_the_daemon_naming_the_field(tmp_path, dataset):
+    root, _ = dataset
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = run_daemon_expecting_failure(
+            tmp_path, daemon_config(root, metrics={"listen": "127.0.0.1:%d" % port}))
+    assert r.returncode == 1, r.stderr
+    assert "metrics.listen: cannot serve metrics on 127.0.0.1:%d" % port in r.stderr, r.stderr
+    assert not (tmp_path / "c.sock").exists(), "socket left behind"
+
+
+# Lists the services over reflection and fetches the descriptor of
+# conveyor.v1.Conveyor, as grpcurl does; prints what it found as JSON.
+_REFLECT = textwrap.dedent("""
+    import json, sys, grpc
+    from google.protobuf.descriptor_pool import DescriptorPool
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase)
+    channel = grpc.insecure_channel(sys.argv[1])
+    db = ProtoReflectionDescriptorDatabase(channel)
+    services = list(db.get_services())
+    pool = DescriptorPool(db)
+    service = pool.FindServiceByName("conveyor.v1.Conveyor")
+    methods = {m.name: [m.input_type.full_name, m.output_type.full_name] for m in service.methods}
+    print(json.dumps({"services": services, "file": service.file.name, "methods": methods}))
+""")
+
+
+def test_server_reflection_lists_and_describes_the_service(daemon):
+    for address in (daemon.unix, daemon.tcp):
+        p = subprocess.run([venv_python("metrics"), "-c", _REFLECT, address], capture_output=True,
+                           text=True, timeout=scaled(60))
+        assert p.returncode == 0, p.stderr[-3000:]
+        found = json.loads(p.stdout)
+        assert "conveyor.v1.Conveyor" in found["services"]
+        assert "grpc.reflection.v1alpha.ServerReflection" in found["services"]
+        assert found["file"] == "conveyor/v1/conveyor.proto"
+        assert found["methods"]["StreamBatches"] == ["conveyor.v1.ClientMessage",
+                                                     "conveyor.v1.ServerMessage"]
+        assert "GetStats" in found["methods"] and "ListPipelines" in found["methods"]
+
+
+# --- logs -----------------------------------------------------------------------
+def test_json_log_lines_parse_and_carry_the_peer(daemon_factory, dataset):
+    root, samples = dataset
+    d = daemon_factory(daemon_config(root, log_format="json"), name="jsonlog")
+    assert consume(d.unix, "auto") == len(samples)
+    assert consume(d.tcp, "inline") == len(samples)
+    # A client's text with quotes and control characters, logged when refused.
+    with pytest.raises(conveyor.ConveyorError):
+        consume_pipeline = conveyor.open_stream(d.unix, 'no"such\npipe\\line\x01', 8)
+        next(consume_pipeline)
+    d.stop(timeout=scaled(10))
+    lines = [line for line in d.log().splitlines() if line]
+    records = []
+    for line in lines:
+        record = json.loads(line)  # every line is one JSON object
+        assert list(record)[:2] == ["ts", "level"] and "msg" in record, record
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["ts"]), record
+        records.append(record)
+    msgs = [r["msg"] for r in records if r["level"] == "info"]
+    me = "pid %d, uid %d" % (os.getpid(), os.getuid())
+    opened = [m for m in msgs if re.match(r"stream \d+ opened by ", m)]
+    closed = [m for m in msgs if re.match(r"stream \d+ of .* done: ", m)]
+    assert len(opened) == 2 and len(closed) == 2, msgs
+    assert me in opened[0] and me in closed[0], (opened, closed)
+    assert "ipv4:127.0.0.1:" in opened[1] and "ipv4:127.0.0.1:" in closed[1], (opened, closed)
+    refused = [m for m in msgs if "refused" in m]
+    assert refused and 'no"such' in refused[0], msgs
+
+
+def test_under_journald_text_lines_have_a_priority_and_no_timestamp(tmp_path, dataset):
+    require_daemon()
+    root, _ = dataset
+    config = write_config(tmp_path / "conveyord.yaml", daemon_config(root))
+    log = tmp_path / "conveyord.log"
+    log.touch()  # the daemon's stderr: the journal's stream, as systemd would pass it
+    st = os.stat(log)
+    env = dict(os.environ, JOURNAL_STREAM="%d:%d" % (st.st_dev, st.st_ino))
+    d = DaemonProcess(CONVEYORD, config, workdir=tmp_path, env=env)
+    try:
+        d.start(timeout=scaled(30))
+        assert consume(d.unix, "auto") > 0
+    finally:
+        finish_daemons([d])
+    lines = [line for line in d.log().splitlines() if line]
+    assert lines
+    for line in lines:
+        assert re.match(r"<[2-7]>[TDIWEC] ", line), line
+        assert not re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line), line
+    assert any(re.match(r"<6>I stream \d+ opened by .*pid %d" % os.getpid(), line)
+               for line in lines), lines
