@@ -9,13 +9,12 @@ with a message.
     jax_checks.py shard --server ADDR --out DIR      (XLA_FLAGS: 4 CPU devices)
 """
 
-import argparse
-import json
 import os
 import sys
 
 import numpy as np
 
+import check_main
 import conveyor
 import conveyor.jax as cjax
 from conveyor._framework import views_keep_slot
@@ -104,19 +103,7 @@ def shard(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("check", choices=["epoch", "pointers", "shard"])
-    ap.add_argument("--server", required=True)
-    ap.add_argument("--pipeline", default="train")
-    ap.add_argument("--transport", default="auto")
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    result = globals()[args.check](args)
-    with open(os.path.join(args.out, "result.json"), "w") as f:
-        json.dump(result, f)
-    return 0
+    return check_main.run({"epoch": epoch, "pointers": pointers, "shard": shard})
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ with the plain Loader; a failed expectation exits non-zero with a message.
     tensorflow_checks.py spec|epoch|pointers|fit --server ADDR --out DIR [--pipeline P]
 """
 
-import argparse
-import json
 import os
 import sys
 
@@ -16,6 +14,7 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import check_main
 import conveyor
 import conveyor.tensorflow as ctf
 from conveyor._framework import views_keep_slot
@@ -112,19 +111,7 @@ def fit(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("check", choices=["spec", "epoch", "pointers", "fit"])
-    ap.add_argument("--server", required=True)
-    ap.add_argument("--pipeline", default="train")
-    ap.add_argument("--transport", default="auto")
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    result = globals()[args.check](args)
-    with open(os.path.join(args.out, "result.json"), "w") as f:
-        json.dump(result, f)
-    return 0
+    return check_main.run({"spec": spec, "epoch": epoch, "pointers": pointers, "fit": fit})
 
 
 if __name__ == "__main__":
