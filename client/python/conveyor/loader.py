@@ -62,6 +62,7 @@ import numpy as np
 
 from ._proto.v1 import conveyor_pb2 as pb
 from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
+from . import _exit
 from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
 from ._lease import LeaseBook, leased_array
@@ -294,6 +295,8 @@ class Stream(ClosesOnExit):
     messages seen), end (the StreamEnd message once the stream finished).
     """
 
+    _exit_order = 0  # closed at interpreter exit before loaders (conveyor/_exit.py)
+
     def __init__(self, channel_or_address: Union[str, grpc.Channel], request: Any, *,
                  auto_release: bool = True, on_batch: Optional[Callable[[Batch], None]] = None,
                  fd_timeout: float = 10.0, data_host: Optional[str] = None,
@@ -321,7 +324,8 @@ class Stream(ClosesOnExit):
         # The request iterator holds only the queue, not the Stream: gRPC's
         # request thread keeps it alive, and an abandoned Stream must still be
         # collectable (its __del__ cancels the call and frees the slots).
-        self._call = stub.StreamBatches(_drain(self._requests))
+        self._call: Any = stub.StreamBatches(_drain(self._requests))
+        _exit.track(self)
         try:
             first = next(self._call)
         except grpc.RpcError as e:
@@ -413,8 +417,11 @@ class Stream(ClosesOnExit):
                     "them, keep copies (batch.copy()), or open the stream with more credits"
                     % (self.credits, lingering))
         while True:
+            call = self._call
+            if call is None:  # closed meanwhile by another thread
+                raise StopIteration
             try:
-                msg = next(self._call)
+                msg = next(call)
             except grpc.RpcError as e:
                 self._finish(cancel=False)
                 raise from_rpc_error(e, "stream %d of pipeline %r" % (self.stream_id, self._request.pipeline)) from None
@@ -547,8 +554,12 @@ class Stream(ClosesOnExit):
             self._done = True
             self._book.done = True
         self._requests.put(_CLOSE)
-        if cancel:
-            self._call.cancel()
+        # The call's finalizer takes a gRPC lock: let it run now, while
+        # gRPC's threads run, not at interpreter exit (conveyor/_exit.py).
+        call, self._call = self._call, None
+        if cancel and call is not None:
+            call.cancel()
+        del call
         if self._region is not None:
             self._region.close()  # deferred while numpy views of it live
         if self._data is not None:
@@ -666,6 +677,8 @@ class Loader:
                            (InvalidRequest if the state is of another pipeline)
     """
 
+    _exit_order = 1  # closed at interpreter exit after streams (conveyor/_exit.py)
+
     def __init__(self, address: Optional[str], pipeline: str, batch_size: int,
                  rank: Optional[int] = None, world_size: Optional[int] = None, seed: int = 0,
                  credits: int = 4, shuffle: bool = True, drop_last: bool = False,
@@ -698,6 +711,7 @@ class Loader:
         self.retry = retry
         self._lock = threading.Lock()
         self._pid = os.getpid()          # the process whose channel _channel is
+        _exit.track(self)
         self._epoch = int(first_epoch)   # epoch of the resume point
         self._offset = 0                 # samples of _epoch's global order consumed
         self._pending_resume = False     # set by load_state_dict
@@ -731,6 +745,7 @@ class Loader:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        _exit.track(self)
 
     @property
     def channel(self) -> grpc.Channel:
