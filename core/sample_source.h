@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,12 @@ class SampleSource {
   // dataset's size). *out's capacity is reused across calls: implementations
   // should resize, not reallocate, so a warmed-up stream allocates nothing.
   virtual absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const = 0;
+
+  // Hint: Read(index) will be called soon for each of `upcoming` (in that
+  // order). Sources whose reads take long (network) start them here, with
+  // bounded read-ahead, so workers find the bytes ready; local sources
+  // ignore it. Must not block.
+  virtual void Prefetch(std::span<const uint64_t> /*upcoming*/) const {}
 };
 
 // Reads sample `index` whole, relative to the dataset's root fd and without

@@ -17,7 +17,9 @@ PACKAGES=(
   libssl-dev openssl
   # decoders
   libturbojpeg0-dev libjpeg62-turbo-dev
-  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
+  # test media (video, audio, PNG/WebP/...) made by the tests; PyAV for the benchmarks
+  ffmpeg python3-av
   # logging, config, tests
   libspdlog-dev libfmt-dev libyaml-cpp-dev catch2
   # Python client, tests and benchmarks (Debian's interpreter)

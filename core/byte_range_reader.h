@@ -1,0 +1,47 @@
+// ByteRangeReader: reads byte ranges of named objects — a local file, an
+// HTTP(S) URL or an S3 object — so that sources built from containers (tar
+// shards) fetch one member with one ranged read wherever the shard lives.
+// Implementations: a local one over pread (beside the tar source) and a
+// remote one over libcurl's multi interface (HTTP(S) and S3).
+//
+// Prefetch is a hint: a remote reader may start the request now and keep the
+// bytes (bounded read-ahead) for the ReadRange that follows, so decode never
+// waits on the network; a local reader ignores it.
+//
+// Error contract: as SampleSource's (core/sample_source.h) — a missing
+// object or a short range is an error of the sample; errors of the system
+// (unreachable host after retries, out of memory) carry IsSystemError's mark
+// (core/posix_error.h) so the engine retries them and then ends the stream.
+// Messages name the object (for URLs without credentials or query secrets).
+//
+// Thread-safety: every method may be called concurrently from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace conveyor {
+
+class ByteRangeReader {
+ public:
+  virtual ~ByteRangeReader() = default;
+
+  // The object's size in bytes.
+  virtual absl::StatusOr<uint64_t> Size(std::string_view object) const = 0;
+
+  // Replaces *out with bytes [offset, offset + length) of `object`; fewer
+  // bytes than asked (the object is shorter) is an error (OutOfRange naming
+  // the object), never a silently short buffer. *out's capacity is reused.
+  virtual absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
+                                 std::vector<uint8_t>* out) const = 0;
+
+  // Hint: a ReadRange of this range will follow soon.
+  virtual void Prefetch(std::string_view /*object*/, uint64_t /*offset*/,
+                        uint64_t /*length*/) const {}
+};
+
+}  // namespace conveyor
