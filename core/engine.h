@@ -46,7 +46,7 @@ struct EngineOptions {
   absl::Duration fetch_retry_deadline = absl::Seconds(30);              // > 0
 
   // Makes the per-worker-thread decoder of the decode stage. Null: a
-  // SampleTransformer (libjpeg-turbo and the pipeline's TransformSpec).
+  // MediaDecoder (the decoder of the pipeline's kind, core/media_decoder.h).
   // Other decoders (synthetic ones for benchmarks) plug in here.
   SampleDecoderFactory decoder_factory;
 };

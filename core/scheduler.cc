@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
-#include "core/sample_transformer.h"
+#include "core/media_decoder.h"
 #include "core/status_macros.h"
 
 namespace conveyor {
@@ -96,7 +96,7 @@ void Scheduler::WakeOne() {
 void Scheduler::WorkerLoop() {
   std::unique_ptr<SampleDecoder> decoder = options_.decoder_factory
                                                ? options_.decoder_factory()
-                                               : std::make_unique<SampleTransformer>();
+                                               : std::make_unique<MediaDecoder>();
   Outbox out;
   Task t;
   bool completed_pending = false;  // t ran and waits to be completed

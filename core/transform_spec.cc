@@ -28,9 +28,39 @@ size_t ElementSize(DType dtype) {
   return 0;
 }
 
+std::vector<int64_t> SampleShape(const TransformSpec& spec) {
+  const int64_t h = spec.output_height, w = spec.output_width;
+  switch (spec.kind) {
+    case MediaKind::kImage:
+      return spec.layout == Layout::kNCHW ? std::vector<int64_t>{3, h, w}
+                                          : std::vector<int64_t>{h, w, 3};
+    case MediaKind::kVideo: {
+      const int64_t t = spec.video.clip_frames;
+      return spec.layout == Layout::kNCHW ? std::vector<int64_t>{t, 3, h, w}
+                                          : std::vector<int64_t>{t, h, w, 3};
+    }
+    case MediaKind::kAudio:
+      return {spec.audio.channels, spec.audio.clip_samples};
+  }
+  return {};
+}
+
 size_t SampleBytes(const TransformSpec& spec) {
-  return static_cast<size_t>(spec.output_height) * static_cast<size_t>(spec.output_width) * 3 *
-         ElementSize(spec.dtype);
+  size_t n = ElementSize(spec.dtype);
+  for (int64_t d : SampleShape(spec)) n *= static_cast<size_t>(d);
+  return n;
+}
+
+const char* ToString(MediaKind k) {
+  switch (k) {
+    case MediaKind::kImage:
+      return "image";
+    case MediaKind::kVideo:
+      return "video";
+    case MediaKind::kAudio:
+      return "audio";
+  }
+  return "unknown";
 }
 
 const char* ToString(AugmentMode m) {
@@ -76,6 +106,10 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
     return bad("layout", "is not NCHW or NHWC");
   }
   if (ElementSize(spec.dtype) == 0) return bad("dtype", "is not uint8, float32 or float16");
+  if (spec.kind != MediaKind::kImage && spec.kind != MediaKind::kVideo &&
+      spec.kind != MediaKind::kAudio) {
+    return bad("kind", "is not image, video or audio");
+  }
   if (spec.output_height <= 0 || spec.output_height > kMaxOutputSide) {
     return bad("output_height", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
                                              spec.output_height));

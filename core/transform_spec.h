@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -18,9 +19,29 @@ enum class AugmentMode {
 };
 
 enum class Layout { kNCHW, kNHWC };
+
+// What a pipeline's samples are. Images: one [3, H, W] (or [H, W, 3]) each.
+// Video: a clip of frames, [T, 3, H, W] (or [T, H, W, 3]). Audio: a fixed
+// length of samples per channel, [C, L]. SampleShape gives the shape.
+enum class MediaKind { kImage, kVideo, kAudio };
+
+// Video clips (kind video): the decoder's parameters.
+struct VideoSpec {
+  int clip_frames = 16;  // T: frames per clip
+  bool operator==(const VideoSpec&) const = default;
+};
+
+// Audio clips (kind audio): the decoder's parameters.
+struct AudioSpec {
+  int sample_rate = 16000;     // resampled to this (Hz)
+  int channels = 1;            // C: mixed or upmixed to this many channels
+  int64_t clip_samples = 16000;  // L: samples per channel of one clip
+  bool operator==(const AudioSpec&) const = default;
+};
 enum class DType { kUint8, kFloat32, kFloat16 };
 
 struct TransformSpec {
+  MediaKind kind = MediaKind::kImage;
   AugmentMode mode = AugmentMode::kTrain;
   int output_height = 224;
   int output_width = 224;
@@ -47,6 +68,9 @@ struct TransformSpec {
   // and CPU seconds of the worker thread. Either exceeded is a bad sample.
   uint64_t max_decode_memory = 128ull << 20;
   double max_decode_seconds = 2.0;
+  // Kind-specific parameters (used only by their kind).
+  VideoSpec video;
+  AudioSpec audio;
 };
 
 // Smallest max_decode_memory accepted: every image needs some row buffers.
@@ -54,10 +78,13 @@ inline constexpr uint64_t kMinDecodeMemory = 1ull << 20;
 // Largest max_decode_seconds accepted.
 inline constexpr double kMaxDecodeSeconds = 3600;
 
-// Bytes of one output sample (3 channels).
+// The shape of one output sample (see MediaKind).
+std::vector<int64_t> SampleShape(const TransformSpec& spec);
+// Bytes of one output sample: the product of SampleShape times the element size.
 size_t SampleBytes(const TransformSpec& spec);
 size_t ElementSize(DType dtype);
 
+const char* ToString(MediaKind k);  // "image", "video", "audio"
 const char* ToString(AugmentMode m);
 const char* ToString(Layout l);
 const char* ToString(DType d);

@@ -22,15 +22,7 @@ v1::DType ToProto(DType dtype) {
 v1::Layout ToProto(Layout layout) { return layout == Layout::kNCHW ? v1::NCHW : v1::NHWC; }
 
 void AddSampleShape(const TransformSpec& t, google::protobuf::RepeatedField<int64_t>* shape) {
-  if (t.layout == Layout::kNCHW) {
-    shape->Add(3);
-    shape->Add(t.output_height);
-    shape->Add(t.output_width);
-  } else {
-    shape->Add(t.output_height);
-    shape->Add(t.output_width);
-    shape->Add(3);
-  }
+  for (int64_t d : SampleShape(t)) shape->Add(d);
 }
 
 v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
@@ -44,6 +36,7 @@ v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
   info.set_max_batch_size(p.max_batch_size);
   info.set_augment(ToString(p.transform.mode));
   info.set_error_policy(ToString(p.error_policy));
+  info.set_kind(ToString(p.transform.kind));
   return info;
 }
 

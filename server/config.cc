@@ -379,6 +379,7 @@ absl::Status Schema::ParseDataset(const std::string& field, const YAML::Node& n,
 }
 
 const std::vector<std::string> kPipelineFields = {"dataset",
+                                                  "kind",
                                                   "augment",
                                                   "size",
                                                   "height",
@@ -427,6 +428,11 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
   }
 
   int e = 0;
+  if (n["kind"]) {
+    // The kinds this build decodes; video and audio join as their decoders land.
+    RETURN_IF_ERROR(ReadEnum(n["kind"], sub("kind"), {"image"}, &e));
+    t.kind = MediaKind::kImage;
+  }
   if (n["augment"]) {
     RETURN_IF_ERROR(ReadEnum(n["augment"], sub("augment"), {"train", "eval"}, &e));
     t.mode = e == 0 ? AugmentMode::kTrain : AugmentMode::kEval;

@@ -28,7 +28,8 @@ bool SameTokens(const std::vector<TokenSpec>& a, const std::vector<TokenSpec>& b
 }
 
 bool SameTransform(const TransformSpec& a, const TransformSpec& b) {
-  return a.mode == b.mode && a.output_height == b.output_height &&
+  return a.kind == b.kind && a.video == b.video && a.audio == b.audio && a.mode == b.mode &&
+         a.output_height == b.output_height &&
          a.output_width == b.output_width && a.layout == b.layout && a.dtype == b.dtype &&
          a.mean == b.mean && a.std == b.std && a.scale_min == b.scale_min &&
          a.scale_max == b.scale_max && a.ratio_min == b.ratio_min && a.ratio_max == b.ratio_max &&

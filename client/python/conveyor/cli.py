@@ -96,7 +96,7 @@ def cmd_pipelines(args):
     pipes = list_pipelines(args.server, security=_security(args))
     if args.json:
         _print_json({"pipelines": [{
-            "name": p.name, "dataset_size": p.dataset_size, "num_classes": p.num_classes,
+            "name": p.name, "kind": p.kind or "image", "dataset_size": p.dataset_size, "num_classes": p.num_classes,
             "sample_shape": list(p.sample_shape), "dtype": _DTYPE_NAMES.get(p.dtype),
             "layout": _LAYOUT_NAMES.get(p.layout), "max_batch_size": p.max_batch_size,
             "augment": p.augment, "error_policy": p.error_policy} for p in pipes]})

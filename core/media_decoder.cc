@@ -1,0 +1,25 @@
+#include "core/media_decoder.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/sample_transformer.h"
+
+namespace conveyor {
+
+MediaDecoder::MediaDecoder() = default;
+MediaDecoder::~MediaDecoder() = default;
+
+absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                               Rng& rng, uint8_t* out) {
+  switch (spec.kind) {
+    case MediaKind::kImage:
+      if (image_ == nullptr) image_ = std::make_unique<SampleTransformer>();
+      return image_->Run(bytes, spec, rng, out);
+    case MediaKind::kVideo:
+    case MediaKind::kAudio:
+      break;
+  }
+  return absl::UnimplementedError(
+      absl::StrCat("this build has no decoder for ", ToString(spec.kind), " pipelines"));
+}
+
+}  // namespace conveyor

@@ -1,0 +1,29 @@
+// MediaDecoder: the engine's default SampleDecoder. It sends each sample to
+// the decoder of its pipeline's kind (TransformSpec::kind): images to
+// SampleTransformer (JPEG through libjpeg-turbo, other formats through
+// FFmpeg, chosen by content), video clips and audio clips to their FFmpeg
+// decoders. Each is made on first use, so a worker only holds the state of
+// the kinds it has decoded.
+//
+// Thread-safety: one instance per worker thread (SampleDecoder's contract).
+#pragma once
+
+#include <memory>
+
+#include "core/sample_decoder.h"
+
+namespace conveyor {
+
+class MediaDecoder final : public SampleDecoder {
+ public:
+  MediaDecoder();
+  ~MediaDecoder() override;
+
+  absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                   uint8_t* out) override;
+
+ private:
+  std::unique_ptr<SampleDecoder> image_;
+};
+
+}  // namespace conveyor
