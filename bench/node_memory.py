@@ -376,7 +376,7 @@ def chart(result, path):
             ax.text(b.get_x() + b.get_width() / 2, y, "%.0f" % y, ha="center", va="bottom", fontsize=7)
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(layouts))])
     ax.set_xticklabels(["%d ranks x %d workers" % (lay["ranks"], lay["workers"]) for lay in layouts])
-    ax.set_ylabel("MiB the loading adds to the node (peak summed PSS - idle trainers)")
+    ax.set_ylabel("MiB added (peak summed PSS - idle)")
     ax.set_title("Node memory, 1,281,167-entry list dataset")
     ax.legend(fontsize=8)
     fig.tight_layout()
