@@ -197,10 +197,15 @@ EOF
   echo "wrote $out" >&2
 }
 
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'; }
+
 case "$(basename "$0")" in
-  run.sh) run_all "$@" ;;
+  run.sh)
+    case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+    run_all "$@" ;;
   *)
     case "${1:-}" in
+      -h|--help) usage ;;
       pack) shift; pack "$@" ;;
       *) die "usage: scaling.sh pack DIR [--build BUILD] [--images N]   (then DIR/run.sh)" ;;
     esac ;;
