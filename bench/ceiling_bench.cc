@@ -4,6 +4,11 @@
 // each batch at once, and prints images/s and CPU-ms per image (process CPU
 // time, user + system, all threads) per epoch and their medians. The daemon
 // is held against these figures.
+//
+// --seconds S measures one endless stream instead of epochs: images/s and
+// CPU-ms per image over S seconds after --warmup-seconds (no stream ends,
+// so no drain at epoch ends: what a small data set needs for thread
+// scaling runs, bench/scaling.sh).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -34,11 +39,70 @@ double Median(std::vector<double> v) {
 constexpr const char* kUsage =
     "usage: ceiling_bench --root DIR [--threads 2] [--batch-size 64] [--epochs 3]\n"
     "       [--warmup-epochs 1] [--size 224] [--credits 4] [--augment train|eval]\n"
-    "       [--no-dct-scaling] [--shared-memory] [--json]\n";
+    "       [--no-dct-scaling] [--shared-memory] [--json]\n"
+    "       [--seconds S [--warmup-seconds 1]]   (one endless stream, timed)\n";
 
 int Usage() {
   std::cerr << kUsage;
   return 2;
+}
+
+// One endless stream; counts the images delivered between warm-up's end and
+// warm-up + seconds. Returns main's exit code.
+int RunTimed(conveyor::Engine& engine, const std::shared_ptr<const conveyor::PipelineConfig>& pipeline,
+             uint32_t batch, uint32_t credits, bool shared, int threads, double seconds,
+             double warmup_seconds, bool json) {
+  conveyor::StreamOptions so;
+  so.batch_size = batch;
+  so.seed = 1;
+  so.num_epochs = 0;
+  so.num_slots = credits;
+  so.shareable_memory = shared;
+  auto stream = engine.OpenStream(pipeline, so);
+  if (!stream.ok()) {
+    std::cerr << stream.status() << "\n";
+    return 1;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto timed_from = start + std::chrono::duration<double>(warmup_seconds);
+  const auto timed_to = timed_from + std::chrono::duration<double>(seconds);
+  bool timing = false;
+  Clock::time_point t0;
+  double cpu0 = 0;
+  uint64_t images = 0, failed = 0;
+  while (true) {
+    auto next = (*stream)->Next();
+    if (!next.ok() || !next->has_value()) {
+      std::cerr << (next.ok() ? absl::InternalError("endless stream ended") : next.status()) << "\n";
+      return 1;
+    }
+    const auto now = Clock::now();
+    if (!timing && now >= timed_from) {  // the batch that crosses warm-up's end is not counted
+      timing = true;
+      t0 = now;
+      cpu0 = CpuSeconds();
+    } else if (timing) {
+      images += (*next)->num_samples;
+      failed += (*next)->failures.size();
+    }
+    (void)(*stream)->Release((*next)->slot);
+    if (timing && now >= timed_to) {
+      const double wall = std::chrono::duration<double>(now - t0).count();
+      const double cpu = CpuSeconds() - cpu0;
+      if (json) {
+        std::printf("{\"threads\": %d, \"images\": %llu, \"seconds\": %.3f, "
+                    "\"images_per_s\": %.2f, \"cpu_ms_per_image\": %.4f, \"failed\": %llu}\n",
+                    threads, static_cast<unsigned long long>(images), wall, images / wall,
+                    images ? 1000.0 * cpu / images : 0.0, static_cast<unsigned long long>(failed));
+      } else {
+        std::printf("%d threads, %.1f s: %llu images, %.1f images/s, %.3f CPU-ms/image\n", threads,
+                    wall, static_cast<unsigned long long>(images), images / wall,
+                    images ? 1000.0 * cpu / images : 0.0);
+      }
+      return 0;
+    }
+  }
 }
 
 }  // namespace
@@ -48,6 +112,7 @@ int main(int argc, char** argv) {
   int threads = 2, epochs = 3, warmup = 1, size = 224;
   uint32_t batch = 64, credits = 4;
   bool json = false, dct = true, shared = false;
+  double seconds = 0, warmup_seconds = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -66,9 +131,11 @@ int main(int argc, char** argv) {
     else if (a == "--no-dct-scaling") dct = false;
     else if (a == "--shared-memory") shared = true;
     else if (a == "--json") json = true;
+    else if (a == "--seconds") seconds = std::stod(next());
+    else if (a == "--warmup-seconds") warmup_seconds = std::stod(next());
     else return Usage();
   }
-  if (root.empty() || epochs < 1) return Usage();
+  if (root.empty() || epochs < 1 || seconds < 0 || warmup_seconds < 0) return Usage();
 
   conveyor::TransformSpec spec;
   spec.mode = augment == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
@@ -87,6 +154,9 @@ int main(int argc, char** argv) {
     std::cerr << engine.status() << "\n";
     return 1;
   }
+
+  if (seconds > 0) return RunTimed(**engine, pipeline, batch, credits, shared, threads, seconds,
+                                    warmup_seconds, json);
 
   std::vector<double> ips, cpu_ms;
   uint64_t failed = 0;

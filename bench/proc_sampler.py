@@ -118,7 +118,8 @@ def tree_pss_bytes(root, pids=None):
 class PssSampler(threading.Thread):
     """Samples the summed PSS of a process tree every `interval` s: a list of
     (monotonic time, bytes, processes). The tree is re-listed every
-    `rescan` s (a walk over /proc), the PSS read in between."""
+    `rescan` s (a walk over /proc), the PSS read in between. `root` may be a
+    list of pids: the union of their trees."""
 
     def __init__(self, root, interval=0.5, rescan=2.0):
         super().__init__(daemon=True)
@@ -132,7 +133,9 @@ class PssSampler(threading.Thread):
         while not self._halt.is_set():
             t = now()
             if t - listed >= self.rescan:
-                pids, listed = process_tree(self.root), t
+                roots = self.root if isinstance(self.root, (list, tuple)) else [self.root]
+                pids = sorted({p for r in roots for p in process_tree(r)})
+                listed = t
                 self.seen.update(pids)
             r = tree_rollup(self.root, pids)
             if r["pss"]:

@@ -83,6 +83,9 @@ inline uint64_t RankPosition(uint32_t rank, uint32_t world_size, uint64_t k) {
 
 // The global epoch order P: a permutation of [0, dataset_size), identity when
 // !shuffle. Identical on every machine. Costs 8 bytes per sample.
+// (RankIndices builds the same P in a mapping of its own, 4 bytes per sample
+// when N < 2^32, and unmaps it before returning: planning an epoch leaves
+// only the rank's indices behind, never the whole permutation.)
 std::vector<uint64_t> EpochPermutation(uint64_t dataset_size, uint64_t seed, uint64_t epoch,
                                        bool shuffle);
 

@@ -6,12 +6,17 @@
 //                 [--world-size W] [--credits C] [--transport auto|shared_memory|
 //                 data_socket|inline] [--batches N] [--out FILE] [--hold N]
 //                 [--pause-after N] [--resume-epoch E --resume-offset O] [--quiet]
+//                 [--seconds S [--warmup-batches N]]
 //
 // --out appends every batch's image bytes to FILE; --hold keeps the last N
 // batches unreleased; --pause-after prints "paused" after N batches and
 // waits for a line on stdin. Prints "batch ..." per batch (unless --quiet)
-// and a "done ..." line with the rate and the resume state. Exit 1 on an
-// error (its message on stderr), 2 on a usage error.
+// and a "done ..." line with the rate and the resume state. --seconds stops
+// after S seconds counted from the end of the first --warmup-batches
+// batches (default 0: from the open); the done line then also gives
+// timed_samples, timed_seconds and images_per_s over that span
+// (bench/scaling.sh). Exit 1 on an error (its message on stderr), 2 on a
+// usage error.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -40,6 +45,8 @@ struct Args {
   size_t hold = 0;
   uint64_t pause_after = 0;
   bool quiet = false;
+  double seconds = 0;           // 0: no time limit
+  uint64_t warmup_batches = 0;  // not counted in the timed span
 };
 
 int Usage(const std::string& why) {
@@ -93,6 +100,8 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
     else if (flag == "--batches") ok = ParseNumber(v, &a.batches);
     else if (flag == "--hold") ok = ParseNumber(v, &a.hold);
     else if (flag == "--pause-after") ok = ParseNumber(v, &a.pause_after);
+    else if (flag == "--warmup-batches") ok = ParseNumber(v, &a.warmup_batches);
+    else if (flag == "--seconds") ok = absl::SimpleAtod(v, &a.seconds) && a.seconds > 0 && a.seconds < 1e7;
     else if (flag == "--resume-epoch") ok = ParseNumber(v, &n), resume_epoch = n;
     else if (flag == "--resume-offset") ok = ParseNumber(v, &n), resume_offset = n;
     else {
@@ -176,8 +185,17 @@ int main(int argc, char** argv) {
   }
   std::deque<BatchLease> held;  // the last --hold batches
   uint64_t batches = 0, samples = 0;
+  uint64_t timed_samples = 0;
+  std::optional<std::chrono::steady_clock::time_point> timed_from;
+  if (args->seconds > 0 && args->warmup_batches == 0) timed_from = start;
+  double timed_seconds = 0;
   absl::Status status;
   while (args->batches == 0 || batches < args->batches) {
+    if (timed_from) {
+      timed_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - *timed_from).count();
+      if (timed_seconds >= args->seconds) break;
+    }
     absl::StatusOr<std::optional<BatchLease>> next = (*stream)->Next();
     if (!next.ok()) {
       status = next.status();
@@ -187,6 +205,11 @@ int main(int argc, char** argv) {
     BatchLease& batch = **next;
     ++batches;
     samples += batch.header().num_samples();
+    if (timed_from) {
+      timed_samples += batch.header().num_samples();
+    } else if (args->seconds > 0 && batches == args->warmup_batches) {
+      timed_from = std::chrono::steady_clock::now();
+    }
     if (!args->quiet) PrintBatch(batch);
     if (out != nullptr && std::fwrite(batch.images(), 1, batch.images_bytes(), out) !=
                               batch.images_bytes()) {
@@ -202,8 +225,9 @@ int main(int argc, char** argv) {
       std::getline(std::cin, line);
     }
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto end = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(end - start).count();
+  if (timed_from) timed_seconds = std::chrono::duration<double>(end - *timed_from).count();
   held.clear();
   if (out != nullptr && std::fclose(out) != 0 && status.ok()) {
     status = absl::DataLossError("closing --out " + args->out + " failed");
@@ -211,9 +235,15 @@ int main(int argc, char** argv) {
   if (!status.ok()) return Fail(status);
   const conveyor::client::ResumeState& r = (*stream)->resume_state();
   std::printf("done batches=%llu samples=%llu seconds=%.3f batches_per_s=%.1f "
-              "resume_epoch=%llu resume_offset=%llu\n",
+              "resume_epoch=%llu resume_offset=%llu",
               static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
               seconds, seconds > 0 ? batches / seconds : 0.0,
               static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.offset));
+  if (args->seconds > 0) {
+    std::printf(" timed_samples=%llu timed_seconds=%.3f images_per_s=%.1f",
+                static_cast<unsigned long long>(timed_samples), timed_seconds,
+                timed_seconds > 0 ? timed_samples / timed_seconds : 0.0);
+  }
+  std::printf("\n");
   return 0;
 }

@@ -598,7 +598,7 @@ _IMPORT_PID = os.getpid()  # a loader in another process runs in a fork of this 
 
 def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: int, *,
                 seed: int = 0, first_epoch: int = 0, num_epochs: int = 1, rank: int = 0,
-                world_size: int = 1, credits: int = 4, shuffle: bool = True,
+                world_size: int = 1, credits: int = 3, shuffle: bool = True,
                 drop_last: bool = False, transport: Union[str, int] = "auto",
                 resume: Optional[Tuple[int, int, int]] = None, auto_release: bool = True,
                 on_batch: Optional[Callable[[Batch], None]] = None,
@@ -645,7 +645,7 @@ class Loader:
     """Batches of one pipeline for one rank, epoch after epoch.
 
     Loader(address, pipeline=..., batch_size=..., rank=None, world_size=None,
-           seed=0, credits=4, shuffle=True, drop_last=False, transport="auto",
+           seed=0, credits=3, shuffle=True, drop_last=False, transport="auto",
            first_epoch=0, retry=None, local_rank=None)
 
     address None means default_address() ($CONVEYOR_SERVER, else the node's
@@ -681,7 +681,7 @@ class Loader:
 
     def __init__(self, address: Optional[str], pipeline: str, batch_size: int,
                  rank: Optional[int] = None, world_size: Optional[int] = None, seed: int = 0,
-                 credits: int = 4, shuffle: bool = True, drop_last: bool = False,
+                 credits: int = 3, shuffle: bool = True, drop_last: bool = False,
                  transport: Union[str, int] = "auto", first_epoch: int = 0,
                  retry: Optional[RetryPolicy] = None, local_rank: Optional[int] = None,
                  security: Optional[Security] = None, token: Optional[str] = None,
