@@ -33,6 +33,11 @@ absl::Status ValidateSamplerOptions(const SamplerOptions& o) {
         "SamplerOptions.drop_last with dataset_size (", o.dataset_size, ") < world_size (",
         o.world_size, ") leaves every rank without samples"));
   }
+  if (o.order != nullptr && o.order->size() != o.dataset_size) {
+    return absl::InvalidArgumentError(absl::StrCat("SamplerOptions.order permutes ",
+                                                   o.order->size(), " samples, not dataset_size (",
+                                                   o.dataset_size, ")"));
+  }
   if (o.offset >= o.dataset_size) {
     return absl::OutOfRangeError(absl::StrCat(
         "resume offset (", o.offset, ") is at or past the end of the epoch (", o.dataset_size,
@@ -73,7 +78,8 @@ std::vector<uint64_t> EpochPermutation(uint64_t dataset_size, uint64_t seed, uin
 absl::StatusOr<std::vector<uint64_t>> RankIndices(const SamplerOptions& o) {
   if (absl::Status s = ValidateSamplerOptions(o); !s.ok()) return s;
   const std::vector<uint64_t> permutation =
-      EpochPermutation(o.dataset_size, o.seed, o.epoch, o.shuffle);
+      o.order != nullptr ? o.order->Permutation(o.seed, o.epoch, o.shuffle)
+                         : EpochPermutation(o.dataset_size, o.seed, o.epoch, o.shuffle);
   const uint64_t count = SamplesPerRank(o);
   std::vector<uint64_t> indices;
   indices.reserve(count);
