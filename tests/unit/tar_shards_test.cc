@@ -14,7 +14,9 @@
 #include "core/local_range_reader.h"
 #include "core/sampler.h"
 #include "core/shard_order.h"
+#include "core/tar_dataset.h"
 #include "core/tar_index.h"
+#include "core/tar_shard_source.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor {
@@ -202,6 +204,66 @@ TEST_CASE("LocalRangeReader reads ranges and refuses ranges past the end") {
         absl::string_view::npos);
   CHECK(absl::IsNotFound(reader.ReadRange(dir.path() + "/none", 0, 1, &out)));
   CHECK(absl::IsInvalidArgument(reader.ReadRange(dir.path(), 0, 1, &out)));
+}
+
+// A MemoryReader that records the Prefetch hints it gets.
+class RecordingReader final : public ByteRangeReader {
+ public:
+  explicit RecordingReader(std::string bytes) : inner_(std::move(bytes)) {}
+  absl::StatusOr<uint64_t> Size(std::string_view o) const override { return inner_.Size(o); }
+  absl::Status ReadRange(std::string_view o, uint64_t offset, uint64_t length,
+                         std::vector<uint8_t>* out) const override {
+    return inner_.ReadRange(o, offset, length, out);
+  }
+  void Prefetch(std::string_view o, uint64_t offset, uint64_t length) const override {
+    hints.push_back(absl::StrFormat("%s@%d+%d", std::string(o), offset, length));
+  }
+  mutable std::vector<std::string> hints;  // single-threaded test only
+
+ private:
+  MemoryReader inner_;
+};
+
+TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards Prefetch") {
+  const std::string tar = Member("d/2.cls", "5\n") + Member("d/1.png", "PNG!") +
+                          Member("d/1.jpg", "JPEG") + Member("d/1.cls", " 7 ") +
+                          Member("d/2.jpeg", std::string(600, 'j')) + Member("d/3.json", "{}") +
+                          Member("README", "x") + kEnd;
+  auto reader = std::make_shared<RecordingReader>(tar);
+  auto dataset = TarDataset::Load({"/s/a.tar"}, *reader, TarDatasetOptions());
+  REQUIRE(dataset.ok());
+  const TarDataset& d = **dataset;
+  REQUIRE(d.size() == 2);
+  CHECK(d.ignored() == 2);  // README (no key), d/3 (no image)
+  CHECK(d.index()->relative_path(0) == "a.tar/d/2.jpeg");
+  CHECK(d.index()->label(0) == 5);
+  CHECK(d.index()->relative_path(1) == "a.tar/d/1.jpg");  // jpg preferred to png
+  CHECK(d.index()->label(1) == 7);
+  CHECK(d.index()->root() == "/s");
+  TarShardSource source(*dataset, reader, 1000);
+  std::vector<uint8_t> out;
+  REQUIRE(source.Read(1, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "JPEG");
+  const uint64_t upcoming[] = {1, 0};
+  source.Prefetch(upcoming);
+  CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@2560+4", "/s/a.tar@4608+600"});
+  TarShardSource small(*dataset, reader, 100);
+  absl::Status big = small.Read(0, &out);
+  CHECK(absl::IsResourceExhausted(big));
+  CHECK(big.message().find("/s/a.tar/d/2.jpeg: member of 600 bytes") != absl::string_view::npos);
+  auto no_label = TarDataset::Load({"/s/b.tar"}, MemoryReader(Member("k.jpg", "x") + kEnd),
+                                   TarDatasetOptions());
+  CHECK(no_label.status().message() == "/s/b.tar: sample 'k': no '.cls' member holding its label "
+                                       "(dataset.label_key)");
+  auto twice = TarDataset::Load(
+      {"/s/c.tar"}, MemoryReader(Member("k.jpg", "x") + Member("k.jpg", "y") + kEnd),
+      TarDatasetOptions());
+  CHECK(twice.status().message() == "/s/c.tar: offset 1024: member 'k.jpg' appears twice in the "
+                                    "shard");
+  CHECK(absl::IsNotFound(
+      TarDataset::Load({"/s/d.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
+  CHECK(absl::IsInvalidArgument(
+      TarDataset::Load({"rel.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
 }
 
 }  // namespace
