@@ -12,6 +12,11 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrFormat("pipeline %s: dataset is empty", c.name));
   }
+  if (c.order != nullptr && c.order->size() != c.dataset->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: its epoch order permutes %d samples, its dataset has %d", c.name,
+        c.order->size(), c.dataset->size()));
+  }
   if (!(c.max_failure_rate >= 0.0 && c.max_failure_rate <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "pipeline %s: max_failure_rate %g must be within [0, 1]", c.name, c.max_failure_rate));

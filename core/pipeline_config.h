@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "core/dataset_index.h"
 #include "core/sample_source.h"
+#include "core/sampler.h"
 #include "core/transform_spec.h"
 
 namespace conveyor {
@@ -48,6 +49,9 @@ struct PipelineConfig {
   // Where sample bytes come from. Null: the dataset's files, read whole
   // (FileSampleSource over `dataset` with max_file_bytes).
   std::shared_ptr<const SampleSource> source;
+  // The epoch permutation of the sampler (core/sampler.h). Null: the global
+  // shuffle (EpochPermutation); tar shards bring their shard-local order.
+  std::shared_ptr<const EpochOrder> order;
 };
 
 // InvalidArgument naming the bad field, or OK.

@@ -98,6 +98,11 @@ absl::Status ValidateSamplerOptions(const SamplerOptions& o) {
         "SamplerOptions.drop_last with dataset_size (", o.dataset_size, ") < world_size (",
         o.world_size, ") leaves every rank without samples"));
   }
+  if (o.order != nullptr && o.order->size() != o.dataset_size) {
+    return absl::InvalidArgumentError(absl::StrCat("SamplerOptions.order permutes ",
+                                                   o.order->size(), " samples, not dataset_size (",
+                                                   o.dataset_size, ")"));
+  }
   if (o.offset >= o.dataset_size) {
     return absl::OutOfRangeError(absl::StrCat(
         "resume offset (", o.offset, ") is at or past the end of the epoch (", o.dataset_size,
@@ -130,6 +135,18 @@ std::vector<uint64_t> EpochPermutation(uint64_t dataset_size, uint64_t seed, uin
 
 absl::StatusOr<std::vector<uint64_t>> RankIndices(const SamplerOptions& o) {
   if (absl::Status s = ValidateSamplerOptions(o); !s.ok()) return s;
+  if (o.order != nullptr) {
+    // A dataset's own order (tar shards): its permutation as it gives it.
+    const std::vector<uint64_t> permutation = o.order->Permutation(o.seed, o.epoch, o.shuffle);
+    const uint64_t count = SamplesPerRank(o);
+    std::vector<uint64_t> indices;
+    indices.reserve(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      indices.push_back(
+          IndexAtPosition(permutation, o.offset + RankPosition(o.rank, o.world_size, k)));
+    }
+    return indices;
+  }
   if (o.dataset_size <= uint64_t{std::numeric_limits<uint32_t>::max()} + 1) {
     return RankIndicesWith<uint32_t>(o);
   }

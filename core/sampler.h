@@ -37,6 +37,10 @@
 // W' the rest is delivered once across the new ranks (plus the documented
 // padding or minus the dropped tail when N - offset is not a multiple of W').
 //
+// Another permutation P (step 1) may come with the dataset (EpochOrder, e.g.
+// the shard-local order of tar shards, core/shard_order.h): steps 2 and 3 and
+// the resume rule apply to it unchanged.
+//
 // Thread-safety: free functions without shared state; safe from any thread.
 #pragma once
 
@@ -47,6 +51,18 @@
 #include "absl/status/statusor.h"
 
 namespace conveyor {
+
+// A dataset's own epoch permutation P, replacing EpochPermutation (step 1).
+// Thread-safety: implementations are immutable; Permutation is safe
+// concurrently.
+class EpochOrder {
+ public:
+  virtual ~EpochOrder() = default;
+  // The number of samples it permutes (must equal the dataset's size).
+  virtual uint64_t size() const = 0;
+  // A permutation of [0, size()), a pure function of its arguments.
+  virtual std::vector<uint64_t> Permutation(uint64_t seed, uint64_t epoch, bool shuffle) const = 0;
+};
 
 struct SamplerOptions {
   uint64_t dataset_size = 0;  // N, > 0
@@ -59,6 +75,9 @@ struct SamplerOptions {
   // Samples of the epoch order P already consumed by all ranks together
   // (resume); 0 for a fresh epoch. REQUIRES: offset < dataset_size.
   uint64_t offset = 0;
+  // The epoch permutation P; null: EpochPermutation. Not owned; must outlive
+  // the call. REQUIRES (if set): order->size() == dataset_size.
+  const EpochOrder* order = nullptr;
 };
 
 // OK, or InvalidArgument naming the bad field: dataset_size 0, world_size 0,

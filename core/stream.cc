@@ -111,6 +111,7 @@ SamplerOptions SamplerOptionsFor(const PipelineConfig& p, const StreamOptions& o
   so.shuffle = o.shuffle;
   so.drop_last = o.drop_last;
   so.offset = epoch == o.first_epoch ? o.epoch_offset : 0;
+  so.order = p.order.get();
   return so;
 }
 

@@ -14,7 +14,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/brace_pattern.h"
 #include "core/status_macros.h"
+#include "core/text_escape.h"
 #include "server/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -53,7 +55,13 @@ class Schema : public YamlFields {
   absl::Status ParsePipeline(const std::string& name, const YAML::Node& n, const DaemonConfig& c,
                              PipelineSpec* p) const;
   absl::Status ParseDataset(const std::string& field, const YAML::Node& n, DatasetSpec* d) const;
+  // dataset.shards: one path or brace pattern, or a list of them.
+  absl::Status ParseShards(const std::string& field, const YAML::Node& n, DatasetSpec* d) const;
 };
+
+// Bounds of the tar-shard fields.
+constexpr size_t kMaxShards = 1000000;
+constexpr uint64_t kMaxShuffleBuffer = 1 << 20;
 
 absl::Status ParseUnixMode(const std::string& text, mode_t* out) {
   std::string s(absl::StripAsciiWhitespace(text));
@@ -362,7 +370,35 @@ absl::Status Schema::ParseEngine(const YAML::Node& n, EngineOptions* e) const {
 
 absl::Status Schema::ParseDataset(const std::string& field, const YAML::Node& n,
                                   DatasetSpec* d) const {
-  RETURN_IF_ERROR(CheckMap(n, field, {"root", "list"}));
+  RETURN_IF_ERROR(
+      CheckMap(n, field, {"root", "list", "shards", "label_key", "shuffle_buffer"}));
+  if (n["shards"]) {
+    if (n["root"] || n["list"]) {
+      return Error(field, n, "give `shards` or `root`/`list`, not both");
+    }
+    d->kind = DatasetSpec::Kind::kTarShards;
+    RETURN_IF_ERROR(ParseShards(field + ".shards", n["shards"], d));
+    if (n["label_key"]) {
+      RETURN_IF_ERROR(ReadString(n["label_key"], field + ".label_key", &d->label_key));
+      const bool ok = !d->label_key.empty() && d->label_key.size() <= 64 &&
+                      std::all_of(d->label_key.begin(), d->label_key.end(), [](char ch) {
+                        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_' ||
+                               ch == '-' || ch == '.';
+                      });
+      if (!ok) {
+        return Error(field + ".label_key", n["label_key"],
+                     "must be a member extension such as `cls` (letters, digits, '_', '-', '.')");
+      }
+    }
+    if (n["shuffle_buffer"]) {
+      RETURN_IF_ERROR(ReadUint(n["shuffle_buffer"], field + ".shuffle_buffer", 0,
+                               kMaxShuffleBuffer, &d->shuffle_buffer));
+    }
+    return absl::OkStatus();
+  }
+  for (const char* key : {"label_key", "shuffle_buffer"}) {
+    if (n[key]) return Error(Join(field, key), n[key], "only for tar shards (`shards`)");
+  }
   if (n["list"]) {
     d->kind = DatasetSpec::Kind::kListFile;
     RETURN_IF_ERROR(ReadPath(n["list"], field + ".list", &d->list));
@@ -371,9 +407,48 @@ absl::Status Schema::ParseDataset(const std::string& field, const YAML::Node& n,
     d->kind = DatasetSpec::Kind::kImageFolder;
     RETURN_IF_ERROR(ReadPath(n["root"], field + ".root", &d->root));
   } else {
-    return Error(
-        field, n,
-        "needs `root` (an ImageFolder tree) or `list` (a list file, with optional `root`)");
+    return Error(field, n,
+                 "needs `root` (an ImageFolder tree), `list` (a list file, with optional "
+                 "`root`) or `shards` (tar shards)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Schema::ParseShards(const std::string& field, const YAML::Node& n,
+                                 DatasetSpec* d) const {
+  std::vector<YAML::Node> items;
+  if (n.IsSequence()) {
+    for (const YAML::Node& item : n) items.push_back(item);
+  } else {
+    items.push_back(n);
+  }
+  if (items.empty()) return Error(field, n, "no shards listed");
+  std::set<std::string> seen;
+  for (const YAML::Node& item : items) {
+    std::string pattern;
+    RETURN_IF_ERROR(Scalar(item, field, "a path, a brace pattern or a list of them"));
+    RETURN_IF_ERROR(ReadString(item, field, &pattern));
+    if (pattern.empty()) return Error(field, item, "empty shard path");
+    for (const char* scheme : {"http://", "https://", "s3://"}) {
+      if (absl::StartsWithIgnoreCase(pattern, scheme)) {
+        return Error(field, item,
+                     absl::StrCat("shard '", EscapeText(pattern),
+                                  "': remote shards need the HTTP reader, which this build of "
+                                  "conveyord does not have yet; give local paths"));
+      }
+    }
+    absl::StatusOr<std::vector<std::string>> expanded =
+        ExpandBraces(pattern, kMaxShards - d->shards.size());
+    if (!expanded.ok()) return Error(field, item, std::string(expanded.status().message()));
+    for (const std::string& path : *expanded) {
+      std::string resolved = ResolvePath(base_dir(), path);
+      if (!seen.insert(resolved).second) {
+        return Error(field, item,
+                     absl::StrCat("shard '", resolved, "' is listed twice (its samples would be "
+                                  "read twice per epoch)"));
+      }
+      d->shards.push_back(std::move(resolved));
+    }
   }
   return absl::OkStatus();
 }
@@ -411,7 +486,9 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
   TransformSpec& t = pc.transform;
   pc.name = name;
 
-  if (!n["dataset"]) return Error(f, n, "missing `dataset` (give dataset.root or dataset.list)");
+  if (!n["dataset"]) {
+    return Error(f, n, "missing `dataset` (give dataset.root, dataset.list or dataset.shards)");
+  }
   RETURN_IF_ERROR(ParseDataset(sub("dataset"), n["dataset"], &p->dataset));
   if (!c.allowed_roots.empty()) {
     // Checked on the paths as written (".." folded, no file system access);
@@ -420,8 +497,9 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
       bool ok = false;
       for (const std::string& allowed : c.allowed_roots) ok |= PathIsUnder(dp.path, allowed);
       if (!ok) {
-        const YAML::Node at =
-            absl::EndsWith(dp.field, ".list") ? n["dataset"]["list"] : n["dataset"]["root"];
+        const YAML::Node at = absl::EndsWith(dp.field, ".list")     ? n["dataset"]["list"]
+                              : absl::EndsWith(dp.field, ".shards") ? n["dataset"]["shards"]
+                                                                    : n["dataset"]["root"];
         return Error(dp.field, at, OutsideAllowedRoots(dp.path, dp.path, c.allowed_roots));
       }
     }
@@ -672,6 +750,9 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
 }  // namespace
 
 std::string DatasetSpec::Key() const {
+  if (kind == Kind::kTarShards) {
+    return absl::StrCat("tar:", label_key, "\n", shuffle_buffer, "\n", absl::StrJoin(shards, "\n"));
+  }
   return kind == Kind::kImageFolder ? absl::StrCat("folder:", root)
                                     : absl::StrCat("list:", list, "\n", root);
 }
@@ -680,6 +761,11 @@ std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec) {
   const std::string f = absl::StrCat("pipelines.", spec.config.name, ".dataset");
   const DatasetSpec& d = spec.dataset;
   if (d.kind == DatasetSpec::Kind::kImageFolder) return {{f + ".root", d.root}};
+  if (d.kind == DatasetSpec::Kind::kTarShards) {
+    std::vector<DatasetPath> paths;
+    for (const std::string& shard : d.shards) paths.push_back({f + ".shards", shard});
+    return paths;
+  }
   if (!d.root.empty()) return {{f + ".list", d.list}, {f + ".root", d.root}};
   std::string folder = d.list.substr(0, d.list.rfind('/'));
   if (folder.empty()) folder = "/";

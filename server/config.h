@@ -42,10 +42,16 @@ inline constexpr char kDefaultUnixSocket[] = "/run/conveyor/conveyor.sock";
 // Where a pipeline's samples come from. Paths are absolute and lexically
 // normal (symlinks are resolved only when the dataset loads).
 struct DatasetSpec {
-  enum class Kind { kImageFolder, kListFile };
+  enum class Kind { kImageFolder, kListFile, kTarShards };
   Kind kind = Kind::kImageFolder;
   std::string root;  // ImageFolder root, or the list's root ("" = the list's directory)
   std::string list;  // list file (kListFile only)
+  // kTarShards only (core/tar_dataset.h): the shards, brace patterns
+  // expanded, in order; the label member's extension; the shuffle buffer B
+  // of the shard-local order (core/shard_order.h).
+  std::vector<std::string> shards;
+  std::string label_key = "cls";
+  uint64_t shuffle_buffer = 1000;
 
   // Pipelines whose datasets have equal keys share one loaded index.
   std::string Key() const;
@@ -173,7 +179,7 @@ absl::Status ValidateDaemonFields(const DaemonConfig& config);
 
 // A path a pipeline reads from, with the config field that names it.
 struct DatasetPath {
-  std::string field;  // "pipelines.NAME.dataset.root" or "...dataset.list"
+  std::string field;  // "pipelines.NAME.dataset.root", "...dataset.list" or "...dataset.shards"
   std::string path;   // absolute, lexically normal
 };
 

@@ -10,6 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/dataset_index.h"
+#include "core/local_range_reader.h"
+#include "core/shard_order.h"
+#include "core/tar_dataset.h"
+#include "core/tar_shard_source.h"
 #include "core/posix_error.h"
 #include "core/text_escape.h"
 #include "core/status_macros.h"
@@ -69,10 +73,58 @@ absl::Status CheckAllowedRoots(const DaemonConfig& config) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// One dataset as loaded, shared by the pipelines that name it.
+struct LoadedDataset {
+  std::shared_ptr<const DatasetIndex> index;
+  std::shared_ptr<const TarDataset> tar;    // tar shards only
+  std::shared_ptr<const EpochOrder> order;  // tar shards only
+};
+
+absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d) {
+  LoadedDataset loaded;
+  if (d.kind == DatasetSpec::Kind::kTarShards) {
+    TarDatasetOptions options;
+    options.label_key = d.label_key;
+    ASSIGN_OR_RETURN(loaded.tar, TarDataset::Load(d.shards, LocalRangeReader(), options));
+    loaded.index = loaded.tar->index();
+    loaded.order = std::make_shared<ShardOrder>(loaded.tar->shard_sizes(), d.shuffle_buffer);
+    return loaded;
+  }
+  ASSIGN_OR_RETURN(loaded.index, d.kind == DatasetSpec::Kind::kImageFolder
+                                     ? DatasetIndex::LoadImageFolder(d.root)
+                                     : DatasetIndex::LoadListFile(d.list, d.root));
+  return loaded;
+}
+
+const char* DatasetField(const DatasetSpec& d) {
+  switch (d.kind) {
+    case DatasetSpec::Kind::kImageFolder: return ".root";
+    case DatasetSpec::Kind::kListFile: return ".list";
+    case DatasetSpec::Kind::kTarShards: return ".shards";
+  }
+  return "";
+}
+
+std::string DatasetName(const DatasetSpec& d) {
+  switch (d.kind) {
+    case DatasetSpec::Kind::kImageFolder: return d.root;
+    case DatasetSpec::Kind::kListFile: return d.list;
+    case DatasetSpec::Kind::kTarShards:
+      return d.shards.size() == 1 ? d.shards.front()
+                                  : absl::StrCat(d.shards.front(), " (+", d.shards.size() - 1,
+                                                 " shards)");
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
     const DaemonConfig& config) {
   RETURN_IF_ERROR(CheckAllowedRoots(config));
-  std::map<std::string, std::shared_ptr<const DatasetIndex>> loaded;
+  std::map<std::string, LoadedDataset> loaded;
   std::vector<std::shared_ptr<const PipelineConfig>> out;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
@@ -80,29 +132,37 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     auto it = loaded.find(d.Key());
     if (it == loaded.end()) {
       const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<std::shared_ptr<const DatasetIndex>> index =
-          d.kind == DatasetSpec::Kind::kImageFolder ? DatasetIndex::LoadImageFolder(d.root)
-                                                    : DatasetIndex::LoadListFile(d.list, d.root);
-      if (!index.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(config.source, ": field ", field,
-                         d.kind == DatasetSpec::Kind::kImageFolder ? ".root" : ".list", ": ",
-                         index.status().message()));
+      absl::StatusOr<LoadedDataset> dataset = LoadDataset(d);
+      if (!dataset.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field,
+                                                       DatasetField(d), ": ",
+                                                       dataset.status().message()));
       }
+      const std::shared_ptr<const DatasetIndex>& index = dataset->index;
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
       spdlog::info("dataset {}: {} samples, {} classes, index {:.1f} MiB, loaded in {:.0f} ms",
-                   d.kind == DatasetSpec::Kind::kImageFolder ? d.root : d.list, (*index)->size(),
-                   (*index)->num_classes(), (*index)->MemoryBytes() / 1048576.0, ms);
+                   DatasetName(d), index->size(), index->num_classes(),
+                   index->MemoryBytes() / 1048576.0, ms);
       // What the index left out, once per dataset (names escaped, capped).
-      if (const std::string ignored = (*index)->ignored().Summary(); !ignored.empty()) {
+      if (const std::string ignored = index->ignored().Summary(); !ignored.empty()) {
         spdlog::warn("dataset {}: {}", EscapeText(d.root), ignored);
       }
-      it = loaded.emplace(d.Key(), *std::move(index)).first;
+      if (dataset->tar != nullptr && dataset->tar->ignored() > 0) {
+        spdlog::warn("dataset {}: {} tar entries belong to no sample with an image (no key, "
+                     "no image member, or not a regular file)",
+                     DatasetName(d), dataset->tar->ignored());
+      }
+      it = loaded.emplace(d.Key(), *std::move(dataset)).first;
     }
     auto pc = std::make_shared<PipelineConfig>(spec.config);
-    pc->dataset = it->second;
+    pc->dataset = it->second.index;
+    if (it->second.tar != nullptr) {
+      pc->source = std::make_shared<TarShardSource>(
+          it->second.tar, std::make_shared<LocalRangeReader>(), spec.config.max_file_bytes);
+      pc->order = it->second.order;
+    }
     if (absl::Status st = ValidatePipelineConfig(*pc); !st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(config.source, ": field pipelines.", spec.config.name, ": ", st.message()));

@@ -93,8 +93,8 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
 
 bool SamePipelineDefinition(const PipelineSpec& a, const PipelineSpec& b) {
   const PipelineConfig &x = a.config, &y = b.config;
-  return a.dataset.kind == b.dataset.kind && a.dataset.root == b.dataset.root &&
-         a.dataset.list == b.dataset.list && x.name == y.name &&
+  return a.dataset.kind == b.dataset.kind && a.dataset.Key() == b.dataset.Key() &&
+         x.name == y.name &&
          SameTransform(x.transform, y.transform) && x.error_policy == y.error_policy &&
          x.max_failure_rate == y.max_failure_rate &&
          x.failure_rate_min_samples == y.failure_rate_min_samples &&

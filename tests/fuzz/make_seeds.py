@@ -155,8 +155,31 @@ def handshake_seeds():
     _write("handshake_fuzz", "short_closed.bin", b"\x07" + b"\x07\x00")
 
 
+def tar_seeds():
+    import io
+    import tarfile
+
+    def shard(fmt, members, **kw):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt, **kw) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return buf.getvalue().rstrip(b"\0") + b"\0" * 1024  # no record padding
+
+    sample = [("a/000001.jpg", b"\xff\xd8jpeg"), ("a/000001.cls", b"3\n"),
+              ("a/000002.png", b"png"), ("a/000002.cls", b"0")]
+    _write("tar_fuzz", "gnu.tar", shard(tarfile.GNU_FORMAT, sample))
+    _write("tar_fuzz", "ustar.tar", shard(tarfile.USTAR_FORMAT, sample))
+    long_name = [("d" * 120 + "/k.jpg", b"x"), ("d" * 120 + "/k.cls", b"1")]
+    _write("tar_fuzz", "gnu_long.tar", shard(tarfile.GNU_FORMAT, long_name))
+    _write("tar_fuzz", "pax_long.tar", shard(tarfile.PAX_FORMAT, long_name))
+    _write("tar_fuzz", "truncated.tar", shard(tarfile.GNU_FORMAT, sample)[:700])
+
+
 def main():
-    for target in ("jpeg_fuzz", "config_fuzz", "request_fuzz", "handshake_fuzz"):
+    for target in ("jpeg_fuzz", "tar_fuzz", "config_fuzz", "request_fuzz", "handshake_fuzz"):
         (HERE / target / "seeds").mkdir(parents=True, exist_ok=True)
         (HERE / target / "regressions").mkdir(parents=True, exist_ok=True)
         keep = HERE / target / "regressions" / ".gitkeep"
@@ -165,6 +188,7 @@ def main():
     config_seeds()
     request_seeds()
     handshake_seeds()
+    tar_seeds()
 
 
 if __name__ == "__main__":

@@ -1047,5 +1047,54 @@ TEST_CASE("metrics.listen: off by default; IP literals and a port", "[config]") 
                 {"field log_format: unknown log format 'xml' (text or json)"});
 }
 
+TEST_CASE("dataset.shards: lists and brace patterns, label_key, shuffle_buffer") {
+  auto c = Parse(
+      "pipelines:\n  p:\n    dataset:\n      shards: data/t-{00..02}.tar\n"
+      "      label_key: txt\n      shuffle_buffer: 64\n",
+      "/srv");
+  REQUIRE(c.ok());
+  const DatasetSpec& d = c->pipelines[0].dataset;
+  CHECK(d.kind == DatasetSpec::Kind::kTarShards);
+  CHECK(d.shards == std::vector<std::string>{"/srv/data/t-00.tar", "/srv/data/t-01.tar",
+                                             "/srv/data/t-02.tar"});
+  CHECK(d.label_key == "txt");
+  CHECK(d.shuffle_buffer == 64);
+  auto l = Parse("pipelines:\n  p:\n    dataset: {shards: [/a/x.tar, '/b/{0..1}.tar']}\n");
+  REQUIRE(l.ok());
+  CHECK(l->pipelines[0].dataset.shards ==
+        std::vector<std::string>{"/a/x.tar", "/b/0.tar", "/b/1.tar"});
+  CHECK(l->pipelines[0].dataset.label_key == "cls");
+  CHECK(l->pipelines[0].dataset.shuffle_buffer == 1000);
+  CHECK(DatasetPaths(l->pipelines[0]).size() == 3);
+  CHECK(DatasetPaths(l->pipelines[0])[2].field == "pipelines.p.dataset.shards");
+}
+
+TEST_CASE("dataset.shards: bad values are refused naming the field and the shard") {
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: 'https://h/s-{0..3}.tar'}\n",
+                {"field pipelines.p.dataset.shards: shard 'https://h/s-{0..3}.tar': remote "
+                 "shards need the HTTP reader"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: 's3://b/k.tar'}\n",
+                {"remote shards need the HTTP reader"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: '/d/{3..1}.tar'}\n",
+                {"field pipelines.p.dataset.shards: pattern '/d/{3..1}.tar': range '{3..1}' is "
+                 "reversed"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: ['/d/a.tar', '/d/{a,b}.tar']}\n",
+                {"shard '/d/a.tar' is listed twice"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: []}\n", {"no shards listed"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: '/d/{0..9999999}.tar'}\n",
+                {"expands to more than"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: /d/a.tar, root: /d}\n",
+                {"give `shards` or `root`/`list`, not both"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: /d/a.tar, label_key: 'a b'}\n",
+                {"field pipelines.p.dataset.label_key: must be a member extension"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: /d/a.tar, shuffle_buffer: -1}\n",
+                {"field pipelines.p.dataset.shuffle_buffer"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {root: /d, shuffle_buffer: 4}\n",
+                {"field pipelines.p.dataset.shuffle_buffer: only for tar shards"});
+  ExpectRefused("allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
+                "['/data/a.tar', '/mnt/b.tar']}\n",
+                {"field pipelines.p.dataset.shards: '/mnt/b.tar' lies outside the allowed roots"});
+}
+
 }  // namespace
 }  // namespace conveyor::server

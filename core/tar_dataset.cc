@@ -1,0 +1,170 @@
+// WebDataset grouping of tar members into samples. See tar_dataset.h.
+#include "core/tar_dataset.h"
+
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/text_escape.h"
+
+namespace conveyor {
+namespace {
+
+constexpr uint64_t kMaxLabelBytes = 64;
+
+// Image extensions by preference (a sample with several uses the first).
+int ImageRank(std::string_view ext) {
+  static constexpr std::string_view kImages[] = {"jpg", "jpeg", "png", "webp", "ppm",
+                                                 "pgm", "bmp",  "tif", "tiff"};
+  for (size_t i = 0; i < std::size(kImages); ++i) {
+    if (ext == kImages[i]) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Splits `name` at the first '.' of its last component: false when there is
+// none or the component starts with '.'.
+bool SplitKey(std::string_view name, std::string_view* key, std::string* ext) {
+  const size_t slash = name.rfind('/');
+  const size_t base = slash == std::string_view::npos ? 0 : slash + 1;
+  const size_t dot = name.find('.', base);
+  if (dot == std::string_view::npos || dot == base) return false;
+  *key = name.substr(0, dot);
+  *ext = absl::AsciiStrToLower(absl::string_view(name.data() + dot + 1, name.size() - dot - 1));
+  return true;
+}
+
+bool ParseLabel(std::string_view text, int32_t* label) {
+  size_t b = 0, e = text.size();
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  while (b < e && space(text[b])) ++b;
+  while (e > b && space(text[e - 1])) --e;
+  if (b == e || e - b > 10) return false;
+  int64_t v = 0;
+  for (size_t i = b; i < e; ++i) {
+    if (text[i] < '0' || text[i] > '9') return false;
+    v = v * 10 + (text[i] - '0');
+  }
+  if (v > std::numeric_limits<int32_t>::max()) return false;
+  *label = static_cast<int32_t>(v);
+  return true;
+}
+
+}  // namespace
+
+std::string CommonFolder(const std::vector<std::string>& paths) {
+  std::string common;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string folder = paths[i].substr(0, paths[i].rfind('/'));
+    if (i == 0) {
+      common = folder;
+      continue;
+    }
+    // Shorten `common` to whole components that prefix `folder`.
+    while (!common.empty() &&
+           !(folder.compare(0, common.size(), common) == 0 &&
+             (folder.size() == common.size() || folder[common.size()] == '/'))) {
+      common.resize(common.rfind('/'));
+    }
+  }
+  return common.empty() ? "/" : common;
+}
+
+absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
+    const std::vector<std::string>& shards, const ByteRangeReader& reader,
+    const TarDatasetOptions& options) {
+  for (const std::string& shard : shards) {
+    if (shard.empty() || shard.front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard path '", EscapeText(shard), "' is not absolute"));
+    }
+  }
+  std::unique_ptr<TarDataset> d(new TarDataset());
+  d->shards_ = shards;
+  const std::string root = CommonFolder(shards);
+  const std::string label_key = absl::AsciiStrToLower(options.label_key);
+  TarScanLimits limits = options.limits;
+  limits.max_data_bytes = kMaxLabelBytes;
+  std::vector<DatasetIndex::Entry> entries;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string& shard = shards[s];
+    auto want = [&](std::string_view name) {
+      std::string_view key;
+      std::string ext;
+      return SplitKey(name, &key, &ext) && ext == label_key;
+    };
+    ASSIGN_OR_RETURN(TarScan scan, ScanTar(reader, shard, limits, want));
+    d->ignored_ += scan.ignored;
+    struct Group {
+      std::string_view key;
+      int image = -1;  // into scan.members
+      int image_rank = 0;
+      int label = -1;
+    };
+    std::vector<Group> groups;
+    std::unordered_map<std::string_view, size_t> by_key;
+    std::unordered_set<std::string_view> names;
+    for (size_t m = 0; m < scan.members.size(); ++m) {
+      const TarMember& member = scan.members[m];
+      std::string_view key;
+      std::string ext;
+      if (!SplitKey(member.name, &key, &ext)) {
+        ++d->ignored_;
+        continue;
+      }
+      if (!names.insert(member.name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(shard, ": offset ", member.header_offset, ": member '",
+                         EscapeText(member.name), "' appears twice in the shard"));
+      }
+      auto [it, fresh] = by_key.emplace(key, groups.size());
+      if (fresh) groups.push_back(Group{key});
+      Group& g = groups[it->second];
+      if (ext == label_key) {
+        g.label = static_cast<int>(m);
+      } else if (const int rank = ImageRank(ext); rank >= 0 && (g.image < 0 || rank < g.image_rank)) {
+        g.image = static_cast<int>(m);
+        g.image_rank = rank;
+      }
+    }
+    std::string shard_rel = shard.substr(root == "/" ? 1 : root.size() + 1);
+    uint64_t count = 0;
+    for (const Group& g : groups) {
+      if (g.image < 0) {
+        ++d->ignored_;
+        continue;
+      }
+      if (g.label < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(shard, ": sample '", EscapeText(g.key), "': no '.", label_key,
+                         "' member holding its label (dataset.label_key)"));
+      }
+      const TarMember& label = scan.members[g.label];
+      int32_t value = 0;
+      if (!ParseLabel(label.data, &value)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            shard, ": offset ", label.header_offset, ": label member '", EscapeText(label.name),
+            "' does not hold a non-negative integer that fits int32: '",
+            EscapeText(label.data, 64), "'"));
+      }
+      const TarMember& image = scan.members[g.image];
+      d->locations_.push_back(Location{static_cast<uint32_t>(s), image.offset, image.size});
+      entries.push_back(DatasetIndex::Entry{absl::StrCat(shard_rel, "/", image.name), value});
+      ++count;
+    }
+    d->shard_sizes_.push_back(count);
+  }
+  if (entries.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        shards.empty() ? std::string("no shards") : absl::StrCat(shards.front(), " ..."),
+        ": no sample with an image member (jpg, jpeg, png, webp, ppm, pgm, bmp, tif, tiff) in ",
+        shards.size(), " shard(s)"));
+  }
+  ASSIGN_OR_RETURN(d->index_, DatasetIndex::FromEntries(root, entries));
+  return std::shared_ptr<const TarDataset>(std::move(d));
+}
+
+}  // namespace conveyor

@@ -1,0 +1,91 @@
+// TarDataset: a dataset of WebDataset tar shards — the shards' headers
+// scanned once (core/tar_index.h), their members grouped into samples, and
+// where each sample's image lies (shard, offset, size) so that fetching it is
+// one ranged read (TarShardSource, core/tar_shard_source.h).
+//
+// Grouping (WebDataset's rule): a member's key is its path up to the first
+// '.' of its last component, the rest is its extension: `dir/000123.jpg` and
+// `dir/000123.cls` are the members "jpg" and "cls" of sample `dir/000123`.
+// Members whose last component has no '.' or starts with one are not part of
+// any sample (counted as ignored). Keys are per shard; samples keep the order
+// of their first member in the shard, shards the order given.
+//  - The image is the sample's member whose extension (compared in lower
+//    case) is, by preference, jpg, jpeg, png, webp, ppm, pgm, bmp, tif, tiff.
+//    A sample without one is left out (counted as ignored).
+//  - The label is the member whose extension is `label_key` (default "cls"),
+//    holding a non-negative decimal integer that fits int32, optionally
+//    surrounded by ASCII whitespace (at most 64 bytes). A sample with an image
+//    but no label member, or a label that is not such an integer, is an
+//    error naming the shard and the member. JSON labels are not supported.
+//  - Two members with the same key and extension in one shard are an error.
+//
+// The index is kept in memory (shared by every pipeline naming the same
+// shards, label key and shuffle buffer); nothing is written beside the
+// shards. `index()` is a DatasetIndex (labels, sizes, the names used in
+// per-sample errors): its root is the folder common to all shards and the
+// path of sample i is "<shard path below root>/<image member>", so errors
+// and batch file lists name the shard and the member.
+//
+// Thread-safety: immutable after Load; const methods are safe concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/byte_range_reader.h"
+#include "core/dataset_index.h"
+#include "core/tar_index.h"
+
+namespace conveyor {
+
+struct TarDatasetOptions {
+  std::string label_key = "cls";  // extension of the label member
+  TarScanLimits limits;
+};
+
+class TarDataset {
+ public:
+  struct Location {
+    uint32_t shard = 0;  // into shards()
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+
+  // Scans every shard (absolute paths, else InvalidArgument) through
+  // `reader`. Errors are
+  // ScanTar's ("SHARD: offset N: reason"), the grouping errors above
+  // ("SHARD: sample 'KEY': reason"), and NotFound when the shards hold no
+  // sample at all (or `shards` is empty).
+  static absl::StatusOr<std::shared_ptr<const TarDataset>> Load(
+      const std::vector<std::string>& shards, const ByteRangeReader& reader,
+      const TarDatasetOptions& options);
+
+  const std::shared_ptr<const DatasetIndex>& index() const { return index_; }
+  size_t size() const { return locations_.size(); }
+  // REQUIRES: i < size().
+  const Location& location(size_t i) const { return locations_[i]; }
+  const std::vector<std::string>& shards() const { return shards_; }
+  // Samples per shard, in shard order (sum = size(); a shard may have 0).
+  const std::vector<uint64_t>& shard_sizes() const { return shard_sizes_; }
+  // Members and entries that belong to no sample (see above), all shards.
+  uint64_t ignored() const { return ignored_; }
+
+ private:
+  TarDataset() = default;
+
+  // All constant after Load.
+  std::vector<std::string> shards_;
+  std::vector<uint64_t> shard_sizes_;
+  std::vector<Location> locations_;
+  std::shared_ptr<const DatasetIndex> index_;
+  uint64_t ignored_ = 0;
+};
+
+// The folder common to every path of `paths` (absolute, normalised): "/" at
+// worst. For one path, its folder.
+std::string CommonFolder(const std::vector<std::string>& paths);
+
+}  // namespace conveyor

@@ -1,0 +1,270 @@
+// Tests of the tar-shard pieces: the header scanner (core/tar_index.h) over
+// hand-made archives in memory, brace patterns (core/brace_pattern.h), the
+// shard-local epoch order (core/shard_order.h) and LocalRangeReader.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "core/brace_pattern.h"
+#include "core/local_range_reader.h"
+#include "core/sampler.h"
+#include "core/shard_order.h"
+#include "core/tar_dataset.h"
+#include "core/tar_index.h"
+#include "core/tar_shard_source.h"
+#include "tests/unit/temp_dir.h"
+
+namespace conveyor {
+namespace {
+
+// One object, bytes in memory.
+class MemoryReader final : public ByteRangeReader {
+ public:
+  explicit MemoryReader(std::string bytes) : bytes_(std::move(bytes)) {}
+  absl::StatusOr<uint64_t> Size(std::string_view) const override { return bytes_.size(); }
+  absl::Status ReadRange(std::string_view, uint64_t offset, uint64_t length,
+                         std::vector<uint8_t>* out) const override {
+    if (offset > bytes_.size() || length > bytes_.size() - offset) {
+      return absl::OutOfRangeError("past the end");
+    }
+    out->assign(bytes_.begin() + offset, bytes_.begin() + offset + length);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string bytes_;
+};
+
+// A ustar header block for `name` of `size` bytes and `type`.
+std::string Header(const std::string& name, uint64_t size, char type = '0') {
+  std::string h(512, '\0');
+  std::memcpy(&h[0], name.data(), std::min<size_t>(name.size(), 100));
+  std::memcpy(&h[100], "0000644", 7);
+  const std::string sz = absl::StrFormat("%011o", size);
+  std::memcpy(&h[124], sz.data(), 11);
+  h[156] = type;
+  std::memcpy(&h[257], "ustar\0" "00", 8);
+  std::memset(&h[148], ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  const std::string cs = absl::StrFormat("%06o", sum);
+  std::memcpy(&h[148], cs.data(), 6);
+  h[154] = '\0';
+  return h;
+}
+
+std::string Member(const std::string& name, const std::string& data, char type = '0') {
+  std::string out = Header(name, data.size(), type) + data;
+  out.resize((out.size() + 511) / 512 * 512, '\0');
+  return out;
+}
+
+const std::string kEnd(1024, '\0');
+
+TEST_CASE("ScanTar lists regular members with offsets, long names and label data") {
+  const std::string pax_record = "35 path=" + std::string(20, 'p') + "/x.jpg\n";  // 35 bytes
+  const std::string tar = Member("a.jpg", "JPEG") + Member("dir", "", '5') +
+                          Member("././@LongLink", std::string(150, 'l') + ".cls", 'L') +
+                          Member("ignored-name", "7") + Member("pax", pax_record, 'x') +
+                          Member("short", "xyz") + kEnd;
+  MemoryReader reader(tar);
+  TarScanLimits limits;
+  limits.chunk_bytes = 512;  // forces re-reads across chunks
+  auto scan = ScanTar(reader, "s.tar", limits,
+                      [](std::string_view n) { return n.size() > 4 && n.substr(n.size() - 4) == ".cls"; });
+  REQUIRE(scan.ok());
+  REQUIRE(scan->members.size() == 3);
+  CHECK(scan->ignored == 1);
+  CHECK(scan->members[0].name == "a.jpg");
+  CHECK(scan->members[0].offset == 512);
+  CHECK(scan->members[0].size == 4);
+  CHECK(scan->members[1].name == std::string(150, 'l') + ".cls");
+  CHECK(scan->members[1].data == "7");
+  CHECK(scan->members[2].name == std::string(20, 'p') + "/x.jpg");
+  CHECK(scan->members[2].size == 3);
+}
+
+TEST_CASE("ScanTar refuses hostile archives naming shard and offset") {
+  const std::string good = Member("a.jpg", "JPEG") + Member("a.cls", "1") + kEnd;
+  auto refused = [](const std::string& bytes, const std::string& part) {
+    MemoryReader reader(bytes);
+    auto scan = ScanTar(reader, "s.tar", TarScanLimits());
+    REQUIRE_FALSE(scan.ok());
+    INFO(scan.status().message());
+    CHECK(scan.status().message().find(part) != absl::string_view::npos);
+  };
+  refused(good.substr(0, 1124), "s.tar: offset 1024: header cut short");
+  refused(good.substr(0, 1024), "s.tar: offset 1024: the archive ends without");
+  refused(good.substr(0, 520), "s.tar: offset 0: the last member's padding is cut short");
+  std::string bad = good;
+  bad[1] ^= 1;
+  refused(bad, "s.tar: offset 0: header checksum mismatch");
+  refused(Header("a.jpg", uint64_t{1} << 32) + kEnd, "offset 0: entry of 4294967296 bytes runs past");
+  refused(Member("../x.jpg", "x") + kEnd, "offset 0: member name refused");
+  refused(Member("/etc/x.jpg", "x") + kEnd, "absolute path");
+  refused(Member("L", std::string(70000, 'n'), 'L') + kEnd, "GNU long name of 70000 bytes");
+  refused(Member("p", "99 path=x\n", 'x') + Member("a", "") + kEnd, "malformed pax record");
+  refused(Member("p", "9 size=-\n", 'x') + Member("a", "") + kEnd, "bad pax size");
+  refused(Member("p", "10 path=a\n", 'x') + kEnd, "ends after an extended header");
+  std::string base256 = Header("a.jpg", 0);
+  base256[124] = static_cast<char>(0xff);  // negative
+  refused(base256 + kEnd, "checksum mismatch");
+  std::string notar(1024, 'x');
+  refused(notar + kEnd, "offset 0: header checksum mismatch");
+}
+
+TEST_CASE("ExpandBraces expands ranges and lists with limits") {
+  auto one = ExpandBraces("/d/t-{000008..000011}.tar", 100);
+  REQUIRE(one.ok());
+  CHECK(*one == std::vector<std::string>{"/d/t-000008.tar", "/d/t-000009.tar", "/d/t-000010.tar",
+                                         "/d/t-000011.tar"});
+  auto two = ExpandBraces("/{a,b}/{1..2}", 100);
+  REQUIRE(two.ok());
+  CHECK(*two == std::vector<std::string>{"/a/1", "/a/2", "/b/1", "/b/2"});
+  CHECK(*ExpandBraces("/plain.tar", 1) == std::vector<std::string>{"/plain.tar"});
+  for (const char* bad : {"/x{1..3", "/x}", "/x{}", "/x{3..1}", "/x{a..b}", "/x{{1..2}}",
+                          "/x{0..999999999}"}) {
+    INFO(bad);
+    CHECK(absl::IsInvalidArgument(ExpandBraces(bad, 1000).status()));
+  }
+  CHECK(!ExpandBraces("/{1..10}{1..10}", 99).ok());
+  CHECK(ExpandBraces("/{1..10}{1..10}", 100).ok());
+}
+
+TEST_CASE("ShardOrder is a deterministic permutation, identity without shuffle") {
+  ShardOrder order({10, 0, 7, 13, 1}, 5);
+  REQUIRE(order.size() == 31);
+  std::vector<uint64_t> identity(31);
+  std::iota(identity.begin(), identity.end(), 0);
+  CHECK(order.Permutation(1, 0, false) == identity);
+  for (uint64_t buffer : {0, 1, 5, 100}) {
+    ShardOrder o({10, 0, 7, 13, 1}, buffer);
+    for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+      auto p = o.Permutation(9, epoch, true);
+      CHECK(p == o.Permutation(9, epoch, true));
+      auto sorted = p;
+      std::sort(sorted.begin(), sorted.end());
+      CHECK(sorted == identity);
+    }
+  }
+  CHECK(order.Permutation(9, 0, true) != order.Permutation(9, 1, true));
+  // B <= 1: whole shards in a shuffled order, each in archive order.
+  auto whole = ShardOrder({3, 3, 3}, 1).Permutation(4, 2, true);
+  for (size_t i = 0; i < whole.size(); i += 3) {
+    CHECK(whole[i] % 3 == 0);
+    CHECK(whole[i + 1] == whole[i] + 1);
+    CHECK(whole[i + 2] == whole[i] + 2);
+  }
+}
+
+TEST_CASE("The sampler deals an EpochOrder out like its own permutation, resume included") {
+  ShardOrder order({6, 6, 6, 6}, 4);
+  SamplerOptions o;
+  o.dataset_size = 24;
+  o.seed = 3;
+  o.world_size = 2;
+  o.order = &order;
+  const auto p = order.Permutation(3, 0, true);
+  std::vector<uint64_t> all;
+  for (uint32_t r = 0; r < 2; ++r) {
+    o.rank = r;
+    auto idx = RankIndices(o);
+    REQUIRE(idx.ok());
+    for (size_t k = 0; k < idx->size(); ++k) CHECK((*idx)[k] == p[k * 2 + r]);
+    all.insert(all.end(), idx->begin(), idx->end());
+  }
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  o.rank = 1;
+  o.offset = 10;
+  auto rest = RankIndices(o);
+  REQUIRE(rest.ok());
+  CHECK(rest->front() == p[11]);
+  o.dataset_size = 23;
+  CHECK(absl::IsInvalidArgument(RankIndices(o).status()));
+}
+
+TEST_CASE("LocalRangeReader reads ranges and refuses ranges past the end") {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/f.bin";
+  std::ofstream(path) << "0123456789";
+  LocalRangeReader reader;
+  CHECK(*reader.Size(path) == 10);
+  std::vector<uint8_t> out;
+  REQUIRE(reader.ReadRange(path, 3, 4, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "3456");
+  absl::Status past = reader.ReadRange(path, 8, 4, &out);
+  CHECK(absl::IsOutOfRange(past));
+  CHECK(past.message().find("f.bin: bytes [8, 12) asked of a file of 10 bytes") !=
+        absl::string_view::npos);
+  CHECK(absl::IsNotFound(reader.ReadRange(dir.path() + "/none", 0, 1, &out)));
+  CHECK(absl::IsInvalidArgument(reader.ReadRange(dir.path(), 0, 1, &out)));
+}
+
+// A MemoryReader that records the Prefetch hints it gets.
+class RecordingReader final : public ByteRangeReader {
+ public:
+  explicit RecordingReader(std::string bytes) : inner_(std::move(bytes)) {}
+  absl::StatusOr<uint64_t> Size(std::string_view o) const override { return inner_.Size(o); }
+  absl::Status ReadRange(std::string_view o, uint64_t offset, uint64_t length,
+                         std::vector<uint8_t>* out) const override {
+    return inner_.ReadRange(o, offset, length, out);
+  }
+  void Prefetch(std::string_view o, uint64_t offset, uint64_t length) const override {
+    hints.push_back(absl::StrFormat("%s@%d+%d", std::string(o), offset, length));
+  }
+  mutable std::vector<std::string> hints;  // single-threaded test only
+
+ private:
+  MemoryReader inner_;
+};
+
+TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards Prefetch") {
+  const std::string tar = Member("d/2.cls", "5\n") + Member("d/1.png", "PNG!") +
+                          Member("d/1.jpg", "JPEG") + Member("d/1.cls", " 7 ") +
+                          Member("d/2.jpeg", std::string(600, 'j')) + Member("d/3.json", "{}") +
+                          Member("README", "x") + kEnd;
+  auto reader = std::make_shared<RecordingReader>(tar);
+  auto dataset = TarDataset::Load({"/s/a.tar"}, *reader, TarDatasetOptions());
+  REQUIRE(dataset.ok());
+  const TarDataset& d = **dataset;
+  REQUIRE(d.size() == 2);
+  CHECK(d.ignored() == 2);  // README (no key), d/3 (no image)
+  CHECK(d.index()->relative_path(0) == "a.tar/d/2.jpeg");
+  CHECK(d.index()->label(0) == 5);
+  CHECK(d.index()->relative_path(1) == "a.tar/d/1.jpg");  // jpg preferred to png
+  CHECK(d.index()->label(1) == 7);
+  CHECK(d.index()->root() == "/s");
+  TarShardSource source(*dataset, reader, 1000);
+  std::vector<uint8_t> out;
+  REQUIRE(source.Read(1, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "JPEG");
+  const uint64_t upcoming[] = {1, 0};
+  source.Prefetch(upcoming);
+  CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@2560+4", "/s/a.tar@4608+600"});
+  TarShardSource small(*dataset, reader, 100);
+  absl::Status big = small.Read(0, &out);
+  CHECK(absl::IsResourceExhausted(big));
+  CHECK(big.message().find("/s/a.tar/d/2.jpeg: member of 600 bytes") != absl::string_view::npos);
+  auto no_label = TarDataset::Load({"/s/b.tar"}, MemoryReader(Member("k.jpg", "x") + kEnd),
+                                   TarDatasetOptions());
+  CHECK(no_label.status().message() == "/s/b.tar: sample 'k': no '.cls' member holding its label "
+                                       "(dataset.label_key)");
+  auto twice = TarDataset::Load(
+      {"/s/c.tar"}, MemoryReader(Member("k.jpg", "x") + Member("k.jpg", "y") + kEnd),
+      TarDatasetOptions());
+  CHECK(twice.status().message() == "/s/c.tar: offset 1024: member 'k.jpg' appears twice in the "
+                                    "shard");
+  CHECK(absl::IsNotFound(
+      TarDataset::Load({"/s/d.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
+  CHECK(absl::IsInvalidArgument(
+      TarDataset::Load({"rel.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
+}
+
+}  // namespace
+}  // namespace conveyor
