@@ -13,6 +13,8 @@
 #include "core/posix_error.h"
 #include "core/text_escape.h"
 #include "core/status_macros.h"
+#include "remote/remote_reader.h"
+#include "remote/url_sample_source.h"
 #include "server/yaml_fields.h"
 #include "spdlog/spdlog.h"
 
@@ -74,6 +76,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   RETURN_IF_ERROR(CheckAllowedRoots(config));
   std::map<std::string, std::shared_ptr<const DatasetIndex>> loaded;
   std::vector<std::shared_ptr<const PipelineConfig>> out;
+  // One reader (one I/O thread) for every URL dataset of this config.
+  std::shared_ptr<const remote::RemoteReader> reader;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
@@ -83,11 +87,12 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       absl::StatusOr<std::shared_ptr<const DatasetIndex>> index =
           d.kind == DatasetSpec::Kind::kImageFolder ? DatasetIndex::LoadImageFolder(d.root)
                                                     : DatasetIndex::LoadListFile(d.list, d.root);
+      const char* sub = d.kind == DatasetSpec::Kind::kImageFolder ? ".root"
+                        : d.kind == DatasetSpec::Kind::kListFile  ? ".list"
+                                                                   : ".urls";
       if (!index.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(config.source, ": field ", field,
-                         d.kind == DatasetSpec::Kind::kImageFolder ? ".root" : ".list", ": ",
-                         index.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field, sub,
+                                                       ": ", index.status().message()));
       }
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -103,6 +108,24 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     }
     auto pc = std::make_shared<PipelineConfig>(spec.config);
     pc->dataset = it->second;
+    if (d.kind == DatasetSpec::Kind::kUrlList) {
+      if (reader == nullptr) {
+        absl::StatusOr<std::shared_ptr<remote::RemoteReader>> r =
+            remote::MakeRemoteRangeReader(config.remote);
+        if (!r.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(config.source, ": field remote: ", r.status().message()));
+        }
+        reader = *std::move(r);
+      }
+      absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
+          remote::UrlSampleSource::Create(it->second, reader, pc->max_file_bytes);
+      if (!source.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field,
+                                                       ".urls: ", source.status().message()));
+      }
+      pc->source = *std::move(source);
+    }
     if (absl::Status st = ValidatePipelineConfig(*pc); !st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(config.source, ": field pipelines.", spec.config.name, ": ", st.message()));
