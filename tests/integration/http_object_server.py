@@ -147,6 +147,9 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
 
+    def handle_error(self, request, client_address):
+        """Connections the server drops on purpose end in errors: quiet."""
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
