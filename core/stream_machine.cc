@@ -20,6 +20,12 @@ int StageIndex(Stage s) { return static_cast<int>(s); }
 // instead of kept for the next sample (most samples are far smaller).
 constexpr size_t kKeptFetchBufferBytes = 1u << 20;
 
+// How many samples past the one being fetched are announced to the source
+// (SampleSource::Prefetch): enough to keep a network source's requests in
+// flight at thousands of samples/s with tens of ms per request; the
+// source's own read-ahead budget bounds the memory.
+constexpr size_t kPrefetchLookahead = 256;
+
 const SampleSource* ChooseSource(const PipelineConfig& p,
                                  const std::unique_ptr<SampleSource>& fallback) {
   return p.source != nullptr ? p.source.get() : fallback.get();
@@ -265,6 +271,14 @@ void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
 }
 
 void StreamMachine::RunFetch(Task* t) const {
+  // The samples after this one in the epoch's order: a network source starts
+  // them now (the plan is immutable, shared by the batches of its epoch).
+  const EpochPlan& plan = *t->batch->plan;
+  const size_t next = t->batch->first + t->position + 1;
+  if (next < plan.size()) {
+    source_->Prefetch(std::span<const uint64_t>(plan).subspan(
+        next, std::min(kPrefetchLookahead, plan.size() - next)));
+  }
   // This task has exclusive use of its buffer.
   t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
 }

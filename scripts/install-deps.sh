@@ -38,6 +38,8 @@ PACKAGES=(
   libsystemd-dev systemd
   # the Prometheus metrics endpoint's HTTP server
   libcivetweb-dev
+  # datasets over HTTP(S) and S3 (remote/: libcurl's multi interface, SigV4)
+  libcurl4-openssl-dev
 )
 
 missing=()

@@ -57,6 +57,7 @@ class Schema : public YamlFields {
   absl::Status ParseDataset(const std::string& field, const YAML::Node& n, DatasetSpec* d) const;
   // dataset.shards: one path or brace pattern, or a list of them.
   absl::Status ParseShards(const std::string& field, const YAML::Node& n, DatasetSpec* d) const;
+  absl::Status ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) const;
 };
 
 // Bounds of the tar-shard fields.
@@ -371,10 +372,10 @@ absl::Status Schema::ParseEngine(const YAML::Node& n, EngineOptions* e) const {
 absl::Status Schema::ParseDataset(const std::string& field, const YAML::Node& n,
                                   DatasetSpec* d) const {
   RETURN_IF_ERROR(
-      CheckMap(n, field, {"root", "list", "shards", "label_key", "shuffle_buffer"}));
+      CheckMap(n, field, {"root", "list", "urls", "shards", "label_key", "shuffle_buffer"}));
   if (n["shards"]) {
-    if (n["root"] || n["list"]) {
-      return Error(field, n, "give `shards` or `root`/`list`, not both");
+    if (n["root"] || n["list"] || n["urls"]) {
+      return Error(field, n, "give `shards` or `root`/`list`/`urls`, not both");
     }
     d->kind = DatasetSpec::Kind::kTarShards;
     RETURN_IF_ERROR(ParseShards(field + ".shards", n["shards"], d));
@@ -399,7 +400,14 @@ absl::Status Schema::ParseDataset(const std::string& field, const YAML::Node& n,
   for (const char* key : {"label_key", "shuffle_buffer"}) {
     if (n[key]) return Error(Join(field, key), n[key], "only for tar shards (`shards`)");
   }
-  if (n["list"]) {
+  if (n["urls"]) {
+    if (n["list"] || n["root"]) {
+      return Error(field + ".urls", n["urls"],
+                   "a URL list stands alone: give `urls` without `root` or `list`");
+    }
+    d->kind = DatasetSpec::Kind::kUrlList;
+    RETURN_IF_ERROR(ReadPath(n["urls"], field + ".urls", &d->list));
+  } else if (n["list"]) {
     d->kind = DatasetSpec::Kind::kListFile;
     RETURN_IF_ERROR(ReadPath(n["list"], field + ".list", &d->list));
     if (n["root"]) RETURN_IF_ERROR(ReadPath(n["root"], field + ".root", &d->root));
@@ -409,7 +417,7 @@ absl::Status Schema::ParseDataset(const std::string& field, const YAML::Node& n,
   } else {
     return Error(field, n,
                  "needs `root` (an ImageFolder tree), `list` (a list file, with optional "
-                 "`root`) or `shards` (tar shards)");
+                 "`root`), `urls` (a list of URL<TAB>label lines) or `shards` (tar shards)");
   }
   return absl::OkStatus();
 }
@@ -448,6 +456,67 @@ absl::Status Schema::ParseShards(const std::string& field, const YAML::Node& n,
                                   "read twice per epoch)"));
       }
       d->shards.push_back(std::move(resolved));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Schema::ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) const {
+  RETURN_IF_ERROR(CheckMap(n, "remote",
+                           {"max_connections_per_host", "requests_per_second_per_host",
+                            "connect_timeout_ms", "request_timeout_ms", "max_attempts",
+                            "initial_backoff_ms", "max_backoff_ms", "read_ahead_bytes", "s3"}));
+  if (n["max_connections_per_host"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["max_connections_per_host"], "remote.max_connections_per_host",
+                               1, 4096, &r->max_connections_per_host));
+  }
+  if (n["requests_per_second_per_host"]) {
+    RETURN_IF_ERROR(ReadDouble(n["requests_per_second_per_host"],
+                               "remote.requests_per_second_per_host", 0, 1e6,
+                               &r->requests_per_second_per_host));
+  }
+  if (n["connect_timeout_ms"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["connect_timeout_ms"], "remote.connect_timeout_ms", 1,
+                               600'000, &r->connect_timeout_ms));
+  }
+  if (n["request_timeout_ms"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["request_timeout_ms"], "remote.request_timeout_ms", 1,
+                               3'600'000, &r->request_timeout_ms));
+  }
+  if (n["max_attempts"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["max_attempts"], "remote.max_attempts", 1, 100, &r->max_attempts));
+  }
+  if (n["initial_backoff_ms"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["initial_backoff_ms"], "remote.initial_backoff_ms", 0, 60'000,
+                               &r->initial_backoff_ms));
+  }
+  if (n["max_backoff_ms"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["max_backoff_ms"], "remote.max_backoff_ms", 0, 600'000,
+                               &r->max_backoff_ms));
+  }
+  if (r->max_backoff_ms < r->initial_backoff_ms) {
+    return Error("remote.max_backoff_ms", n["max_backoff_ms"] ? n["max_backoff_ms"] : n,
+                 absl::StrCat("must be at least remote.initial_backoff_ms (",
+                              r->initial_backoff_ms, " ms), got ", r->max_backoff_ms, " ms"));
+  }
+  if (n["read_ahead_bytes"]) {
+    RETURN_IF_ERROR(ReadSize(n["read_ahead_bytes"], "remote.read_ahead_bytes", 1 << 20, 0,
+                             &r->read_ahead_bytes));
+  }
+  if (const YAML::Node s3 = n["s3"]) {
+    RETURN_IF_ERROR(CheckMap(s3, "remote.s3", {"endpoint", "region", "profile"}));
+    if (s3["endpoint"]) {
+      RETURN_IF_ERROR(ReadString(s3["endpoint"], "remote.s3.endpoint", &r->s3_endpoint));
+      if (!absl::StartsWith(r->s3_endpoint, "http://") &&
+          !absl::StartsWith(r->s3_endpoint, "https://")) {
+        return Error("remote.s3.endpoint", s3["endpoint"],
+                     absl::StrCat("expected an http:// or https:// URL, got '",
+                                  EscapeText(r->s3_endpoint), "'"));
+      }
+    }
+    if (s3["region"]) RETURN_IF_ERROR(ReadString(s3["region"], "remote.s3.region", &r->s3_region));
+    if (s3["profile"]) {
+      RETURN_IF_ERROR(ReadString(s3["profile"], "remote.s3.profile", &r->s3_profile));
     }
   }
   return absl::OkStatus();
@@ -639,7 +708,8 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
       CheckMap(root, "",
                {"listen", "threads", "memory_budget", "max_streams", "allowed_roots", "log_level",
                 "shutdown_timeout_seconds", "stream_idle_timeout_seconds", "per_client",
-                "engine", "pipelines", "access", "metrics", "log_format"}));
+                "engine", "pipelines", "access", "metrics", "log_format", "remote"}));
+  if (root["remote"]) RETURN_IF_ERROR(ParseRemote(root["remote"], &c->remote));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(root["listen"], &c->listen));
   if (root["threads"]) {
     RETURN_IF_ERROR(
@@ -750,11 +820,15 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
 }  // namespace
 
 std::string DatasetSpec::Key() const {
-  if (kind == Kind::kTarShards) {
-    return absl::StrCat("tar:", label_key, "\n", shuffle_buffer, "\n", absl::StrJoin(shards, "\n"));
+  switch (kind) {
+    case Kind::kImageFolder: return absl::StrCat("folder:", root);
+    case Kind::kListFile: return absl::StrCat("list:", list, "\n", root);
+    case Kind::kUrlList: return absl::StrCat("urls:", list);
+    case Kind::kTarShards:
+      return absl::StrCat("tar:", label_key, "\n", shuffle_buffer, "\n",
+                          absl::StrJoin(shards, "\n"));
   }
-  return kind == Kind::kImageFolder ? absl::StrCat("folder:", root)
-                                    : absl::StrCat("list:", list, "\n", root);
+  return "";
 }
 
 std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec) {
@@ -766,6 +840,7 @@ std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec) {
     for (const std::string& shard : d.shards) paths.push_back({f + ".shards", shard});
     return paths;
   }
+  if (d.kind == DatasetSpec::Kind::kUrlList) return {{f + ".urls", d.list}};
   if (!d.root.empty()) return {{f + ".list", d.list}, {f + ".root", d.root}};
   std::string folder = d.list.substr(0, d.list.rfind('/'));
   if (folder.empty()) folder = "/";

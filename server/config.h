@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine.h"
 #include "core/pipeline_config.h"
+#include "remote/remote_options.h"
 #include "server/client_limits.h"
 #include "server/system_memory.h"
 
@@ -42,13 +43,16 @@ inline constexpr char kDefaultUnixSocket[] = "/run/conveyor/conveyor.sock";
 // Where a pipeline's samples come from. Paths are absolute and lexically
 // normal (symlinks are resolved only when the dataset loads).
 struct DatasetSpec {
-  enum class Kind { kImageFolder, kListFile, kTarShards };
+  // kTarShards: `shards` (core/tar_dataset.h). kUrlList: `list` holds one
+  // `URL<TAB>label` per line (dataset.urls), samples read over HTTP(S)/S3
+  // (remote/url_sample_source.h).
+  enum class Kind { kImageFolder, kListFile, kTarShards, kUrlList };
   Kind kind = Kind::kImageFolder;
   std::string root;  // ImageFolder root, or the list's root ("" = the list's directory)
-  std::string list;  // list file (kListFile only)
-  // kTarShards only (core/tar_dataset.h): the shards, brace patterns
-  // expanded, in order; the label member's extension; the shuffle buffer B
-  // of the shard-local order (core/shard_order.h).
+  std::string list;  // list file (kListFile, kUrlList)
+  // kTarShards only: the shards, brace patterns expanded, in order; the label
+  // member's extension; the shuffle buffer B of the shard-local order
+  // (core/shard_order.h).
   std::vector<std::string> shards;
   std::string label_key = "cls";
   uint64_t shuffle_buffer = 1000;
@@ -151,6 +155,7 @@ struct DaemonConfig {
   // A stream whose client holds slots without releasing any while nothing
   // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.
   double stream_idle_timeout_seconds = 300.0;
+  remote::RemoteOptions remote;  // the `remote` section: HTTP(S)/S3 reads
   ClientLimits per_client;  // per_client.*: what one client may hold; 0 = no limit
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
   SystemInfo system;                    // the machine "N%" sizes were taken of

@@ -17,6 +17,8 @@
 #include "core/posix_error.h"
 #include "core/text_escape.h"
 #include "core/status_macros.h"
+#include "remote/remote_reader.h"
+#include "remote/url_sample_source.h"
 #include "server/yaml_fields.h"
 #include "spdlog/spdlog.h"
 
@@ -94,7 +96,7 @@ absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d) {
   }
   ASSIGN_OR_RETURN(loaded.index, d.kind == DatasetSpec::Kind::kImageFolder
                                      ? DatasetIndex::LoadImageFolder(d.root)
-                                     : DatasetIndex::LoadListFile(d.list, d.root));
+                                     : DatasetIndex::LoadListFile(d.list, d.root));  // list or urls
   return loaded;
 }
 
@@ -103,6 +105,7 @@ const char* DatasetField(const DatasetSpec& d) {
     case DatasetSpec::Kind::kImageFolder: return ".root";
     case DatasetSpec::Kind::kListFile: return ".list";
     case DatasetSpec::Kind::kTarShards: return ".shards";
+    case DatasetSpec::Kind::kUrlList: return ".urls";
   }
   return "";
 }
@@ -110,7 +113,8 @@ const char* DatasetField(const DatasetSpec& d) {
 std::string DatasetName(const DatasetSpec& d) {
   switch (d.kind) {
     case DatasetSpec::Kind::kImageFolder: return d.root;
-    case DatasetSpec::Kind::kListFile: return d.list;
+    case DatasetSpec::Kind::kListFile:
+    case DatasetSpec::Kind::kUrlList: return d.list;
     case DatasetSpec::Kind::kTarShards:
       return d.shards.size() == 1 ? d.shards.front()
                                   : absl::StrCat(d.shards.front(), " (+", d.shards.size() - 1,
@@ -126,6 +130,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   RETURN_IF_ERROR(CheckAllowedRoots(config));
   std::map<std::string, LoadedDataset> loaded;
   std::vector<std::shared_ptr<const PipelineConfig>> out;
+  // One reader (one I/O thread) for every URL dataset of this config.
+  std::shared_ptr<const remote::RemoteReader> reader;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
@@ -162,6 +168,24 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       pc->source = std::make_shared<TarShardSource>(
           it->second.tar, std::make_shared<LocalRangeReader>(), spec.config.max_file_bytes);
       pc->order = it->second.order;
+    }
+    if (d.kind == DatasetSpec::Kind::kUrlList) {
+      if (reader == nullptr) {
+        absl::StatusOr<std::shared_ptr<remote::RemoteReader>> r =
+            remote::MakeRemoteRangeReader(config.remote);
+        if (!r.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(config.source, ": field remote: ", r.status().message()));
+        }
+        reader = *std::move(r);
+      }
+      absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
+          remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes);
+      if (!source.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field,
+                                                       ".urls: ", source.status().message()));
+      }
+      pc->source = *std::move(source);
     }
     if (absl::Status st = ValidatePipelineConfig(*pc); !st.ok()) {
       return absl::InvalidArgumentError(

@@ -88,6 +88,20 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("per_client.max_streams", a.per_client.max_streams, b.per_client.max_streams);
   d.Field("per_client.max_credits", a.per_client.max_credits, b.per_client.max_credits);
   d.Field("per_client.max_memory", a.per_client.max_bytes, b.per_client.max_bytes);
+  const remote::RemoteOptions &ra = a.remote, &rb = b.remote;
+  d.Field("remote.max_connections_per_host", ra.max_connections_per_host,
+          rb.max_connections_per_host);
+  d.Field("remote.requests_per_second_per_host", ra.requests_per_second_per_host,
+          rb.requests_per_second_per_host);
+  d.Field("remote.connect_timeout_ms", ra.connect_timeout_ms, rb.connect_timeout_ms);
+  d.Field("remote.request_timeout_ms", ra.request_timeout_ms, rb.request_timeout_ms);
+  d.Field("remote.max_attempts", ra.max_attempts, rb.max_attempts);
+  d.Field("remote.initial_backoff_ms", ra.initial_backoff_ms, rb.initial_backoff_ms);
+  d.Field("remote.max_backoff_ms", ra.max_backoff_ms, rb.max_backoff_ms);
+  d.Field("remote.read_ahead_bytes", ra.read_ahead_bytes, rb.read_ahead_bytes);
+  d.Field("remote.s3.endpoint", ra.s3_endpoint, rb.s3_endpoint);
+  d.Field("remote.s3.region", ra.s3_region, rb.s3_region);
+  d.Field("remote.s3.profile", ra.s3_profile, rb.s3_profile);
   return d.fields;
 }
 

@@ -75,6 +75,25 @@ pipelines:
                       "stream_idle_timeout_seconds", "per_client.max_memory"});
 }
 
+TEST_CASE("remote settings need a restart (the reader is built at start)", "[reload]") {
+  const DaemonConfig running = Parse(kBase);
+  const DaemonConfig next = Parse(R"(
+memory_budget: 1GiB
+allowed_roots: [/data]
+remote:
+  max_connections_per_host: 8
+  read_ahead_bytes: 32MiB
+  max_attempts: 2
+  s3: {endpoint: "http://127.0.0.1:9000", region: eu-west-1}
+pipelines:
+  train: {dataset: {root: /data/train}, size: 224}
+)");
+  CHECK(ChangedRestartFields(running, next) ==
+        std::vector<std::string>{"remote.max_connections_per_host", "remote.max_attempts",
+                                 "remote.read_ahead_bytes", "remote.s3.endpoint",
+                                 "remote.s3.region"});
+}
+
 TEST_CASE("pipelines are compared by name and definition", "[reload]") {
   const DaemonConfig running = Parse(kBase);
   const DaemonConfig next = Parse(R"(

@@ -241,6 +241,92 @@ pipelines:
                 {"field engine.threads: unknown field"});
 }
 
+TEST_CASE("the remote section: defaults, every field, refusals naming the field", "[config]") {
+  auto d = Parse(kMinimal);
+  REQUIRE(d.ok());
+  const remote::RemoteOptions def;
+  CHECK(d->remote.max_connections_per_host == def.max_connections_per_host);
+  CHECK(d->remote.read_ahead_bytes == def.read_ahead_bytes);
+  CHECK(d->remote.max_attempts == def.max_attempts);
+  CHECK(d->remote.s3_endpoint.empty());
+  auto c = Parse(R"(
+remote:
+  max_connections_per_host: 16
+  requests_per_second_per_host: 250.5
+  connect_timeout_ms: 1500
+  request_timeout_ms: 20000
+  max_attempts: 7
+  initial_backoff_ms: 20
+  max_backoff_ms: 800
+  read_ahead_bytes: 64MiB
+  s3: {endpoint: "http://127.0.0.1:9000", region: eu-west-1, profile: train}
+)" + std::string(kMinimal));
+  REQUIRE(c.ok());
+  const remote::RemoteOptions& r = c->remote;
+  CHECK(r.max_connections_per_host == 16);
+  CHECK(r.requests_per_second_per_host == 250.5);
+  CHECK(r.connect_timeout_ms == 1500);
+  CHECK(r.request_timeout_ms == 20000);
+  CHECK(r.max_attempts == 7);
+  CHECK(r.initial_backoff_ms == 20);
+  CHECK(r.max_backoff_ms == 800);
+  CHECK(r.read_ahead_bytes == 64ull << 20);
+  CHECK(r.s3_endpoint == "http://127.0.0.1:9000");
+  CHECK(r.s3_region == "eu-west-1");
+  CHECK(r.s3_profile == "train");
+  ExpectRefused("remote: {max_connections_per_host: 0}\n" + std::string(kMinimal),
+                {"field remote.max_connections_per_host"});
+  ExpectRefused("remote: {requests_per_second_per_host: -1}\n" + std::string(kMinimal),
+                {"field remote.requests_per_second_per_host"});
+  ExpectRefused("remote: {max_attempts: 0}\n" + std::string(kMinimal), {"field remote.max_attempts"});
+  ExpectRefused("remote: {initial_backoff_ms: 100, max_backoff_ms: 50}\n" + std::string(kMinimal),
+                {"field remote.max_backoff_ms", "at least remote.initial_backoff_ms"});
+  ExpectRefused("remote: {read_ahead_bytes: 1KiB}\n" + std::string(kMinimal),
+                {"field remote.read_ahead_bytes"});
+  ExpectRefused("remote: {s3: {endpoint: minio:9000}}\n" + std::string(kMinimal),
+                {"field remote.s3.endpoint", "http:// or https://"});
+  ExpectRefused("remote: {s3: {bucket: x}}\n" + std::string(kMinimal), {"remote.s3.bucket"});
+  ExpectRefused("remote: {timeout: 3}\n" + std::string(kMinimal), {"remote.timeout"});
+}
+
+TEST_CASE("dataset.urls: a URL list, alone", "[config]") {
+  auto c = Parse("pipelines:\n  web:\n    dataset: {urls: lists/web.tsv}\n", "/etc/conveyor");
+  REQUIRE(c.ok());
+  const DatasetSpec& d = c->pipelines[0].dataset;
+  CHECK(d.kind == DatasetSpec::Kind::kUrlList);
+  CHECK(d.list == "/etc/conveyor/lists/web.tsv");
+  CHECK(DatasetPaths(c->pipelines[0]).size() == 1);
+  CHECK(DatasetPaths(c->pipelines[0])[0].field == "pipelines.web.dataset.urls");
+  ExpectRefused("pipelines:\n  web:\n    dataset: {urls: a.tsv, root: /data}\n",
+                {"field pipelines.web.dataset.urls", "without `root` or `list`"});
+}
+
+TEST_CASE("LoadPipelines reads a URL list and refuses a bad URL naming its entry", "[config]") {
+  TempDir dir;
+  std::ofstream(dir.path() + "/urls.tsv") << "http://127.0.0.1:1/a.jpg\t0\ns3://bucket/b.jpg\t1\n";
+  std::ofstream(dir.path() + "/bad.tsv") << "http://127.0.0.1:1/a.jpg\t0\nhttp://u:pw@/x?sig=S\t1\n";
+  auto c = ParseConfig("pipelines:\n  good: {dataset: {urls: urls.tsv}}\n", "t.yaml", dir.path(),
+                       kMachine);
+  REQUIRE(c.ok());
+  auto p = LoadPipelines(*c);
+  REQUIRE(p.ok());
+  REQUIRE(p->size() == 1);
+  CHECK((*p)[0]->source != nullptr);
+  CHECK((*p)[0]->dataset->size() == 2);
+  c = ParseConfig("pipelines:\n  bad: {dataset: {urls: bad.tsv}}\n", "t.yaml", dir.path(),
+                  kMachine);
+  REQUIRE(c.ok());
+  p = LoadPipelines(*c);
+  REQUIRE_FALSE(p.ok());
+  const std::string msg(p.status().message());
+  INFO(msg);
+  CHECK(msg.find("pipelines.bad.dataset.urls") != std::string::npos);
+  CHECK(msg.find("entry 2") != std::string::npos);
+  CHECK(msg.find("no host") != std::string::npos);
+  CHECK(msg.find("pw") == std::string::npos);
+  CHECK(msg.find("sig=S") == std::string::npos);
+}
+
 TEST_CASE("fetch retry limits are checked against each other and their ranges", "[config]") {
   ExpectRefused("engine: {fetch_retry_max_backoff_ms: 5}\n" + std::string(kMinimal),
                 {"field engine.fetch_retry_max_backoff_ms", "at least fetch_retry_initial_backoff_ms",

@@ -1,0 +1,35 @@
+// RemoteOptions: how the daemon reads remote objects (the config's `remote`
+// section, config/README.md): per-host limits, timeouts, retries, the
+// read-ahead memory bound and where S3 lives. Plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace conveyor::remote {
+
+struct RemoteOptions {
+  // Transfers in flight to one host at most (more wait their turn).
+  uint32_t max_connections_per_host = 64;
+  // Requests started per second per host at most; 0 = no limit.
+  double requests_per_second_per_host = 0;
+  uint32_t connect_timeout_ms = 5'000;
+  // A whole request (connect + answer) longer than this fails (and is retried).
+  uint32_t request_timeout_ms = 60'000;
+  // Tries per request, the first included; retries wait with exponential
+  // backoff and jitter between these two bounds.
+  uint32_t max_attempts = 5;
+  uint32_t initial_backoff_ms = 100;
+  uint32_t max_backoff_ms = 5'000;
+  // Bytes of prefetched objects kept (or on their way) for reads to come.
+  uint64_t read_ahead_bytes = 256ull << 20;
+  // S3: endpoint URL ("" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else
+  // https://s3.REGION.amazonaws.com), region ("" = AWS_REGION,
+  // AWS_DEFAULT_REGION, else us-east-1) and the profile of the shared
+  // credentials file ("" = AWS_PROFILE, else "default").
+  std::string s3_endpoint;
+  std::string s3_region;
+  std::string s3_profile;
+};
+
+}  // namespace conveyor::remote

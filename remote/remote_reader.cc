@@ -1,0 +1,631 @@
+#include "remote/remote_reader.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include <curl/curl.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/mutex.h"
+#include "core/posix_error.h"
+#include "core/stats.h"
+#include "core/text_escape.h"
+#include "remote/backoff.h"
+#include "remote/url.h"
+#include "spdlog/spdlog.h"
+
+namespace conveyor::remote {
+
+namespace {
+
+constexpr uint64_t kWhole = UINT64_MAX;
+// Prefetched bytes nobody claimed for this long are dropped (a stream that
+// ended or moved on will not come for them).
+constexpr uint64_t kUnclaimedTtlNs = 120'000'000'000ull;
+// Prefetches kept at most, whatever their size.
+constexpr size_t kMaxPending = 1u << 16;
+// The longest the I/O thread sleeps without looking at its queues.
+constexpr int kMaxPollMs = 100;
+// Bytes of an error answer kept for the message (S3's <Code>).
+constexpr size_t kMaxErrorBody = 4096;
+// SHA-256 of an empty payload: S3 wants the payload hash in a header.
+constexpr char kEmptySha256[] =
+    "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+// Percent-encodes an S3 key for the URL path (unreserved and '/' kept).
+std::string EncodeKey(std::string_view key) {
+  std::string out;
+  for (unsigned char c : key) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out;
+}
+
+// scheme://host[:port] of an endpoint or URL → "host[:port]".
+std::string AuthorityOf(std::string_view url) {
+  const size_t sep = url.find("://");
+  std::string_view rest = sep == std::string_view::npos ? url : url.substr(sep + 3);
+  return std::string(rest.substr(0, rest.find_first_of("/?#")));
+}
+
+// S3's error code from an XML error body ("NoSuchKey"), or "".
+std::string S3ErrorCode(const std::vector<uint8_t>& body) {
+  const std::string_view b(reinterpret_cast<const char*>(body.data()), body.size());
+  const size_t start = b.find("<Code>");
+  if (start == std::string_view::npos) return "";
+  const size_t end = b.find("</Code>", start);
+  if (end == std::string_view::npos) return "";
+  return EscapeText(b.substr(start + 6, std::min<size_t>(end - start - 6, 64)));
+}
+
+struct Request {
+  // Constant after creation.
+  std::string key;       // object + range: the read-ahead map's key
+  std::string name;      // RedactUrl(object): for messages
+  std::string full_url;  // what libcurl fetches
+  std::string host;      // host[:port]: the unit of the per-host limits
+  bool s3 = false;
+  bool head = false;
+  uint64_t offset = 0;
+  uint64_t length = kWhole;  // kWhole: the whole object
+  uint64_t max_bytes = kWhole;
+
+  // The I/O thread's while !done (then the claimant's, under the reader's mutex).
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  std::vector<uint8_t> body;
+  long http_status = 0;
+  bool status_seen = false;
+  bool range_ignored = false;  // 200 to a Range request: cut the range out
+  uint64_t skip = 0;           // bytes still to skip when range_ignored
+  bool enough = false;         // the range is complete; the transfer was stopped
+  bool too_large = false;
+  uint32_t attempt = 0;  // attempts made
+  uint64_t not_before_ns = 0;
+  std::string last_error;
+  uint64_t size = 0;  // HEAD: Content-Length
+
+  // Guarded by the reader's mutex.
+  bool done = false;
+  bool claimed = false;
+  absl::Status status;
+  uint64_t done_ns = 0;
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+size_t WriteBody(char* data, size_t size, size_t n, void* user) {
+  Request* r = static_cast<Request*>(user);
+  const size_t len = size * n;
+  if (!r->status_seen) {
+    r->status_seen = true;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http_status);
+    if (r->http_status == 200 && r->length != kWhole) {
+      r->range_ignored = true;
+      r->skip = r->offset;
+    }
+  }
+  if (r->http_status >= 300) {
+    // An error document: keep its start for the message.
+    const size_t keep = std::min(len, kMaxErrorBody - std::min(kMaxErrorBody, r->body.size()));
+    r->body.insert(r->body.end(), data, data + keep);
+    return len;
+  }
+  std::string_view chunk(data, len);
+  if (r->range_ignored) {
+    const size_t s = static_cast<size_t>(std::min<uint64_t>(r->skip, chunk.size()));
+    chunk.remove_prefix(s);
+    r->skip -= s;
+  }
+  const uint64_t limit = r->length != kWhole ? r->length : r->max_bytes;
+  const uint64_t room = limit - std::min<uint64_t>(limit, r->body.size());
+  if (chunk.size() > room) {
+    r->body.insert(r->body.end(), chunk.begin(), chunk.begin() + static_cast<ptrdiff_t>(room));
+    if (r->range_ignored) {
+      r->enough = true;
+    } else if (r->length == kWhole) {
+      r->too_large = true;
+    } else {
+      // A 206 longer than the range asked: the server is broken.
+      r->too_large = true;
+    }
+    return 0;  // stops the transfer
+  }
+  r->body.insert(r->body.end(), chunk.begin(), chunk.end());
+  if (r->range_ignored && r->body.size() == r->length) {
+    r->enough = true;
+    return 0;
+  }
+  return len;
+}
+
+}  // namespace
+
+class RemoteReader::Impl {
+ public:
+  Impl(const RemoteOptions& options, const S3Config& s3) : options_(options), s3_(s3) {
+    policy_.max_attempts = std::max<uint32_t>(1, options.max_attempts);
+    policy_.initial_ns = uint64_t{options.initial_backoff_ms} * 1'000'000;
+    policy_.max_ns = std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
+    s3_host_ = AuthorityOf(s3_.endpoint);
+  }
+
+  absl::Status Start() {
+    multi_ = curl_multi_init();
+    if (multi_ == nullptr) return absl::InternalError("curl_multi_init failed");
+    curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS,
+                      static_cast<long>(options_.max_connections_per_host));
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  ~Impl() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    if (multi_ != nullptr) curl_multi_wakeup(multi_);
+    if (thread_.joinable()) thread_.join();
+    if (multi_ != nullptr) curl_multi_cleanup(multi_);
+  }
+
+  absl::StatusOr<RequestPtr> NewRequest(std::string_view object, uint64_t offset,
+                                        uint64_t length, uint64_t max_bytes, bool head) const {
+    absl::StatusOr<ObjectUrl> url = ParseObjectUrl(object);
+    if (!url.ok()) return url.status();
+    auto r = std::make_shared<Request>();
+    r->key = absl::StrCat(head ? "H" : "G", offset, ":", length, ":", std::string(object));
+    r->name = RedactUrl(object);
+    r->head = head;
+    r->offset = offset;
+    r->length = length;
+    r->max_bytes = max_bytes;
+    switch (url->scheme) {
+      case ObjectUrl::Scheme::kHttp:
+      case ObjectUrl::Scheme::kHttps:
+        r->full_url = std::string(object);
+        r->host = url->authority;
+        break;
+      case ObjectUrl::Scheme::kS3:
+        r->s3 = true;
+        if (s3_.path_style) {
+          r->full_url = absl::StrCat(s3_.endpoint, "/", url->authority, "/", EncodeKey(url->path));
+          r->host = s3_host_;
+        } else {
+          const size_t sep = s3_.endpoint.find("://") + 3;
+          r->full_url = absl::StrCat(s3_.endpoint.substr(0, sep), url->authority, ".",
+                                     s3_.endpoint.substr(sep), "/", EncodeKey(url->path));
+          r->host = AuthorityOf(r->full_url);
+        }
+        break;
+    }
+    return r;
+  }
+
+  // Waits for `r` (already submitted or prefetched) and hands over its result.
+  absl::Status Await(const RequestPtr& r, std::vector<uint8_t>* out, uint64_t* size) const {
+    MutexLock lock(&mu_);
+    while (!r->done) cv_.Wait(&mu_);
+    if (!r->status.ok()) return r->status;
+    if (out != nullptr) {
+      out->swap(r->body);
+      r->body.clear();
+      r->body.shrink_to_fit();
+    }
+    if (size != nullptr) *size = r->size;
+    return absl::OkStatus();
+  }
+
+  // Claims a prefetched request for `key`, or submits a new one.
+  absl::StatusOr<RequestPtr> Claim(std::string_view object, uint64_t offset, uint64_t length,
+                                   uint64_t max_bytes, bool head) const {
+    absl::StatusOr<RequestPtr> made = NewRequest(object, offset, length, max_bytes, head);
+    if (!made.ok()) return made.status();
+    RequestPtr fresh = *std::move(made);
+    {
+      MutexLock lock(&mu_);
+      auto it = pending_.find(fresh->key);
+      if (it != pending_.end()) {
+        RequestPtr r = it->second;
+        pending_.erase(it);
+        r->claimed = true;
+        if (r->done) {
+          readahead_bytes_ -= r->body.size();
+        } else {
+          --prefetch_inflight_;
+        }
+        prefetch_hits_.fetch_add(1, std::memory_order_relaxed);
+        return r;
+      }
+      fresh->claimed = true;
+      submissions_.push_back(fresh);
+    }
+    curl_multi_wakeup(multi_);
+    return fresh;
+  }
+
+  bool Prefetch(std::string_view object, uint64_t offset, uint64_t length,
+                uint64_t max_bytes) const {
+    absl::StatusOr<RequestPtr> r = NewRequest(object, offset, length, max_bytes, false);
+    if (!r.ok()) return true;  // the read will report it
+    {
+      MutexLock lock(&mu_);
+      if (pending_.count((*r)->key) != 0) return true;
+      const uint64_t estimate = length != kWhole ? length : avg_object_bytes_;
+      if (pending_.size() >= kMaxPending ||
+          readahead_bytes_ + (prefetch_inflight_ + 1) * estimate > options_.read_ahead_bytes) {
+        return false;
+      }
+      pending_.emplace((*r)->key, *r);
+      ++prefetch_inflight_;
+      submissions_.push_back(*r);
+    }
+    curl_multi_wakeup(multi_);
+    return true;
+  }
+
+  Counters counters() const {
+    Counters c;
+    c.requests_started = requests_started_.load(std::memory_order_relaxed);
+    c.retries = retries_.load(std::memory_order_relaxed);
+    c.prefetch_hits = prefetch_hits_.load(std::memory_order_relaxed);
+    c.max_in_flight = max_in_flight_.load(std::memory_order_relaxed);
+    MutexLock lock(&mu_);
+    c.readahead_bytes = readahead_bytes_;
+    return c;
+  }
+
+ private:
+  // The I/O thread's state of one host.
+  struct Host {
+    std::deque<RequestPtr> queue;
+    uint32_t active = 0;
+    double tokens = 1;
+    uint64_t refilled_ns = 0;
+  };
+
+  void Loop() {
+    std::mt19937_64 rng(std::random_device{}());
+    uint64_t last_sweep_ns = MonotonicNanos();
+    while (true) {
+      std::vector<RequestPtr> fresh;
+      {
+        MutexLock lock(&mu_);
+        if (stopping_) break;
+        fresh.swap(submissions_);
+      }
+      const uint64_t now = MonotonicNanos();
+      for (RequestPtr& r : fresh) hosts_[r->host].queue.push_back(std::move(r));
+      // Retries whose wait is over go back to their host's queue.
+      for (size_t i = 0; i < delayed_.size();) {
+        if (delayed_[i]->not_before_ns <= now) {
+          hosts_[delayed_[i]->host].queue.push_front(delayed_[i]);
+          delayed_[i] = delayed_.back();
+          delayed_.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      uint64_t wake_ns = now + uint64_t{kMaxPollMs} * 1'000'000;
+      for (auto& [name, h] : hosts_) StartQueued(&h, now, &wake_ns);
+      for (const RequestPtr& r : delayed_) wake_ns = std::min(wake_ns, r->not_before_ns);
+
+      int running = 0;
+      curl_multi_perform(multi_, &running);
+      int left = 0;
+      while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        Finished(msg->easy_handle, msg->data.result, &rng);
+      }
+      if (now - last_sweep_ns > 1'000'000'000ull) {
+        DropUnclaimed(now);
+        last_sweep_ns = now;
+      }
+      const uint64_t after = MonotonicNanos();
+      const int timeout_ms =
+          wake_ns <= after ? 0
+                           : static_cast<int>(std::min<uint64_t>((wake_ns - after) / 1'000'000 + 1,
+                                                                 kMaxPollMs));
+      curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+    }
+    // Stopping: fail whatever is left so no reader waits forever.
+    std::vector<RequestPtr> left_over;
+    for (auto& [easy, r] : active_) {
+      curl_multi_remove_handle(multi_, easy);
+      left_over.push_back(r);
+    }
+    active_.clear();
+    for (auto& [name, h] : hosts_) left_over.insert(left_over.end(), h.queue.begin(), h.queue.end());
+    left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
+    MutexLock lock(&mu_);
+    left_over.insert(left_over.end(), submissions_.begin(), submissions_.end());
+    for (const RequestPtr& r : left_over) {
+      ReleaseEasy(r.get());
+      r->status = absl::CancelledError(absl::StrCat("reading ", r->name, ": the reader stopped"));
+      r->done = true;
+    }
+    cv_.SignalAll();
+  }
+
+  void StartQueued(Host* h, uint64_t now, uint64_t* wake_ns) {
+    const double rate = options_.requests_per_second_per_host;
+    if (rate > 0) {
+      const double burst = std::max(1.0, rate / 10);
+      if (h->refilled_ns == 0) h->refilled_ns = now;
+      h->tokens = std::min(burst, h->tokens + (now - h->refilled_ns) * 1e-9 * rate);
+      h->refilled_ns = now;
+    }
+    while (!h->queue.empty() && h->active < options_.max_connections_per_host) {
+      if (rate > 0 && h->tokens < 1) {
+        *wake_ns = std::min(*wake_ns, now + static_cast<uint64_t>((1 - h->tokens) / rate * 1e9) + 1);
+        return;
+      }
+      if (rate > 0) h->tokens -= 1;
+      RequestPtr r = std::move(h->queue.front());
+      h->queue.pop_front();
+      StartTransfer(r);
+      ++h->active;
+    }
+  }
+
+  void StartTransfer(const RequestPtr& r) {
+    ReleaseEasy(r.get());
+    r->body.clear();
+    r->status_seen = false;
+    r->range_ignored = false;
+    r->enough = false;
+    r->too_large = false;
+    r->http_status = 0;
+    ++r->attempt;
+    CURL* e = curl_easy_init();
+    r->easy = e;
+    curl_easy_setopt(e, CURLOPT_URL, r->full_url.c_str());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, r.get());
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &WriteBody);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get());
+    if (r->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    std::string range;
+    if (!r->head && r->length != kWhole) {
+      range = absl::StrCat(r->offset, "-", r->offset + r->length - 1);
+      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());  // copied by libcurl
+    }
+    if (r->s3 && !s3_.access_key_id.empty()) {
+      const std::string sigv4 = absl::StrCat("aws:amz:", s3_.region, ":s3");
+      curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(e, CURLOPT_USERNAME, s3_.access_key_id.c_str());
+      curl_easy_setopt(e, CURLOPT_PASSWORD, s3_.secret_access_key.c_str());
+      r->headers = curl_slist_append(r->headers, kEmptySha256);
+      if (!s3_.session_token.empty()) {
+        const std::string token = absl::StrCat("x-amz-security-token: ", s3_.session_token);
+        r->headers = curl_slist_append(r->headers, token.c_str());
+      }
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+    }
+    active_.emplace(e, r);
+    curl_multi_add_handle(multi_, e);
+    requests_started_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t n = active_.size();
+    if (n > max_in_flight_.load(std::memory_order_relaxed)) {
+      max_in_flight_.store(n, std::memory_order_relaxed);
+    }
+  }
+
+  static void ReleaseEasy(Request* r) {
+    if (r->easy != nullptr) curl_easy_cleanup(r->easy);
+    r->easy = nullptr;
+    if (r->headers != nullptr) curl_slist_free_all(r->headers);
+    r->headers = nullptr;
+  }
+
+  void Finished(CURL* easy, CURLcode code, std::mt19937_64* rng) {
+    auto it = active_.find(easy);
+    if (it == active_.end()) return;
+    RequestPtr r = std::move(it->second);
+    active_.erase(it);
+    curl_multi_remove_handle(multi_, easy);
+    --hosts_[r->host].active;
+    if (r->http_status == 0) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &r->http_status);
+    if (r->head && code == CURLE_OK) {
+      curl_off_t len = -1;
+      curl_easy_getinfo(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+      r->size = len < 0 ? 0 : static_cast<uint64_t>(len);
+      if (len < 0 && r->http_status < 300) {
+        return Complete(r, absl::FailedPreconditionError(absl::StrCat(
+                               "HEAD ", r->name, ": the answer has no Content-Length")));
+      }
+    }
+    const char* verb = r->head ? "HEAD " : "GET ";
+    if (r->enough) return Complete(r, absl::OkStatus());
+    if (r->too_large) {
+      return Complete(r, absl::ResourceExhaustedError(
+                             r->length == kWhole
+                                 ? absl::StrCat(r->name, " is larger than ", r->max_bytes,
+                                                " bytes (max_file_bytes)")
+                                 : absl::StrCat(verb, r->name, ": HTTP 206 answer longer than the ",
+                                                r->length, " bytes asked")));
+    }
+    const bool retry_curl = code != CURLE_OK && IsRetryableCurlCode(code);
+    const bool retry_http = code == CURLE_OK && IsRetryableHttpStatus(r->http_status);
+    if (retry_curl || retry_http) {
+      r->last_error = retry_curl ? std::string(curl_easy_strerror(code))
+                                 : absl::StrCat("HTTP ", r->http_status);
+      if (r->attempt < policy_.max_attempts) {
+        retries_.fetch_add(1, std::memory_order_relaxed);
+        r->not_before_ns = MonotonicNanos() + policy_.DelayNs(r->attempt, (*rng)());
+        ReleaseEasy(r.get());
+        delayed_.push_back(std::move(r));
+        return;
+      }
+      return Complete(r, MarkSystemError(absl::UnavailableError(absl::StrCat(
+                             verb, r->name, ": host ", EscapeText(r->host), " failed ",
+                             r->attempt, " attempts, the last with: ", r->last_error))));
+    }
+    if (code != CURLE_OK) {
+      return Complete(r, MarkSystemError(absl::UnavailableError(
+                             absl::StrCat(verb, r->name, ": host ", EscapeText(r->host), ": ",
+                                          curl_easy_strerror(code)))));
+    }
+    const long s = r->http_status;
+    if (s >= 400) {
+      std::string what = absl::StrCat(verb, r->name, ": HTTP ", s);
+      if (const std::string c = S3ErrorCode(r->body); !c.empty()) absl::StrAppend(&what, " ", c);
+      absl::StrAppend(&what, " from ", EscapeText(r->host));
+      switch (s) {
+        case 404:
+        case 410: return Complete(r, absl::NotFoundError(what));
+        case 401:
+        case 403: return Complete(r, absl::PermissionDeniedError(what));
+        case 416: return Complete(r, absl::OutOfRangeError(absl::StrCat(what, " (range past the end)")));
+        default: return Complete(r, absl::FailedPreconditionError(what));
+      }
+    }
+    if (s >= 300) {
+      return Complete(r, absl::FailedPreconditionError(absl::StrCat(
+                             verb, r->name, ": HTTP ", s, " (redirects are not followed)")));
+    }
+    if (!r->head && r->length != kWhole && r->body.size() != r->length) {
+      return Complete(r, absl::OutOfRangeError(absl::StrCat(
+                             verb, r->name, ": bytes [", r->offset, ", ", r->offset + r->length,
+                             ") asked, the object holds only ", r->body.size(),
+                             " of them")));
+    }
+    Complete(r, absl::OkStatus());
+  }
+
+  void Complete(const RequestPtr& r, absl::Status status) {
+    ReleaseEasy(r.get());
+    if (!status.ok()) r->body.clear();
+    MutexLock lock(&mu_);
+    r->status = std::move(status);
+    r->done = true;
+    r->done_ns = MonotonicNanos();
+    if (!r->claimed) {
+      --prefetch_inflight_;
+      readahead_bytes_ += r->body.size();
+      if (r->status.ok() && r->length == kWhole) {
+        avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
+      }
+    } else if (r->status.ok() && r->length == kWhole) {
+      avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
+    }
+    cv_.SignalAll();
+  }
+
+  void DropUnclaimed(uint64_t now) {
+    MutexLock lock(&mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const Request& r = *it->second;
+      if (r.done && now - r.done_ns > kUnclaimedTtlNs) {
+        readahead_bytes_ -= r.body.size();
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  const RemoteOptions options_;
+  const S3Config s3_;
+  std::string s3_host_;
+  BackoffPolicy policy_;
+  CURLM* multi_ = nullptr;
+  std::thread thread_;
+
+  // The I/O thread's own.
+  std::map<std::string, Host> hosts_;
+  std::unordered_map<CURL*, RequestPtr> active_;
+  std::vector<RequestPtr> delayed_;  // retries waiting for their time
+
+  mutable std::atomic<uint64_t> requests_started_{0};
+  mutable std::atomic<uint64_t> retries_{0};
+  mutable std::atomic<uint64_t> prefetch_hits_{0};
+  mutable std::atomic<uint64_t> max_in_flight_{0};
+
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  mutable std::vector<RequestPtr> submissions_ ABSL_GUARDED_BY(mu_);
+  // Prefetched requests not claimed yet, by key.
+  mutable std::unordered_map<std::string, RequestPtr> pending_ ABSL_GUARDED_BY(mu_);
+  mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // done, unclaimed
+  mutable uint64_t prefetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;  // started, not done, unclaimed
+  mutable uint64_t avg_object_bytes_ ABSL_GUARDED_BY(mu_) = 128 << 10;
+};
+
+RemoteReader::RemoteReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteReader::~RemoteReader() = default;
+
+absl::StatusOr<std::shared_ptr<RemoteReader>> RemoteReader::Create(const RemoteOptions& options,
+                                                                   const S3Config& s3) {
+  static const CURLcode global = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (global != CURLE_OK) {
+    return absl::InternalError(absl::StrCat("curl_global_init: ", curl_easy_strerror(global)));
+  }
+  auto impl = std::make_unique<Impl>(options, s3);
+  if (absl::Status st = impl->Start(); !st.ok()) return st;
+  return std::shared_ptr<RemoteReader>(new RemoteReader(std::move(impl)));
+}
+
+absl::StatusOr<uint64_t> RemoteReader::Size(std::string_view object) const {
+  absl::StatusOr<RequestPtr> r = impl_->Claim(object, 0, kWhole, kWhole, /*head=*/true);
+  if (!r.ok()) return r.status();
+  uint64_t size = 0;
+  if (absl::Status st = impl_->Await(*r, nullptr, &size); !st.ok()) return st;
+  return size;
+}
+
+absl::Status RemoteReader::ReadRange(std::string_view object, uint64_t offset, uint64_t length,
+                                     std::vector<uint8_t>* out) const {
+  if (length == 0) {
+    out->clear();
+    return absl::OkStatus();
+  }
+  if (length == kWhole || offset > kWhole - length) {
+    return absl::OutOfRangeError(absl::StrCat(RedactUrl(object), ": bad range"));
+  }
+  absl::StatusOr<RequestPtr> r = impl_->Claim(object, offset, length, length, false);
+  if (!r.ok()) return r.status();
+  return impl_->Await(*r, out, nullptr);
+}
+
+void RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
+  if (length == 0 || length == kWhole || offset > kWhole - length) return;
+  impl_->Prefetch(object, offset, length, length);
+}
+
+absl::Status RemoteReader::ReadWhole(std::string_view object, uint64_t max_bytes,
+                                     std::vector<uint8_t>* out) const {
+  absl::StatusOr<RequestPtr> r = impl_->Claim(object, 0, kWhole, max_bytes, false);
+  if (!r.ok()) return r.status();
+  return impl_->Await(*r, out, nullptr);
+}
+
+bool RemoteReader::PrefetchWhole(std::string_view object, uint64_t max_bytes) const {
+  return impl_->Prefetch(object, 0, kWhole, max_bytes);
+}
+
+RemoteReader::Counters RemoteReader::counters() const { return impl_->counters(); }
+
+absl::StatusOr<std::shared_ptr<RemoteReader>> MakeRemoteRangeReader(const RemoteOptions& options) {
+  absl::StatusOr<S3Config> s3 = ResolveS3Config(options, [](const char* n) { return std::getenv(n); });
+  if (!s3.ok()) return s3.status();
+  return RemoteReader::Create(options, *s3);
+}
+
+}  // namespace conveyor::remote

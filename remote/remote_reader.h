@@ -1,0 +1,85 @@
+// RemoteReader: a ByteRangeReader over HTTP(S) and S3 (s3://bucket/key,
+// signed with AWS Signature V4 by libcurl) that runs every transfer on one
+// I/O thread of its own through libcurl's multi interface, so hundreds of
+// requests can be in flight while no worker thread is held by any but the
+// reads that really wait.
+//
+//  - Per host: at most max_connections_per_host transfers at once and at
+//    most requests_per_second_per_host started per second; the rest queue.
+//  - Failures worth retrying (5xx, 429, refused/reset connections,
+//    timeouts: remote/backoff.h) are retried up to max_attempts with
+//    exponential backoff and jitter. Then the read fails with UNAVAILABLE
+//    naming the host, marked as an error of the system (IsSystemError), so
+//    the engine retries it and then ends the stream. A 4xx answer (404
+//    missing, 403 forbidden) is an error of the sample (NotFound,
+//    PermissionDenied, ...) naming the object.
+//  - Ranges: "Range: bytes=a-b". 206 is checked against the range asked; a
+//    server that ignores Range (200 with the whole object) is handled: the
+//    range is cut out of the stream and the transfer stopped after it.
+//  - Read-ahead: Prefetch / PrefetchWhole start a request now; its bytes are
+//    kept until the matching read claims them. New prefetches are refused
+//    while the bytes kept plus those on their way (estimated from the
+//    average object) reach read_ahead_bytes; bytes nobody claims are
+//    dropped after kUnclaimedTtl.
+//  - Messages name objects by RedactUrl (no user:password, no query) and
+//    never hold a credential.
+//
+// Thread-safety: every method may be called concurrently from any thread.
+// Destruction stops the I/O thread; reads still waiting fail (CANCELLED).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/byte_range_reader.h"
+#include "remote/remote_options.h"
+#include "remote/s3_credentials.h"
+
+namespace conveyor::remote {
+
+class RemoteReader final : public ByteRangeReader {
+ public:
+  // Starts the I/O thread. `s3` says where s3:// URLs go (ResolveS3Config).
+  static absl::StatusOr<std::shared_ptr<RemoteReader>> Create(const RemoteOptions& options,
+                                                              const S3Config& s3);
+  ~RemoteReader() override;
+  RemoteReader(const RemoteReader&) = delete;
+  RemoteReader& operator=(const RemoteReader&) = delete;
+
+  absl::StatusOr<uint64_t> Size(std::string_view object) const override;
+  absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
+                         std::vector<uint8_t>* out) const override;
+  void Prefetch(std::string_view object, uint64_t offset, uint64_t length) const override;
+
+  // Replaces *out with the whole object; larger than max_bytes is an error
+  // of the object (ResourceExhausted naming it).
+  absl::Status ReadWhole(std::string_view object, uint64_t max_bytes,
+                         std::vector<uint8_t>* out) const;
+  // Starts reading the whole object for a ReadWhole to come. False when the
+  // read-ahead budget is spent (nothing started; try later).
+  bool PrefetchWhole(std::string_view object, uint64_t max_bytes) const;
+
+  struct Counters {
+    uint64_t requests_started = 0;  // attempts, retries included
+    uint64_t retries = 0;
+    uint64_t prefetch_hits = 0;    // reads served by a prefetch (done or in flight)
+    uint64_t readahead_bytes = 0;  // kept now
+    uint64_t max_in_flight = 0;    // the most transfers at once so far
+  };
+  Counters counters() const;
+
+ private:
+  class Impl;
+  explicit RemoteReader(std::unique_ptr<Impl> impl);
+  const std::unique_ptr<Impl> impl_;
+};
+
+// The reader the daemon plugs into sources (URL lists, tar shards): S3
+// settings resolved from `options` and the environment.
+absl::StatusOr<std::shared_ptr<RemoteReader>> MakeRemoteRangeReader(const RemoteOptions& options);
+
+}  // namespace conveyor::remote

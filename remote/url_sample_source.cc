@@ -1,0 +1,47 @@
+#include "remote/url_sample_source.h"
+
+#include "absl/strings/str_cat.h"
+#include "remote/url.h"
+
+namespace conveyor::remote {
+
+absl::StatusOr<std::shared_ptr<const UrlSampleSource>> UrlSampleSource::Create(
+    std::shared_ptr<const DatasetIndex> urls, std::shared_ptr<const RemoteReader> reader,
+    uint64_t max_file_bytes) {
+  for (size_t i = 0; i < urls->size(); ++i) {
+    absl::StatusOr<ObjectUrl> u = ParseObjectUrl(urls->relative_path(i));
+    if (!u.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", i + 1, ": ", u.status().message()));
+    }
+  }
+  return std::make_shared<const UrlSampleSource>(std::move(urls), std::move(reader),
+                                                 max_file_bytes);
+}
+
+UrlSampleSource::UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
+                                 std::shared_ptr<const RemoteReader> reader,
+                                 uint64_t max_file_bytes)
+    : urls_(std::move(urls)),
+      reader_(std::move(reader)),
+      max_file_bytes_(max_file_bytes),
+      requested_(new std::atomic<uint8_t>[urls_->size()]()) {}
+
+absl::Status UrlSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
+  absl::Status st = reader_->ReadWhole(urls_->relative_path(index), max_file_bytes_, out);
+  requested_[index].store(0, std::memory_order_relaxed);
+  return st;
+}
+
+void UrlSampleSource::Prefetch(std::span<const uint64_t> upcoming) const {
+  for (const uint64_t index : upcoming) {
+    if (index >= urls_->size()) continue;
+    std::atomic<uint8_t>& mark = requested_[index];
+    if (mark.load(std::memory_order_relaxed) != 0 || mark.exchange(1) != 0) continue;
+    if (!reader_->PrefetchWhole(urls_->relative_path(index), max_file_bytes_)) {
+      mark.store(0, std::memory_order_relaxed);
+      return;  // the read-ahead budget is spent
+    }
+  }
+}
+
+}  // namespace conveyor::remote

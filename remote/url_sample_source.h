@@ -1,0 +1,47 @@
+// UrlSampleSource: the Fetch stage of a dataset whose samples are URLs
+// (http://, https://, s3://bucket/key; the config's dataset.urls list, one
+// `URL<TAB>label` per line, loaded as a DatasetIndex whose paths are the
+// URLs). Each sample is read whole through a RemoteReader; Prefetch starts
+// the reads of upcoming samples (bounded by the reader's read-ahead budget)
+// so workers find their bytes already there.
+//
+// Thread-safety: Read and Prefetch may be called concurrently from any
+// thread (the per-sample "requested" marks are atomics).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/dataset_index.h"
+#include "core/sample_source.h"
+#include "remote/remote_reader.h"
+
+namespace conveyor::remote {
+
+class UrlSampleSource final : public SampleSource {
+ public:
+  // InvalidArgument naming the entry (1-based) and the URL (redacted) when
+  // one of `urls`' paths is not an object URL (remote/url.h).
+  static absl::StatusOr<std::shared_ptr<const UrlSampleSource>> Create(
+      std::shared_ptr<const DatasetIndex> urls, std::shared_ptr<const RemoteReader> reader,
+      uint64_t max_file_bytes);
+
+  absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
+  void Prefetch(std::span<const uint64_t> upcoming) const override;
+
+  UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
+                  std::shared_ptr<const RemoteReader> reader, uint64_t max_file_bytes);
+
+ private:
+  const std::shared_ptr<const DatasetIndex> urls_;
+  const std::shared_ptr<const RemoteReader> reader_;
+  const uint64_t max_file_bytes_;
+  // 1 while a prefetch of the sample was started and not read yet.
+  const std::unique_ptr<std::atomic<uint8_t>[]> requested_;
+};
+
+}  // namespace conveyor::remote

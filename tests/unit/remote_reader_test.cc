@@ -1,0 +1,256 @@
+// RemoteReader against a real HTTP server on loopback
+// (tests/integration/http_object_server.py, started per test): ranges and
+// whole objects byte for byte, HEAD sizes, a server that ignores Range,
+// 404/416 as errors of the object, 5xx and dropped connections retried,
+// an unreachable host ending UNAVAILABLE naming it, the per-host limits,
+// many transfers in flight from no worker thread, and the read-ahead bound.
+#ifdef CONVEYOR_HAVE_SERVER
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "core/posix_error.h"
+#include "eventually.h"
+#include "remote/remote_reader.h"
+#include "temp_dir.h"
+
+extern char** environ;
+
+namespace conveyor::remote {
+namespace {
+
+// The object server as a child process; killed and reaped at destruction.
+class ObjectServer {
+ public:
+  ObjectServer(const std::string& root, std::vector<std::string> extra) {
+    std::vector<std::string> args = {CONVEYOR_PYTHON,
+                                     std::string(CONVEYOR_SOURCE_DIR) +
+                                         "/tests/integration/http_object_server.py",
+                                     "--root", root};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    REQUIRE(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    std::string line;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fds[0], POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      char buf[64];
+      const ssize_t n = read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    close(fds[0]);
+    INFO(line);
+    REQUIRE(line.rfind("PORT ", 0) == 0);
+    port_ = std::stoi(line.substr(5));
+  }
+  ~ObjectServer() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::string Url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/" + path;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+std::string Bytes(size_t n, int seed) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7 + i / 251) & 0xff);
+  return s;
+}
+
+struct Objects {
+  testing::TempDir dir;
+  std::vector<std::string> data;
+  explicit Objects(int n, size_t size = 64 << 10) {
+    for (int i = 0; i < n; ++i) {
+      data.push_back(Bytes(size + static_cast<size_t>(i), i));
+      std::ofstream(dir.path() + "/o" + std::to_string(i), std::ios::binary) << data.back();
+    }
+  }
+};
+
+std::string Str(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+RemoteOptions FastRetries() {
+  RemoteOptions o;
+  o.initial_backoff_ms = 5;
+  o.max_backoff_ms = 50;
+  return o;
+}
+
+std::shared_ptr<RemoteReader> Reader(const RemoteOptions& o) {
+  auto r = RemoteReader::Create(o, S3Config{});
+  REQUIRE(r.ok());
+  return *r;
+}
+
+TEST_CASE("RemoteReader reads ranges, whole objects and sizes; 404 and 416 name the object",
+          "[remote_reader]") {
+  Objects objs(2);
+  ObjectServer server(objs.dir.path(), {});
+  auto reader = Reader(FastRetries());
+  std::vector<uint8_t> out;
+  REQUIRE(reader->ReadWhole(server.Url("o1"), 1 << 20, &out).ok());
+  CHECK(Str(out) == objs.data[1]);
+  REQUIRE(reader->ReadRange(server.Url("o0"), 1000, 333, &out).ok());
+  CHECK(Str(out) == objs.data[0].substr(1000, 333));
+  auto size = reader->Size(server.Url("o1"));
+  REQUIRE(size.ok());
+  CHECK(*size == objs.data[1].size());
+  // Past the end: 416; overlapping the end: short, refused.
+  absl::Status st = reader->ReadRange(server.Url("o0"), objs.data[0].size() + 5, 10, &out);
+  CHECK(st.code() == absl::StatusCode::kOutOfRange);
+  st = reader->ReadRange(server.Url("o0"), objs.data[0].size() - 5, 10, &out);
+  CHECK(st.code() == absl::StatusCode::kOutOfRange);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("/o0"));
+  st = reader->ReadWhole(server.Url("missing?token=SECRET"), 1 << 20, &out);
+  CHECK(st.code() == absl::StatusCode::kNotFound);
+  CHECK_FALSE(IsSystemError(st));
+  CHECK_THAT(std::string(st.message()), Catch::Contains("/missing?…") && Catch::Contains("404"));
+  CHECK(std::string(st.message()).find("SECRET") == std::string::npos);
+  // Larger than the caller allows: the object's error.
+  st = reader->ReadWhole(server.Url("o0"), 1000, &out);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("RemoteReader cuts the range out of a server that ignores Range", "[remote_reader]") {
+  Objects objs(1);
+  ObjectServer server(objs.dir.path(), {"--ignore-range"});
+  auto reader = Reader(FastRetries());
+  std::vector<uint8_t> out;
+  REQUIRE(reader->ReadRange(server.Url("o0"), 5000, 1234, &out).ok());
+  CHECK(Str(out) == objs.data[0].substr(5000, 1234));
+  REQUIRE(reader->ReadRange(server.Url("o0"), 0, 10, &out).ok());
+  CHECK(Str(out) == objs.data[0].substr(0, 10));
+  CHECK(reader->ReadRange(server.Url("o0"), objs.data[0].size() - 5, 10, &out).code() ==
+        absl::StatusCode::kOutOfRange);
+}
+
+TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right once",
+          "[remote_reader]") {
+  Objects objs(40, 16 << 10);
+  ObjectServer server(objs.dir.path(),
+                      {"--fail-fraction", "0.25", "--drop-fraction", "0.2", "--seed", "11"});
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 30;
+  auto reader = Reader(o);
+  for (int i = 0; i < 40; i += 2) reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 40; ++i) {
+    INFO(i);
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+    REQUIRE(reader->ReadRange(server.Url("o" + std::to_string(i)), 100, 200, &out).ok());
+    CHECK(Str(out) == objs.data[i].substr(100, 200));
+  }
+  CHECK(reader->counters().retries > 0);
+  CHECK(reader->counters().prefetch_hits > 0);
+}
+
+TEST_CASE("RemoteReader: an unreachable host is retried, then UNAVAILABLE naming it",
+          "[remote_reader]") {
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 3;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  // Port 1 on loopback: nothing listens (connections refused).
+  absl::Status st = reader->ReadWhole("http://127.0.0.1:1/x.jpg", 1 << 20, &out);
+  CHECK(st.code() == absl::StatusCode::kUnavailable);
+  CHECK(IsSystemError(st));
+  CHECK_THAT(std::string(st.message()), Catch::Contains("127.0.0.1:1") && Catch::Contains("3 attempts"));
+  CHECK(reader->counters().retries == 2);
+}
+
+TEST_CASE("RemoteReader keeps hundreds of transfers in flight from no worker thread",
+          "[remote_reader]") {
+  Objects objs(200, 1024);
+  ObjectServer server(objs.dir.path(), {"--latency-ms", "1500"});
+  RemoteOptions o = FastRetries();
+  o.max_connections_per_host = 512;
+  auto reader = Reader(o);
+  for (int i = 0; i < 200; ++i) {
+    REQUIRE(reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20));
+  }
+  // Every request sleeps 1.5 s in the server: they overlap or this never holds.
+  CHECK(testing::Eventually([&] { return reader->counters().max_in_flight >= 150; },
+                   std::chrono::seconds(60)));
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 200; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+  }
+}
+
+TEST_CASE("RemoteReader holds to its per-host connection limit and request rate",
+          "[remote_reader]") {
+  Objects objs(24, 1024);
+  ObjectServer server(objs.dir.path(), {"--latency-ms", "50"});
+  RemoteOptions o = FastRetries();
+  o.max_connections_per_host = 3;
+  o.requests_per_second_per_host = 40;  // bursts of 4 at most
+  auto reader = Reader(o);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 24; ++i) reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 24; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+  }
+  CHECK(reader->counters().max_in_flight <= 3);
+  // 24 requests at 40/s after a burst of 4 take at least 0.5 s (a lower
+  // bound: a loaded machine only makes it slower).
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(450));
+}
+
+TEST_CASE("RemoteReader's read-ahead stays within its byte budget", "[remote_reader]") {
+  Objects objs(64, 64 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  RemoteOptions o = FastRetries();
+  o.read_ahead_bytes = 512 << 10;
+  auto reader = Reader(o);
+  // Keep offering every object until nothing more is accepted or in flight.
+  int accepted = 0;
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      accepted += reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20) ? 1 : 0;
+    }
+    CHECK(reader->counters().readahead_bytes <= o.read_ahead_bytes + (64 << 10) + 64);
+    usleep(20'000);
+  }
+  CHECK(reader->counters().readahead_bytes <= o.read_ahead_bytes + (64 << 10) + 64);
+  CHECK(reader->counters().readahead_bytes >= (256 << 10));  // it did read ahead
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+  }
+  CHECK(reader->counters().readahead_bytes == 0);
+  CHECK(reader->counters().prefetch_hits >= 4);
+}
+
+}  // namespace
+}  // namespace conveyor::remote
+#endif  // CONVEYOR_HAVE_SERVER
