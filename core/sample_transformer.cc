@@ -192,7 +192,9 @@ absl::Status SampleTransformer::Start(std::span<const uint8_t> bytes, const Tran
   limits.max_memory = spec.max_decode_memory;
   limits.max_cpu_seconds = spec.max_decode_seconds;
   const char* format = ImageFormatName(bytes);
-  jpeg_ = std::strcmp(format, "JPEG") == 0 || bytes.empty();
+  // JPEG's SOI marker (as JpegDecoder checks it), or nothing: JpegDecoder
+  // names the error.
+  jpeg_ = bytes.empty() || (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8);
   if (jpeg_) {
     absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, limits);
     if (!header.ok()) return header.status();
