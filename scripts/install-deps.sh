@@ -38,6 +38,8 @@ PACKAGES=(
   libsystemd-dev systemd
   # the Prometheus metrics endpoint's HTTP server
   libcivetweb-dev
+  # zlib: the PNG decompression-bomb check of the image decoder
+  zlib1g-dev
 )
 
 missing=()
