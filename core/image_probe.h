@@ -51,7 +51,11 @@ absl::StatusOr<ImageProbe> ProbeImage(std::span<const uint8_t> bytes, const char
 // soon as it produces more than probe.png_raw_bytes (InvalidArgument naming
 // the figures) or the thread's CPU time passes cpu_deadline_ns (0: none;
 // ResourceExhausted). A stream that ends early or is corrupt is left to the
-// decoder. REQUIRES: probe came from ProbeImage(bytes, "PNG").
+// decoder. Skipped (OK at once) when the compressed size is too small for
+// the stream to inflate to much more than the image, or for inflating it to
+// take longer than max_cpu_seconds (> 0): then FFmpeg's single inflate is
+// bounded by the budget, and most photos are inflated only once.
+// REQUIRES: probe came from ProbeImage(bytes, "PNG").
 absl::Status CheckPngInflate(std::span<const uint8_t> bytes, const ImageProbe& probe,
                              int64_t cpu_deadline_ns, double max_cpu_seconds);
 

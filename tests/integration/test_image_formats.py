@@ -108,7 +108,10 @@ def test_every_format_matches_pillow_and_hostile_files_are_named(tmp_path, daemo
     listing = write_list_file(root / "list.txt", entries)
     cfg = daemon_config(root, pipelines={"mixed": pipeline_entry(
         root, dataset={"list": str(listing)}, augment="eval", size=SIDE, resize_size=SIDE,
-        layout="nhwc", dct_scaling=False, max_failure_rate=1.0)})
+        layout="nhwc", dct_scaling=False, max_failure_rate=1.0,
+        # The bomb (~0.5 MB of deflate) could inflate for longer than this,
+        # so it is checked before FFmpeg inflates it.
+        max_decode_seconds=1.0)})
     d = daemon_factory(cfg)
     loader = conveyor.Loader(d.unix, pipeline="mixed", batch_size=4, credits=2, shuffle=False,
                              transport="inline")
