@@ -209,3 +209,27 @@ def test_cmyk_tiff_within_one_level_of_pil(tmp):
     path = _save(tmp, "cmyk.tif", Image.fromarray(_rgb(11)).convert("CMYK"), "TIFF")
     diff = np.abs(decode(path, tmp).astype(int) - reference(path).astype(int))
     assert diff.max() <= 1, diff.max()
+
+
+def test_png_with_metadata_trailing_bytes_and_apng_equal_pil(tmp):
+    """Ancillary chunks (text, compressed text, ICC profile, pHYs, eXIf),
+    bytes after IEND, and an animated PNG (its default image, as Pillow
+    opens it) decode as Pillow decodes them."""
+    from PIL import ImageCms, PngImagePlugin
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "hello")
+    info.add_text("zipped", "compressed " * 20, zip=True)
+    profile = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    path = _save(tmp, "meta.png", _pil("RGB", 12), "PNG", pnginfo=info, icc_profile=profile,
+                 dpi=(300, 300), exif=Image.Exif().tobytes())
+    assert_same(decode(path, tmp), reference(path), "metadata")
+    with open(path, "rb") as f:
+        data = f.read()
+    trailing = os.path.join(tmp, "trailing.png")
+    with open(trailing, "wb") as f:
+        f.write(data + b"bytes after IEND")
+    assert_same(decode(trailing, tmp), reference(trailing), "trailing bytes")
+    frames = [_pil("RGB", s) for s in (13, 14, 15)]
+    apng = os.path.join(tmp, "anim.png")
+    frames[0].save(apng, "PNG", save_all=True, append_images=frames[1:], duration=50)
+    assert_same(decode(apng, tmp), reference(apng), "APNG")
