@@ -2,7 +2,7 @@
 """Generates an ImageNet-like JPEG dataset in ImageFolder layout.
 
     /usr/bin/python3 bench/gen_imagenet_like.py --out DIR --images N --classes C \
-        [--seed S] [--list FILE] [--workers 2]
+        [--seed S] [--list FILE] [--workers 2] [--format jpeg|png|webp]
 
 Layout: DIR/<wnid>/<wnid>_<i>.JPEG, where the class folders are WordNet-like
 ids ("n01234567") drawn from the seed. Image i goes to class i mod C.
@@ -16,6 +16,8 @@ What the images are like (so decode and resize cost what real photos cost):
     and lines filled with their own texture, and fine grain, so the files
     carry high-frequency detail; ~100 KB per file on average (printed at the
     end). Flat or smooth images would decode unrealistically fast.
+--format png writes the same pixels as PNG (Pillow's default compression,
+level 6; .png), --format webp as lossy WebP at the JPEG's quality (.webp).
 Deterministic: image i depends only on (seed, i), not on the worker count.
 --list FILE also writes a list file (`relative/path<TAB>label`, labels =
 index of the class folder in sorted order, as DatasetIndex::LoadImageFolder
@@ -180,11 +182,18 @@ def make_image(seed, index):
     return img.astype(np.uint8), quality
 
 
+# --format: (extension, Pillow save arguments given the JPEG quality).
+FORMATS = {
+    "jpeg": (".JPEG", lambda q: dict(format="JPEG", quality=q, subsampling=2, optimize=False)),
+    "png": (".png", lambda q: dict(format="PNG")),
+    "webp": (".webp", lambda q: dict(format="WEBP", quality=q)),
+}
+
+
 def _write_one(job):
-    seed, index, path = job
+    seed, index, path, fmt = job
     pixels, quality = make_image(seed, index)
-    Image.fromarray(pixels).save(path, format="JPEG", quality=quality, subsampling=2,
-                                 optimize=False)
+    Image.fromarray(pixels).save(path, **FORMATS[fmt][1](quality))
     return os.path.getsize(path)
 
 
@@ -196,6 +205,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--list", help="also write a list file (relative/path<TAB>label)")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--format", choices=sorted(FORMATS), default="jpeg",
+                        help="file format (default jpeg)")
     args = parser.parse_args(argv)
     if args.images <= 0 or args.classes <= 0:
         parser.error("--images and --classes must be > 0")
@@ -207,9 +218,9 @@ def main(argv=None):
     jobs = []
     for i in range(args.images):
         label = i % args.classes
-        rel = "%s/%s_%d.JPEG" % (names[label], names[label], i)
+        rel = "%s/%s_%d%s" % (names[label], names[label], i, FORMATS[args.format][0])
         entries.append((rel, label))
-        jobs.append((args.seed, i, os.path.join(args.out, rel)))
+        jobs.append((args.seed, i, os.path.join(args.out, rel), args.format))
 
     start = time.time()
     if args.workers > 1:

@@ -5,9 +5,11 @@
         [--epochs 3] [--warmup-epochs 1] [--rounds 3] [--workers 1,2,NCORES]
         [--threads NCORES] [--batch-size 64] [--credits 4] [--credits-sweep 1,2]
         [--json-out FILE.json] [--chart-out FILE.png] [--only KINDS] [--quick]
+        [--format jpeg|png|webp]
 
 The same work for every contender, on an ImageFolder tree of JPEGs (made with
-bench/gen_imagenet_like.py when DIR does not exist): read -> decode ->
+bench/gen_imagenet_like.py when DIR does not exist; --format png or webp
+makes it of PNG or lossy WebP files instead, the same pixels): read -> decode ->
 RandomResizedCrop(224) -> RandomHorizontalFlip -> uint8 CHW, batches of 64,
 shuffled, timed full epochs after a warm-up epoch (files in the page cache).
 
@@ -585,6 +587,8 @@ def main(argv):
                          "against prefetch depth)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--format", choices=("jpeg", "png", "webp"), default="jpeg",
+                    help="file format of a generated dataset (default jpeg)")
     ap.add_argument("--only", default=",".join(DEFAULT_KINDS),
                     help="contender kinds to run, comma-separated: %s" % ",".join(KINDS))
     ap.add_argument("--allow-missing", action="store_true",
@@ -640,7 +644,8 @@ def main(argv):
               file=sys.stderr, flush=True)
         subprocess.run([sys.executable, os.path.join(HERE, "gen_imagenet_like.py"), "--out", args.data,
                         "--images", str(args.images), "--classes", str(args.classes),
-                        "--seed", "1", "--workers", str(min(cores, 8))], check=True)
+                        "--seed", "1", "--workers", str(min(cores, 8)), "--format", args.format],
+                       check=True)
     n_images = count_images(args.data)
     if n_images == 0:
         ap.error("%s holds no images in ImageFolder layout" % args.data)

@@ -1,5 +1,5 @@
 // RAII owners for FFmpeg (libav*) handles: every AVFormatContext,
-// AVCodecContext, AVFrame, AVPacket, SwsContext and SwrContext the decoders
+// AVCodecContext, AVFrame, AVPacket, AVBufferRef, SwsContext and SwrContext the decoders
 // use is held by one of these, so no error path leaks one.
 //
 // Thread-safety: an owner is a unique_ptr; FFmpeg handles are not safe for
@@ -36,6 +36,9 @@ struct SwsContextFreer {
 struct SwrContextFreer {
   void operator()(SwrContext* c) const { swr_free(&c); }
 };
+struct AvBufferUnref {
+  void operator()(AVBufferRef* b) const { av_buffer_unref(&b); }
+};
 
 // An input opened with avformat_open_input (closed with avformat_close_input).
 using AvFormatInput = std::unique_ptr<AVFormatContext, AvFormatInputCloser>;
@@ -44,5 +47,7 @@ using AvFramePtr = std::unique_ptr<AVFrame, AvFrameFreer>;
 using AvPacketPtr = std::unique_ptr<AVPacket, AvPacketFreer>;
 using SwsContextPtr = std::unique_ptr<SwsContext, SwsContextFreer>;
 using SwrContextPtr = std::unique_ptr<SwrContext, SwrContextFreer>;
+// A reference to a refcounted FFmpeg buffer (av_buffer_unref on release).
+using AvBufferPtr = std::unique_ptr<AVBufferRef, AvBufferUnref>;
 
 }  // namespace conveyor

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/image_format.h"
+#include "core/thread_cpu_clock.h"
 
 namespace conveyor {
 
@@ -72,13 +73,6 @@ constexpr unsigned kCpuCheckInterval = 8;
 // EstimateDecodeMemory: tables, entropy decoder state and the memory
 // manager's small pools (libjpeg-turbo's first image pool is about 16 KB).
 constexpr uint64_t kFixedDecodeBytes = 256 * 1024;
-
-// CPU time of the calling thread in nanoseconds.
-int64_t ThreadCpuNs() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // "looks like PNG", or "unknown format".
 std::string LooksLike(const char* format) {

@@ -6,12 +6,17 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/image_format.h"
+#include "core/image_probe.h"
 
 namespace conveyor {
 
 static_assert(JpegDecoder::kRowSlack >= Resampler::kReadPadding,
               "decoded rows must carry the resampler's read padding");
+static_assert(FfmpegImageDecoder::kRowSlack >= Resampler::kReadPadding,
+              "converted rows must carry the resampler's read padding");
 
 int ChooseScaleDenom(double src_w, double src_h, int out_w, int out_h) {
   for (int d : {8, 4, 2}) {
@@ -186,10 +191,30 @@ absl::Status SampleTransformer::Start(std::span<const uint8_t> bytes, const Tran
   limits.max_pixels = spec.max_pixels;
   limits.max_memory = spec.max_decode_memory;
   limits.max_cpu_seconds = spec.max_decode_seconds;
-  absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, limits);
-  if (!header.ok()) return header.status();
-  header_ = *header;
+  const char* format = ImageFormatName(bytes);
+  // JPEG's SOI marker (as JpegDecoder checks it), or nothing: JpegDecoder
+  // names the error.
+  jpeg_ = bytes.empty() || (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8);
+  if (jpeg_) {
+    absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, limits);
+    if (!header.ok()) return header.status();
+    header_ = *header;
+  } else if (IsFfmpegImageFormat(format)) {
+    if (ffmpeg_ == nullptr) ffmpeg_ = std::make_unique<FfmpegImageDecoder>();
+    absl::StatusOr<ImageProbe> probe = ffmpeg_->ReadHeader(bytes, format, limits);
+    if (!probe.ok()) return probe.status();
+    header_ = JpegHeader();
+    header_.width = probe->width;
+    header_.height = probe->height;
+  } else {
+    // Named by its magic bytes; file content is never echoed.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a supported image format (",
+        std::strcmp(format, "unknown format") == 0 ? format : absl::StrCat("looks like ", format),
+        ")"));
+  }
   trace_ = Trace();
+  trace_.format = format;
   trace_.image_width = header_.width;
   trace_.image_height = header_.height;
   return absl::OkStatus();
@@ -225,7 +250,7 @@ absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const Tr
 
 absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip,
                                          int scale_denom, uint8_t* out) {
-  int d = scale_denom;
+  int d = jpeg_ ? scale_denom : 1;
   if (d == 0) {
     d = spec.dct_scaling ? ChooseScaleDenom(crop.width, crop.height, spec.output_width,
                                             spec.output_height)
@@ -246,7 +271,7 @@ absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out)
   // Per-axis filter scale of the resize; decode at 1/d only while it stays >= 1.
   const double sx = static_cast<double>(header_.width) / win.resized_width;
   const double sy = static_cast<double>(header_.height) / win.resized_height;
-  const int d = spec.dct_scaling ? ChooseScaleDenom(sx, sy, 1, 1) : 1;
+  const int d = spec.dct_scaling && jpeg_ ? ChooseScaleDenom(sx, sy, 1, 1) : 1;
   ResampleAxis x, y;
   EvalAxis(header_.width, d, win.resized_width, win.left, spec.output_width, &x);
   EvalAxis(header_.height, d, win.resized_height, win.top, spec.output_height, &y);
@@ -264,10 +289,11 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
   region.y1 = y_origin + resampler_.src_y_end();
   trace_.scale_denom = scale_denom;
   trace_.decoded = region;
-  absl::Status s = decoder_.DecodeRegion(
-      region, scale_denom, [this](const uint8_t* rows, size_t stride, int count) {
-        resampler_.PushRows(rows, stride, count);
-      });
+  auto push = [this](const uint8_t* rows, size_t stride, int count) {
+    resampler_.PushRows(rows, stride, count);
+  };
+  absl::Status s = jpeg_ ? decoder_.DecodeRegion(region, scale_denom, push)
+                         : ffmpeg_->DecodeRegion(region, push);
   if (!s.ok()) return s;
 
   const int w = spec.output_width;

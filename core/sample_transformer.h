@@ -1,10 +1,13 @@
-// SampleTransformer: the per-sample hot path of the engine. Decodes one JPEG
-// and applies a TransformSpec (torchvision's RandomResizedCrop + horizontal
+// SampleTransformer: the per-sample hot path of the engine. Decodes one image
+// (JPEG through JpegDecoder; PNG, GIF, WebP, BMP and TIFF through
+// FfmpegImageDecoder, chosen by the file's magic bytes) and applies a
+// TransformSpec (torchvision's RandomResizedCrop + horizontal
 // flip for train, Resize + CenterCrop for eval, then ToTensor/Normalize-style
 // conversion), writing the sample straight into its place in the batch.
 //
-// Only what the output needs is decoded: the crop's columns and rows (see
-// JpegDecoder), at the smallest DCT scale 1/d (d in 1, 2, 4, 8) that keeps the
+// Both decoders hand the same crop/resize/flip/convert code rows of RGB.
+// Only what the output needs is decoded (JPEG) or converted (the others): the
+// crop's columns and rows (see JpegDecoder), at the smallest DCT scale 1/d (d in 1, 2, 4, 8) that keeps the
 // crop at least as large as the output when spec.dct_scaling is set. At
 // d = 1 the result equals torchvision on a PIL image byte for byte (decode as
 // PIL, Pillow's resampler bit-exact, same flip, float32 normalisation computed
@@ -16,14 +19,17 @@
 // Thread-safety: not thread-safe; one SampleTransformer per worker thread.
 // It keeps the libjpeg decompressor and all scratch buffers between samples,
 // so after warm-up no sample allocates (libjpeg's own per-image pool aside).
+// The FFmpeg decoder is made on the first image that needs it.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "absl/status/status.h"
 #include "core/crop_box.h"
+#include "core/ffmpeg_image_decoder.h"
 #include "core/jpeg_decoder.h"
 #include "core/resize.h"
 #include "core/sample_decoder.h"
@@ -50,7 +56,8 @@ class SampleTransformer final : public SampleDecoder {
     bool fallback = false; // train: RandomResizedCrop used its centre fallback
     EvalWindow window;     // eval: the resize + centre-crop window
     bool flip = false;
-    int scale_denom = 1;   // DCT scale 1/scale_denom used for decoding
+    int scale_denom = 1;   // DCT scale 1/scale_denom used for decoding (JPEG only)
+    const char* format = "";  // ImageFormatName of the image
     PixelRegion decoded;   // region decoded, in scaled-image pixels
   };
 
@@ -61,12 +68,13 @@ class SampleTransformer final : public SampleDecoder {
   SampleTransformer(const SampleTransformer&) = delete;
   SampleTransformer& operator=(const SampleTransformer&) = delete;
 
-  // Decodes `bytes` (a JPEG file) and applies `spec` using draws from `rng`
+  // Decodes `bytes` (an image file) and applies `spec` using draws from `rng`
   // (train: crop box then flip, in that order; eval draws nothing), writing
   // exactly SampleBytes(spec) bytes at `out` in spec.layout / spec.dtype.
   // Errors (the caller adds the sample name): InvalidArgument for input that
-  // is not a JPEG, is empty or too large (max_pixels) or for a bad spec;
-  // DataLoss for truncated or corrupt JPEG data; ResourceExhausted when
+  // is in no format decoded here ("not a supported image format (looks like
+  // PDF)"), is empty or too large (max_pixels) or for a bad spec; DataLoss for
+  // truncated or corrupt data, naming the format; ResourceExhausted when
   // decoding would need more than max_decode_memory or took more than
   // max_decode_seconds of CPU. `out` is unspecified on error.
   // REQUIRES: spec passed ValidateTransformSpec (checked again, cheaply);
@@ -76,7 +84,8 @@ class SampleTransformer final : public SampleDecoder {
 
   // Train mode with the geometry given instead of drawn (tools, tests): the
   // crop box in full-resolution pixels, the flip, and the DCT scale
-  // denominator (0: chosen as Run chooses it; 1, 2, 4, 8: forced). Crop boxes
+  // denominator (0: chosen as Run chooses it; 1, 2, 4, 8: forced; images
+  // other than JPEG always decode at full size). Crop boxes
   // that do not fit the image give InvalidArgument.
   absl::Status RunCrop(std::span<const uint8_t> bytes, const TransformSpec& spec,
                        const CropBox& crop, bool flip, int scale_denom, uint8_t* out);
@@ -96,8 +105,10 @@ class SampleTransformer final : public SampleDecoder {
   void PrepareTables(const TransformSpec& spec);
 
   JpegDecoder decoder_;
+  std::unique_ptr<FfmpegImageDecoder> ffmpeg_;  // made on the first non-JPEG image
+  bool jpeg_ = true;                            // which decoder has the current image
   Resampler resampler_;
-  JpegHeader header_;
+  JpegHeader header_;  // width and height of the current image (any format)
   Trace trace_;
   // Per-channel uint8 -> output value tables for float outputs, rebuilt when
   // mean/std change: ((float)v / 255 - mean) / std in float32, and its half.

@@ -40,6 +40,8 @@ PACKAGES=(
   libcivetweb-dev
   # datasets over HTTP(S) and S3 (remote/: libcurl's multi interface, SigV4)
   libcurl4-openssl-dev
+  # zlib: the PNG decompression-bomb check of the image decoder
+  zlib1g-dev
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes the seed corpus of the fuzz targets in tests/fuzz (committed; run
 again only to change it): tiny JPEGs of every kind the decoder meets for
-jpeg_fuzz, configs for config_fuzz, call scripts for request_fuzz and
+jpeg_fuzz, tiny PNG/GIF/WebP/BMP/TIFF files (and damaged ones) for
+image_fuzz, configs for config_fuzz, call scripts for request_fuzz and
 handshakes for handshake_fuzz. Each file is a few hundred bytes; the whole
 corpus stays in the tens of KB. Needs Pillow, cjpeg/jpegtran (libjpeg-turbo)
 and the generated conveyor protobuf module (client/python after a build).
@@ -66,6 +67,45 @@ def jpeg_seeds():
         _write("jpeg_fuzz", "huge_header.jpg", bytes(huge))
         _write("jpeg_fuzz", "truncated.jpg", big[: len(big) // 2])
     _write("jpeg_fuzz", "png_signature.bin", b"\x89PNG\r\n\x1a\n" + b"\0" * 16)
+
+
+def image_seeds():
+    """image_fuzz's inputs: a first byte of 6 (no magic put in front) and a
+    whole file, so the seeds are real files of each format and mode."""
+    import zlib
+
+    def save(name, img, fmt, **kw):
+        out = io.BytesIO()
+        img.save(out, fmt, **kw)
+        _write("image_fuzz", name, b"\x06" + out.getvalue())
+        return out.getvalue()
+
+    rgb = _pattern("RGB", 12, 9)
+    png = save("rgb.png", rgb, "PNG")
+    save("rgba.png", _pattern("RGBA", 9, 7), "PNG")
+    save("palette_trns.png", rgb.quantize(8), "PNG", transparency=2)
+    save("grey16.png", _pattern("I", 8, 8), "PNG")
+    save("bilevel.png", _pattern("1", 11, 5), "PNG")
+    save("still.gif", rgb.quantize(16), "GIF")
+    frames = [_pattern("RGB", 8, 8).quantize(4), _pattern("L", 8, 8).convert("P")]
+    out = io.BytesIO()
+    frames[0].save(out, "GIF", save_all=True, append_images=frames[1:], duration=10)
+    _write("image_fuzz", "animated.gif", b"\x06" + out.getvalue())
+    save("lossy.webp", rgb, "WEBP", quality=30)
+    save("lossless_alpha.webp", _pattern("RGBA", 9, 7), "WEBP", lossless=True)
+    save("rgb.bmp", rgb, "BMP")
+    save("palette.bmp", rgb.quantize(8), "BMP")
+    save("lzw.tif", rgb, "TIFF", compression="tiff_lzw")
+    save("grey_packbits.tif", _pattern("L", 8, 8), "TIFF", compression="packbits")
+    _write("image_fuzz", "truncated.png", b"\x06" + png[: len(png) * 2 // 3])
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    # 4x4 RGB whose IDAT inflates to 2 MB, far past its 52 bytes of rows:
+    # refused by the bomb check.
+    bomb = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(bytes(2000000), 9)) + chunk(b"IEND", b""))
+    _write("image_fuzz", "bomb.png", b"\x06" + bomb)
 
 
 def config_seeds():
@@ -179,12 +219,13 @@ def tar_seeds():
 
 
 def main():
-    for target in ("jpeg_fuzz", "tar_fuzz", "config_fuzz", "request_fuzz", "handshake_fuzz"):
+    for target in ("jpeg_fuzz", "tar_fuzz", "image_fuzz", "config_fuzz", "request_fuzz", "handshake_fuzz"):
         (HERE / target / "seeds").mkdir(parents=True, exist_ok=True)
         (HERE / target / "regressions").mkdir(parents=True, exist_ok=True)
         keep = HERE / target / "regressions" / ".gitkeep"
         keep.touch()
     jpeg_seeds()
+    image_seeds()
     config_seeds()
     request_seeds()
     handshake_seeds()

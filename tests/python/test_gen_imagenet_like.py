@@ -97,3 +97,20 @@ def test_deterministic_for_a_seed(dataset, tmp_path):
     generate(again, workers=1)
     for f in image_files(out):
         assert (again / f.relative_to(out)).read_bytes() == f.read_bytes()
+
+
+@pytest.mark.parametrize("fmt,suffix,pil_format", [("png", ".png", "PNG"),
+                                                   ("webp", ".webp", "WEBP")])
+def test_other_formats_hold_the_same_images(dataset, tmp_path, fmt, suffix, pil_format):
+    """--format png|webp: the same tree, names (but the suffix) and sizes."""
+    out, _, _ = dataset
+    other = tmp_path / fmt
+    subprocess.run([sys.executable, str(GENERATOR), "--out", str(other), "--images", "4",
+                    "--classes", str(CLASSES), "--seed", "3", "--format", fmt],
+                   check=True, capture_output=True, timeout=300)
+    files = image_files(other)
+    assert len(files) == 4 and all(f.suffix == suffix for f in files)
+    for f in files:
+        jpeg = out / f.relative_to(other).with_suffix(".JPEG")
+        with Image.open(f) as im, Image.open(jpeg) as ref:
+            assert im.format == pil_format and im.size == ref.size

@@ -17,9 +17,10 @@ with augment eval, size and resize_size DELIVERED_SIZE and dct_scaling off
 serves it unresampled: its pixels equal a full decode.
 
 Policies the expectations pin down (config/README.md, "Image files"):
-  - the file's content decides, not its extension: a JPEG named .PNG is
-    delivered, a PNG named .jpg is skipped as not a JPEG; extensions only
-    select which names are samples at all (torchvision's list);
+  - the file's content decides, not its extension: a JPEG named .PNG and a
+    PNG named .jpg are both delivered (each by its own decoder), random
+    bytes are skipped as no supported format; extensions only select which
+    names are samples at all (torchvision's list);
   - EXIF orientation is ignored: pixels are served as stored, as
     torchvision's ImageFolder (PIL, no exif_transpose) and decode_jpeg's
     default do;
@@ -38,7 +39,7 @@ unreadable to it, or expect it delivered.
 
 The reason substrings are collected in REASONS so that a change of wording
 in the daemon is one edit here. They are kept to the part that names the
-cause ("not a JPEG", not the detected format after it).
+cause ("not a supported image format", not the detected format after it).
 """
 
 import io
@@ -58,7 +59,7 @@ DELIVERED_SIZE = 64
 # The part of each failure reason the daemon must give (a substring).
 REASONS = {
     "empty": "empty",
-    "not_jpeg": "not a JPEG",
+    "not_image": "not a supported image format",
     "truncated": "truncated JPEG data",
     "corrupt": "corrupt JPEG",
     "max_pixels": "exceeds max_pixels",
@@ -230,10 +231,10 @@ def build(root, outside=None):
     # Refused, each with its reason.
     skipped("zero-byte", a, b"zero.jpg", b"", "empty")
     skipped("random bytes", a, b"random.jpg", rng.integers(1, 255, 3000, dtype=np.uint8).tobytes(),
-            "not_jpeg")
+            "not_image")
     png = io.BytesIO()
     _image(9).save(png, "PNG")
-    skipped("PNG named .jpg", a, b"png_named.jpg", png.getvalue(), "not_jpeg")
+    delivered("PNG named .jpg", a, b"png_named.jpg", png.getvalue())
     skipped("random bytes after SOI", b, b"random_after_soi.jpg",
             b"\xff\xd8" + rng.integers(0, 256, 3000, dtype=np.uint8).tobytes(), "corrupt")
     for pct in (10, 50, 99):
@@ -257,7 +258,7 @@ def build(root, outside=None):
     lossless[_sof(plain) + 1] = 0xC3  # the lossless process
     skipped("lossless (SOF3)", a, b"lossless.jpg", bytes(lossless), "lossless")
     skipped("non-UTF-8 name, random bytes", b, b"\xff\xfe.jpg",
-            rng.integers(1, 255, 100, dtype=np.uint8).tobytes(), "not_jpeg")
+            rng.integers(1, 255, 100, dtype=np.uint8).tobytes(), "not_image")
     os.mkfifo(os.path.join(root, a, b"fifo.jpg"))
     skipped("FIFO", a, b"fifo.jpg", None, "fifo")
     with open(os.path.join(outside, b"secret.jpg"), "wb") as f:

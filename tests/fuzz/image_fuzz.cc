@@ -1,0 +1,115 @@
+// Fuzz target: bytes as an image file other than JPEG (PNG, GIF, WebP, BMP,
+// TIFF: core/image_probe + core/ffmpeg_image_decoder, libavcodec) through
+// the decode stage as a pipeline runs it — SampleTransformer (decode +
+// crop/resize + flip + conversion) writing two samples into a batch slot,
+// then the collate stage's compaction of the failed one(s). The first byte
+// picks the format whose magic bytes are put in front of the rest, so the
+// fuzzer spends its time inside the decoders rather than finding the
+// signatures. Parameters (train or eval, output size 8..39, dtype, layout)
+// come from a hash of the input; images over 2^20 pixels are refused by
+// max_pixels so that every run stays fast.
+// Properties: no sanitizer report; errors are the documented ones
+// (InvalidArgument, DataLoss, or ResourceExhausted for the decode budgets,
+// with a message); a sample that decodes once decodes again to the same
+// bytes (no state leaks between images).
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/batch_layout.h"
+#include "core/collate.h"
+#include "core/jpeg_decoder.h"
+#include "core/rng.h"
+#include "core/sample_transformer.h"
+#include "core/transform_spec.h"
+#include "tests/fuzz/fuzz_target.h"
+
+namespace conveyor::fuzz {
+namespace {
+
+TransformSpec SpecFor(uint64_t h) {
+  TransformSpec spec;
+  spec.mode = (h & 1) ? AugmentMode::kTrain : AugmentMode::kEval;
+  spec.output_height = 8 + static_cast<int>((h >> 1) & 31);
+  spec.output_width = 8 + static_cast<int>((h >> 6) & 31);
+  spec.resize_size = std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 11) & 7);
+  static constexpr DType kTypes[] = {DType::kUint8, DType::kFloat32, DType::kFloat16};
+  spec.dtype = kTypes[((h >> 14) & 3) % 3];
+  spec.layout = (h >> 16) & 1 ? Layout::kNHWC : Layout::kNCHW;
+  spec.dct_scaling = ((h >> 17) & 1) != 0;
+  spec.max_pixels = 1u << 20;
+  return spec;
+}
+
+bool DocumentedError(const absl::Status& st) {
+  return (absl::IsInvalidArgument(st) || absl::IsDataLoss(st) || absl::IsResourceExhausted(st)) &&
+         !st.message().empty();
+}
+
+// Magic bytes of the formats, picked by the input's first byte.
+constexpr std::string_view kMagic[] = {
+    std::string_view("\x89PNG\r\n\x1a\n", 8), "GIF89a", "RIFF", "BM",
+    std::string_view("II*\0", 4), std::string_view("MM\0*", 4)};
+
+}  // namespace
+}  // namespace conveyor::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace conveyor;
+  if (size == 0) return 0;
+  const uint64_t h = fuzz::HashBytes(data, size);
+  const TransformSpec spec = fuzz::SpecFor(h);
+  FUZZ_CHECK(ValidateTransformSpec(spec).ok());
+  // The first byte picks the magic (none: the input as it is, e.g. a whole
+  // seed file); a WebP's "WEBP" tag goes after the 4-byte RIFF size.
+  const int pick = data[0] % 8;
+  std::vector<uint8_t> file;
+  if (pick < 6) {
+    const std::string_view magic = fuzz::kMagic[pick];
+    file.assign(magic.begin(), magic.end());
+    if (pick == 2) {
+      file.insert(file.end(), data + 1, data + std::min<size_t>(size, 5));
+      file.insert(file.end(), {'W', 'E', 'B', 'P'});
+      if (size > 5) file.insert(file.end(), data + 5, data + size);
+    } else {
+      file.insert(file.end(), data + 1, data + size);
+    }
+  } else {
+    file.assign(data + 1, data + size);
+  }
+  const std::span<const uint8_t> bytes(file);
+
+  // One transformer per worker thread in the engine; one here, reused.
+  static SampleTransformer* transformer = new SampleTransformer();
+  const BatchLayout layout = BatchLayout::For(spec, 2);
+  // Aligned for every element type (the engine's slots are page-aligned).
+  std::vector<uint64_t> slot_words((layout.slot_bytes + 7) / 8, 0xA5A5A5A5A5A5A5A5ull);
+  uint8_t* const slot = reinterpret_cast<uint8_t*>(slot_words.data());
+
+  uint8_t failed[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    Rng rng(h + i);
+    const absl::Status st =
+        transformer->Run(bytes, spec, rng, slot + layout.images_offset + i * layout.sample_bytes);
+    if (!st.ok()) {
+      FUZZ_CHECK(fuzz::DocumentedError(st));
+      failed[i] = 1;
+    }
+    std::memcpy(slot + layout.labels_offset + i * 8, &i, sizeof(i));
+  }
+  // The same input and draws give the same verdict, and the same pixels.
+  FUZZ_CHECK(failed[0] == failed[1] || spec.mode == AugmentMode::kTrain);
+  if (!failed[0]) {
+    std::vector<uint8_t> again(layout.sample_bytes);
+    Rng rng(h);
+    FUZZ_CHECK(transformer->Run(bytes, spec, rng, again.data()).ok());
+    FUZZ_CHECK(std::memcmp(again.data(), slot + layout.images_offset, layout.sample_bytes) == 0);
+  }
+  const uint32_t kept = CompactSamples(layout, slot, std::span<const uint8_t>(failed, 2));
+  FUZZ_CHECK(kept == 2u - failed[0] - failed[1]);
+  return 0;
+}
