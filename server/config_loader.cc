@@ -77,12 +77,18 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
-    auto it = loaded.find(d.Key());
+    // A folder lists the files of its pipeline's kind (core/media_extensions.h).
+    const MediaKind media = spec.config.transform.kind;
+    const std::string key = d.kind == DatasetSpec::Kind::kImageFolder
+                                ? absl::StrCat(d.Key(), "\nkind:", ToString(media))
+                                : d.Key();
+    auto it = loaded.find(key);
     if (it == loaded.end()) {
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<std::shared_ptr<const DatasetIndex>> index =
-          d.kind == DatasetSpec::Kind::kImageFolder ? DatasetIndex::LoadImageFolder(d.root)
-                                                    : DatasetIndex::LoadListFile(d.list, d.root);
+          d.kind == DatasetSpec::Kind::kImageFolder
+              ? DatasetIndex::LoadImageFolder(d.root, ExtensionsFor(media))
+              : DatasetIndex::LoadListFile(d.list, d.root);
       if (!index.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(config.source, ": field ", field,
@@ -99,7 +105,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       if (const std::string ignored = (*index)->ignored().Summary(); !ignored.empty()) {
         spdlog::warn("dataset {}: {}", EscapeText(d.root), ignored);
       }
-      it = loaded.emplace(d.Key(), *std::move(index)).first;
+      it = loaded.emplace(key, *std::move(index)).first;
     }
     auto pc = std::make_shared<PipelineConfig>(spec.config);
     pc->dataset = it->second;
