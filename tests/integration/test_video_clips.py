@@ -262,7 +262,12 @@ def test_hostile_videos_fail_per_sample_with_reasons(tmp_path, daemon_factory):
     a = root / "a"
     good = _encode(a / "good.mp4", args=["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "8"])
     data = good.read_bytes()
-    (a / "truncated.mp4").write_bytes(data[: len(data) // 2])
+    (a / "truncated.mp4").write_bytes(data[: len(data) // 2])  # index (moov) at the end: lost
+    fast = _encode(a / "fast.tmp", args=["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "40",
+                                         "-movflags", "+faststart", "-f", "mp4"])
+    fb = fast.read_bytes()
+    fast.unlink()
+    (a / "truncated_data.mp4").write_bytes(fb[: len(fb) * 2 // 3])  # index kept, frames cut
     moov = data.find(b"moov")
     assert moov > 0
     broken = bytearray(data)
@@ -291,9 +296,12 @@ def test_hostile_videos_fail_per_sample_with_reasons(tmp_path, daemon_factory):
     assert "max_frames_decoded (20)" in reasons["a/long_gop.mp4"], reasons
     assert "not a recognised media file" in reasons["a/noise.mkv"], reasons
     assert "not a recognised media file" in reasons["a/no_moov.mp4"], reasons
-    for name in ("a/truncated.mp4", "a/broken_index.mp4"):
-        # Either a clear failure or a clip: never a hang or a crash.
-        if name in reasons:
-            assert reasons[name].startswith(name) or "video" in reasons[name], reasons[name]
+    assert "not a recognised media file" in reasons["a/truncated.mp4"], reasons
+    assert "the video stream has no frames" in reasons["a/broken_index.mp4"], reasons
+    # A file cut inside its frames (index first) is the video its whole packets make.
+    assert "a/truncated_data.mp4" not in reasons, reasons
+    assert sorted(reasons) == sorted("a/" + p.name for p in a.iterdir()
+                                     if p.name not in ("good.mp4", "truncated_data.mp4"))
+    assert len(clips) == 2
     assert d.poll() is None
     print(reasons)

@@ -1047,5 +1047,58 @@ TEST_CASE("metrics.listen: off by default; IP literals and a port", "[config]") 
                 {"field log_format: unknown log format 'xml' (text or json)"});
 }
 
+TEST_CASE("video pipelines: kind video and its fields", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+pipelines:
+  clips:
+    dataset: {root: /data/videos}
+    kind: video
+    size: 112
+    clip_frames: 8
+    frame_stride: 4
+    max_frames_decoded: 300
+    max_duration_seconds: 600
+  eval_clips:
+    dataset: {root: /data/videos}
+    kind: video
+    augment: eval
+    size: 112
+    fps: 7.5
+    layout: nhwc
+)");
+  REQUIRE(c.ok());
+  const TransformSpec& t = c->pipelines[0].config.transform;
+  CHECK(t.kind == MediaKind::kVideo);
+  CHECK(t.video.clip_frames == 8);
+  CHECK(t.video.frame_stride == 4);
+  CHECK(t.video.fps == 0);
+  CHECK(t.video.clip_start == ClipStart::kRandom);  // train's default
+  CHECK(t.video.max_frames_decoded == 300);
+  CHECK(t.video.max_duration_seconds == 600);
+  CHECK(SampleShape(t) == std::vector<int64_t>{8, 3, 112, 112});
+  const TransformSpec& e = c->pipelines[1].config.transform;
+  CHECK(e.video.clip_start == ClipStart::kCenter);  // eval's default
+  CHECK(e.video.fps == 7.5);
+  CHECK(e.video.clip_frames == VideoSpec{}.clip_frames);
+  CHECK(SampleShape(e) == std::vector<int64_t>{16, 112, 112, 3});
+
+  const std::string head = "pipelines:\n  v:\n    dataset: {root: /data}\n";
+  ExpectRefused(head + "    kind: movie\n", {"field pipelines.v.kind", "movie"});
+  ExpectRefused(head + "    clip_frames: 8\n",
+                {"field pipelines.v.clip_frames: is a video field; it needs `kind: video`"});
+  ExpectRefused(head + "    kind: video\n    clip_frames: 0\n", {"field pipelines.v.clip_frames"});
+  ExpectRefused(head + "    kind: video\n    frame_stride: 2\n    fps: 10\n",
+                {"field pipelines.v.fps: give either `frame_stride` or `fps`, not both"});
+  ExpectRefused(head + "    kind: video\n    fps: -1\n", {"field pipelines.v.fps"});
+  ExpectRefused(head + "    kind: video\n    clip_start: middle\n",
+                {"field pipelines.v.clip_start", "middle"});
+  ExpectRefused(head + "    kind: video\n    clip_frames: 32\n    max_frames_decoded: 16\n",
+                {"field pipelines.v.max_frames_decoded: must be at least clip_frames (32), got 16"});
+  ExpectRefused(head + "    kind: video\n    max_duration_seconds: 0\n",
+                {"field pipelines.v.max_duration_seconds"});
+  ExpectRefused(head + "    kind: video\n    dtype: float32\n",
+                {"field pipelines.v.dtype: must be uint8 for video pipelines"});
+}
+
 }  // namespace
 }  // namespace conveyor::server
