@@ -305,3 +305,40 @@ def test_hostile_videos_fail_per_sample_with_reasons(tmp_path, daemon_factory):
     assert len(clips) == 2
     assert d.poll() is None
     print(reasons)
+
+
+def test_cli_and_torch_adapter_handle_clip_batches(media, daemon_factory, tmp_path):
+    """`conveyor pipelines --json` describes the clip shape, `conveyor fetch`
+    writes 5-D batches (npz and npy), the torch adapter yields 5-D tensors."""
+    from conveyor_integration import CLI, PYTHON, client_env
+    root, made = media
+    d = daemon_factory(daemon_config(root, pipelines={"clips": _entry(root, layout="nchw")}))
+    res = subprocess.run([PYTHON, str(CLI), "pipelines", "--server", d.unix, "--json"],
+                         capture_output=True, text=True, timeout=scaled(60), env=client_env())
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    info = info["pipelines"] if isinstance(info, dict) else info
+    assert [(p["name"], p["kind"], p["sample_shape"]) for p in info] == \
+        [("clips", "video", [6, 3, OUT, OUT])]
+    for fmt in ("npz", "npy"):
+        out = tmp_path / fmt
+        res = subprocess.run([PYTHON, str(CLI), "fetch", "--server", d.unix, "--pipeline",
+                              "clips", "--batches", "2", "--batch-size", "3", "--out", str(out),
+                              "--format", fmt],
+                             capture_output=True, text=True, timeout=scaled(120), env=client_env())
+        assert res.returncode == 0, res.stderr
+        if fmt == "npz":
+            images = np.load(out / "batch_00001.npz")["images"]
+        else:
+            images = np.load(out / "batch_00001_images.npy")
+        assert images.shape == (3, 6, 3, OUT, OUT) and images.dtype == np.uint8
+    import torch
+    from conveyor.torch import TorchLoader
+    loader = TorchLoader(d.unix, pipeline="clips", batch_size=4, shuffle=False)
+    try:
+        batches = list(loader)
+    finally:
+        loader.close()
+    x, y = batches[0][0], batches[0][1]
+    assert isinstance(x, torch.Tensor) and tuple(x.shape) == (4, 6, 3, OUT, OUT)
+    assert tuple(y.shape) == (4,)
