@@ -281,7 +281,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
       for (int p = 0; p < 3; ++p) target[p] = planes[p];
     } else {
       const size_t plane = size_t(dst_w) * dst_h;
-      scratch_.resize(planar ? 3 * plane : 3 * plane);
+      scratch_.resize(3 * plane);
       for (int p = 0; p < 3; ++p) target[p] = planar ? scratch_.data() + p * plane : scratch_.data();
     }
     if (planar) {  // GBRP's planes: G, B, R
@@ -356,6 +356,15 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     return absl::OkStatus();
   };
 
+  // Packets of frames the clip does not use may skip decoding when no other
+  // frame refers to them (AVDISCARD_NONREF): B-frames between the keyframe
+  // and the clip, and between strided clip frames. Only with unique
+  // timestamps, which map packets to frames one to one.
+  std::vector<int64_t> needed;
+  for (int64_t i : idx) needed.push_back(pts[i]);
+  needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+  const bool may_skip = std::adjacent_find(pts.begin(), pts.end()) == pts.end();
+
   trace_.seeked = key_ts > pts.front();
   for (int attempt = 0; attempt < 2; ++attempt) {
     int rc = trace_.seeked ? av_seek_frame(fmt, si, key_ts, AVSEEK_FLAG_BACKWARD) : -1;
@@ -366,6 +375,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
       if (rc < 0) return AvError(rc, "video: seeking to the start");
     }
     avcodec_flush_buffers(ctx.get());
+    ctx->skip_frame = AVDISCARD_DEFAULT;
     next = 0;
     any_frame = false;
     bool done = false, restart = false, eof = false;
@@ -381,6 +391,12 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
           av_packet_unref(pkt);
           continue;
         } else {
+          if (may_skip) {
+            const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+            ctx->skip_frame = std::binary_search(needed.begin(), needed.end(), ts)
+                                  ? AVDISCARD_DEFAULT
+                                  : AVDISCARD_NONREF;
+          }
           rc = avcodec_send_packet(ctx.get(), pkt);
           av_packet_unref(pkt);
         }
