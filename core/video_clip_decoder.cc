@@ -73,20 +73,23 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
           std::chrono::duration<double>(spec.max_decode_seconds));
   AvMemoryInput::Options options;
   options.deadline = deadline;
-  ASSIGN_OR_RETURN(std::unique_ptr<AvMemoryInput> input,
-                   AvMemoryInput::Open(bytes, kWhat, options));
-  AVFormatContext* fmt = input->format();
   auto over_time = [&] {
     return absl::ResourceExhaustedError(absl::StrCat(
         "video: decoding took longer than max_decode_seconds (", spec.max_decode_seconds, " s)"));
   };
+  absl::StatusOr<std::unique_ptr<AvMemoryInput>> opened = AvMemoryInput::Open(bytes, kWhat, options);
+  if (!opened.ok()) {
+    if (absl::IsDeadlineExceeded(opened.status())) return over_time();
+    return opened.status();
+  }
+  std::unique_ptr<AvMemoryInput> input = *std::move(opened);
+  AVFormatContext* fmt = input->format();
 
   const AVCodec* codec = nullptr;
   const int si = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
   if (si == AVERROR_STREAM_NOT_FOUND) return SampleError("no video stream");
   if (si == AVERROR_DECODER_NOT_FOUND) {
-    return SampleError(absl::StrCat("no decoder for the video stream's codec (",
-                                    avcodec_get_name(fmt->streams[0]->codecpar->codec_id), ")"));
+    return SampleError("no decoder for the video stream's codec");
   }
   if (si < 0) return AvError(si, "video: finding the video stream");
   AVStream* stream = fmt->streams[si];

@@ -129,6 +129,12 @@ TEST_CASE("video: limits and hostile bytes are errors of the sample", "[video]")
   CHECK_THAT(std::string(st.message()), Catch::Contains("exceeds max_duration_seconds (1.5)"));
 
   spec = ClipSpec(4, ClipStart::kCenter);
+  spec.max_decode_seconds = 1e-9;  // spent before the first packet
+  st = run(spec, bytes);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("longer than max_decode_seconds"));
+
+  spec = ClipSpec(4, ClipStart::kCenter);
   for (const size_t keep : {size_t{0}, size_t{16}, bytes.size() / 3}) {
     st = run(spec, std::span<const uint8_t>(bytes.data(), keep));
     CHECK(st.code() == absl::StatusCode::kInvalidArgument);
