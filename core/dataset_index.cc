@@ -2,6 +2,8 @@
 // compact arena form. See dataset_index.h.
 #include "core/dataset_index.h"
 
+#include "core/media_extensions.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -285,16 +287,19 @@ absl::Status ValidateRelativePath(std::string_view path) {
   return absl::OkStatus();
 }
 
-bool HasImageExtension(std::string_view file_name) {
-  static constexpr std::string_view kExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".pgm",
-                                                     ".bmp", ".tif",  ".tiff", ".webp"};
-  const size_t dot = file_name.find_last_of('.');
-  if (dot == std::string_view::npos) return false;
-  const std::string_view ext = file_name.substr(dot);
-  for (const std::string_view candidate : kExtensions) {
-    if (absl::EqualsIgnoreCase(Sv(ext), Sv(candidate))) return true;
+namespace {
+std::string JoinExtensions(std::span<const std::string_view> extensions) {
+  std::string joined;
+  for (const std::string_view e : extensions) {
+    if (!joined.empty()) joined.push_back(' ');
+    joined.append(e);
   }
-  return false;
+  return joined;
+}
+}  // namespace
+
+bool HasImageExtension(std::string_view file_name) {
+  return HasExtension(file_name, ImageExtensions());
 }
 
 std::string DatasetIndex::FullPath(size_t i) const {
@@ -335,7 +340,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::Finish(
 }
 
 absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolder(
-    const std::string& root_arg) {
+    const std::string& root_arg, std::span<const std::string_view> extensions) {
   const std::string root = NormalizeRoot(root_arg);
   if (absl::Status s = CheckDirectory(root, "dataset root"); !s.ok()) return s;
 
@@ -363,7 +368,8 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
     const std::string class_dir = absl::StrCat(root, "/", class_name);
     absl::StatusOr<std::vector<std::string>> files =
         ListDirectory(index->root_fd_.get(), class_name.c_str(), class_dir, EntryType::kOther,
-                      HasImageExtension, class_name + "/", IgnoredEntries::kNoImageExtension,
+                      [extensions](std::string_view name) { return HasExtension(name, extensions); },
+                      class_name + "/", IgnoredEntries::kNoImageExtension,
                       IgnoredEntries::kNestedFolder, &ignored);
     if (!files.ok()) return files.status();
     for (const std::string& file : *files) {
@@ -376,7 +382,11 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
   }
   if (index->labels_.empty()) {
     return absl::NotFoundError(absl::StrCat("dataset root '", root, "' has ", classes->size(),
-                                            " class folders but no image files"));
+                                            " class folders but no ",
+                                            extensions.data() == ImageExtensions().data()
+                                                ? std::string("image files")
+                                                : absl::StrCat("files with an extension in (",
+                                                               JoinExtensions(extensions), ")")));
   }
   index->class_names_ = *std::move(classes);
   index->ignored_ = std::move(ignored);

@@ -24,12 +24,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/media_extensions.h"
 #include "core/unique_fd.h"
 
 namespace conveyor {
@@ -42,7 +44,8 @@ namespace conveyor {
 struct IgnoredEntries {
   enum Reason {
     kHidden,            // name starts with '.'
-    kNoImageExtension,  // in a class folder, not an image extension
+    kNoImageExtension,  // in a class folder, not an extension of the dataset's kind
+                        // (the summary says "image extension" for every kind)
     kNotAFolderAtRoot,  // directly under the root and not a real folder
     kNestedFolder,      // a folder inside a class folder (not descended into)
     kNumReasons,
@@ -76,8 +79,9 @@ class DatasetIndex {
   //    the labels: label = position in that sorted list. Files directly under
   //    `root` are ignored.
   //  - Samples are the non-hidden entries that are not folders directly
-  //    inside a class folder whose extension is an image extension:
-  //    .jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp, compared
+  //    inside a class folder whose extension is in `extensions` (default:
+  //    the image set .jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp .gif;
+  //    video and audio sets in core/media_extensions.h), compared
   //    case-insensitively (torchvision's IMG_EXTENSIONS). Symbolic links,
   //    FIFOs, sockets and devices among them are indexed but never read:
   //    fetching them is an error of the sample naming why ("symbolic link
@@ -94,7 +98,8 @@ class DatasetIndex {
   // folder or no image at all, and the errno-derived status when a directory
   // cannot be read.
   static absl::StatusOr<std::shared_ptr<const DatasetIndex>> LoadImageFolder(
-      const std::string& root);
+      const std::string& root,
+      std::span<const std::string_view> extensions = ImageExtensions());
 
   // Loads a list file: one `relative/path<TAB>label` per line, label a
   // non-negative decimal integer that fits int32. Lines ending in "\r\n" are
@@ -184,8 +189,8 @@ class DatasetIndex {
 // absolute, no ".." component, no NUL byte. On failure returns the reason.
 absl::Status ValidateRelativePath(std::string_view relative_path);
 
-// Whether `file_name` has one of the ImageFolder image extensions
-// (case-insensitive).
+// Whether `file_name` has one of the image extensions (ImageExtensions(),
+// case-insensitive).
 bool HasImageExtension(std::string_view file_name);
 
 }  // namespace conveyor

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/sample_transformer.h"
+#include "core/video_clip_decoder.h"
 
 namespace conveyor {
 
@@ -15,6 +16,8 @@ absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSp
       if (image_ == nullptr) image_ = std::make_unique<SampleTransformer>();
       return image_->Run(bytes, spec, rng, out);
     case MediaKind::kVideo:
+      if (video_ == nullptr) video_ = std::make_unique<VideoClipDecoder>();
+      return video_->Run(bytes, spec, rng, out);
     case MediaKind::kAudio:
       break;
   }

@@ -77,9 +77,9 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
     const std::vector<std::string>& shards, const ByteRangeReader& reader,
     const TarDatasetOptions& options) {
   for (const std::string& shard : shards) {
-    if (shard.empty() || shard.front() != '/') {
+    if (shard.empty() || (shard.front() != '/' && shard.find("://") == std::string::npos)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("shard path '", EscapeText(shard), "' is not absolute"));
+          absl::StrCat("shard path '", EscapeText(shard), "' is neither absolute nor a URL"));
     }
   }
   std::unique_ptr<TarDataset> d(new TarDataset());

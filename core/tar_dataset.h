@@ -54,7 +54,7 @@ class TarDataset {
     uint64_t size = 0;
   };
 
-  // Scans every shard (absolute paths, else InvalidArgument) through
+  // Scans every shard (absolute paths or URLs, else InvalidArgument) through
   // `reader`. Errors are
   // ScanTar's ("SHARD: offset N: reason"), the grouping errors above
   // ("SHARD: sample 'KEY': reason"), and NotFound when the shards hold no

@@ -63,6 +63,18 @@ const char* ToString(MediaKind k) {
   return "unknown";
 }
 
+const char* ToString(ClipStart c) {
+  switch (c) {
+    case ClipStart::kRandom:
+      return "random";
+    case ClipStart::kCenter:
+      return "center";
+    case ClipStart::kStart:
+      return "start";
+  }
+  return "unknown";
+}
+
 const char* ToString(AugmentMode m) {
   switch (m) {
     case AugmentMode::kTrain:
@@ -159,6 +171,41 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
       spec.max_decode_seconds > kMaxDecodeSeconds) {
     return bad("max_decode_seconds", absl::StrCat("must be in (0, ", kMaxDecodeSeconds, "], got ",
                                                   spec.max_decode_seconds));
+  }
+  if (spec.kind == MediaKind::kVideo) {
+    const VideoSpec& v = spec.video;
+    if (spec.dtype != DType::kUint8) {
+      return bad("dtype", "must be uint8 for video pipelines (clips are uint8 only)");
+    }
+    if (v.clip_frames < 1 || v.clip_frames > kMaxClipFrames) {
+      return bad("clip_frames", absl::StrCat("must be in [1, ", kMaxClipFrames, "], got ",
+                                             v.clip_frames));
+    }
+    if (v.frame_stride < 1 || v.frame_stride > kMaxFrameStride) {
+      return bad("frame_stride", absl::StrCat("must be in [1, ", kMaxFrameStride, "], got ",
+                                              v.frame_stride));
+    }
+    if (!Finite(v.fps) || v.fps < 0 || v.fps > kMaxClipFps) {
+      return bad("fps", absl::StrCat("must be 0 (use frame_stride) or in (0, ", kMaxClipFps,
+                                     "], got ", v.fps));
+    }
+    if (v.fps > 0 && v.frame_stride != 1) {
+      return bad("fps", "and frame_stride exclude each other; give one");
+    }
+    if (v.clip_start != ClipStart::kRandom && v.clip_start != ClipStart::kCenter &&
+        v.clip_start != ClipStart::kStart) {
+      return bad("clip_start", "is not random, center or start");
+    }
+    if (v.max_frames_decoded < v.clip_frames || v.max_frames_decoded > (1 << 24)) {
+      return bad("max_frames_decoded",
+                 absl::StrCat("must be in [clip_frames (", v.clip_frames, "), ", 1 << 24,
+                              "], got ", v.max_frames_decoded));
+    }
+    if (!Finite(v.max_duration_seconds) || !(v.max_duration_seconds > 0) ||
+        v.max_duration_seconds > 1e7) {
+      return bad("max_duration_seconds",
+                 absl::StrCat("must be in (0, 1e7], got ", v.max_duration_seconds));
+    }
   }
   return absl::OkStatus();
 }

@@ -25,11 +25,33 @@ enum class Layout { kNCHW, kNHWC };
 // length of samples per channel, [C, L]. SampleShape gives the shape.
 enum class MediaKind { kImage, kVideo, kAudio };
 
-// Video clips (kind video): the decoder's parameters.
+// Where a video clip starts (kind video): drawn from the sample's Rng
+// (kRandom, uniform over the valid starts), the middle clip (kCenter), or the
+// first frame (kStart). The latter two draw nothing.
+enum class ClipStart { kRandom, kCenter, kStart };
+
+// Video clips (kind video): the decoder's parameters (core/video_clip_decoder.h).
 struct VideoSpec {
   int clip_frames = 16;  // T: frames per clip
+  // Every frame_stride-th frame (in presentation order), used when fps is 0.
+  int frame_stride = 1;
+  // > 0: sample at this rate by timestamps (variable frame rate safe): clip
+  // frame k is the frame shown at start + k / fps.
+  double fps = 0;
+  ClipStart clip_start = ClipStart::kRandom;
+  // Limits against hostile media (each beyond: an error of the sample).
+  // Frames decoded for one clip, the ones before it since the keyframe
+  // included.
+  int max_frames_decoded = 1024;
+  // The video's length, from its timestamps.
+  double max_duration_seconds = 4 * 3600.0;
   bool operator==(const VideoSpec&) const = default;
 };
+
+// Bounds of the video fields (ValidateTransformSpec, the config).
+inline constexpr int kMaxClipFrames = 4096;
+inline constexpr int kMaxFrameStride = 4096;
+inline constexpr double kMaxClipFps = 1000;
 
 // Audio clips (kind audio): the decoder's parameters.
 struct AudioSpec {
@@ -85,6 +107,7 @@ size_t SampleBytes(const TransformSpec& spec);
 size_t ElementSize(DType dtype);
 
 const char* ToString(MediaKind k);  // "image", "video", "audio"
+const char* ToString(ClipStart c);  // "random", "center", "start"
 const char* ToString(AugmentMode m);
 const char* ToString(Layout l);
 const char* ToString(DType d);

@@ -17,6 +17,7 @@
 #include "core/brace_pattern.h"
 #include "core/status_macros.h"
 #include "core/text_escape.h"
+#include "remote/url.h"
 #include "server/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -58,6 +59,7 @@ class Schema : public YamlFields {
   // dataset.shards: one path or brace pattern, or a list of them.
   absl::Status ParseShards(const std::string& field, const YAML::Node& n, DatasetSpec* d) const;
   absl::Status ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) const;
+  absl::Status ParseVideoFields(const std::string& f, const YAML::Node& n, TransformSpec* t) const;
 };
 
 // Bounds of the tar-shard fields.
@@ -437,23 +439,27 @@ absl::Status Schema::ParseShards(const std::string& field, const YAML::Node& n,
     RETURN_IF_ERROR(Scalar(item, field, "a path, a brace pattern or a list of them"));
     RETURN_IF_ERROR(ReadString(item, field, &pattern));
     if (pattern.empty()) return Error(field, item, "empty shard path");
-    for (const char* scheme : {"http://", "https://", "s3://"}) {
-      if (absl::StartsWithIgnoreCase(pattern, scheme)) {
-        return Error(field, item,
-                     absl::StrCat("shard '", EscapeText(pattern),
-                                  "': remote shards need the HTTP reader, which this build of "
-                                  "conveyord does not have yet; give local paths"));
-      }
-    }
     absl::StatusOr<std::vector<std::string>> expanded =
         ExpandBraces(pattern, kMaxShards - d->shards.size());
     if (!expanded.ok()) return Error(field, item, std::string(expanded.status().message()));
     for (const std::string& path : *expanded) {
-      std::string resolved = ResolvePath(base_dir(), path);
+      const bool remote = IsRemoteShard(path);
+      if (!d->shards.empty() && remote != IsRemoteShard(d->shards.front())) {
+        return Error(field, item,
+                     "mixes local and remote shards: give all shards as paths or all as URLs");
+      }
+      std::string resolved = path;
+      if (remote) {
+        if (absl::StatusOr<remote::ObjectUrl> url = remote::ParseObjectUrl(path); !url.ok()) {
+          return Error(field, item, std::string(url.status().message()));
+        }
+      } else {
+        resolved = ResolvePath(base_dir(), path);
+      }
       if (!seen.insert(resolved).second) {
         return Error(field, item,
-                     absl::StrCat("shard '", resolved, "' is listed twice (its samples would be "
-                                  "read twice per epoch)"));
+                     absl::StrCat("shard '", EscapeText(remote::RedactUrl(resolved)),
+                                  "' is listed twice (its samples would be read twice per epoch)"));
       }
       d->shards.push_back(std::move(resolved));
     }
@@ -544,7 +550,65 @@ const std::vector<std::string> kPipelineFields = {"dataset",
                                                   "error_policy",
                                                   "max_failure_rate",
                                                   "failure_rate_min_samples",
-                                                  "max_file_bytes"};
+                                                  "max_file_bytes",
+                                                  "clip_frames",
+                                                  "frame_stride",
+                                                  "fps",
+                                                  "clip_start",
+                                                  "max_frames_decoded",
+                                                  "max_duration_seconds"};
+
+// The video fields (kind video): refused for other kinds, so that a typo'd
+// kind does not silently drop them.
+absl::Status Schema::ParseVideoFields(const std::string& f, const YAML::Node& n,
+                                      TransformSpec* t) const {
+  auto sub = [&](const char* key) { return absl::StrCat(f, ".", key); };
+  static constexpr const char* kVideoFields[] = {"clip_frames", "frame_stride",
+                                                 "fps",         "clip_start",
+                                                 "max_frames_decoded", "max_duration_seconds"};
+  if (t->kind != MediaKind::kVideo) {
+    for (const char* key : kVideoFields) {
+      if (n[key]) return Error(sub(key), n[key], "is a video field; it needs `kind: video`");
+    }
+    return absl::OkStatus();
+  }
+  VideoSpec& v = t->video;
+  v.clip_start = t->mode == AugmentMode::kTrain ? ClipStart::kRandom : ClipStart::kCenter;
+  if (n["clip_frames"]) {
+    RETURN_IF_ERROR(
+        ReadUintAs(n["clip_frames"], sub("clip_frames"), 1, kMaxClipFrames, &v.clip_frames));
+  }
+  if (n["frame_stride"] && n["fps"]) {
+    return Error(sub("fps"), n["fps"], "give either `frame_stride` or `fps`, not both");
+  }
+  if (n["frame_stride"]) {
+    RETURN_IF_ERROR(
+        ReadUintAs(n["frame_stride"], sub("frame_stride"), 1, kMaxFrameStride, &v.frame_stride));
+  }
+  if (n["fps"]) RETURN_IF_ERROR(ReadDouble(n["fps"], sub("fps"), 0.001, kMaxClipFps, &v.fps));
+  int e = 0;
+  if (n["clip_start"]) {
+    RETURN_IF_ERROR(ReadEnum(n["clip_start"], sub("clip_start"), {"random", "center", "start"}, &e));
+    v.clip_start = e == 0 ? ClipStart::kRandom : e == 1 ? ClipStart::kCenter : ClipStart::kStart;
+  }
+  if (n["max_frames_decoded"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["max_frames_decoded"], sub("max_frames_decoded"), 1, 1 << 24,
+                               &v.max_frames_decoded));
+  }
+  if (v.max_frames_decoded < v.clip_frames) {
+    return Error(sub("max_frames_decoded"), n["max_frames_decoded"] ? n["max_frames_decoded"] : n,
+                 absl::StrCat("must be at least clip_frames (", v.clip_frames, "), got ",
+                              v.max_frames_decoded));
+  }
+  if (n["max_duration_seconds"]) {
+    RETURN_IF_ERROR(ReadDouble(n["max_duration_seconds"], sub("max_duration_seconds"), 0.001, 1e7,
+                               &v.max_duration_seconds));
+  }
+  if (t->dtype != DType::kUint8) {
+    return Error(sub("dtype"), n["dtype"], "must be uint8 for video pipelines (clips are uint8 only)");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
                                    const DaemonConfig& c, PipelineSpec* p) const {
@@ -576,9 +640,9 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
 
   int e = 0;
   if (n["kind"]) {
-    // The kinds this build decodes; video and audio join as their decoders land.
-    RETURN_IF_ERROR(ReadEnum(n["kind"], sub("kind"), {"image"}, &e));
-    t.kind = MediaKind::kImage;
+    // The kinds this build decodes; audio joins as its decoder lands.
+    RETURN_IF_ERROR(ReadEnum(n["kind"], sub("kind"), {"image", "video"}, &e));
+    t.kind = e == 1 ? MediaKind::kVideo : MediaKind::kImage;
   }
   if (n["augment"]) {
     RETURN_IF_ERROR(ReadEnum(n["augment"], sub("augment"), {"train", "eval"}, &e));
@@ -669,6 +733,7 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
     RETURN_IF_ERROR(ReadDouble(n["max_decode_seconds"], sub("max_decode_seconds"), 0.001,
                                kMaxDecodeSeconds, &t.max_decode_seconds));
   }
+  RETURN_IF_ERROR(ParseVideoFields(f, n, &t));
   if (n["max_batch_size"]) {
     RETURN_IF_ERROR(
         ReadUintAs(n["max_batch_size"], sub("max_batch_size"), 1, 65536, &pc.max_batch_size));
@@ -831,13 +896,22 @@ std::string DatasetSpec::Key() const {
   return "";
 }
 
+bool IsRemoteShard(const std::string& shard) {
+  for (const char* scheme : {"http://", "https://", "s3://"}) {
+    if (absl::StartsWithIgnoreCase(shard, scheme)) return true;
+  }
+  return false;
+}
+
 std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec) {
   const std::string f = absl::StrCat("pipelines.", spec.config.name, ".dataset");
   const DatasetSpec& d = spec.dataset;
   if (d.kind == DatasetSpec::Kind::kImageFolder) return {{f + ".root", d.root}};
   if (d.kind == DatasetSpec::Kind::kTarShards) {
     std::vector<DatasetPath> paths;
-    for (const std::string& shard : d.shards) paths.push_back({f + ".shards", shard});
+    for (const std::string& shard : d.shards) {
+      if (!IsRemoteShard(shard)) paths.push_back({f + ".shards", shard});  // URLs: no path
+    }
     return paths;
   }
   if (d.kind == DatasetSpec::Kind::kUrlList) return {{f + ".urls", d.list}};

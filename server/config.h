@@ -188,6 +188,10 @@ struct DatasetPath {
   std::string path;   // absolute, lexically normal
 };
 
+// Whether a tar shard is a URL (http://, https://, s3://, any case) read by
+// the remote reader rather than a local path.
+bool IsRemoteShard(const std::string& shard);
+
 // The paths `spec` reads: its ImageFolder root; or its list file and the
 // samples' root (the list's folder, named by dataset.list, when no root is
 // given).

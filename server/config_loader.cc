@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <system_error>
@@ -82,20 +83,31 @@ struct LoadedDataset {
   std::shared_ptr<const DatasetIndex> index;
   std::shared_ptr<const TarDataset> tar;    // tar shards only
   std::shared_ptr<const EpochOrder> order;  // tar shards only
+  std::shared_ptr<const ByteRangeReader> shard_reader;  // tar shards only: local or remote
 };
 
-absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d) {
+// The config's one remote reader (one I/O thread), made on first use.
+using RemoteReaderGetter = std::function<absl::StatusOr<std::shared_ptr<const ByteRangeReader>>()>;
+
+absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d, MediaKind media,
+                                          const RemoteReaderGetter& get_reader) {
   LoadedDataset loaded;
   if (d.kind == DatasetSpec::Kind::kTarShards) {
+    // ParseShards guarantees that the shards are all local or all remote.
+    if (IsRemoteShard(d.shards.front())) {
+      ASSIGN_OR_RETURN(loaded.shard_reader, get_reader());
+    } else {
+      loaded.shard_reader = std::make_shared<LocalRangeReader>();
+    }
     TarDatasetOptions options;
     options.label_key = d.label_key;
-    ASSIGN_OR_RETURN(loaded.tar, TarDataset::Load(d.shards, LocalRangeReader(), options));
+    ASSIGN_OR_RETURN(loaded.tar, TarDataset::Load(d.shards, *loaded.shard_reader, options));
     loaded.index = loaded.tar->index();
     loaded.order = std::make_shared<ShardOrder>(loaded.tar->shard_sizes(), d.shuffle_buffer);
     return loaded;
   }
   ASSIGN_OR_RETURN(loaded.index, d.kind == DatasetSpec::Kind::kImageFolder
-                                     ? DatasetIndex::LoadImageFolder(d.root)
+                                     ? DatasetIndex::LoadImageFolder(d.root, ExtensionsFor(media))
                                      : DatasetIndex::LoadListFile(d.list, d.root));  // list or urls
   return loaded;
 }
@@ -130,15 +142,32 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   RETURN_IF_ERROR(CheckAllowedRoots(config));
   std::map<std::string, LoadedDataset> loaded;
   std::vector<std::shared_ptr<const PipelineConfig>> out;
-  // One reader (one I/O thread) for every URL dataset of this config.
+  // One reader (one I/O thread) for every URL dataset and remote shard of this config.
   std::shared_ptr<const remote::RemoteReader> reader;
+  RemoteReaderGetter get_reader =
+      [&]() -> absl::StatusOr<std::shared_ptr<const ByteRangeReader>> {
+    if (reader == nullptr) {
+      absl::StatusOr<std::shared_ptr<remote::RemoteReader>> r =
+          remote::MakeRemoteRangeReader(config.remote);
+      if (!r.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("remote: ", r.status().message()));
+      }
+      reader = *std::move(r);
+    }
+    return std::shared_ptr<const ByteRangeReader>(reader);
+  };
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
-    auto it = loaded.find(d.Key());
+    // A folder lists the files of its pipeline's kind (core/media_extensions.h).
+    const MediaKind media = spec.config.transform.kind;
+    const std::string key = d.kind == DatasetSpec::Kind::kImageFolder
+                                ? absl::StrCat(d.Key(), "\nkind:", ToString(media))
+                                : d.Key();
+    auto it = loaded.find(key);
     if (it == loaded.end()) {
       const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<LoadedDataset> dataset = LoadDataset(d);
+      absl::StatusOr<LoadedDataset> dataset = LoadDataset(d, media, get_reader);
       if (!dataset.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field,
                                                        DatasetField(d), ": ",
@@ -160,24 +189,18 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
                      "no image member, or not a regular file)",
                      DatasetName(d), dataset->tar->ignored());
       }
-      it = loaded.emplace(d.Key(), *std::move(dataset)).first;
+      it = loaded.emplace(key, *std::move(dataset)).first;
     }
     auto pc = std::make_shared<PipelineConfig>(spec.config);
     pc->dataset = it->second.index;
     if (it->second.tar != nullptr) {
-      pc->source = std::make_shared<TarShardSource>(
-          it->second.tar, std::make_shared<LocalRangeReader>(), spec.config.max_file_bytes);
+      pc->source = std::make_shared<TarShardSource>(it->second.tar, it->second.shard_reader,
+                                                    spec.config.max_file_bytes);
       pc->order = it->second.order;
     }
     if (d.kind == DatasetSpec::Kind::kUrlList) {
-      if (reader == nullptr) {
-        absl::StatusOr<std::shared_ptr<remote::RemoteReader>> r =
-            remote::MakeRemoteRangeReader(config.remote);
-        if (!r.ok()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(config.source, ": field remote: ", r.status().message()));
-        }
-        reader = *std::move(r);
+      if (absl::Status st = get_reader().status(); !st.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", st.message()));
       }
       absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
           remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes);

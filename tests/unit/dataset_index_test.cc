@@ -2,6 +2,7 @@
 // list files built in a temporary directory.
 #include "core/dataset_index.h"
 #include "tests/unit/temp_dir.h"
+#include "absl/strings/str_cat.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -277,6 +278,49 @@ TEST_CASE("MemoryBytes is close to the path bytes plus 12 bytes per entry", "[da
   const size_t bytes = (*index)->MemoryBytes();
   CHECK(bytes >= path_bytes + n * 12);
   CHECK(bytes <= path_bytes + n * 12 + 4096);
+}
+
+
+TEST_CASE("ImageFolder: each media kind lists its own extensions", "[dataset]") {
+  TempDir dir;
+  dir.Write("c/a.jpg");
+  dir.Write("c/b.GIF");
+  dir.Write("c/clip.mp4");
+  dir.Write("c/clip.WebM");
+  dir.Write("c/clip.mkv");
+  dir.Write("c/song.flac");
+  dir.Write("c/song.m4a");
+  dir.Write("c/notes.txt");
+  auto paths = [&](MediaKind kind) {
+    auto index = DatasetIndex::LoadImageFolder(dir.path(), ExtensionsFor(kind));
+    REQUIRE(index.ok());
+    std::vector<std::string> out;
+    for (size_t i = 0; i < (*index)->size(); ++i) out.emplace_back((*index)->relative_path(i));
+    return out;
+  };
+  CHECK(paths(MediaKind::kImage) == std::vector<std::string>{"c/a.jpg", "c/b.GIF"});
+  CHECK(paths(MediaKind::kVideo) ==
+        std::vector<std::string>{"c/clip.WebM", "c/clip.mkv", "c/clip.mp4"});
+  CHECK(paths(MediaKind::kAudio) == std::vector<std::string>{"c/song.flac", "c/song.m4a"});
+  // The default is the image set.
+  auto images = DatasetIndex::LoadImageFolder(dir.path());
+  REQUIRE(images.ok());
+  CHECK((*images)->size() == 2);
+  CHECK((*images)->ignored().counts[IgnoredEntries::kNoImageExtension] == 6);
+  for (std::string_view e : {".mp4", ".mkv", ".webm", ".mov", ".avi"}) {
+    CHECK(HasExtension(absl::StrCat("x", std::string(e)), VideoExtensions()));
+  }
+  for (std::string_view e : {".wav", ".flac", ".mp3", ".opus", ".ogg", ".m4a", ".aac"}) {
+    CHECK(HasExtension(absl::StrCat("x", std::string(e)), AudioExtensions()));
+  }
+  CHECK_FALSE(HasExtension("x.mp4", ImageExtensions()));
+  // A folder of images only has no videos: the message names the set.
+  TempDir pics;
+  pics.Write("c/a.jpg");
+  auto none = DatasetIndex::LoadImageFolder(pics.path(), VideoExtensions());
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(Message(none.status()),
+             Catch::Contains("no files with an extension in (.mp4 .mkv .webm .mov .avi)"));
 }
 
 }  // namespace

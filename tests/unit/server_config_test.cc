@@ -1155,12 +1155,22 @@ TEST_CASE("dataset.shards: lists and brace patterns, label_key, shuffle_buffer")
   CHECK(DatasetPaths(l->pipelines[0])[2].field == "pipelines.p.dataset.shards");
 }
 
+TEST_CASE("dataset.shards: URLs are remote shards, kept as written and outside allowed_roots") {
+  auto c = Parse("allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
+                 "'http://h:8080/s-{0..1}.tar'}\n");
+  REQUIRE(c.ok());
+  CHECK(c->pipelines[0].dataset.shards ==
+        std::vector<std::string>{"http://h:8080/s-0.tar", "http://h:8080/s-1.tar"});
+  CHECK(DatasetPaths(c->pipelines[0]).empty());
+  CHECK(IsRemoteShard("S3://bucket/k.tar"));
+  CHECK_FALSE(IsRemoteShard("/data/http:/x.tar"));
+}
+
 TEST_CASE("dataset.shards: bad values are refused naming the field and the shard") {
-  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: 'https://h/s-{0..3}.tar'}\n",
-                {"field pipelines.p.dataset.shards: shard 'https://h/s-{0..3}.tar': remote "
-                 "shards need the HTTP reader"});
-  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: 's3://b/k.tar'}\n",
-                {"remote shards need the HTTP reader"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: ['https://h/s-0.tar', /d/a.tar]}\n",
+                {"field pipelines.p.dataset.shards: mixes local and remote shards"});
+  ExpectRefused("pipelines:\n  p:\n    dataset: {shards: 'http://'}\n",
+                {"field pipelines.p.dataset.shards"});
   ExpectRefused("pipelines:\n  p:\n    dataset: {shards: '/d/{3..1}.tar'}\n",
                 {"field pipelines.p.dataset.shards: pattern '/d/{3..1}.tar': range '{3..1}' is "
                  "reversed"});
@@ -1180,6 +1190,59 @@ TEST_CASE("dataset.shards: bad values are refused naming the field and the shard
   ExpectRefused("allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
                 "['/data/a.tar', '/mnt/b.tar']}\n",
                 {"field pipelines.p.dataset.shards: '/mnt/b.tar' lies outside the allowed roots"});
+}
+
+TEST_CASE("video pipelines: kind video and its fields", "[config]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+pipelines:
+  clips:
+    dataset: {root: /data/videos}
+    kind: video
+    size: 112
+    clip_frames: 8
+    frame_stride: 4
+    max_frames_decoded: 300
+    max_duration_seconds: 600
+  eval_clips:
+    dataset: {root: /data/videos}
+    kind: video
+    augment: eval
+    size: 112
+    fps: 7.5
+    layout: nhwc
+)");
+  REQUIRE(c.ok());
+  const TransformSpec& t = c->pipelines[0].config.transform;
+  CHECK(t.kind == MediaKind::kVideo);
+  CHECK(t.video.clip_frames == 8);
+  CHECK(t.video.frame_stride == 4);
+  CHECK(t.video.fps == 0);
+  CHECK(t.video.clip_start == ClipStart::kRandom);  // train's default
+  CHECK(t.video.max_frames_decoded == 300);
+  CHECK(t.video.max_duration_seconds == 600);
+  CHECK(SampleShape(t) == std::vector<int64_t>{8, 3, 112, 112});
+  const TransformSpec& e = c->pipelines[1].config.transform;
+  CHECK(e.video.clip_start == ClipStart::kCenter);  // eval's default
+  CHECK(e.video.fps == 7.5);
+  CHECK(e.video.clip_frames == VideoSpec{}.clip_frames);
+  CHECK(SampleShape(e) == std::vector<int64_t>{16, 112, 112, 3});
+
+  const std::string head = "pipelines:\n  v:\n    dataset: {root: /data}\n";
+  ExpectRefused(head + "    kind: movie\n", {"field pipelines.v.kind", "movie"});
+  ExpectRefused(head + "    clip_frames: 8\n",
+                {"field pipelines.v.clip_frames: is a video field; it needs `kind: video`"});
+  ExpectRefused(head + "    kind: video\n    clip_frames: 0\n", {"field pipelines.v.clip_frames"});
+  ExpectRefused(head + "    kind: video\n    frame_stride: 2\n    fps: 10\n",
+                {"field pipelines.v.fps: give either `frame_stride` or `fps`, not both"});
+  ExpectRefused(head + "    kind: video\n    fps: -1\n", {"field pipelines.v.fps"});
+  ExpectRefused(head + "    kind: video\n    clip_start: middle\n",
+                {"field pipelines.v.clip_start", "middle"});
+  ExpectRefused(head + "    kind: video\n    clip_frames: 32\n    max_frames_decoded: 16\n",
+                {"field pipelines.v.max_frames_decoded: must be at least clip_frames (32), got 16"});
+  ExpectRefused(head + "    kind: video\n    max_duration_seconds: 0\n",
+                {"field pipelines.v.max_duration_seconds"});
+  ExpectRefused(head + "    kind: video\n    dtype: float32\n",
+                {"field pipelines.v.dtype: must be uint8 for video pipelines"});
 }
 
 }  // namespace

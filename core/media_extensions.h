@@ -1,0 +1,29 @@
+// The file name extensions that make a file a sample in a folder dataset,
+// one set per media kind (images, videos, audio clips), in one place. The
+// decoders choose by content, never by name: the extension only decides what
+// the index lists. Compared case-insensitively.
+//
+// Thread-safety: pure functions over constant tables.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+#include "core/transform_spec.h"
+
+namespace conveyor {
+
+// Images: .jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp .gif
+std::span<const std::string_view> ImageExtensions();
+// Videos: .mp4 .mkv .webm .mov .avi
+std::span<const std::string_view> VideoExtensions();
+// Audio: .wav .flac .mp3 .opus .ogg .m4a .aac
+std::span<const std::string_view> AudioExtensions();
+// The set of `kind`.
+std::span<const std::string_view> ExtensionsFor(MediaKind kind);
+
+// Whether `file_name` ends in one of `extensions` (case-insensitive; the
+// extension is from the last '.').
+bool HasExtension(std::string_view file_name, std::span<const std::string_view> extensions);
+
+}  // namespace conveyor

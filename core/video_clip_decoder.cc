@@ -1,0 +1,432 @@
+#include "core/video_clip_decoder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/av_error.h"
+#include "core/av_memory_input.h"
+#include "core/status_macros.h"
+
+extern "C" {
+#include <libavutil/pixdesc.h>
+}
+
+namespace conveyor {
+namespace {
+
+constexpr const char* kWhat = "video";
+// Packets listed per file at most (about 46 hours at 25 fps), whatever the
+// duration limit: the list costs 9 bytes a packet.
+constexpr size_t kMaxPackets = size_t{1} << 22;
+
+// One video packet as the demuxer lists it: its presentation time (or
+// decoding time when it has none) and whether it starts a keyframe.
+struct PacketTime {
+  int64_t ts;
+  bool key;
+};
+
+absl::Status SampleError(const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("video: ", why));
+}
+
+// vf_scale's reading of a frame's colour matrix (unknown: BT.601).
+const int* YuvCoefficients(AVColorSpace cs) {
+  int c = static_cast<int>(cs);
+  if (c < 1 || c > 10 || c == 8) c = AVCOL_SPC_BT470BG;
+  return sws_getCoefficients(c);
+}
+
+// Mirrors each row of a W x H image (3 planes of 1 byte, or packed RGB).
+void FlipRows(uint8_t* const planes[3], int width, int height, bool planar) {
+  for (int y = 0; y < height; ++y) {
+    if (planar) {
+      for (int p = 0; p < 3; ++p) std::reverse(planes[p] + size_t(y) * width,
+                                               planes[p] + size_t(y + 1) * width);
+    } else {
+      uint8_t* row = planes[0] + size_t(y) * width * 3;
+      for (int a = 0, b = width - 1; a < b; ++a, --b) {
+        std::swap_ranges(row + a * 3, row + a * 3 + 3, row + b * 3);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+VideoClipDecoder::VideoClipDecoder()
+    : frame_(av_frame_alloc()), packet_(av_packet_alloc()) {}
+VideoClipDecoder::~VideoClipDecoder() = default;
+
+absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                                   Rng& rng, uint8_t* out) {
+  if (frame_ == nullptr || packet_ == nullptr) return AvError(AVERROR(ENOMEM), kWhat);
+  if (spec.kind != MediaKind::kVideo) return absl::InternalError("video decoder: not a video spec");
+  const VideoSpec& v = spec.video;
+  trace_ = Trace{};
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(spec.max_decode_seconds));
+  AvMemoryInput::Options options;
+  options.deadline = deadline;
+  auto over_time = [&] {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "video: decoding took longer than max_decode_seconds (", spec.max_decode_seconds, " s)"));
+  };
+  absl::StatusOr<std::unique_ptr<AvMemoryInput>> opened = AvMemoryInput::Open(bytes, kWhat, options);
+  if (!opened.ok()) {
+    if (absl::IsDeadlineExceeded(opened.status())) return over_time();
+    return opened.status();
+  }
+  std::unique_ptr<AvMemoryInput> input = *std::move(opened);
+  AVFormatContext* fmt = input->format();
+
+  const AVCodec* codec = nullptr;
+  const int si = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+  if (si == AVERROR_STREAM_NOT_FOUND) return SampleError("no video stream");
+  if (si == AVERROR_DECODER_NOT_FOUND) {
+    return SampleError("no decoder for the video stream's codec");
+  }
+  if (si < 0) return AvError(si, "video: finding the video stream");
+  AVStream* stream = fmt->streams[si];
+  const AVCodecParameters* par = stream->codecpar;
+  const int width = par->width, height = par->height;
+  trace_.width = width;
+  trace_.height = height;
+  if (width <= 0 || height <= 0) return SampleError("the video stream has no frame size");
+  if (uint64_t(width) * uint64_t(height) > spec.max_pixels) {
+    return SampleError(absl::StrCat("frame of ", width, "x", height, " exceeds max_pixels (",
+                                    spec.max_pixels, ")"));
+  }
+  const double tb = av_q2d(stream->time_base);
+  if (!(tb > 0)) return SampleError("the video stream has no time base");
+  if (fmt->duration != AV_NOPTS_VALUE &&
+      double(fmt->duration) / AV_TIME_BASE > v.max_duration_seconds) {
+    return SampleError(absl::StrCat("duration ", double(fmt->duration) / AV_TIME_BASE,
+                                    " s exceeds max_duration_seconds (", v.max_duration_seconds,
+                                    ")"));
+  }
+
+  // 1. Every frame's timestamp, from the packets (no decoding).
+  std::vector<PacketTime> packets;
+  AVPacket* pkt = packet_.get();
+  for (;;) {
+    if (input->past_deadline()) return over_time();
+    const int rc = av_read_frame(fmt, pkt);
+    if (rc == AVERROR_EOF) break;
+    if (rc < 0) {
+      // A file cut short ends its list where its packets end; other errors are the file's.
+      if (rc == AVERROR_EXIT) return over_time();
+      if (!packets.empty() && avio_feof(fmt->pb)) break;
+      return AvError(rc, "video: reading packets");
+    }
+    if (pkt->stream_index == si && !(pkt->flags & AV_PKT_FLAG_DISCARD)) {
+      const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+      if (ts == AV_NOPTS_VALUE) {
+        av_packet_unref(pkt);
+        return SampleError("a video packet has no timestamp");
+      }
+      packets.push_back({ts, (pkt->flags & AV_PKT_FLAG_KEY) != 0});
+      if (packets.size() > kMaxPackets) {
+        av_packet_unref(pkt);
+        return SampleError(absl::StrCat("more than ", kMaxPackets, " video packets"));
+      }
+    }
+    av_packet_unref(pkt);
+  }
+  if (packets.empty()) return SampleError("the video stream has no frames");
+  std::vector<int64_t> pts;
+  pts.reserve(packets.size());
+  for (const PacketTime& p : packets) pts.push_back(p.ts);
+  std::sort(pts.begin(), pts.end());
+  const int64_t n = static_cast<int64_t>(pts.size());
+  trace_.frames_in_video = n;
+  if (double(pts.back() - pts.front()) * tb > v.max_duration_seconds) {
+    return SampleError(absl::StrCat("duration ", double(pts.back() - pts.front()) * tb,
+                                    " s exceeds max_duration_seconds (", v.max_duration_seconds,
+                                    ")"));
+  }
+
+  // 2. The clip's frames.
+  const int T = v.clip_frames;
+  auto time_of = [&](int64_t i) { return double(pts[i] - pts[0]) * tb; };
+  int64_t starts = 1;  // valid starts: [0, starts)
+  if (v.fps > 0) {
+    const double span = double(T - 1) / v.fps;
+    const double last = time_of(n - 1);
+    while (starts < n && time_of(starts) + span <= last + 1e-9) ++starts;
+    if (time_of(0) + span > last + 1e-9) starts = 1;
+  } else {
+    const int64_t span = int64_t(T - 1) * v.frame_stride;
+    starts = n - 1 >= span ? n - span : 1;
+  }
+  int64_t s = 0;
+  switch (v.clip_start) {
+    case ClipStart::kRandom:
+      s = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(starts)));
+      break;
+    case ClipStart::kCenter:
+      s = (starts - 1) / 2;
+      break;
+    case ClipStart::kStart:
+      s = 0;
+      break;
+  }
+  std::vector<int64_t>& idx = trace_.frame_indices;
+  idx.resize(T);
+  int64_t shown = s;  // fps: the last frame whose time is <= the clip frame's time
+  for (int k = 0; k < T; ++k) {
+    if (v.fps > 0) {
+      const double t = time_of(s) + double(k) / v.fps + 1e-9;
+      while (shown + 1 < n && time_of(shown + 1) <= t) ++shown;
+      idx[k] = shown;
+    } else {
+      idx[k] = std::min<int64_t>(s + int64_t(k) * v.frame_stride, n - 1);
+    }
+  }
+  for (int k = 0; k < T; ++k) trace_.frame_pts.push_back(pts[idx[k]]);
+
+  // 3. Geometry: one box and one flip for the whole clip.
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(par->format));
+  CropBox box{0, 0, height, width};
+  EvalWindow window;
+  bool flip = false;
+  if (spec.mode == AugmentMode::kTrain) {
+    box = RandomResizedCropBox(width, height, spec, rng);
+    if (desc != nullptr) {
+      box.left &= ~((1 << desc->log2_chroma_w) - 1);
+      box.top &= ~((1 << desc->log2_chroma_h) - 1);
+    }
+    flip = rng.Bernoulli(spec.flip_probability);
+  } else {
+    window = EvalCenterWindow(width, height, spec);
+  }
+  trace_.crop = box;
+  trace_.window = window;
+  trace_.flip = flip;
+
+  // 4. Decode from the keyframe before the clip.
+  AvCodecContextPtr ctx(avcodec_alloc_context3(codec));
+  if (ctx == nullptr) return AvError(AVERROR(ENOMEM), kWhat);
+  if (int rc = avcodec_parameters_to_context(ctx.get(), par); rc < 0) {
+    return AvError(rc, "video: codec parameters");
+  }
+  ctx->thread_count = 1;
+  ctx->thread_type = 0;
+  ctx->pkt_timebase = stream->time_base;
+  if (int rc = avcodec_open2(ctx.get(), codec, nullptr); rc < 0) {
+    return AvError(rc, absl::StrCat("video: opening the ", codec->name, " decoder"));
+  }
+
+  const int64_t first = idx.front();
+  int64_t key_ts = pts.front();
+  for (const PacketTime& p : packets) {
+    if (p.key && p.ts <= pts[first] && p.ts > key_ts) key_ts = p.ts;
+  }
+  packets = {};
+
+  const int H = spec.output_height, W = spec.output_width;
+  const bool planar = spec.layout == Layout::kNCHW;
+  const size_t frame_bytes = size_t(3) * H * W;
+  const AVPixelFormat dst_fmt = planar ? AV_PIX_FMT_GBRP : AV_PIX_FMT_RGB24;
+
+  // Converts `f` into clip position k.
+  auto convert = [&](AVFrame* f, int k) -> absl::Status {
+    uint8_t* o = out + frame_bytes * k;
+    uint8_t* planes[3];  // R, G, B (planar) or the packed frame
+    if (planar) {
+      planes[0] = o;
+      planes[1] = o + size_t(H) * W;
+      planes[2] = o + 2 * size_t(H) * W;
+    } else {
+      planes[0] = planes[1] = planes[2] = o;
+    }
+    int src_w = width, src_h = height, dst_w = W, dst_h = H;
+    if (spec.mode == AugmentMode::kTrain) {
+      f->crop_top = box.top;
+      f->crop_left = box.left;
+      f->crop_bottom = height - box.top - box.height;
+      f->crop_right = width - box.left - box.width;
+      if (int rc = av_frame_apply_cropping(f, AV_FRAME_CROP_UNALIGNED); rc < 0) {
+        return AvError(rc, "video: cropping a frame");
+      }
+      src_w = box.width;
+      src_h = box.height;
+    } else {
+      dst_w = window.resized_width;
+      dst_h = window.resized_height;
+    }
+    sws_.reset(sws_getCachedContext(sws_.release(), src_w, src_h,
+                                    static_cast<AVPixelFormat>(f->format), dst_w, dst_h, dst_fmt,
+                                    SWS_BILINEAR, nullptr, nullptr, nullptr));
+    if (sws_ == nullptr) {
+      return SampleError(absl::StrCat("cannot convert frames of pixel format ",
+                                      av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
+    }
+    // As FFmpeg's scale filter: the frame's matrix and range.
+    int* inv_table = nullptr;
+    int* table = nullptr;
+    int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
+    sws_getColorspaceDetails(sws_.get(), &inv_table, &src_range, &table, &dst_range, &brightness,
+                             &contrast, &saturation);
+    const int* coefficients = YuvCoefficients(f->colorspace);
+    if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG;
+    sws_setColorspaceDetails(sws_.get(), coefficients, src_range, coefficients, dst_range,
+                             brightness, contrast, saturation);
+    uint8_t* dst[4] = {nullptr, nullptr, nullptr, nullptr};
+    int dst_stride[4] = {0, 0, 0, 0};
+    uint8_t* target[3];
+    if (spec.mode == AugmentMode::kTrain) {
+      for (int p = 0; p < 3; ++p) target[p] = planes[p];
+    } else {
+      const size_t plane = size_t(dst_w) * dst_h;
+      scratch_.resize(3 * plane);
+      for (int p = 0; p < 3; ++p) target[p] = planar ? scratch_.data() + p * plane : scratch_.data();
+    }
+    if (planar) {  // GBRP's planes: G, B, R
+      dst[0] = target[1];
+      dst[1] = target[2];
+      dst[2] = target[0];
+      dst_stride[0] = dst_stride[1] = dst_stride[2] = dst_w;
+    } else {
+      dst[0] = target[0];
+      dst_stride[0] = dst_w * 3;
+    }
+    const int rows = sws_scale(sws_.get(), f->data, f->linesize, 0, src_h, dst, dst_stride);
+    if (rows != dst_h) return SampleError("scaling a frame failed");
+    if (spec.mode == AugmentMode::kEval) {
+      const int bpp = planar ? 1 : 3;
+      for (int p = 0; p < (planar ? 3 : 1); ++p) {
+        for (int y = 0; y < H; ++y) {
+          std::memcpy(planes[p] + size_t(y) * W * bpp,
+                      target[p] + (size_t(window.top + y) * dst_w + window.left) * bpp,
+                      size_t(W) * bpp);
+        }
+      }
+    }
+    if (flip) FlipRows(planes, W, H, planar);
+    return absl::OkStatus();
+  };
+
+  int next = 0;  // clip positions [0, next) are written
+  bool restarted = false;
+  bool any_frame = false;
+  int64_t last_ts = 0, same_ts = 0;
+  // Handles one decoded frame; sets `done` when the clip is complete and
+  // `restart` when the seek landed past the clip's first frame.
+  auto take = [&](AVFrame* f, bool* done, bool* restart) -> absl::Status {
+    if (++trace_.frames_decoded > v.max_frames_decoded) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("video: the clip needs more than max_frames_decoded (",
+                       v.max_frames_decoded, ") decoded frames"));
+    }
+    if (f->width != width || f->height != height) {
+      return SampleError(absl::StrCat("frame size changed from ", width, "x", height, " to ",
+                                      f->width, "x", f->height));
+    }
+    int64_t ts = f->best_effort_timestamp;
+    if (ts == AV_NOPTS_VALUE) ts = f->pts;
+    if (ts == AV_NOPTS_VALUE) return SampleError("a decoded frame has no timestamp");
+    // Frames sharing a timestamp (a broken or coarse time base) take its
+    // indices in decoding order.
+    const int64_t lo = std::lower_bound(pts.begin(), pts.end(), ts) - pts.begin();
+    const int64_t hi = std::upper_bound(pts.begin(), pts.end(), ts) - pts.begin();
+    same_ts = any_frame && ts == last_ts ? same_ts + 1 : 0;
+    last_ts = ts;
+    const int64_t i = hi == lo ? lo - 1 : std::min(lo + same_ts, hi - 1);
+    const bool first_frame = !any_frame;
+    any_frame = true;
+    if (first_frame && i > idx[0] && trace_.seeked && !restarted) {
+      *restart = true;
+      return absl::OkStatus();
+    }
+    if (i < idx[next]) return absl::OkStatus();
+    if (i > idx[next]) {
+      return absl::DataLossError(absl::StrCat("video: frame ", idx[next], " of ", n,
+                                              " did not decode (corrupt or truncated file)"));
+    }
+    const int k0 = next;
+    RETURN_IF_ERROR(convert(f, k0));
+    while (next < T && idx[next] == i) {
+      if (next != k0) std::memcpy(out + frame_bytes * next, out + frame_bytes * k0, frame_bytes);
+      ++next;
+    }
+    *done = next == T;
+    return absl::OkStatus();
+  };
+
+  // Packets of frames the clip does not use may skip decoding when no other
+  // frame refers to them (AVDISCARD_NONREF): B-frames between the keyframe
+  // and the clip, and between strided clip frames. Only with unique
+  // timestamps, which map packets to frames one to one.
+  std::vector<int64_t> needed;
+  for (int64_t i : idx) needed.push_back(pts[i]);
+  needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+  const bool may_skip = std::adjacent_find(pts.begin(), pts.end()) == pts.end();
+
+  trace_.seeked = key_ts > pts.front();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int rc = trace_.seeked ? av_seek_frame(fmt, si, key_ts, AVSEEK_FLAG_BACKWARD) : -1;
+    if (rc < 0) {
+      trace_.seeked = false;
+      rc = avformat_seek_file(fmt, si, INT64_MIN, pts.front(), pts.front(), 0);
+      if (rc < 0) rc = av_seek_frame(fmt, si, pts.front(), AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY);
+      if (rc < 0) return AvError(rc, "video: seeking to the start");
+    }
+    avcodec_flush_buffers(ctx.get());
+    ctx->skip_frame = AVDISCARD_DEFAULT;
+    next = 0;
+    any_frame = false;
+    bool done = false, restart = false, eof = false;
+    while (!done && !restart) {
+      if (input->past_deadline()) return over_time();
+      if (!eof) {
+        rc = av_read_frame(fmt, pkt);
+        if (rc == AVERROR_EXIT) return over_time();
+        if (rc < 0) {
+          eof = true;
+          rc = avcodec_send_packet(ctx.get(), nullptr);
+        } else if (pkt->stream_index != si) {
+          av_packet_unref(pkt);
+          continue;
+        } else {
+          if (may_skip) {
+            const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+            ctx->skip_frame = std::binary_search(needed.begin(), needed.end(), ts)
+                                  ? AVDISCARD_DEFAULT
+                                  : AVDISCARD_NONREF;
+          }
+          rc = avcodec_send_packet(ctx.get(), pkt);
+          av_packet_unref(pkt);
+        }
+        if (rc < 0 && rc != AVERROR(EAGAIN) && rc != AVERROR_EOF) {
+          return AvError(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
+        }
+      }
+      for (;;) {
+        rc = avcodec_receive_frame(ctx.get(), frame_.get());
+        if (rc == AVERROR(EAGAIN)) break;
+        if (rc == AVERROR_EOF) {
+          return absl::DataLossError(absl::StrCat(
+              "video: the stream ended before frame ", idx[next], " of ", n,
+              " decoded (corrupt or truncated file)"));
+        }
+        if (rc < 0) return AvError(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
+        absl::Status st = take(frame_.get(), &done, &restart);
+        av_frame_unref(frame_.get());
+        RETURN_IF_ERROR(st);
+        if (done || restart) break;
+      }
+    }
+    if (done) return absl::OkStatus();
+    restarted = true;
+    trace_.seeked = false;
+  }
+  return SampleError("could not reach the clip's first frame");
+}
+
+}  // namespace conveyor

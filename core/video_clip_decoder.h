@@ -1,0 +1,92 @@
+// VideoClipDecoder: the decoder of video pipelines (TransformSpec::kind
+// video). From one video file's bytes (MP4, MKV, WebM, MOV, AVI: any
+// container FFmpeg probes from content; H.264, HEVC, VP8, VP9, AV1, MPEG-4
+// as Debian's FFmpeg 5.1 decodes them) it writes one clip of T =
+// video.clip_frames RGB frames, uint8, [T, 3, H, W] (NCHW) or [T, H, W, 3]
+// (NHWC), straight into the batch slot.
+//
+// Which frames: the demuxer's packets are read once (no decoding) to list
+// every frame's presentation timestamp; frame i is the i-th in presentation
+// order, so variable frame rate is exact. With fps = 0 the clip is frames
+// s, s + stride, ..., s + (T-1)*stride; with fps > 0 clip frame k is the
+// frame shown at time t0 + k/fps (the last frame whose timestamp is <= it),
+// t0 being frame s's timestamp. The start s is drawn from the sample's Rng
+// (clip_start random: uniform over the starts whose clip fits), or is the
+// middle (center) or first (start) fitting start. A video shorter than the
+// clip starts at frame 0 and repeats its last frame to fill the clip.
+// Decoding seeks to the keyframe at or before the clip's first frame
+// (av_seek_frame, AVSEEK_FLAG_BACKWARD) and decodes forward only as far as
+// the clip's last frame; it falls back to the start of the stream when the
+// seek lands past the clip.
+//
+// Geometry (core/crop_box.h, the image rules on the displayed frame size):
+// train: one RandomResizedCrop box and one flip draw per clip, the same for
+// every frame; the box's origin is aligned down to the chroma grid of the
+// source (like FFmpeg's crop filter), then libswscale scales it to the output
+// (bilinear); a flip mirrors the scaled frame. Eval: libswscale resizes the
+// whole frame so the shorter side is resize_size, and the centre window is
+// kept. Rng draws, in order: clip start (random only), crop box, flip.
+// Equivalent FFmpeg filter chains: crop=w:h:x:y,scale=W:H:flags=bilinear
+// [,hflip] (train) and scale=RW:RH:flags=bilinear,crop=W:H:left:top (eval).
+// Rotation metadata (display matrix) is NOT applied: frames come out as
+// stored (like ffmpeg -noautorotate). Odd sizes are fine.
+//
+// Limits (each beyond: an error of the sample, InvalidArgument or
+// ResourceExhausted, with the reason): max_pixels per frame,
+// video.max_frames_decoded frames decoded per clip, video.max_duration_seconds
+// of video, and max_decode_seconds of wall time (the demuxer's deadline plus a
+// check per packet). FFmpeg's own threads are off (thread_count 1): the
+// engine's workers are the parallelism.
+//
+// Thread-safety: not thread-safe; one per worker thread. Frame, packet and
+// scaler state are kept between samples.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/av_handles.h"
+#include "core/crop_box.h"
+#include "core/sample_decoder.h"
+
+namespace conveyor {
+
+class VideoClipDecoder final : public SampleDecoder {
+ public:
+  // What the last successful Run did (tests, tools).
+  struct Trace {
+    int width = 0;   // stored frame size
+    int height = 0;
+    int64_t frames_in_video = 0;         // frames listed by the demuxer
+    std::vector<int64_t> frame_indices;  // clip frame k = video frame frame_indices[k]
+    std::vector<int64_t> frame_pts;      // their timestamps (stream time base)
+    CropBox crop;                        // train: the box (after chroma alignment)
+    EvalWindow window;                   // eval
+    bool flip = false;
+    int frames_decoded = 0;
+    bool seeked = false;  // decoding started at a seek (not at the stream's start)
+  };
+
+  VideoClipDecoder();
+  ~VideoClipDecoder() override;
+  VideoClipDecoder(const VideoClipDecoder&) = delete;
+  VideoClipDecoder& operator=(const VideoClipDecoder&) = delete;
+
+  // REQUIRES: spec.kind == kVideo, spec validated; out has SampleBytes(spec)
+  // bytes. `out` is unspecified on error.
+  absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                   uint8_t* out) override;
+
+  const Trace& last() const { return trace_; }
+
+ private:
+  AvFramePtr frame_;
+  AvPacketPtr packet_;
+  SwsContextPtr sws_;
+  std::vector<uint8_t> scratch_;  // eval: the whole resized frame
+  Trace trace_;
+};
+
+}  // namespace conveyor

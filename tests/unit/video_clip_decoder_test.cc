@@ -1,0 +1,167 @@
+// VideoClipDecoder on files made by the ffmpeg CLI: the clip's frames per the
+// documented rule, the seek to the keyframe before the clip (only the GOP is
+// decoded), padding of short videos by the last frame, the limits, and
+// hostile bytes. Byte equality with ffmpeg's own decode is checked through
+// the daemon (tests/integration/test_video_clips.py).
+#include "core/video_clip_decoder.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/unit/temp_dir.h"
+
+namespace conveyor {
+namespace {
+
+using testing::TempDir;
+
+bool HaveFfmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; }
+
+// `frames` frames of testsrc2 (96x64, 25 fps) with a keyframe every `gop`.
+std::vector<uint8_t> MakeVideo(const TempDir& dir, const std::string& name, int frames, int gop) {
+  const std::string path = dir.Sub(name);
+  const std::string cmd = absl::StrCat(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x64:rate=25 -frames:v ", frames,
+      " -c:v libx264 -pix_fmt yuv420p -bf 0 -g ", gop, " -keyint_min ", gop,
+      " -sc_threshold 0 ", path);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+TransformSpec ClipSpec(int clip_frames, ClipStart start) {
+  TransformSpec t;
+  t.kind = MediaKind::kVideo;
+  t.mode = AugmentMode::kEval;
+  t.output_height = t.output_width = 16;
+  t.resize_size = 16;
+  t.video.clip_frames = clip_frames;
+  t.video.clip_start = start;
+  return t;
+}
+
+TEST_CASE("video: a clip near the end seeks to its keyframe and decodes one GOP", "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  const std::vector<uint8_t> bytes = MakeVideo(dir, "gop.mp4", 100, 10);
+  TransformSpec spec = ClipSpec(4, ClipStart::kStart);
+  spec.video.frame_stride = 2;
+  VideoClipDecoder decoder;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  Rng rng(1);
+  REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+  CHECK(decoder.last().frame_indices == std::vector<int64_t>{0, 2, 4, 6});
+  CHECK_FALSE(decoder.last().seeked);
+  CHECK(decoder.last().frames_decoded == 7);
+
+  // The centre start of [0, 100 - 6): frame 46; the keyframe before it is 40.
+  spec.video.clip_start = ClipStart::kCenter;
+  REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+  CHECK(decoder.last().frames_in_video == 100);
+  CHECK(decoder.last().frame_indices == std::vector<int64_t>{46, 48, 50, 52});
+  CHECK(decoder.last().seeked);
+  CHECK(decoder.last().frames_decoded == 13);  // 40..52
+
+  // Random starts: from the sample's Rng, the same for the same Rng.
+  spec.video.clip_start = ClipStart::kRandom;
+  std::vector<int64_t> first;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    Rng a(seed), b(seed);
+    REQUIRE(decoder.Run(bytes, spec, a, out.data()).ok());
+    const std::vector<int64_t> got = decoder.last().frame_indices;
+    std::vector<uint8_t> again(out.size());
+    REQUIRE(decoder.Run(bytes, spec, b, again.data()).ok());
+    CHECK(decoder.last().frame_indices == got);
+    CHECK(again == out);
+    CHECK(decoder.last().frames_decoded <= 10 + 7);
+    first.push_back(got[0]);
+  }
+  std::sort(first.begin(), first.end());
+  CHECK(std::unique(first.begin(), first.end()) - first.begin() > 1);
+}
+
+TEST_CASE("video: a video shorter than the clip repeats its last frame", "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  const std::vector<uint8_t> bytes = MakeVideo(dir, "short.mkv", 3, 10);
+  TransformSpec spec = ClipSpec(5, ClipStart::kRandom);
+  VideoClipDecoder decoder;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  Rng rng(3);
+  REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+  CHECK(decoder.last().frame_indices == std::vector<int64_t>{0, 1, 2, 2, 2});
+  const size_t frame = SampleBytes(spec) / 5;
+  CHECK(std::equal(out.begin() + 2 * frame, out.begin() + 3 * frame, out.begin() + 4 * frame));
+  CHECK_FALSE(std::equal(out.begin(), out.begin() + frame, out.begin() + 2 * frame));
+}
+
+TEST_CASE("video: limits and hostile bytes are errors of the sample", "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  const std::vector<uint8_t> bytes = MakeVideo(dir, "v.mp4", 50, 50);
+  VideoClipDecoder decoder;
+  Rng rng(0);
+  auto run = [&](const TransformSpec& spec, std::span<const uint8_t> b) {
+    std::vector<uint8_t> out(SampleBytes(spec));
+    return decoder.Run(b, spec, rng, out.data());
+  };
+  TransformSpec spec = ClipSpec(4, ClipStart::kCenter);
+  spec.max_pixels = 96 * 64 - 1;
+  absl::Status st = run(spec, bytes);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("96x64 exceeds max_pixels (6143)"));
+
+  spec = ClipSpec(4, ClipStart::kCenter);
+  spec.video.max_frames_decoded = 10;  // the clip is at 23..26, the only keyframe is 0
+  st = run(spec, bytes);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("max_frames_decoded (10)"));
+
+  spec = ClipSpec(4, ClipStart::kCenter);
+  spec.video.max_duration_seconds = 1.5;
+  st = run(spec, bytes);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("exceeds max_duration_seconds (1.5)"));
+
+  spec = ClipSpec(4, ClipStart::kCenter);
+  spec.max_decode_seconds = 1e-9;  // spent before the first packet
+  st = run(spec, bytes);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("longer than max_decode_seconds"));
+
+  spec = ClipSpec(4, ClipStart::kCenter);
+  for (const size_t keep : {size_t{0}, size_t{16}, bytes.size() / 3}) {
+    st = run(spec, std::span<const uint8_t>(bytes.data(), keep));
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  }
+  const std::vector<uint8_t> text(2000, 'a');
+  CHECK(run(spec, text).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(run(spec, bytes).ok());  // the decoder is reusable after errors
+}
+
+TEST_CASE("video: the spec's video fields are validated", "[video]") {
+  TransformSpec t = ClipSpec(4, ClipStart::kRandom);
+  CHECK(ValidateTransformSpec(t).ok());
+  t.dtype = DType::kFloat32;
+  CHECK_THAT(std::string(ValidateTransformSpec(t).message()), Catch::Contains("uint8"));
+  t = ClipSpec(0, ClipStart::kRandom);
+  CHECK_FALSE(ValidateTransformSpec(t).ok());
+  t = ClipSpec(4, ClipStart::kRandom);
+  t.video.fps = 10;
+  t.video.frame_stride = 2;
+  CHECK_THAT(std::string(ValidateTransformSpec(t).message()), Catch::Contains("exclude"));
+  t = ClipSpec(4, ClipStart::kRandom);
+  t.video.max_frames_decoded = 3;
+  CHECK_FALSE(ValidateTransformSpec(t).ok());
+  // Image pipelines ignore the video fields.
+  t.kind = MediaKind::kImage;
+  CHECK(ValidateTransformSpec(t).ok());
+}
+
+}  // namespace
+}  // namespace conveyor
