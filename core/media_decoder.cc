@@ -1,6 +1,7 @@
 #include "core/media_decoder.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/audio_clip_decoder.h"
 #include "core/sample_transformer.h"
 
 namespace conveyor {
@@ -14,8 +15,10 @@ absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSp
     case MediaKind::kImage:
       if (image_ == nullptr) image_ = std::make_unique<SampleTransformer>();
       return image_->Run(bytes, spec, rng, out);
-    case MediaKind::kVideo:
     case MediaKind::kAudio:
+      if (audio_ == nullptr) audio_ = std::make_unique<AudioClipDecoder>();
+      return audio_->Run(bytes, spec, rng, out);
+    case MediaKind::kVideo:
       break;
   }
   return absl::UnimplementedError(
