@@ -33,6 +33,11 @@ constexpr int kMaxInputChannels = 64;
 // Never leaves this file.
 absl::Status NotExact(absl::string_view why) { return absl::AbortedError(why); }
 
+absl::Status OverTime(const TransformSpec& spec) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "audio: decoding took more than max_decode_seconds (", spec.max_decode_seconds, " s)"));
+}
+
 int64_t MulDivFloor(int64_t a, int64_t b, int64_t c) {
   return static_cast<int64_t>(static_cast<__int128>(a) * b / c);
 }
@@ -101,6 +106,8 @@ absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes,
     if (const int rc = avformat_find_stream_info(fmt, nullptr); rc < 0) {
       return AvError(rc, "audio: reading the stream parameters");
     }
+    // An interrupted probe may return early with what it had.
+    if (s->input->past_deadline()) return OverTime(spec);
   }
   const AVCodec* codec = nullptr;
   s->stream_index = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
@@ -286,11 +293,7 @@ absl::Status AudioClipDecoder::Pump(const TransformSpec& spec, Source* s, int64_
   AVCodecContext* codec = s->codec.get();
   for (;;) {
     if (want >= 0 && buffered_ >= want) return absl::OkStatus();
-    if (s->input->past_deadline()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("audio: decoding took more than max_decode_seconds (",
-                       spec.max_decode_seconds, " s)"));
-    }
+    if (s->input->past_deadline()) return OverTime(spec);
     int rc = avcodec_receive_frame(codec, frame_.get());
     if (rc == AVERROR_EOF) {
       RETURN_IF_ERROR(Flush(spec));
