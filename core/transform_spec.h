@@ -53,7 +53,7 @@ struct AudioSpec {
   // Limits against hostile files; beyond either the sample fails.
   // Samples per channel decoded (at the file's rate) or resampled (at
   // sample_rate), whichever is larger.
-  uint64_t max_samples = uint64_t{1} << 25;
+  uint64_t max_samples = uint64_t{1} << 24;
   // Seconds of audio: the duration a file declares, then what it decodes to.
   double max_duration_seconds = 3600;
   bool operator==(const AudioSpec&) const = default;
