@@ -1,6 +1,7 @@
 #include "core/media_decoder.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/audio_clip_decoder.h"
 #include "core/sample_transformer.h"
 #include "core/video_clip_decoder.h"
 
@@ -19,10 +20,11 @@ absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSp
       if (video_ == nullptr) video_ = std::make_unique<VideoClipDecoder>();
       return video_->Run(bytes, spec, rng, out);
     case MediaKind::kAudio:
-      break;
+      if (audio_ == nullptr) audio_ = std::make_unique<AudioClipDecoder>();
+      return audio_->Run(bytes, spec, rng, out);
   }
-  return absl::UnimplementedError(
-      absl::StrCat("this build has no decoder for ", ToString(spec.kind), " pipelines"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("no decoder for pipelines of kind ", static_cast<int>(spec.kind)));
 }
 
 }  // namespace conveyor

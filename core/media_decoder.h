@@ -25,6 +25,7 @@ class MediaDecoder final : public SampleDecoder {
  private:
   std::unique_ptr<SampleDecoder> image_;
   std::unique_ptr<SampleDecoder> video_;
+  std::unique_ptr<SampleDecoder> audio_;
 };
 
 }  // namespace conveyor

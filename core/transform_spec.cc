@@ -107,6 +107,59 @@ const char* ToString(DType d) {
   return "unknown";
 }
 
+const char* ToString(AudioCrop c) {
+  switch (c) {
+    case AudioCrop::kAuto:
+      return "auto";
+    case AudioCrop::kRandom:
+      return "random";
+    case AudioCrop::kCentre:
+      return "centre";
+  }
+  return "unknown";
+}
+
+const char* ToString(AudioPadding p) {
+  switch (p) {
+    case AudioPadding::kEnd:
+      return "end";
+    case AudioPadding::kBoth:
+      return "both";
+  }
+  return "unknown";
+}
+
+namespace {
+
+absl::Status ValidateAudioSpec(const TransformSpec& spec) {
+  auto bad = [](const char* field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("transform spec: ", field, " ", why));
+  };
+  const AudioSpec& a = spec.audio;
+  if (spec.dtype != DType::kFloat32) {
+    return bad("dtype", absl::StrCat("must be float32 for kind audio, got ", ToString(spec.dtype)));
+  }
+  if (a.sample_rate < kMinAudioSampleRate || a.sample_rate > kMaxAudioSampleRate) {
+    return bad("audio.sample_rate", absl::StrCat("must be in [", kMinAudioSampleRate, ", ",
+                                                 kMaxAudioSampleRate, "], got ", a.sample_rate));
+  }
+  if (a.channels != 1 && a.channels != 2) {
+    return bad("audio.channels", absl::StrCat("must be 1 or 2, got ", a.channels));
+  }
+  if (a.clip_samples < 1 || a.clip_samples > kMaxAudioClipSamples) {
+    return bad("audio.clip_samples", absl::StrCat("must be in [1, ", kMaxAudioClipSamples,
+                                                  "], got ", a.clip_samples));
+  }
+  if (a.max_samples == 0) return bad("audio.max_samples", "must be > 0");
+  if (!Finite(a.max_duration_seconds) || !(a.max_duration_seconds > 0)) {
+    return bad("audio.max_duration_seconds",
+               absl::StrCat("must be finite and > 0, got ", a.max_duration_seconds));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateTransformSpec(const TransformSpec& spec) {
   auto bad = [](const char* field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("transform spec: ", field, " ", why));
@@ -207,6 +260,7 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
                  absl::StrCat("must be in (0, 1e7], got ", v.max_duration_seconds));
     }
   }
+  if (spec.kind == MediaKind::kAudio) return ValidateAudioSpec(spec);
   return absl::OkStatus();
 }
 

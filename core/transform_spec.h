@@ -53,13 +53,37 @@ inline constexpr int kMaxClipFrames = 4096;
 inline constexpr int kMaxFrameStride = 4096;
 inline constexpr double kMaxClipFps = 1000;
 
-// Audio clips (kind audio): the decoder's parameters.
+// Where an audio clip's window lies in the decoded (resampled) stream.
+enum class AudioCrop {
+  kAuto,    // kRandom in train, kCentre in eval
+  kRandom,  // start uniform in [0, N - L] from the sample's Rng
+  kCentre,  // start (N - L) / 2, rounded down
+};
+// Where the zeros of a clip shorter than L go.
+enum class AudioPadding {
+  kEnd,   // the samples first, zeros after them
+  kBoth,  // centred: floor(pad / 2) zeros before, the rest after
+};
+
+// Audio clips (kind audio): the decoder's parameters (core/audio_clip_decoder.h).
 struct AudioSpec {
   int sample_rate = 16000;     // resampled to this (Hz)
-  int channels = 1;            // C: mixed or upmixed to this many channels
+  int channels = 1;            // C: mixed or upmixed to this many channels (1 or 2)
   int64_t clip_samples = 16000;  // L: samples per channel of one clip
+  AudioCrop crop = AudioCrop::kAuto;
+  AudioPadding padding = AudioPadding::kEnd;
+  // Limits against hostile files; beyond either the sample fails.
+  // Samples per channel decoded (at the file's rate) or resampled (at
+  // sample_rate), whichever is larger.
+  uint64_t max_samples = uint64_t{1} << 24;
+  // Seconds of audio: the duration a file declares, then what it decodes to.
+  double max_duration_seconds = 3600;
   bool operator==(const AudioSpec&) const = default;
 };
+// Bounds of the audio fields (ValidateTransformSpec).
+inline constexpr int kMinAudioSampleRate = 1000;
+inline constexpr int kMaxAudioSampleRate = 384000;
+inline constexpr int64_t kMaxAudioClipSamples = int64_t{1} << 24;
 enum class DType { kUint8, kFloat32, kFloat16 };
 
 struct TransformSpec {
@@ -111,6 +135,8 @@ const char* ToString(ClipStart c);  // "random", "center", "start"
 const char* ToString(AugmentMode m);
 const char* ToString(Layout l);
 const char* ToString(DType d);
+const char* ToString(AudioCrop c);     // "auto", "random", "centre"
+const char* ToString(AudioPadding p);  // "end", "both"
 
 // Returns InvalidArgument naming the bad field, or OK.
 absl::Status ValidateTransformSpec(const TransformSpec& spec);

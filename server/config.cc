@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -60,6 +61,7 @@ class Schema : public YamlFields {
   absl::Status ParseShards(const std::string& field, const YAML::Node& n, DatasetSpec* d) const;
   absl::Status ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) const;
   absl::Status ParseVideoFields(const std::string& f, const YAML::Node& n, TransformSpec* t) const;
+  absl::Status ParseAudio(const std::string& field, const YAML::Node& n, TransformSpec* t) const;
 };
 
 // Bounds of the tar-shard fields.
@@ -528,6 +530,62 @@ absl::Status Schema::ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) 
   return absl::OkStatus();
 }
 
+absl::Status Schema::ParseAudio(const std::string& field, const YAML::Node& n,
+                                TransformSpec* t) const {
+  AudioSpec& a = t->audio;
+  auto sub = [&](const char* key) { return absl::StrCat(field, ".", key); };
+  if (!n) {  // all defaults: 16 kHz mono, one-second clips
+    a.clip_samples = a.sample_rate;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckMap(n, field,
+                           {"sample_rate", "channels", "clip_samples", "clip_seconds", "crop",
+                            "padding", "max_samples", "max_duration_seconds"}));
+  int e = 0;
+  if (n["sample_rate"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["sample_rate"], sub("sample_rate"), kMinAudioSampleRate,
+                               kMaxAudioSampleRate, &a.sample_rate));
+  }
+  if (n["channels"]) RETURN_IF_ERROR(ReadUintAs(n["channels"], sub("channels"), 1, 2, &a.channels));
+  if (n["clip_samples"] && n["clip_seconds"]) {
+    return Error(sub("clip_samples"), n["clip_samples"],
+                 "give either `clip_samples` or `clip_seconds`, not both");
+  }
+  if (n["clip_samples"]) {
+    RETURN_IF_ERROR(ReadUintAs(n["clip_samples"], sub("clip_samples"), 1, kMaxAudioClipSamples,
+                               &a.clip_samples));
+  } else if (n["clip_seconds"]) {
+    double seconds = 0;
+    RETURN_IF_ERROR(ReadDouble(n["clip_seconds"], sub("clip_seconds"), 1e-6, 86400, &seconds));
+    const double samples = std::round(seconds * a.sample_rate);
+    if (samples < 1 || samples > static_cast<double>(kMaxAudioClipSamples)) {
+      return Error(sub("clip_seconds"), n["clip_seconds"],
+                   absl::StrCat("gives ", absl::StrFormat("%.0f", samples), " samples at ", a.sample_rate,
+                                " Hz; must be 1 to ", kMaxAudioClipSamples));
+    }
+    a.clip_samples = static_cast<int64_t>(samples);
+  } else {
+    a.clip_samples = a.sample_rate;  // one second
+  }
+  if (n["crop"]) {
+    RETURN_IF_ERROR(ReadEnum(n["crop"], sub("crop"), {"auto", "random", "centre", "center"}, &e));
+    a.crop = e == 0 ? AudioCrop::kAuto : e == 1 ? AudioCrop::kRandom : AudioCrop::kCentre;
+  }
+  if (n["padding"]) {
+    RETURN_IF_ERROR(ReadEnum(n["padding"], sub("padding"), {"end", "both"}, &e));
+    a.padding = e == 0 ? AudioPadding::kEnd : AudioPadding::kBoth;
+  }
+  if (n["max_samples"]) {
+    RETURN_IF_ERROR(
+        ReadUint(n["max_samples"], sub("max_samples"), 1, uint64_t{1} << 34, &a.max_samples));
+  }
+  if (n["max_duration_seconds"]) {
+    RETURN_IF_ERROR(ReadDouble(n["max_duration_seconds"], sub("max_duration_seconds"), 0.001,
+                               1e7, &a.max_duration_seconds));
+  }
+  return absl::OkStatus();
+}
+
 const std::vector<std::string> kPipelineFields = {"dataset",
                                                   "kind",
                                                   "augment",
@@ -556,7 +614,8 @@ const std::vector<std::string> kPipelineFields = {"dataset",
                                                   "fps",
                                                   "clip_start",
                                                   "max_frames_decoded",
-                                                  "max_duration_seconds"};
+                                                  "max_duration_seconds",
+                                                  "audio"};
 
 // The video fields (kind video): refused for other kinds, so that a typo'd
 // kind does not silently drop them.
@@ -640,9 +699,11 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
 
   int e = 0;
   if (n["kind"]) {
-    // The kinds this build decodes; audio joins as its decoder lands.
-    RETURN_IF_ERROR(ReadEnum(n["kind"], sub("kind"), {"image", "video"}, &e));
-    t.kind = e == 1 ? MediaKind::kVideo : MediaKind::kImage;
+    RETURN_IF_ERROR(ReadEnum(n["kind"], sub("kind"), {"image", "video", "audio"}, &e));
+    t.kind = e == 1 ? MediaKind::kVideo : e == 2 ? MediaKind::kAudio : MediaKind::kImage;
+  }
+  if (n["audio"] && t.kind != MediaKind::kAudio) {
+    return Error(sub("audio"), n["audio"], "is only for `kind: audio`");
   }
   if (n["augment"]) {
     RETURN_IF_ERROR(ReadEnum(n["augment"], sub("augment"), {"train", "eval"}, &e));
@@ -678,6 +739,14 @@ absl::Status Schema::ParsePipeline(const std::string& name, const YAML::Node& n,
     RETURN_IF_ERROR(
         ReadEnum(n["dtype"], sub("dtype"), {"uint8", "float32", "float16"}, &e));
     t.dtype = e == 0 ? DType::kUint8 : e == 1 ? DType::kFloat32 : DType::kFloat16;
+  }
+  if (t.kind == MediaKind::kAudio) {
+    if (!n["dtype"]) t.dtype = DType::kFloat32;
+    if (t.dtype != DType::kFloat32) {
+      return Error(sub("dtype"), n["dtype"],
+                   absl::StrCat("must be float32 for kind audio, got ", ToString(t.dtype)));
+    }
+    RETURN_IF_ERROR(ParseAudio(sub("audio"), n["audio"], &t));
   }
   std::vector<double> v;
   if (n["mean"]) {

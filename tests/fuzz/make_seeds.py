@@ -2,10 +2,11 @@
 """Writes the seed corpus of the fuzz targets in tests/fuzz (committed; run
 again only to change it): tiny JPEGs of every kind the decoder meets for
 jpeg_fuzz, tiny PNG/GIF/WebP/BMP/TIFF files (and damaged ones) for
-image_fuzz, configs for config_fuzz, call scripts for request_fuzz and
-handshakes for handshake_fuzz. Each file is a few hundred bytes; the whole
-corpus stays in the tens of KB. Needs Pillow, cjpeg/jpegtran (libjpeg-turbo)
-and the generated conveyor protobuf module (client/python after a build).
+image_fuzz, short audio files for audio_fuzz, configs for config_fuzz, call
+scripts for request_fuzz and handshakes for handshake_fuzz. Each file is a
+few hundred bytes (a FLAC's padding block makes it 8 KB); the whole corpus
+stays in the tens of KB. Needs Pillow, cjpeg/jpegtran (libjpeg-turbo), the
+`ffmpeg` CLI and the generated conveyor protobuf module (client/python after a build).
 
 Usage: tests/fuzz/make_seeds.py
 """
@@ -218,14 +219,43 @@ def tar_seeds():
     _write("tar_fuzz", "truncated.tar", shard(tarfile.GNU_FORMAT, sample)[:700])
 
 
+def audio_seeds():
+    """A twentieth of a second of sine in each codec the audio decoder meets, a
+    truncated one and a header with no samples (ffmpeg CLI)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def make(name, rate, channels, opts):
+            path = os.path.join(tmp, name)
+            inputs = []
+            for c in range(channels):
+                inputs += ["-f", "lavfi", "-i",
+                           "sine=frequency=%d:sample_rate=%d:duration=0.05" % (440 * (c + 1), rate)]
+            graph = ["-filter_complex", "amerge=inputs=2"] if channels == 2 else []
+            subprocess.run(["ffmpeg", "-v", "error", "-y", *inputs, *graph, "-map_metadata", "-1",
+                            "-fflags", "+bitexact", *opts, path], check=True)
+            data = pathlib.Path(path).read_bytes()
+            _write("audio_fuzz", name, data)
+            return data
+        wav = make("s16_mono.wav", 8000, 1, ["-c:a", "pcm_s16le"])
+        make("f32_stereo.wav", 8000, 2, ["-c:a", "pcm_f32le"])
+        make("mono.flac", 8000, 1, ["-c:a", "flac"])
+        mp3 = make("stereo.mp3", 8000, 2, ["-c:a", "libmp3lame", "-b:a", "16k"])
+        make("mono.opus", 8000, 1, ["-c:a", "libopus", "-b:a", "8k"])
+        make("mono.ogg", 8000, 1, ["-c:a", "libvorbis", "-q:a", "0"])
+        make("mono.aac", 8000, 1, ["-c:a", "aac", "-b:a", "16k", "-f", "adts"])
+        _write("audio_fuzz", "truncated.mp3", mp3[: len(mp3) // 2])
+        _write("audio_fuzz", "header_only.wav", wav[: wav.index(b"data") + 8])
+
+
 def main():
-    for target in ("jpeg_fuzz", "tar_fuzz", "image_fuzz", "config_fuzz", "request_fuzz", "handshake_fuzz"):
+    for target in ("jpeg_fuzz", "tar_fuzz", "image_fuzz", "audio_fuzz", "config_fuzz",
+                   "request_fuzz", "handshake_fuzz"):
         (HERE / target / "seeds").mkdir(parents=True, exist_ok=True)
         (HERE / target / "regressions").mkdir(parents=True, exist_ok=True)
         keep = HERE / target / "regressions" / ".gitkeep"
         keep.touch()
     jpeg_seeds()
     image_seeds()
+    audio_seeds()
     config_seeds()
     request_seeds()
     handshake_seeds()

@@ -1245,5 +1245,91 @@ pipelines:
                 {"field pipelines.v.dtype: must be uint8 for video pipelines"});
 }
 
+TEST_CASE("kind audio reads its fields with their defaults", "[config][audio]") {
+  absl::StatusOr<DaemonConfig> c = Parse(R"(
+pipelines:
+  speech:
+    dataset: {list: /data/speech/train.txt}
+    kind: audio
+  music:
+    dataset: {list: /data/music/train.txt}
+    kind: audio
+    augment: eval
+    dtype: float32
+    audio:
+      sample_rate: 44100
+      channels: 2
+      clip_seconds: 0.5
+      crop: random
+      padding: both
+      max_samples: 1000000
+      max_duration_seconds: 60
+  tiny:
+    dataset: {list: /data/tiny.txt}
+    kind: audio
+    audio: {sample_rate: 8000, clip_samples: 100, crop: center}
+)");
+  REQUIRE(c.ok());
+  const TransformSpec& a = c->pipelines[0].config.transform;
+  const AudioSpec defaults;
+  CHECK(a.kind == MediaKind::kAudio);
+  CHECK(a.dtype == DType::kFloat32);  // the default for audio
+  CHECK(a.audio.sample_rate == 16000);
+  CHECK(a.audio.channels == 1);
+  CHECK(a.audio.clip_samples == 16000);  // one second
+  CHECK(a.audio.crop == AudioCrop::kAuto);
+  CHECK(a.audio.padding == AudioPadding::kEnd);
+  CHECK(a.audio.max_samples == defaults.max_samples);
+  CHECK(a.audio.max_duration_seconds == defaults.max_duration_seconds);
+  CHECK(SampleShape(a) == std::vector<int64_t>{1, 16000});
+  const TransformSpec& m = c->pipelines[1].config.transform;
+  CHECK(m.mode == AugmentMode::kEval);
+  CHECK(m.audio.sample_rate == 44100);
+  CHECK(m.audio.channels == 2);
+  CHECK(m.audio.clip_samples == 22050);
+  CHECK(m.audio.crop == AudioCrop::kRandom);
+  CHECK(m.audio.padding == AudioPadding::kBoth);
+  CHECK(m.audio.max_samples == 1000000);
+  CHECK(m.audio.max_duration_seconds == 60);
+  CHECK(SampleBytes(m) == 2 * 22050 * 4);
+  const TransformSpec& t = c->pipelines[2].config.transform;
+  CHECK(t.audio.clip_samples == 100);
+  CHECK(t.audio.crop == AudioCrop::kCentre);
+}
+
+TEST_CASE("kind audio refuses bad fields naming them", "[config][audio]") {
+  const std::string head = "pipelines:\n  p:\n    dataset: {root: /data}\n";
+  const std::string audio = head + "    kind: audio\n";
+  ExpectRefused(head + "    kind: sound\n",
+                {"field pipelines.p.kind: expected one of image, audio, got 'sound'"});
+  ExpectRefused(audio + "    dtype: uint8\n",
+                {"field pipelines.p.dtype: must be float32 for kind audio, got uint8"});
+  ExpectRefused(audio + "    dtype: float16\n",
+                {"field pipelines.p.dtype: must be float32 for kind audio, got float16"});
+  ExpectRefused(head + "    audio: {sample_rate: 8000}\n",
+                {"field pipelines.p.audio: is only for `kind: audio`"});
+  ExpectRefused(audio + "    audio: {sample_rate: 500}\n",
+                {"field pipelines.p.audio.sample_rate: must be within [1000, 384000]"});
+  ExpectRefused(audio + "    audio: {channels: 6}\n",
+                {"field pipelines.p.audio.channels: must be within [1, 2]"});
+  ExpectRefused(audio + "    audio: {clip_samples: 0}\n",
+                {"field pipelines.p.audio.clip_samples: must be within [1, 16777216]"});
+  ExpectRefused(audio + "    audio: {clip_samples: 10, clip_seconds: 1}\n",
+                {"field pipelines.p.audio.clip_samples: give either `clip_samples` or "
+                 "`clip_seconds`, not both"});
+  ExpectRefused(audio + "    audio: {clip_seconds: 2000}\n",
+                {"field pipelines.p.audio.clip_seconds: gives 32000000 samples at 16000 Hz"});
+  ExpectRefused(audio + "    audio: {crop: left}\n",
+                {"field pipelines.p.audio.crop: expected one of auto, random, centre, center"});
+  ExpectRefused(audio + "    audio: {padding: wrap}\n",
+                {"field pipelines.p.audio.padding: expected one of end, both"});
+  ExpectRefused(audio + "    audio: {max_samples: 0}\n",
+                {"field pipelines.p.audio.max_samples: must be within [1,"});
+  ExpectRefused(audio + "    audio: {max_duration_seconds: 0}\n",
+                {"field pipelines.p.audio.max_duration_seconds: must be within [0.001,"});
+  ExpectRefused(audio + "    audio: {rate: 8000}\n",
+                {"field pipelines.p.audio.rate: unknown field"});
+}
+
 }  // namespace
 }  // namespace conveyor::server
