@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import conveyor
+from conveyor.daemon import is_serving
 from conveyor_integration import (SOURCE_DIR, Daemon, daemon_config, finish_daemons,
                                   make_image_folder, pipeline_entry, scaled, write_list_file)
 
@@ -80,6 +81,55 @@ def test_fifos_are_skipped_and_sigterm_stops_the_daemon(tmp_path, daemon_factory
     assert sorted(reasons) == ["class_a/pipe0.jpg", "class_a/pipe1.jpg"]
     for reason in reasons.values():
         assert "not a regular file (FIFO)" in reason, reason
+
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    rc = d.wait(timeout=scaled(15))
+    assert rc == 0, d.log()
+    assert time.monotonic() - t0 < scaled(10)
+
+
+def test_fifos_swapped_in_after_indexing_stall_no_stream(tmp_path, daemon_factory):
+    """Issue 16 #3 as a hostile user does it: two indexed images of an image
+    folder are replaced by FIFOs once the daemon serves (one per worker
+    thread, nobody ever writes to them). A stream over that folder and one
+    over another folder, read at once, both end within a deadline (the two
+    FIFOs are skipped samples naming the file type); the health check still
+    truthfully says SERVING because no worker is stuck (a third stream is
+    served after them); SIGTERM stops the daemon at once. Before the fix
+    (open without O_NONBLOCK) both workers blocked in open(2) for good:
+    every stream stalled while health said SERVING, and SIGTERM hung."""
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=2, per_class=5)
+    other, other_samples = make_image_folder(tmp_path / "data" / "other", classes=1,
+                                             per_class=12, seed=3)
+    cfg = daemon_config(root, pipelines={
+        "swapped": pipeline_entry(root, max_failure_rate=1.0),
+        "other": pipeline_entry(other)})
+    d = daemon_factory(cfg, threads=2)
+    swapped = [samples[1][0], samples[7][0]]  # one per class
+    for rel in swapped:
+        os.remove(root / rel)
+        os.mkfifo(root / rel)
+
+    first, first_result = _epoch_in_thread(d.unix, "swapped", batch_size=4)
+    second, second_result = _epoch_in_thread(d.unix, "other", batch_size=4)
+    for t, name in ((first, "swapped"), (second, "other")):
+        t.join(scaled(30))
+        assert not t.is_alive(), "the %s stream did not end within 30 s (workers stuck)" % name
+    for result in (first_result, second_result):
+        assert "error" not in result, repr(result["error"])
+    assert first_result["samples"] == len(samples) - 2
+    reasons = _reasons(first_result["failures"])
+    assert sorted(reasons) == sorted(swapped)
+    for reason in reasons.values():
+        assert "not a regular file (FIFO)" in reason, reason
+    assert second_result["samples"] == len(other_samples)
+    assert second_result["failures"] == []
+
+    # SERVING, and true: the workers are free to serve another epoch.
+    assert is_serving(d.unix, timeout=scaled(5))
+    again = _read_epoch_bounded(d.unix, "other", batch_size=6)
+    assert again["samples"] == len(other_samples)
 
     t0 = time.monotonic()
     d.signal(signal.SIGTERM)
