@@ -138,6 +138,36 @@ def test_fifos_swapped_in_after_indexing_stall_no_stream(tmp_path, daemon_factor
     assert time.monotonic() - t0 < scaled(10)
 
 
+@pytest.mark.parametrize("transport", ["shared_memory", "inline", "data_socket"])
+def test_a_batch_whose_every_sample_failed_is_sent_and_the_stream_goes_on(
+        tmp_path, daemon_factory, transport):
+    """Issue 16 #8: a batch of nothing but failures (error_policy skip) is a
+    batch of 0 samples naming each failure, on every transport, and the
+    stream goes on. Its empty label and index fields once met
+    memcpy(nullptr, ..., 0) in the reactor (5c05c6f): UndefinedBehaviorSanitizer
+    reports that in CI's asan stage, and finish_daemons fails on the report."""
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=8)
+    empty = ["class_a/empty_%d.jpg" % i for i in range(4)]
+    for rel in empty:
+        (root / rel).write_bytes(b"")
+    entries = samples[:4] + [(rel, 0) for rel in empty] + samples[4:]
+    listing = write_list_file(root / "list.txt", entries)
+    cfg = daemon_config(root, pipelines={
+        "p": pipeline_entry(root, dataset={"list": str(listing)}, max_failure_rate=1.0)})
+    d = daemon_factory(cfg)  # with a data socket beside TCP (the default)
+    address = d.unix if transport == "shared_memory" else d.tcp
+    stream = conveyor.open_stream(address, "p", 4, credits=2, shuffle=False,
+                                  transport=transport)
+    try:
+        assert stream.transport == transport
+        batches = [(b.num_samples, sorted(f.path for f in b.failures), list(b.labels))
+                   for b in stream]
+        assert stream.end is not None
+    finally:
+        stream.close()
+    assert batches == [(4, [], [0] * 4), (0, empty, []), (4, [], [0] * 4)], batches
+
+
 def test_a_fifo_as_list_file_stops_the_daemon_at_start(tmp_path):
     root, _ = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=2)
     listing = root / "list.txt"
