@@ -59,6 +59,9 @@ DELIVERED_SIZE = 64
 REASONS = {
     "empty": "empty",
     "not_jpeg": "not a JPEG",
+    # The detected format is named; unknown content is never echoed.
+    "png": "not a JPEG (looks like PNG)",
+    "unknown": "not a JPEG (unknown format)",
     "truncated": "truncated JPEG data",
     "corrupt": "corrupt JPEG",
     "max_pixels": "exceeds max_pixels",
@@ -230,10 +233,10 @@ def build(root, outside=None):
     # Refused, each with its reason.
     skipped("zero-byte", a, b"zero.jpg", b"", "empty")
     skipped("random bytes", a, b"random.jpg", rng.integers(1, 255, 3000, dtype=np.uint8).tobytes(),
-            "not_jpeg")
+            "unknown")
     png = io.BytesIO()
     _image(9).save(png, "PNG")
-    skipped("PNG named .jpg", a, b"png_named.jpg", png.getvalue(), "not_jpeg")
+    skipped("PNG named .jpg", a, b"png_named.jpg", png.getvalue(), "png")
     skipped("random bytes after SOI", b, b"random_after_soi.jpg",
             b"\xff\xd8" + rng.integers(0, 256, 3000, dtype=np.uint8).tobytes(), "corrupt")
     for pct in (10, 50, 99):
@@ -257,7 +260,7 @@ def build(root, outside=None):
     lossless[_sof(plain) + 1] = 0xC3  # the lossless process
     skipped("lossless (SOF3)", a, b"lossless.jpg", bytes(lossless), "lossless")
     skipped("non-UTF-8 name, random bytes", b, b"\xff\xfe.jpg",
-            rng.integers(1, 255, 100, dtype=np.uint8).tobytes(), "not_jpeg")
+            rng.integers(1, 255, 100, dtype=np.uint8).tobytes(), "unknown")
     os.mkfifo(os.path.join(root, a, b"fifo.jpg"))
     skipped("FIFO", a, b"fifo.jpg", None, "fifo")
     with open(os.path.join(outside, b"secret.jpg"), "wb") as f:
