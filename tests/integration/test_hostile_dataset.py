@@ -24,6 +24,10 @@ from conveyor.daemon import is_serving
 from conveyor_integration import (SOURCE_DIR, Daemon, daemon_config, finish_daemons,
                                   make_image_folder, pipeline_entry, scaled, write_list_file)
 
+sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
+import hostile_corpus as hc  # noqa: E402
+import stuck_fuse  # noqa: E402
+
 
 def _epoch_in_thread(address, pipeline, batch_size):
     """Reads one epoch on a helper thread; returns (thread, result dict) so
@@ -168,6 +172,42 @@ def test_a_batch_whose_every_sample_failed_is_sent_and_the_stream_goes_on(
     assert batches == [(4, [], [0] * 4), (0, empty, []), (4, [], [0] * 4)], batches
 
 
+def test_sigterm_stops_the_daemon_while_a_worker_is_stuck_in_a_read(tmp_path, daemon_factory):
+    """Issue 16 #3, "make shutdown independent of stuck I/O": a sample on a
+    mount whose reads never return (tests/support/stuck_fuse.py, a FUSE file
+    standing for a hung network filesystem) holds a worker in pread(2) for
+    good. SIGTERM must still stop the daemon: within shutdown_timeout_seconds
+    and the grace after it, it exits saying a worker is stuck, instead of
+    waiting forever to join that worker (as it did before the fix)."""
+    why = stuck_fuse.available()
+    if why:
+        pytest.skip(why)
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=4)
+    (root / "mnt").mkdir()
+    listing = write_list_file(root / "list.txt", samples + [("mnt/stuck.jpg", 0)])
+    cfg = daemon_config(root, shutdown_timeout_seconds=1, pipelines={
+        "p": pipeline_entry(root, dataset={"list": str(listing)})})
+    d = daemon_factory(cfg, threads=2)
+    with stuck_fuse.StuckFile(root / "mnt", "stuck.jpg") as fs:
+        reader, result = _epoch_in_thread(d.unix, "p", batch_size=8)
+        assert fs.wait_for_read(scaled(30)), "the daemon never read the stuck file"
+        t0 = time.monotonic()
+        d.signal(signal.SIGTERM)
+        try:
+            rc = d.wait(timeout=scaled(45))
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not stop conveyord with a worker stuck in a read "
+                        "(45 s):\n" + d.log_tail())
+        took = time.monotonic() - t0
+        reader.join(scaled(30))
+        assert not reader.is_alive(), "the client's stream did not end with the daemon"
+    log = d.log()
+    print("exited %s after %.1f s" % (rc, took))
+    assert rc != 0, log
+    assert "stuck" in log, log[-4000:]
+    assert "error" in result, result  # the stream ended without its last batch
+
+
 def test_a_fifo_as_list_file_stops_the_daemon_at_start(tmp_path):
     root, _ = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=2)
     listing = root / "list.txt"
@@ -202,8 +242,6 @@ def test_links_below_the_root_never_serve_outside_pixels(tmp_path, daemon_factor
 
 
 # --- the hostile corpus (tests/support/hostile_corpus.py) ---------------------
-sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
-import hostile_corpus as hc  # noqa: E402
 
 
 class _PrefixedDaemon(Daemon):
