@@ -2,8 +2,9 @@
 filesystem, a dying disk): a tiny FUSE filesystem served by a thread of the
 test process, speaking the kernel's protocol on /dev/fuse directly (no
 libfuse, no fusermount). It holds one regular file; lookups, attributes and
-opens are answered, every READ is left unanswered until the filesystem is
-the block is left, so the reader sits in pread(2) as on a stuck mount.
+opens are answered, every READ is left unanswered, so the reader sits in
+pread(2) as on a hung hard NFS mount: nothing but its process's death (the
+kernel's INTERRUPT on a fatal signal, answered EINTR) gets it out.
 
     with StuckFile(mountpoint, "stuck.jpg", size=4096) as fs:
         ...                        # mountpoint/stuck.jpg: open and fstat work
@@ -94,10 +95,6 @@ class StuckFile:
         os.close(self._fd)
         self._thread.join(timeout=5)
 
-    def stuck_reads(self):
-        with self._cv:
-            return len(self._stuck_reads)
-
     def wait_for_read(self, timeout):
         """True once a READ of the file is waiting for its answer."""
         with self._cv:
@@ -125,7 +122,7 @@ class StuckFile:
         if opcode in NO_REPLY:
             return
         if opcode == INIT:
-            major, minor = struct.unpack_from("=II", arg)
+            _, minor = struct.unpack_from("=II", arg)
             # fuse_init_out: major, minor, max_readahead, flags, max_background,
             # congestion_threshold, max_write, time_gran, max_pages,
             # map_alignment, flags2, unused[7].
@@ -143,7 +140,6 @@ class StuckFile:
             self._reply(unique, body=struct.pack("=QII", 60, 0, 0) + _attr(node, self.size))
         elif opcode == OPEN:
             self._reply(unique, body=struct.pack("=QII", 1, 0, 0))  # fh 1, no flags
-
         elif opcode == READ:
             with self._cv:  # never answered: the reader is stuck
                 if self._closing:
