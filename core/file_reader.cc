@@ -51,6 +51,14 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
         "%s: file of %d bytes exceeds the %d-byte limit (max_file_bytes)", shown, size, max_bytes));
   }
   ReadFault fault = internal::TakeReadFault(shown);  // tests only: see read_fault_hook.h
+  const size_t kept = out->capacity();
+  // A failed read gives back what it grew the buffer by: callers keep
+  // buffers between samples and bound them only after a successful read.
+  auto failed = [out, kept](absl::Status s) {
+    if (out->capacity() > kept) std::vector<uint8_t>().swap(*out);
+    out->clear();
+    return s;
+  };
   out->resize(size);  // capacity is kept between calls: no churn once grown
   uint64_t done = 0;
   while (done < size) {
@@ -58,11 +66,11 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
                                                static_cast<off_t>(done), &fault);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return PosixError(absl::StrCat("read ", shown), errno);
+      return failed(PosixError(absl::StrCat("read ", shown), errno));
     }
     if (n == 0) {  // the file shrank (was truncated or rewritten) while being read
-      return absl::DataLossError(absl::StrFormat(
-          "read %s: file changed size while being read (got %d of %d bytes)", shown, done, size));
+      return failed(absl::DataLossError(absl::StrFormat(
+          "read %s: file changed size while being read (got %d of %d bytes)", shown, done, size)));
     }
     done += static_cast<uint64_t>(n);
   }

@@ -35,7 +35,9 @@ namespace conveyor {
 // system error) when it is larger than max_bytes, refused before reading;
 // DataLoss (an error of the file) when it ends before the size fstat gave,
 // i.e. it was truncated or rewritten while being read (never a silent short
-// buffer).
+// buffer). On error *out is empty and no larger than it was before the call
+// (what it grew by for this file is freed), so a buffer kept between samples
+// grows only through reads that succeeded.
 absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out);
 
 // Like ReadWholeFile for `relative_path` (no leading '/', no ".." component:

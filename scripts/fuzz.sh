@@ -25,12 +25,15 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
   TARGETS=(jpeg_fuzz config_fuzz request_fuzz handshake_fuzz)
 fi
 
+# Only the targets are built: the rest of the tree (the C client and its
+# examples among it) is not made to link with libFuzzer's sanitizers.
 if [ ! -f "$FUZZ_DIR/CMakeCache.txt" ]; then
-  CC=clang CXX=clang++ BUILD_DIR="$FUZZ_DIR" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug \
+  GEN=()
+  if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
+  CC=clang CXX=clang++ cmake -S "$ROOT" -B "$FUZZ_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug \
     -DCONVEYOR_FUZZ=ON -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_BENCH=OFF
-else
-  BUILD_DIR="$FUZZ_DIR" "$ROOT/scripts/build.sh"
 fi
+CCACHE_BASEDIR="$ROOT" cmake --build "$FUZZ_DIR" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}"
 
 found=0
 summary=()

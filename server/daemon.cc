@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -570,11 +572,39 @@ int DaemonMain(int argc, char** argv) {
   bool stop_requested = false;
   int reloads_requested = 0;
   std::atomic<bool> exiting{false};
+  // Once a stop signal came, shutdown gets shutdown_timeout_seconds (gRPC's
+  // drain) plus this grace; a daemon still not gone then has a worker stuck
+  // where nothing can interrupt it (a read on a hung network filesystem)
+  // and exits anyway rather than waiting to join it forever.
+  constexpr double kStuckShutdownGraceSeconds = 10;
+  const auto stop_budget = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(config->shutdown_timeout_seconds +
+                                    kStuckShutdownGraceSeconds));
   std::thread signal_thread([&] {
     bool seen = false;
+    std::chrono::steady_clock::time_point stop_deadline;
     while (true) {
       int sig = 0;
-      if (sigwait(&signals, &sig) != 0) continue;
+      if (!seen) {
+        if (sigwait(&signals, &sig) != 0) continue;
+      } else {
+        const auto left = stop_deadline - std::chrono::steady_clock::now();
+        const int64_t ns = std::max<int64_t>(
+            0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
+        const timespec wait = {static_cast<time_t>(ns / 1000000000),
+                               static_cast<long>(ns % 1000000000)};
+        sig = sigtimedwait(&signals, nullptr, &wait);
+        if (sig < 0) {
+          if (errno != EAGAIN || std::chrono::steady_clock::now() < stop_deadline) continue;
+          spdlog::error(
+              "shutdown not finished {:.0f} s after the signal (shutdown_timeout_seconds + {:.0f} "
+              "s): a worker is stuck (in I/O on a hung filesystem?); exiting now",
+              config->shutdown_timeout_seconds + kStuckShutdownGraceSeconds,
+              kStuckShutdownGraceSeconds);
+          spdlog::default_logger()->flush();
+          _exit(kExitFailure);
+        }
+      }
       if (exiting.load()) return;
       if (sig == SIGHUP) {
         // Reloads run on the main thread; several signals before it gets
@@ -596,6 +626,7 @@ int DaemonMain(int argc, char** argv) {
         _exit(kExitFailure);
       }
       seen = true;
+      stop_deadline = std::chrono::steady_clock::now() + stop_budget;
       spdlog::info("{}: shutting down", strsignal(sig));
       {
         MutexLock lock(&stop_mu);

@@ -20,8 +20,13 @@ import numpy as np
 import pytest
 
 import conveyor
+from conveyor.daemon import is_serving
 from conveyor_integration import (SOURCE_DIR, Daemon, daemon_config, finish_daemons,
                                   make_image_folder, pipeline_entry, scaled, write_list_file)
+
+sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
+import hostile_corpus as hc  # noqa: E402
+import stuck_fuse  # noqa: E402
 
 
 def _epoch_in_thread(address, pipeline, batch_size):
@@ -88,6 +93,123 @@ def test_fifos_are_skipped_and_sigterm_stops_the_daemon(tmp_path, daemon_factory
     assert time.monotonic() - t0 < scaled(10)
 
 
+def test_fifos_swapped_in_after_indexing_stall_no_stream(tmp_path, daemon_factory):
+    """Issue 16 #3 as a hostile user does it: two indexed images of an image
+    folder are replaced by FIFOs once the daemon serves (one per worker
+    thread, nobody ever writes to them). A stream over that folder and one
+    over another folder, read at once, both end within a deadline (the two
+    FIFOs are skipped samples naming the file type); the health check still
+    truthfully says SERVING because no worker is stuck (a third stream is
+    served after them); SIGTERM stops the daemon at once. Before the fix
+    (open without O_NONBLOCK) both workers blocked in open(2) for good:
+    every stream stalled while health said SERVING, and SIGTERM hung."""
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=2, per_class=5)
+    other, other_samples = make_image_folder(tmp_path / "data" / "other", classes=1,
+                                             per_class=12, seed=3)
+    cfg = daemon_config(root, pipelines={
+        "swapped": pipeline_entry(root, max_failure_rate=1.0),
+        "other": pipeline_entry(other)})
+    d = daemon_factory(cfg, threads=2)
+    swapped = [samples[1][0], samples[7][0]]  # one per class
+    for rel in swapped:
+        os.remove(root / rel)
+        os.mkfifo(root / rel)
+
+    first, first_result = _epoch_in_thread(d.unix, "swapped", batch_size=4)
+    second, second_result = _epoch_in_thread(d.unix, "other", batch_size=4)
+    for t, name in ((first, "swapped"), (second, "other")):
+        t.join(scaled(30))
+        assert not t.is_alive(), "the %s stream did not end within 30 s (workers stuck)" % name
+    for result in (first_result, second_result):
+        assert "error" not in result, repr(result["error"])
+    assert first_result["samples"] == len(samples) - 2
+    reasons = _reasons(first_result["failures"])
+    assert sorted(reasons) == sorted(swapped)
+    for reason in reasons.values():
+        assert "not a regular file (FIFO)" in reason, reason
+    assert second_result["samples"] == len(other_samples)
+    assert second_result["failures"] == []
+
+    # SERVING, and true: the workers are free to serve another epoch.
+    assert is_serving(d.unix, timeout=scaled(5))
+    again = _read_epoch_bounded(d.unix, "other", batch_size=6)
+    assert again["samples"] == len(other_samples)
+
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    rc = d.wait(timeout=scaled(15))
+    assert rc == 0, d.log()
+    assert time.monotonic() - t0 < scaled(10)
+
+
+@pytest.mark.parametrize("transport", ["shared_memory", "inline", "data_socket"])
+def test_a_batch_whose_every_sample_failed_is_sent_and_the_stream_goes_on(
+        tmp_path, daemon_factory, transport):
+    """Issue 16 #8: a batch of nothing but failures (error_policy skip) is a
+    batch of 0 samples naming each failure, on every transport, and the
+    stream goes on. Its empty label and index fields once met
+    memcpy(nullptr, ..., 0) in the reactor (5c05c6f): UndefinedBehaviorSanitizer
+    reports that in CI's asan stage, and finish_daemons fails on the report."""
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=8)
+    empty = ["class_a/empty_%d.jpg" % i for i in range(4)]
+    for rel in empty:
+        (root / rel).write_bytes(b"")
+    entries = samples[:4] + [(rel, 0) for rel in empty] + samples[4:]
+    listing = write_list_file(root / "list.txt", entries)
+    cfg = daemon_config(root, pipelines={
+        "p": pipeline_entry(root, dataset={"list": str(listing)}, max_failure_rate=1.0)})
+    d = daemon_factory(cfg)  # with a data socket beside TCP (the default)
+    address = d.unix if transport == "shared_memory" else d.tcp
+    stream = conveyor.open_stream(address, "p", 4, credits=2, shuffle=False,
+                                  transport=transport)
+    try:
+        assert stream.transport == transport
+        batches = [(b.num_samples, sorted(f.path for f in b.failures), list(b.labels))
+                   for b in stream]
+        assert stream.end is not None
+    finally:
+        stream.close()
+    assert batches == [(4, [], [0] * 4), (0, empty, []), (4, [], [0] * 4)], batches
+
+
+def test_sigterm_stops_the_daemon_while_a_worker_is_stuck_in_a_read(tmp_path, daemon_factory):
+    """Issue 16 #3, "make shutdown independent of stuck I/O": a sample on a
+    mount whose reads never return (tests/support/stuck_fuse.py, a FUSE file
+    standing for a hung network filesystem) holds a worker in pread(2) for
+    good. SIGTERM must still stop the daemon: within shutdown_timeout_seconds
+    and the grace after it, it exits saying a worker is stuck, instead of
+    waiting forever to join that worker (as it did before the fix)."""
+    why = stuck_fuse.available()
+    if why:
+        pytest.skip(why)
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=4)
+    (root / "mnt").mkdir()
+    listing = write_list_file(root / "list.txt", samples + [("mnt/stuck.jpg", 0)])
+    cfg = daemon_config(root, shutdown_timeout_seconds=1, pipelines={
+        "p": pipeline_entry(root, dataset={"list": str(listing)})})
+    d = daemon_factory(cfg, threads=2)
+    with stuck_fuse.StuckFile(root / "mnt", "stuck.jpg") as fs:
+        reader, result = _epoch_in_thread(d.unix, "p", batch_size=8)
+        assert fs.wait_for_read(scaled(30)), "the daemon never read the stuck file"
+        t0 = time.monotonic()
+        d.signal(signal.SIGTERM)
+        try:
+            rc = d.wait(timeout=scaled(45))
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not stop conveyord with a worker stuck in a read "
+                        "(45 s):\n" + d.log_tail())
+        took = time.monotonic() - t0
+        # Its own exit ended the stuck read, not the unmount below.
+        assert fs.interrupted >= 1
+        reader.join(scaled(30))
+        assert not reader.is_alive(), "the client's stream did not end with the daemon"
+    log = d.log()
+    print("exited %s after %.1f s" % (rc, took))
+    assert rc != 0, log
+    assert "stuck" in log, log[-4000:]
+    assert "error" in result, result  # the stream ended without its last batch
+
+
 def test_a_fifo_as_list_file_stops_the_daemon_at_start(tmp_path):
     root, _ = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=2)
     listing = root / "list.txt"
@@ -122,8 +244,6 @@ def test_links_below_the_root_never_serve_outside_pixels(tmp_path, daemon_factor
 
 
 # --- the hostile corpus (tests/support/hostile_corpus.py) ---------------------
-sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
-import hostile_corpus as hc  # noqa: E402
 
 
 class _PrefixedDaemon(Daemon):

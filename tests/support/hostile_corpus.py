@@ -59,7 +59,8 @@ DELIVERED_SIZE = 64
 # The part of each failure reason the daemon must give (a substring).
 REASONS = {
     "empty": "empty",
-    "not_image": "not a supported image format",
+    # The detected format is named; unknown content is never echoed.
+    "unknown": "not a supported image format (unknown format)",
     "truncated": "truncated JPEG data",
     "corrupt": "corrupt JPEG",
     "max_pixels": "exceeds max_pixels",
@@ -231,7 +232,7 @@ def build(root, outside=None):
     # Refused, each with its reason.
     skipped("zero-byte", a, b"zero.jpg", b"", "empty")
     skipped("random bytes", a, b"random.jpg", rng.integers(1, 255, 3000, dtype=np.uint8).tobytes(),
-            "not_image")
+            "unknown")
     png = io.BytesIO()
     _image(9).save(png, "PNG")
     delivered("PNG named .jpg", a, b"png_named.jpg", png.getvalue())
@@ -258,7 +259,7 @@ def build(root, outside=None):
     lossless[_sof(plain) + 1] = 0xC3  # the lossless process
     skipped("lossless (SOF3)", a, b"lossless.jpg", bytes(lossless), "lossless")
     skipped("non-UTF-8 name, random bytes", b, b"\xff\xfe.jpg",
-            rng.integers(1, 255, 100, dtype=np.uint8).tobytes(), "not_image")
+            rng.integers(1, 255, 100, dtype=np.uint8).tobytes(), "unknown")
     os.mkfifo(os.path.join(root, a, b"fifo.jpg"))
     skipped("FIFO", a, b"fifo.jpg", None, "fifo")
     with open(os.path.join(outside, b"secret.jpg"), "wb") as f:

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -383,6 +384,51 @@ TEST_CASE("read faults: a file deleted mid-stream is a skipped sample naming it,
       CHECK(rest.batches.size() == 4);  // batches 1-4 of epoch 1, then the victim's
     }
   }
+}
+
+}  // namespace
+}  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// Issue 16 #9: a read that fails must not leave its buffer grown to the
+// file's size. The engine keeps a stream's fetch buffers between samples
+// and frees only those over 1 MiB after a decode (config/README.md,
+// "Memory: the worst case"); a failed fetch never reaches the decode, so a
+// buffer grown for a large file that then failed (EIO, truncated while
+// read) would stay at up to max_file_bytes for the stream's life, once per
+// buffer (fetch_queue_capacity + decode_concurrency of them).
+TEST_CASE("read faults: a failed read gives back the memory it grew its buffer by",
+          "[read_faults][memory]") {
+  TempDir dir;
+  const std::string path = dir.Sub("large.bin");
+  constexpr size_t kSize = 8u << 20;
+  {
+    std::ofstream f(path, std::ios::binary);
+    const std::string chunk(1u << 20, 'x');
+    for (size_t i = 0; i < kSize / chunk.size(); ++i) f << chunk;
+  }
+  ReadFault truncated;
+  truncated.end_after_bytes = 4096;
+  const ReadFault eio = Errno(EIO);  // the first pread, after the buffer grew to the size
+
+  for (const ReadFault& fault : {truncated, eio}) {
+    PlannedFaults faults;
+    faults.Plan("large.bin", fault);
+    ScopedReadFaultHook hooked(&faults);
+    std::vector<uint8_t> buffer(4096);  // a small buffer kept from an earlier sample
+    const size_t kept = buffer.capacity();
+    const absl::Status s = ReadWholeFile(path, kSize, &buffer);
+    INFO(s);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find(path) != std::string::npos);
+    CHECK(buffer.capacity() <= kept);
+  }
+  // A successful read keeps what it grew (the engine decides what to keep).
+  std::vector<uint8_t> buffer;
+  REQUIRE(ReadWholeFile(path, kSize, &buffer).ok());
+  CHECK(buffer.size() == kSize);
 }
 
 }  // namespace
