@@ -38,6 +38,8 @@ PACKAGES=(
   libsystemd-dev systemd
   # the Prometheus metrics endpoint's HTTP server
   libcivetweb-dev
+  # Pillow-SIMD built from its sdist for bench/vs_peers.py (scripts/venvs/pillow-simd.txt)
+  libjpeg-dev zlib1g-dev
 )
 
 missing=()
