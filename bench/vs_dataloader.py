@@ -252,6 +252,13 @@ def run_python_contender(c, args, workdir):
         cmd += ["--transport", c["transport"], "--conveyord", args.conveyord]
         if args.checksum:
             cmd.append("--checksum")
+    return measure_contender(cmd, c, args, workdir)
+
+
+def measure_contender(cmd, c, args, workdir):
+    """Runs a contender process (cmd prints run_epochs' events), samples the
+    PSS of its tree, waits for it all to be gone, and returns its figures;
+    shared with bench/vs_peers.py, whose peers run in other interpreters."""
     err_path = os.path.join(workdir, "%s.stderr" % c["name"])
     with open(err_path, "w") as err:
         t_spawn = now()
@@ -296,7 +303,11 @@ def run_python_contender(c, args, workdir):
         "pss_samples": len(sampler.samples),
         "max_processes": max([s[2] for s in sampler.samples] + [e["processes"] for e in epochs]),
         "stderr_tail": errtext[-1000:] if errtext.strip() else "",
+        "done": done,
     }
+    ids = [{"epoch": e["epoch"], "ids": e["ids"]} for e in events if e.get("event") == "ids"]
+    if ids:  # vs_peers.py --ids: the dataset indices each epoch delivered
+        run["ids"] = ids
     if c["runner"] == "conveyor":
         run["ttfb_from_daemon_launch_s"] = fb["t"] - fb["t_launch"]
         run["daemon_launch_s"] = fb["t_launch"] - t_spawn
@@ -310,7 +321,7 @@ def run_ceiling(c, args, workdir):
     cmd = [args.ceiling, "--root", args.data, "--threads", str(args.threads),
            "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
            "--warmup-epochs", str(args.warmup_epochs), "--size", str(args.size),
-           "--credits", str(args.credits), "--json"]
+           "--credits", str(args.credits), "--augment", getattr(args, "augment", "train"), "--json"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = PssSampler(p.pid, interval=args.pss_interval)
     sampler.start()

@@ -42,6 +42,8 @@ PACKAGES=(
   libcurl4-openssl-dev
   # zlib: the PNG decompression-bomb check of the image decoder
   zlib1g-dev
+  # Pillow-SIMD built from its sdist for bench/vs_peers.py (scripts/venvs/pillow-simd.txt)
+  libjpeg-dev zlib1g-dev
 )
 
 missing=()
