@@ -38,6 +38,7 @@
 #include "server/fd_server.h"
 #include "server/grpc_service.h"
 #include "server/inline_transport.h"
+#include "core/av_log.h"
 #include "server/logging.h"
 #include "server/metrics_exposition.h"
 #include "server/metrics_http_server.h"
@@ -540,6 +541,7 @@ int DaemonMain(int argc, char** argv) {
     return kExitUsage;
   }
   SetUpLogging(config->log_level, config->log_format);
+  RouteFfmpegLogs();  // FFmpeg's own lines: escaped, at debug level
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> pipelines =
       LoadPipelines(*config);
   if (!pipelines.ok()) {

@@ -1180,7 +1180,7 @@ TEST_CASE("dataset.shards: bad values are refused naming the field and the shard
   ExpectRefused("pipelines:\n  p:\n    dataset: {shards: '/d/{0..9999999}.tar'}\n",
                 {"expands to more than"});
   ExpectRefused("pipelines:\n  p:\n    dataset: {shards: /d/a.tar, root: /d}\n",
-                {"give `shards` or `root`/`list`, not both"});
+                {"give `shards` or `root`/`list`/`urls`, not both"});
   ExpectRefused("pipelines:\n  p:\n    dataset: {shards: /d/a.tar, label_key: 'a b'}\n",
                 {"field pipelines.p.dataset.label_key: must be a member extension"});
   ExpectRefused("pipelines:\n  p:\n    dataset: {shards: /d/a.tar, shuffle_buffer: -1}\n",
@@ -1301,7 +1301,7 @@ TEST_CASE("kind audio refuses bad fields naming them", "[config][audio]") {
   const std::string head = "pipelines:\n  p:\n    dataset: {root: /data}\n";
   const std::string audio = head + "    kind: audio\n";
   ExpectRefused(head + "    kind: sound\n",
-                {"field pipelines.p.kind: expected one of image, audio, got 'sound'"});
+                {"field pipelines.p.kind: expected one of image, video, audio, got 'sound'"});
   ExpectRefused(audio + "    dtype: uint8\n",
                 {"field pipelines.p.dtype: must be float32 for kind audio, got uint8"});
   ExpectRefused(audio + "    dtype: float16\n",
