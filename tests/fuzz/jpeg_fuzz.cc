@@ -22,6 +22,7 @@
 #include "core/sample_transformer.h"
 #include "core/transform_spec.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "tests/fuzz/two_sample_batch.h"
 
 namespace conveyor::fuzz {
 namespace {
@@ -56,31 +57,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // One transformer per worker thread in the engine; one here, reused.
   static SampleTransformer* transformer = new SampleTransformer();
-  const BatchLayout layout = BatchLayout::For(spec, 2);
-  // Aligned for every element type (the engine's slots are page-aligned).
-  std::vector<uint64_t> slot_words((layout.slot_bytes + 7) / 8, 0xA5A5A5A5A5A5A5A5ull);
-  uint8_t* const slot = reinterpret_cast<uint8_t*>(slot_words.data());
-
-  uint8_t failed[2] = {0, 0};
-  for (int i = 0; i < 2; ++i) {
-    Rng rng(h + i);
-    const absl::Status st =
-        transformer->Run(bytes, spec, rng, slot + layout.images_offset + i * layout.sample_bytes);
-    if (!st.ok()) {
-      FUZZ_CHECK(fuzz::DocumentedError(st));
-      failed[i] = 1;
-    }
-    std::memcpy(slot + layout.labels_offset + i * 8, &i, sizeof(i));
-  }
-  // The same input and draws give the same verdict, and the same pixels.
-  FUZZ_CHECK(failed[0] == failed[1] || spec.mode == AugmentMode::kTrain);
-  if (!failed[0]) {
-    std::vector<uint8_t> again(layout.sample_bytes);
-    Rng rng(h);
-    FUZZ_CHECK(transformer->Run(bytes, spec, rng, again.data()).ok());
-    FUZZ_CHECK(std::memcmp(again.data(), slot + layout.images_offset, layout.sample_bytes) == 0);
-  }
-  const uint32_t kept = CompactSamples(layout, slot, std::span<const uint8_t>(failed, 2));
-  FUZZ_CHECK(kept == 2u - failed[0] - failed[1]);
+  fuzz::CheckTwoSampleBatch(*transformer, bytes, spec, h, fuzz::DocumentedError);
   return 0;
 }

@@ -1,0 +1,58 @@
+// The decode-and-collate property check that the image fuzz targets share:
+// one sample's bytes decoded twice into a two-sample batch slot (as the
+// engine's workers write them), each failure a documented error, the same
+// input and draws giving the same verdict and the same pixels, then the
+// collate stage's compaction of the failed sample(s).
+//
+// Thread-safety: libFuzzer calls targets from one thread; so must callers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/batch_layout.h"
+#include "core/collate.h"
+#include "core/rng.h"
+#include "core/sample_decoder.h"
+#include "core/transform_spec.h"
+#include "tests/fuzz/fuzz_target.h"
+
+namespace conveyor::fuzz {
+
+// Aborts (FUZZ_CHECK) when a property fails. `documented` says whether a
+// failure's status is one the decoder documents.
+template <typename DocumentedFn>
+void CheckTwoSampleBatch(SampleDecoder& decoder, std::span<const uint8_t> bytes,
+                         const TransformSpec& spec, uint64_t h, DocumentedFn documented) {
+  const BatchLayout layout = BatchLayout::For(spec, 2);
+  // Aligned for every element type (the engine's slots are page-aligned).
+  std::vector<uint64_t> slot_words((layout.slot_bytes + 7) / 8, 0xA5A5A5A5A5A5A5A5ull);
+  uint8_t* const slot = reinterpret_cast<uint8_t*>(slot_words.data());
+
+  uint8_t failed[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    Rng rng(h + i);
+    const absl::Status st =
+        decoder.Run(bytes, spec, rng, slot + layout.images_offset + i * layout.sample_bytes);
+    if (!st.ok()) {
+      FUZZ_CHECK(documented(st));
+      failed[i] = 1;
+    }
+    std::memcpy(slot + layout.labels_offset + i * 8, &i, sizeof(i));
+  }
+  // The same input and draws give the same verdict, and the same pixels.
+  FUZZ_CHECK(failed[0] == failed[1] || spec.mode == AugmentMode::kTrain);
+  if (!failed[0]) {
+    std::vector<uint8_t> again(layout.sample_bytes);
+    Rng rng(h);
+    FUZZ_CHECK(decoder.Run(bytes, spec, rng, again.data()).ok());
+    FUZZ_CHECK(std::memcmp(again.data(), slot + layout.images_offset, layout.sample_bytes) == 0);
+  }
+  const uint32_t kept = CompactSamples(layout, slot, std::span<const uint8_t>(failed, 2));
+  FUZZ_CHECK(kept == 2u - failed[0] - failed[1]);
+}
+
+}  // namespace conveyor::fuzz
