@@ -273,7 +273,8 @@ uint64_t RssBytes() {
 // resident in that thread's arena (10 MiB per stream at ImageNet size).
 TEST_CASE("RankIndices leaves no memory of its epoch permutation behind", "[sampler][memory]") {
 #ifdef CONVEYOR_UNDER_SANITIZER
-  SKIP("the sanitizers' allocators keep freed memory on purpose");
+  WARN("not checked: the sanitizers' allocators keep freed memory on purpose");
+  return;
 #endif
   // 16 MiB at 8 bytes a sample: under glibc's largest mmap threshold (32 MiB),
   // so freeing it through malloc leaves it in the arena, as at ImageNet size.
