@@ -27,20 +27,6 @@
 namespace conveyor::fuzz {
 namespace {
 
-TransformSpec SpecFor(uint64_t h) {
-  TransformSpec spec;
-  spec.mode = (h & 1) ? AugmentMode::kTrain : AugmentMode::kEval;
-  spec.output_height = 8 + static_cast<int>((h >> 1) & 31);
-  spec.output_width = 8 + static_cast<int>((h >> 6) & 31);
-  spec.resize_size = std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 11) & 7);
-  static constexpr DType kTypes[] = {DType::kUint8, DType::kFloat32, DType::kFloat16};
-  spec.dtype = kTypes[((h >> 14) & 3) % 3];
-  spec.layout = (h >> 16) & 1 ? Layout::kNHWC : Layout::kNCHW;
-  spec.dct_scaling = ((h >> 17) & 1) != 0;
-  spec.max_pixels = 1u << 20;
-  return spec;
-}
-
 bool DocumentedError(const absl::Status& st) {
   return (absl::IsInvalidArgument(st) || absl::IsDataLoss(st)) && !st.message().empty();
 }
@@ -51,7 +37,7 @@ bool DocumentedError(const absl::Status& st) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace conveyor;
   const uint64_t h = fuzz::HashBytes(data, size);
-  const TransformSpec spec = fuzz::SpecFor(h);
+  const TransformSpec spec = fuzz::ImageSpecFor(h);
   FUZZ_CHECK(ValidateTransformSpec(spec).ok());
   const std::span<const uint8_t> bytes(data, size);
 

@@ -7,6 +7,7 @@
 // Thread-safety: libFuzzer calls targets from one thread; so must callers.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -21,6 +22,23 @@
 #include "tests/fuzz/fuzz_target.h"
 
 namespace conveyor::fuzz {
+
+// The image targets' transform, drawn from the input's hash: train or eval,
+// output 8..39 a side, any dtype and layout, DCT scaling on or off; images
+// over 2^20 pixels are refused by max_pixels so that every run stays fast.
+inline TransformSpec ImageSpecFor(uint64_t h) {
+  TransformSpec spec;
+  spec.mode = (h & 1) ? AugmentMode::kTrain : AugmentMode::kEval;
+  spec.output_height = 8 + static_cast<int>((h >> 1) & 31);
+  spec.output_width = 8 + static_cast<int>((h >> 6) & 31);
+  spec.resize_size = std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 11) & 7);
+  static constexpr DType kTypes[] = {DType::kUint8, DType::kFloat32, DType::kFloat16};
+  spec.dtype = kTypes[((h >> 14) & 3) % 3];
+  spec.layout = (h >> 16) & 1 ? Layout::kNHWC : Layout::kNCHW;
+  spec.dct_scaling = ((h >> 17) & 1) != 0;
+  spec.max_pixels = 1u << 20;
+  return spec;
+}
 
 // Aborts (FUZZ_CHECK) when a property fails. `documented` says whether a
 // failure's status is one the decoder documents.
