@@ -1,5 +1,5 @@
 // Loading of the dataset index (ImageFolder trees, list files) into its
-// compact arena form. See dataset_index.h.
+// compact form. See dataset_index.h.
 #include "core/dataset_index.h"
 
 #include "core/media_extensions.h"
@@ -303,7 +303,7 @@ bool HasImageExtension(std::string_view file_name) {
 }
 
 std::string DatasetIndex::FullPath(size_t i) const {
-  const std::string_view rel = relative_path(i);
+  const std::string rel = relative_path(i);
   std::string full;
   full.reserve(root_.size() + 1 + rel.size());
   full.append(root_);
@@ -313,17 +313,17 @@ std::string DatasetIndex::FullPath(size_t i) const {
 }
 
 size_t DatasetIndex::MemoryBytes() const {
-  size_t bytes = sizeof(*this) + root_.capacity() + arena_.capacity() +
-                 offsets_.capacity() * sizeof(uint64_t) + labels_.capacity() * sizeof(int32_t) +
-                 class_names_.capacity() * sizeof(std::string);
+  size_t bytes = sizeof(*this) - sizeof(paths_) + paths_.MemoryBytes() + root_.capacity() +
+                 label_bytes_.capacity() + class_names_.capacity() * sizeof(std::string);
   for (const std::string& name : class_names_) bytes += name.capacity();
   return bytes;
 }
 
 absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::Finish(
-    std::unique_ptr<DatasetIndex> index) {
+    std::unique_ptr<DatasetIndex> index, FrontCodedPaths::Builder paths,
+    const std::vector<int32_t>& labels) {
   int64_t max_label = -1;
-  for (const int32_t label : index->labels_) max_label = std::max<int64_t>(max_label, label);
+  for (const int32_t label : labels) max_label = std::max<int64_t>(max_label, label);
   if (index->class_names_.empty()) {
     index->num_classes_ = static_cast<size_t>(max_label + 1);
   } else {
@@ -333,9 +333,21 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::Finish(
     }
     index->num_classes_ = index->class_names_.size();
   }
-  index->arena_.shrink_to_fit();
-  index->offsets_.shrink_to_fit();
-  index->labels_.shrink_to_fit();
+  index->paths_ = paths.Finish();
+  index->label_width_ = max_label <= 0xff ? 1 : max_label <= 0xffff ? 2 : 4;
+  index->label_bytes_.resize(labels.size() * index->label_width_);
+  uint8_t* out = index->label_bytes_.data();
+  for (const int32_t label : labels) {
+    if (index->label_width_ == 1) {
+      *out = static_cast<uint8_t>(label);
+    } else if (index->label_width_ == 2) {
+      const auto v = static_cast<uint16_t>(label);
+      std::memcpy(out, &v, sizeof(v));
+    } else {
+      std::memcpy(out, &label, sizeof(label));
+    }
+    out += index->label_width_;
+  }
   return std::shared_ptr<const DatasetIndex>(std::move(index));
 }
 
@@ -359,7 +371,9 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
   std::unique_ptr<DatasetIndex> index(new DatasetIndex());
   index->root_ = root;
   index->root_fd_ = *std::move(root_fd);
-  index->offsets_.push_back(0);
+  FrontCodedPaths::Builder paths;
+  std::vector<int32_t> labels;
+  std::string path;
   for (size_t label = 0; label < classes->size(); ++label) {
     const std::string& class_name = (*classes)[label];
     if (label > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -373,14 +387,14 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
                       IgnoredEntries::kNestedFolder, &ignored);
     if (!files.ok()) return files.status();
     for (const std::string& file : *files) {
-      index->arena_.append(class_name);
-      index->arena_.push_back('/');
-      index->arena_.append(file);
-      index->offsets_.push_back(index->arena_.size());
-      index->labels_.push_back(static_cast<int32_t>(label));
+      path.assign(class_name);
+      path.push_back('/');
+      path.append(file);
+      paths.Add(path);
+      labels.push_back(static_cast<int32_t>(label));
     }
   }
-  if (index->labels_.empty()) {
+  if (labels.empty()) {
     return absl::NotFoundError(absl::StrCat("dataset root '", root, "' has ", classes->size(),
                                             " class folders but no ",
                                             extensions.data() == ImageExtensions().data()
@@ -390,7 +404,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
   }
   index->class_names_ = *std::move(classes);
   index->ignored_ = std::move(ignored);
-  return Finish(std::move(index));
+  return Finish(std::move(index), std::move(paths), labels);
 }
 
 absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
@@ -406,20 +420,17 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
   index->root_ = root;
   index->root_fd_ = *std::move(root_fd);
 
-  // One pass to count lines so the offset and label arrays are sized exactly.
-  std::string& buf = *data;
+  // One pass to count lines so the label array is sized exactly.
+  const std::string& buf = *data;
   size_t lines = 1;
   for (const char* p = buf.data(), *end = buf.data() + buf.size();
        (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) != nullptr; ++p) {
     ++lines;
   }
-  index->offsets_.reserve(lines + 1);
-  index->labels_.reserve(lines);
-  index->offsets_.push_back(0);
+  FrontCodedPaths::Builder paths;
+  std::vector<int32_t> labels;
+  labels.reserve(lines);
 
-  // Parse, moving each path to the front of the buffer (it never overtakes
-  // the read position), so the buffer itself becomes the arena.
-  size_t write = 0;
   size_t line_start = 0;
   size_t line_number = 0;
   while (line_start < buf.size()) {
@@ -449,18 +460,15 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
       return bad_line(absl::StrCat("label ", Quote(label_text),
                                    " is not a non-negative integer that fits int32"));
     }
-    std::memmove(buf.data() + write, path.data(), path.size());
-    write += path.size();
-    index->offsets_.push_back(write);
-    index->labels_.push_back(label);
+    paths.Add(path);
+    labels.push_back(label);
     line_start = next_start;
   }
-  if (index->labels_.empty()) {
+  if (labels.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("list file '", list_path, "' has no entries"));
   }
-  buf.resize(write);
-  index->arena_ = std::move(buf);
-  return Finish(std::move(index));
+  *data = std::string();  // the file's bytes go before the index is finished
+  return Finish(std::move(index), std::move(paths), labels);
 }
 
 absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::FromEntries(
@@ -469,9 +477,9 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::FromEntries(
   std::unique_ptr<DatasetIndex> index(new DatasetIndex());
   index->root_ = NormalizeRoot(root);
   index->root_fd_.Reset(::open(index->root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  index->offsets_.reserve(entries.size() + 1);
-  index->labels_.reserve(entries.size());
-  index->offsets_.push_back(0);
+  FrontCodedPaths::Builder paths;
+  std::vector<int32_t> labels;
+  labels.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     if (absl::Status s = ValidateRelativePath(e.relative_path); !s.ok()) {
@@ -480,13 +488,12 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::FromEntries(
     if (e.label < 0) {
       return absl::InvalidArgumentError(absl::StrCat("entry ", i, ": negative label ", e.label));
     }
-    index->arena_.append(e.relative_path);
-    index->offsets_.push_back(index->arena_.size());
-    index->labels_.push_back(e.label);
+    paths.Add(e.relative_path);
+    labels.push_back(e.label);
   }
-  if (index->labels_.empty()) return absl::InvalidArgumentError("no entries");
+  if (labels.empty()) return absl::InvalidArgumentError("no entries");
   index->class_names_ = std::move(class_names);
-  return Finish(std::move(index));
+  return Finish(std::move(index), std::move(paths), labels);
 }
 
 }  // namespace conveyor

@@ -2,10 +2,12 @@
 // label), loaded once from an ImageFolder tree or a list file and shared,
 // read-only, by every stream that reads the dataset.
 //
-// Storage is compact so that an ImageNet-sized index (1.28 M entries) costs a
-// few tens of MB once per daemon instead of once per worker process: all
-// relative paths live back to back in one char arena, addressed by an offset
-// array, next to an int32 label array. No per-entry std::string.
+// Storage is compact so that an ImageNet-sized index (1.28 M entries) costs
+// about 10 MB once per daemon instead of hundreds of MB per worker process:
+// the relative paths are front- and rear-coded in blocks of 16
+// (core/front_coded_paths.h: a path costs the bytes in which it differs from
+// the one before it), and the labels are packed 1, 2 or 4 bytes each, as the
+// largest label needs. No per-entry std::string.
 //
 // Symbolic links: the dataset root itself may be a link (the daemon's config
 // check resolves it against allowed_roots), but no link BELOW the root is
@@ -23,6 +25,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/front_coded_paths.h"
 #include "core/media_extensions.h"
 #include "core/unique_fd.h"
 
@@ -139,18 +143,32 @@ class DatasetIndex {
   // FromEntries with a root that could not be opened.
   int root_fd() const { return root_fd_.get(); }
 
-  size_t size() const { return labels_.size(); }
+  size_t size() const { return paths_.size(); }
 
-  // REQUIRES: i < size(). The view lives as long as the index.
-  std::string_view relative_path(size_t i) const {
-    return std::string_view(arena_.data() + offsets_[i], offsets_[i + 1] - offsets_[i]);
-  }
+  // REQUIRES: i < size(). Decoded from the compact form on each call (one
+  // block of at most 16 short paths: far below the cost of reading a sample).
+  std::string relative_path(size_t i) const { return paths_.Get(i); }
 
   // root() + "/" + relative_path(i). REQUIRES: i < size().
   std::string FullPath(size_t i) const;
 
   // REQUIRES: i < size().
-  int32_t label(size_t i) const { return labels_[i]; }
+  int32_t label(size_t i) const {
+    switch (label_width_) {
+      case 1:
+        return label_bytes_[i];
+      case 2: {
+        uint16_t v;
+        std::memcpy(&v, label_bytes_.data() + 2 * i, sizeof(v));
+        return v;
+      }
+      default: {
+        int32_t v;
+        std::memcpy(&v, label_bytes_.data() + 4 * i, sizeof(v));
+        return v;
+      }
+    }
+  }
 
   // ImageFolder: number of class folders (empty ones included). List file and
   // FromEntries without names: max label + 1.
@@ -169,17 +187,18 @@ class DatasetIndex {
  private:
   DatasetIndex() = default;
 
-  // Checks the invariants, computes num_classes_ and shrinks the buffers.
-  // Every factory ends here.
+  // Checks the invariants, computes num_classes_, takes the paths and packs
+  // the labels (one per path, each >= 0). Every factory ends here.
   static absl::StatusOr<std::shared_ptr<const DatasetIndex>> Finish(
-      std::unique_ptr<DatasetIndex> index);
+      std::unique_ptr<DatasetIndex> index, FrontCodedPaths::Builder paths,
+      const std::vector<int32_t>& labels);
 
   // All constant after construction.
   std::string root_;
   UniqueFd root_fd_;
-  std::string arena_;              // relative paths back to back, no separators
-  std::vector<uint64_t> offsets_;  // size() + 1 entries; path i = [offsets_[i], offsets_[i+1])
-  std::vector<int32_t> labels_;    // size() entries
+  FrontCodedPaths paths_;              // size() relative paths
+  std::vector<uint8_t> label_bytes_;   // size() labels of label_width_ bytes each
+  uint8_t label_width_ = 4;            // 1, 2 or 4: the fewest that hold the largest label
   std::vector<std::string> class_names_;
   size_t num_classes_ = 0;
   IgnoredEntries ignored_;

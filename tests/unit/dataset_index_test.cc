@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace conveyor {
 namespace {
@@ -261,23 +263,68 @@ TEST_CASE("FromEntries validates paths and labels", "[dataset]") {
   CHECK_FALSE(DatasetIndex::FromEntries("/d", {}).ok());
 }
 
-TEST_CASE("MemoryBytes is close to the path bytes plus 12 bytes per entry", "[dataset]") {
+TEST_CASE("List file: an ImageNet-like list round trips and takes ~10 bytes an entry",
+          "[dataset]") {
+  // Paths like n01440764/n01440764_10026.JPEG (class-sorted, ids random
+  // within a class), 100 classes: the paths are front-coded and the labels
+  // packed into one byte each (core/front_coded_paths.h).
   TempDir dir;
   std::string content;
+  std::vector<std::pair<std::string, int32_t>> expected;
   size_t path_bytes = 0;
-  const size_t n = 10000;
+  const size_t n = 20000;
+  uint64_t x = 12345;
   for (size_t i = 0; i < n; ++i) {
-    const std::string path = "n0144" + std::to_string(i % 100) + "/img_" + std::to_string(i) + ".JPEG";
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const int32_t label = static_cast<int32_t>(i * 100 / n);
+    const std::string wnid = "n0" + std::to_string(1440764 + label * 7919);
+    const std::string path = wnid + "/" + wnid + "_" + std::to_string(1 + (x >> 33) % 60000) + ".JPEG";
     path_bytes += path.size();
-    content += path + "\t" + std::to_string(i % 100) + "\n";
+    content += path + "\t" + std::to_string(label) + "\n";
+    expected.emplace_back(path, label);
   }
   const std::string list = dir.Write("big.txt", content);
   auto index = DatasetIndex::LoadListFile(list);
   REQUIRE(index.ok());
   REQUIRE((*index)->size() == n);
+  for (size_t i = 0; i < n; ++i) {
+    INFO("entry " << i);
+    REQUIRE((*index)->relative_path(i) == expected[i].first);
+    REQUIRE((*index)->label(i) == expected[i].second);
+  }
   const size_t bytes = (*index)->MemoryBytes();
-  CHECK(bytes >= path_bytes + n * 12);
-  CHECK(bytes <= path_bytes + n * 12 + 4096);
+  INFO("path bytes " << path_bytes << ", MemoryBytes " << bytes);
+  CHECK(bytes <= n * 12);            // the plain form took path_bytes + 12 B an entry
+  CHECK(bytes * 2 <= path_bytes);
+}
+
+TEST_CASE("FromEntries: odd bytes in names and labels of every width round trip", "[dataset]") {
+  const std::vector<DatasetIndex::Entry> entries = {
+      {"new\nline/tab\there.jpg", 0},
+      {"new\nline/tab\there.jpeg", 255},
+      {"\xff\xfe/\x80\x81.jpg", 256},
+      {"\xc3\xa9t\xc3\xa9/\r.jpg", 65535},
+      {"\xc3\xa9t\xc3\xa9/\r\r.jpg", 65536},
+      {"a/..b/c..", 2147483647},
+      {"a/.../c", 7},
+  };
+  auto index = DatasetIndex::FromEntries("/nonexistent-root", entries);
+  REQUIRE(index.ok());
+  REQUIRE((*index)->size() == entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    INFO("entry " << i);
+    CHECK((*index)->relative_path(i) == entries[i].relative_path);
+    CHECK((*index)->label(i) == entries[i].label);
+  }
+  CHECK((*index)->num_classes() == 2147483648ull);
+  // Every width: the fewest bytes that hold the largest label.
+  for (const int32_t top : {0, 1, 255, 256, 65535, 65536, 2147483647}) {
+    INFO("largest label " << top);
+    auto one = DatasetIndex::FromEntries("/nonexistent-root", {{"x/a.jpg", top}, {"x/b.jpg", 0}});
+    REQUIRE(one.ok());
+    CHECK((*one)->label(0) == top);
+    CHECK((*one)->label(1) == 0);
+  }
 }
 
 
