@@ -249,8 +249,43 @@ class Trainers:
                 p.wait()
 
 
+def mapping_breakdown(pid):
+    """PSS of a process by kind of mapping, from /proc/PID/smaps: memfd
+    (the batch slots), heap (malloc's main arena), arenas (malloc's
+    per-thread heaps: anonymous, 64 MiB-aligned), stacks (anonymous 8 MiB
+    thread stacks), other-anon (mmap'd blocks: large allocations, the
+    index), files. {} if the process is gone."""
+    out = dict.fromkeys(("memfd", "heap", "arenas", "stacks", "other-anon", "files"), 0)
+    kind = None
+    try:
+        with open("/proc/%d/smaps" % pid) as f:
+            for line in f:
+                head = line.split(None, 6)
+                if "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                    start, end = (int(x, 16) for x in head[0].split("-"))
+                    path = head[5].strip() if len(head) > 5 else ""
+                    if "memfd:" in path:
+                        kind = "memfd"
+                    elif path == "[heap]":
+                        kind = "heap"
+                    elif path.startswith("/"):
+                        kind = "files"
+                    elif path == "" and start % (64 << 20) == 0:
+                        kind = "arenas"
+                    elif path == "" and abs(end - start - (8 << 20)) <= 64 << 10:
+                        kind = "stacks"
+                    else:
+                        kind = "other-anon"
+                elif head[0] == "Pss:" and kind:
+                    out[kind] += int(head[1]) * 1024
+    except OSError:
+        return {}
+    return out
+
+
 def snapshot_processes(roots):
-    """[{pid, name, pss, anon, file, shmem}] of every process of the trees now."""
+    """[{pid, name, pss, anon, file, shmem}] of every process of the trees now
+    (conveyord's with its mapping_breakdown)."""
     from proc_sampler import process_tree
     out = []
     for pid in sorted({p for r in roots for p in process_tree(r)}):
@@ -265,6 +300,8 @@ def snapshot_processes(roots):
             if pid not in roots:
                 name = "dataloader-worker"
         out.append(dict(pid=pid, name=name, **pss_rollup(pid)))
+        if name == "conveyord":
+            out[-1]["mappings"] = mapping_breakdown(pid)
     return out
 
 
