@@ -65,19 +65,35 @@ class MappedArray {
   size_t bytes_;
 };
 
-// RankIndices with P held as T (4 bytes a sample when N fits in 32 bits).
-template <typename T>
-absl::StatusOr<std::vector<uint64_t>> RankIndicesWith(const SamplerOptions& o) {
+// The rank's indices into `indices` (values of type Out) with P held as T
+// (4 bytes a sample when N fits in 32 bits).
+template <typename T, typename Out>
+absl::Status RankIndicesWith(const SamplerOptions& o, std::vector<Out>* indices) {
   ASSIGN_OR_RETURN(MappedArray<T> permutation, MappedArray<T>::Create(o.dataset_size));
   FillPermutation(permutation.data(), o.dataset_size, o.seed, o.epoch, o.shuffle);
   const uint64_t count = SamplesPerRank(o);
-  std::vector<uint64_t> indices;
-  indices.reserve(count);
+  indices->reserve(count);
   for (uint64_t k = 0; k < count; ++k) {
     const uint64_t position = o.offset + RankPosition(o.rank, o.world_size, k);
-    indices.push_back(permutation.data()[position % o.dataset_size]);  // IndexAtPosition's rule
+    indices->push_back(static_cast<Out>(permutation.data()[position % o.dataset_size]));  // IndexAtPosition's rule
   }
-  return indices;
+  return absl::OkStatus();
+}
+
+// The rank's indices from a dataset's own order (tar shards).
+template <typename Out>
+void RankIndicesFromOrder(const SamplerOptions& o, std::vector<Out>* indices) {
+  const std::vector<uint64_t> permutation = o.order->Permutation(o.seed, o.epoch, o.shuffle);
+  const uint64_t count = SamplesPerRank(o);
+  indices->reserve(count);
+  for (uint64_t k = 0; k < count; ++k) {
+    indices->push_back(static_cast<Out>(
+        IndexAtPosition(permutation, o.offset + RankPosition(o.rank, o.world_size, k))));
+  }
+}
+
+bool FitsUint32(uint64_t dataset_size) {
+  return dataset_size <= uint64_t{std::numeric_limits<uint32_t>::max()} + 1;
 }
 
 }  // namespace
@@ -135,22 +151,34 @@ std::vector<uint64_t> EpochPermutation(uint64_t dataset_size, uint64_t seed, uin
 
 absl::StatusOr<std::vector<uint64_t>> RankIndices(const SamplerOptions& o) {
   if (absl::Status s = ValidateSamplerOptions(o); !s.ok()) return s;
+  std::vector<uint64_t> indices;
   if (o.order != nullptr) {
     // A dataset's own order (tar shards): its permutation as it gives it.
-    const std::vector<uint64_t> permutation = o.order->Permutation(o.seed, o.epoch, o.shuffle);
-    const uint64_t count = SamplesPerRank(o);
-    std::vector<uint64_t> indices;
-    indices.reserve(count);
-    for (uint64_t k = 0; k < count; ++k) {
-      indices.push_back(
-          IndexAtPosition(permutation, o.offset + RankPosition(o.rank, o.world_size, k)));
-    }
-    return indices;
+    RankIndicesFromOrder(o, &indices);
+  } else if (FitsUint32(o.dataset_size)) {
+    RETURN_IF_ERROR(RankIndicesWith<uint32_t>(o, &indices));
+  } else {
+    RETURN_IF_ERROR(RankIndicesWith<uint64_t>(o, &indices));
   }
-  if (o.dataset_size <= uint64_t{std::numeric_limits<uint32_t>::max()} + 1) {
-    return RankIndicesWith<uint32_t>(o);
+  return indices;
+}
+
+void RankPlan::CopyTo(size_t k, std::span<uint64_t> out) const {
+  for (size_t i = 0; i < out.size(); ++i) out[i] = (*this)[k + i];
+}
+
+absl::StatusOr<RankPlan> PlanRank(const SamplerOptions& o) {
+  if (absl::Status s = ValidateSamplerOptions(o); !s.ok()) return s;
+  RankPlan plan;
+  if (!FitsUint32(o.dataset_size)) {
+    ASSIGN_OR_RETURN(plan.wide_, RankIndices(o));
+  } else if (o.order != nullptr) {
+    RankIndicesFromOrder(o, &plan.narrow_);
+  } else {
+    RETURN_IF_ERROR(RankIndicesWith<uint32_t>(o, &plan.narrow_));
   }
-  return RankIndicesWith<uint64_t>(o);
+  // An empty narrow_ means "use wide_": a plan of no samples is empty both ways.
+  return plan;
 }
 
 }  // namespace conveyor

@@ -44,7 +44,9 @@
 // Thread-safety: free functions without shared state; safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -121,5 +123,30 @@ inline uint64_t IndexAtPosition(const std::vector<uint64_t>& permutation, uint64
 // the k-th being G[RankPosition(rank, world_size, k)] (G' with an offset).
 // InvalidArgument when the options are invalid.
 absl::StatusOr<std::vector<uint64_t>> RankIndices(const SamplerOptions& options);
+
+// RankIndices as a stream keeps it for an epoch: 4 bytes an index when the
+// dataset has at most 2^32 samples (ImageNet's 1.28 M: 1.25 MiB a rank at 4
+// ranks instead of 2.5), else 8. Immutable; safe for concurrent reads.
+class RankPlan {
+ public:
+  size_t size() const { return narrow_.empty() ? wide_.size() : narrow_.size(); }
+  // REQUIRES: k < size().
+  uint64_t operator[](size_t k) const { return narrow_.empty() ? wide_[k] : narrow_[k]; }
+  // Indices [k, k + out.size()) into out. REQUIRES: k + out.size() <= size().
+  void CopyTo(size_t k, std::span<uint64_t> out) const;
+  // Heap bytes held.
+  size_t MemoryBytes() const {
+    return narrow_.capacity() * sizeof(uint32_t) + wide_.capacity() * sizeof(uint64_t);
+  }
+
+ private:
+  friend absl::StatusOr<RankPlan> PlanRank(const SamplerOptions& options);
+  std::vector<uint32_t> narrow_;  // the indices when they fit 32 bits (then wide_ is empty)
+  std::vector<uint64_t> wide_;    // else
+};
+
+// The same indices as RankIndices(options), held as a RankPlan.
+// InvalidArgument when the options are invalid.
+absl::StatusOr<RankPlan> PlanRank(const SamplerOptions& options);
 
 }  // namespace conveyor

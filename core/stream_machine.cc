@@ -4,6 +4,7 @@
 #include "core/stream_machine.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 
 #include "absl/strings/str_format.h"
@@ -223,7 +224,7 @@ void StreamMachine::TakeSample(Task* t) {
 }
 
 void StreamMachine::RunSample(Task* t) const {
-  auto plan = RankIndices(SamplerOptionsFor(*config_.pipeline, config_.options, t->epoch));
+  auto plan = PlanRank(SamplerOptionsFor(*config_.pipeline, config_.options, t->epoch));
   if (plan.ok()) {
     t->plan = std::make_shared<const EpochPlan>(std::move(*plan));
   } else {
@@ -276,8 +277,10 @@ void StreamMachine::RunFetch(Task* t) const {
   const EpochPlan& plan = *t->batch->plan;
   const size_t next = t->batch->first + t->position + 1;
   if (next < plan.size()) {
-    source_->Prefetch(std::span<const uint64_t>(plan).subspan(
-        next, std::min(kPrefetchLookahead, plan.size() - next)));
+    std::array<uint64_t, kPrefetchLookahead> upcoming;
+    const size_t n = std::min(kPrefetchLookahead, plan.size() - next);
+    plan.CopyTo(next, std::span<uint64_t>(upcoming.data(), n));
+    source_->Prefetch(std::span<const uint64_t>(upcoming.data(), n));
   }
   // This task has exclusive use of its buffer.
   t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);

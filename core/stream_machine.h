@@ -45,6 +45,7 @@
 #include "core/mutex.h"
 #include "core/pipeline_config.h"
 #include "core/sample_decoder.h"
+#include "core/sampler.h"
 #include "core/slot_arena.h"
 #include "core/stats.h"
 #include "core/stream.h"
@@ -53,7 +54,7 @@ namespace conveyor {
 
 struct EngineOptions;
 
-using EpochPlan = std::vector<uint64_t>;  // this rank's dataset indices, in order
+using EpochPlan = RankPlan;  // this rank's dataset indices, in order (core/sampler.h)
 
 // A batch between its start (a slot was assigned) and its emission. Owned by
 // the machine's open_ queue; tasks in flight point at it (open_ entries are
