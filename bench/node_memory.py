@@ -32,7 +32,11 @@ PSS of every process (trainers, their DataLoader workers, the daemon) every
 0.5 s from the first start to the last exit. "Loading adds" = peak summed
 PSS of the set-up - summed PSS of the R idle trainers (median of 5
 readings). Both sides pay their imports: torchvision + PIL for the
-DataLoader, grpcio + the client for conveyor.
+DataLoader, grpcio + the client for conveyor. "adds(a+s)" is the same
+difference over the anonymous + shared-memory part of PSS alone: the file
+part (torch's libraries) moves with how many other processes on the
+machine map the same files, which makes the idle baseline move by tens of
+MiB from run to run on a shared machine.
 
 --step-ms S makes every trainer sleep S ms per batch (a GPU step): the
 "waited" share then says whether the loader kept the trainer fed.
@@ -310,16 +314,25 @@ def idle_baseline(args, world):
     try:
         t.expect("ready", 300)
         time.sleep(2)
-        readings = []
+        readings, private = [], []
         for _ in range(5):
-            readings.append(sum(pss_rollup(pid)["pss"] for pid in t.pids()))
+            rollups = [pss_rollup(pid) for pid in t.pids()]
+            readings.append(sum(r["pss"] for r in rollups))
+            private.append(sum(r["anon"] + r["shmem"] for r in rollups))
             time.sleep(0.5)
         t.go()
         t.results()
     finally:
         t.close()
     settle(t.pids(), 2)
-    return statistics.median(readings)
+    return statistics.median(readings), statistics.median(private)
+
+
+def private_bytes(rollup):
+    """The anonymous + shared-memory part of a PSS rollup: what the set-up
+    itself owns. The file part (libraries, torch's .so files) moves with how
+    many other processes on the machine map the same files; this does not."""
+    return rollup["anon"] + rollup["shmem"]
 
 
 def measure(args, mode, world, extra, daemon_pid=None):
@@ -340,9 +353,11 @@ def measure(args, mode, world, extra, daemon_pid=None):
     if daemon_pid is None:
         settle(sorted(sampler.seen), 2)
     peak = sampler.peak_sample()
+    peak_private = max((private_bytes(smp[3]) for smp in sampler.samples), default=0)
     images = sum(r["images"] for r in res)
     seconds = max(r["seconds"] for r in res)
-    return {"peak": peak, "processes": peak["processes"] if peak else 0, "trainers": res,
+    return {"peak": peak, "peak_private_bytes": peak_private,
+            "processes": peak["processes"] if peak else 0, "trainers": res,
             "mid_run_processes": snapshot,
             "images": images, "images_per_s": images / seconds if seconds else 0,
             "waited_share": sum(r["waited_s"] for r in res) / sum(r["seconds"] for r in res)}
@@ -350,12 +365,14 @@ def measure(args, mode, world, extra, daemon_pid=None):
 
 def run_layout(args, world, workers, list_path):
     out = {"ranks": world, "workers": workers, "sets": {}}
-    base = idle_baseline(args, world)
+    base, base_private = idle_baseline(args, world)
     out["idle_pss_bytes"] = base
+    out["idle_private_bytes"] = base_private
     print("  %dx%d idle trainers: %.0f MiB" % (world, workers, base / MiB), file=sys.stderr, flush=True)
 
     def add(name, m):
         m["adds_bytes"] = m["peak"]["pss"] - base
+        m["adds_private_bytes"] = m["peak_private_bytes"] - base_private
         out["sets"][name] = m
         print("  %dx%d %-14s peak %.0f MiB (%d processes), adds %.0f MiB; %.0f images/s, waited %.0f%%"
               % (world, workers, name, m["peak"]["pss"] / MiB, m["processes"], m["adds_bytes"] / MiB,
@@ -472,15 +489,22 @@ def main(argv):
     print("Memory the loading adds to the node (peak summed PSS - R idle torch trainers), "
           "%d entries cycling over %d files, batch %d, %.0f s per set-up"
           % (args.entries, len(files), BATCH, args.seconds))
-    print("%-7s %-16s %10s %10s %9s %11s %8s %7s" % ("R x W", "set-up", "peak PSS", "adds",
-                                                    "x DL", "images/s", "waited", "procs"))
+    print("%-7s %-16s %10s %10s %9s %12s %9s %11s %8s %7s" % (
+        "R x W", "set-up", "peak PSS", "adds", "x DL", "adds(a+s)", "x DL", "images/s", "waited",
+        "procs"))
     for lay in result["layouts"]:
         dl = lay["sets"].get("dataloader", {}).get("adds_bytes")
+        dl_private = lay["sets"].get("dataloader", {}).get("adds_private_bytes")
         for name, m in lay["sets"].items():
-            print("%-7s %-16s %8.0f MiB %6.0f MiB %9s %11.0f %7.0f%% %7d" % (
+            print("%-7s %-16s %8.0f MiB %6.0f MiB %9s %8.0f MiB %9s %11.0f %7.0f%% %7d" % (
                 "%dx%d" % (lay["ranks"], lay["workers"]), name, m["peak"]["pss"] / MiB,
                 m["adds_bytes"] / MiB, "%.3f" % (m["adds_bytes"] / dl) if dl else "n/a",
+                m["adds_private_bytes"] / MiB,
+                "%.3f" % (m["adds_private_bytes"] / dl_private) if dl_private else "n/a",
                 m["images_per_s"], 100 * m["waited_share"], m["processes"]))
+    print("adds(a+s): the same difference over the anonymous + shared-memory part of PSS alone "
+          "(what the set-up owns; the file part moves with other processes mapping the same "
+          "libraries)")
     if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
         with open(args.json_out, "w") as f:
