@@ -105,14 +105,17 @@ def test_a_stalled_stream_takes_nothing_from_a_reading_one(daemon_factory, large
 
 # --- 8 ranks + a second job on one daemon: one index ---------------------------
 def _long_list(tmp_path, dataset, entries):
-    """A list file of `entries` lines over copies of the dataset's JPEGs in
-    folders with long names (about 170 bytes a path): a large index."""
+    """A list file of `entries` lines over copies of the dataset's JPEGs, each
+    copy in folders of its own with long names (about 170 bytes a path) that
+    differ from the path before at the front and at the back: a large index
+    even front-coded (the index stores the bytes a path does not share with
+    the one before it)."""
     root, samples = dataset
     base = tmp_path / "listdata"
-    sub = "%s/%s" % ("d" * 80, "e" * 80)
-    (base / sub).mkdir(parents=True)
     rels = []
     for k, (rel, label) in enumerate(samples):
+        sub = "%03d%s/%s" % (k, "d" * 80, "e" * 80)
+        (base / sub).mkdir(parents=True)
         name = "%s/%03d_%s" % (sub, k, rel.replace("/", "_"))
         shutil.copyfile(root / rel, base / name)
         rels.append((name, label))
