@@ -39,7 +39,7 @@ MANIFESTS = [K8S / v / f for v, files in VARIANTS.items() for f in files]
 IMAGE_PLACEHOLDERS = {"REGISTRY/conveyord:VERSION", "REGISTRY/conveyor-trainer:VERSION"}
 SCHEMA_VERSIONS = ("1.29.0", "1.37.0")
 # What the worst case of config/README.md cannot read from a config: the
-# dataset index (ImageNet-1k is about 60 MiB) and the fixed part (code, gRPC).
+# dataset index (ImageNet-1k is about 15 MiB) and the fixed part (code, gRPC).
 INDEX_AND_FIXED = 320 * 2**20
 
 
