@@ -3,7 +3,7 @@
 // read-only, by every stream that reads the dataset.
 //
 // Storage is compact so that an ImageNet-sized index (1.28 M entries) costs
-// about 10 MB once per daemon instead of hundreds of MB per worker process:
+// about 14 MB once per daemon instead of hundreds of MB per worker process:
 // the relative paths are front- and rear-coded in blocks of 16
 // (core/front_coded_paths.h: a path costs the bytes in which it differs from
 // the one before it), and the labels are packed 1, 2 or 4 bytes each, as the

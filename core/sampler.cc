@@ -75,7 +75,8 @@ absl::Status RankIndicesWith(const SamplerOptions& o, std::vector<Out>* indices)
   indices->reserve(count);
   for (uint64_t k = 0; k < count; ++k) {
     const uint64_t position = o.offset + RankPosition(o.rank, o.world_size, k);
-    indices->push_back(static_cast<Out>(permutation.data()[position % o.dataset_size]));  // IndexAtPosition's rule
+    // IndexAtPosition's rule
+    indices->push_back(static_cast<Out>(permutation.data()[position % o.dataset_size]));
   }
   return absl::OkStatus();
 }

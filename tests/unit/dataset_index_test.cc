@@ -278,7 +278,8 @@ TEST_CASE("List file: an ImageNet-like list round trips and takes ~10 bytes an e
     x = x * 6364136223846793005ull + 1442695040888963407ull;
     const int32_t label = static_cast<int32_t>(i * 100 / n);
     const std::string wnid = "n0" + std::to_string(1440764 + label * 7919);
-    const std::string path = wnid + "/" + wnid + "_" + std::to_string(1 + (x >> 33) % 60000) + ".JPEG";
+    const std::string path =
+        wnid + "/" + wnid + "_" + std::to_string(1 + (x >> 33) % 60000) + ".JPEG";
     path_bytes += path.size();
     content += path + "\t" + std::to_string(label) + "\n";
     expected.emplace_back(path, label);

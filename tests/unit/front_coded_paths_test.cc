@@ -80,7 +80,9 @@ TEST_CASE("FrontCodedPaths: any bytes and any lengths round trip exactly",
       "short again",
   };
   // Across block boundaries: 3 blocks and a bit.
-  for (int i = 0; i < 40; ++i) s.push_back("dir/" + std::string(1, static_cast<char>(i * 6)) + "/f");
+  for (int i = 0; i < 40; ++i) {
+    s.push_back("dir/" + std::string(1, static_cast<char>(i * 6)) + "/f");
+  }
   CheckRoundTrip(s);
   CheckRoundTrip({"only one"});
   CheckRoundTrip({std::string(1, '\0')});
