@@ -1,7 +1,6 @@
 #include "core/video_clip_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -67,15 +66,12 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   if (spec.kind != MediaKind::kVideo) return absl::InternalError("video decoder: not a video spec");
   const VideoSpec& v = spec.video;
   trace_ = Trace{};
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(spec.max_decode_seconds));
   AvMemoryInput::Options options;
-  options.deadline = deadline;
+  options.budget = AvDecodeBudget::StartNow(spec.max_decode_seconds);
   auto over_time = [&] {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "video: decoding took longer than max_decode_seconds (", spec.max_decode_seconds, " s)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("video: decoding took longer than max_decode_seconds (",
+                     spec.max_decode_seconds, " s of CPU)"));
   };
   absl::StatusOr<std::unique_ptr<AvMemoryInput>> opened = AvMemoryInput::Open(bytes, kWhat, options);
   if (!opened.ok()) {
@@ -115,7 +111,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   std::vector<PacketTime> packets;
   AVPacket* pkt = packet_.get();
   for (;;) {
-    if (input->past_deadline()) return over_time();
+    if (input->budget_spent()) return over_time();
     const int rc = av_read_frame(fmt, pkt);
     if (rc == AVERROR_EOF) break;
     if (rc < 0) {
@@ -383,7 +379,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     any_frame = false;
     bool done = false, restart = false, eof = false;
     while (!done && !restart) {
-      if (input->past_deadline()) return over_time();
+      if (input->budget_spent()) return over_time();
       if (!eof) {
         rc = av_read_frame(fmt, pkt);
         if (rc == AVERROR_EXIT) return over_time();

@@ -34,8 +34,9 @@
 // Limits (each beyond: an error of the sample, InvalidArgument or
 // ResourceExhausted, with the reason): max_pixels per frame,
 // video.max_frames_decoded frames decoded per clip, video.max_duration_seconds
-// of video, and max_decode_seconds of wall time (the demuxer's deadline plus a
-// check per packet). FFmpeg's own threads are off (thread_count 1): the
+// of video, and max_decode_seconds of this thread's CPU time
+// (core/av_decode_budget.h: the demuxer's interrupt callback and reader plus
+// a check per packet; a wall-clock backstop at 10x the budget). FFmpeg's own threads are off (thread_count 1): the
 // engine's workers are the parallelism.
 //
 // Thread-safety: not thread-safe; one per worker thread. Frame, packet and
