@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/av_display_orientation.h"
 #include "core/av_error.h"
 #include "core/av_memory_input.h"
 #include "core/status_macros.h"
@@ -57,12 +58,17 @@ void FlipRows(uint8_t* const planes[3], int width, int height, bool planar) {
 }  // namespace
 
 VideoClipDecoder::VideoClipDecoder()
-    : frame_(av_frame_alloc()), packet_(av_packet_alloc()) {}
+    : frame_(av_frame_alloc()),
+      oriented_(av_frame_alloc()),
+      view_(av_frame_alloc()),
+      packet_(av_packet_alloc()) {}
 VideoClipDecoder::~VideoClipDecoder() = default;
 
 absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
                                    Rng& rng, uint8_t* out) {
-  if (frame_ == nullptr || packet_ == nullptr) return AvError(AVERROR(ENOMEM), kWhat);
+  if (frame_ == nullptr || oriented_ == nullptr || view_ == nullptr || packet_ == nullptr) {
+    return AvError(AVERROR(ENOMEM), kWhat);
+  }
   if (spec.kind != MediaKind::kVideo) return absl::InternalError("video decoder: not a video spec");
   const VideoSpec& v = spec.video;
   trace_ = Trace{};
@@ -90,14 +96,23 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   if (si < 0) return AvError(si, "video: finding the video stream");
   AVStream* stream = fmt->streams[si];
   const AVCodecParameters* par = stream->codecpar;
-  const int width = par->width, height = par->height;
+  const int stored_width = par->width, stored_height = par->height;
+  if (stored_width <= 0 || stored_height <= 0) {
+    return SampleError("the video stream has no frame size");
+  }
+  if (uint64_t(stored_width) * uint64_t(stored_height) > spec.max_pixels) {
+    return SampleError(absl::StrCat("frame of ", stored_width, "x", stored_height,
+                                    " exceeds max_pixels (", spec.max_pixels, ")"));
+  }
+  // The displayed frame: geometry and output follow it.
+  const DisplayOrientation orientation =
+      v.autorotate ? StreamOrientation(stream) : DisplayOrientation{};
+  const bool rotate = !orientation.identity();
+  const int width = orientation.swap ? stored_height : stored_width;
+  const int height = orientation.swap ? stored_width : stored_height;
   trace_.width = width;
   trace_.height = height;
-  if (width <= 0 || height <= 0) return SampleError("the video stream has no frame size");
-  if (uint64_t(width) * uint64_t(height) > spec.max_pixels) {
-    return SampleError(absl::StrCat("frame of ", width, "x", height, " exceeds max_pixels (",
-                                    spec.max_pixels, ")"));
-  }
+  trace_.orientation = orientation;
   const double tb = av_q2d(stream->time_base);
   if (!(tb > 0)) return SampleError("the video stream has no time base");
   if (fmt->duration != AV_NOPTS_VALUE &&
@@ -186,17 +201,14 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   }
   for (int k = 0; k < T; ++k) trace_.frame_pts.push_back(pts[idx[k]]);
 
-  // 3. Geometry: one box and one flip for the whole clip.
-  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(par->format));
+  // 3. Geometry: one box and one flip for the whole clip. The box's origin
+  // is aligned to the chroma grid of the decoded frames' pixel format when
+  // they come (a demuxer need not know the format: MP4's does not).
   CropBox box{0, 0, height, width};
   EvalWindow window;
   bool flip = false;
   if (spec.mode == AugmentMode::kTrain) {
     box = RandomResizedCropBox(width, height, spec, rng);
-    if (desc != nullptr) {
-      box.left &= ~((1 << desc->log2_chroma_w) - 1);
-      box.top &= ~((1 << desc->log2_chroma_h) - 1);
-    }
     flip = rng.Bernoulli(spec.flip_probability);
   } else {
     window = EvalCenterWindow(width, height, spec);
@@ -243,10 +255,16 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     }
     int src_w = width, src_h = height, dst_w = W, dst_h = H;
     if (spec.mode == AugmentMode::kTrain) {
-      f->crop_top = box.top;
-      f->crop_left = box.left;
-      f->crop_bottom = height - box.top - box.height;
-      f->crop_right = width - box.left - box.width;
+      CropBox& crop = trace_.crop;  // the box, its origin on the chroma grid
+      crop = box;
+      if (const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(f->format))) {
+        crop.left &= ~((1 << d->log2_chroma_w) - 1);
+        crop.top &= ~((1 << d->log2_chroma_h) - 1);
+      }
+      f->crop_top = crop.top;
+      f->crop_left = crop.left;
+      f->crop_bottom = height - crop.top - crop.height;
+      f->crop_right = width - crop.left - crop.width;
       if (int rc = av_frame_apply_cropping(f, AV_FRAME_CROP_UNALIGNED); rc < 0) {
         return AvError(rc, "video: cropping a frame");
       }
@@ -320,9 +338,9 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
           absl::StrCat("video: the clip needs more than max_frames_decoded (",
                        v.max_frames_decoded, ") decoded frames"));
     }
-    if (f->width != width || f->height != height) {
-      return SampleError(absl::StrCat("frame size changed from ", width, "x", height, " to ",
-                                      f->width, "x", f->height));
+    if (f->width != stored_width || f->height != stored_height) {
+      return SampleError(absl::StrCat("frame size changed from ", stored_width, "x",
+                                      stored_height, " to ", f->width, "x", f->height));
     }
     int64_t ts = f->best_effort_timestamp;
     if (ts == AV_NOPTS_VALUE) ts = f->pts;
@@ -346,7 +364,18 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
                                               " did not decode (corrupt or truncated file)"));
     }
     const int k0 = next;
-    RETURN_IF_ERROR(convert(f, k0));
+    if (rotate) {
+      // The displayed frame, then a reference to it that convert may crop.
+      RETURN_IF_ERROR(OrientFrame(f, orientation, oriented_.get()));
+      if (int rc = av_frame_ref(view_.get(), oriented_.get()); rc < 0) {
+        return AvError(rc, "video: rotating a frame");
+      }
+      absl::Status st = convert(view_.get(), k0);
+      av_frame_unref(view_.get());
+      RETURN_IF_ERROR(st);
+    } else {
+      RETURN_IF_ERROR(convert(f, k0));
+    }
     while (next < T && idx[next] == i) {
       if (next != k0) std::memcpy(out + frame_bytes * next, out + frame_bytes * k0, frame_bytes);
       ++next;

@@ -148,6 +148,71 @@ TEST_CASE("video: limits and hostile bytes are errors of the sample", "[video]")
   CHECK(run(spec, bytes).ok());  // the decoder is reusable after errors
 }
 
+// Rotation metadata: train clips of remuxed files with a display matrix
+// equal ffmpeg's autorotated decode through the same crop (exact=1, at the
+// box's chroma-aligned origin), scale and flip,
+// with the box drawn on the displayed frame and a non-square output; with
+// autorotate off, ffmpeg -noautorotate's.
+TEST_CASE("video: rotation metadata is applied as ffmpeg's autorotate, train crops included",
+          "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  MakeVideo(dir, "up.mp4", 24, 6);  // 96x64
+  const int H = 12, W = 20;
+  for (const int degrees : {90, 180, 270}) {
+    const std::string path = dir.Sub(absl::StrCat("rot", degrees, ".mp4"));
+    REQUIRE(std::system(absl::StrCat("ffmpeg -v error -y -i ", dir.Sub("up.mp4"),
+                                     " -c copy -metadata:s:v rotate=", degrees, " ", path)
+                            .c_str()) == 0);
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
+    for (const bool autorotate : {true, false}) {
+      TransformSpec spec = ClipSpec(3, ClipStart::kRandom);
+      spec.mode = AugmentMode::kTrain;
+      spec.layout = Layout::kNHWC;
+      spec.output_height = H;
+      spec.output_width = W;
+      spec.scale_min = 0.3;
+      spec.scale_max = 0.6;
+      spec.video.frame_stride = 2;
+      spec.video.autorotate = autorotate;
+      VideoClipDecoder decoder;
+      std::vector<uint8_t> out(SampleBytes(spec));
+      for (uint64_t seed = 0; seed < 3; ++seed) {
+        Rng rng(seed);
+        REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+        const VideoClipDecoder::Trace& t = decoder.last();
+        const bool quarter = autorotate && degrees != 180;
+        CHECK(t.width == (quarter ? 64 : 96));
+        CHECK(t.height == (quarter ? 96 : 64));
+        // The box's origin is on the 4:2:0 chroma grid (MP4's demuxer does
+        // not know the pixel format: the decoded frames' is used).
+        CHECK(t.crop.left % 2 == 0);
+        CHECK(t.crop.top % 2 == 0);
+        const std::string raw = dir.Sub("ref.rgb");
+        const std::string cmd = absl::StrCat(
+            "ffmpeg -v error -y ", autorotate ? "" : "-noautorotate ", "-i ", path,
+            " -vf crop=", t.crop.width, ":", t.crop.height, ":", t.crop.left, ":", t.crop.top, ":exact=1",
+            ",scale=", W, ":", H, ":flags=bilinear", t.flip ? ",hflip" : "",
+            " -fps_mode passthrough -pix_fmt rgb24 -f rawvideo ", raw);
+        REQUIRE(std::system(cmd.c_str()) == 0);
+        std::ifstream ref_in(raw, std::ios::binary);
+        const std::vector<uint8_t> ref(std::istreambuf_iterator<char>(ref_in), {});
+        const size_t frame = size_t(H) * W * 3;
+        REQUIRE(ref.size() == 24 * frame);
+        for (int k = 0; k < 3; ++k) {
+          INFO("rotate " << degrees << " autorotate " << autorotate << " seed " << seed
+                         << " box " << t.crop.width << "x" << t.crop.height << "+" << t.crop.left
+                         << "+" << t.crop.top << " flip " << t.flip
+                         << " clip frame " << k << " = video frame " << t.frame_indices[k]);
+          CHECK(std::equal(out.begin() + k * frame, out.begin() + (k + 1) * frame,
+                           ref.begin() + t.frame_indices[k] * frame));
+        }
+      }
+    }
+  }
+}
+
 // The budget is the decoding thread's CPU time: a clip whose wall time is
 // several budgets long because its thread shares a CPU with busy threads (a
 // loaded host) still decodes, as long as its CPU time fits.
