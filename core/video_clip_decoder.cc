@@ -274,23 +274,32 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
       dst_w = window.resized_width;
       dst_h = window.resized_height;
     }
-    sws_.reset(sws_getCachedContext(sws_.release(), src_w, src_h,
-                                    static_cast<AVPixelFormat>(f->format), dst_w, dst_h, dst_fmt,
-                                    SWS_BILINEAR, nullptr, nullptr, nullptr));
-    if (sws_ == nullptr) {
-      return SampleError(absl::StrCat("cannot convert frames of pixel format ",
-                                      av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
+    // A fresh scaler only when its geometry, formats or colour reading
+    // change (at most once per clip; sws_getCachedContext alone rebuilt it
+    // every frame: it compares flags that its initialisation changes for RGB
+    // output).
+    const SwsKey key{src_w, src_h, f->format, dst_w, dst_h, static_cast<int>(dst_fmt),
+                     static_cast<int>(f->colorspace), static_cast<int>(f->color_range)};
+    if (sws_ == nullptr || !(key == sws_key_)) {
+      sws_key_ = SwsKey{};
+      sws_.reset(sws_getContext(src_w, src_h, static_cast<AVPixelFormat>(f->format), dst_w, dst_h,
+                                dst_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr));
+      if (sws_ == nullptr) {
+        return SampleError(absl::StrCat("cannot convert frames of pixel format ",
+                                        av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
+      }
+      // As FFmpeg's scale filter: the frame's matrix and range.
+      int* inv_table = nullptr;
+      int* table = nullptr;
+      int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
+      sws_getColorspaceDetails(sws_.get(), &inv_table, &src_range, &table, &dst_range, &brightness,
+                               &contrast, &saturation);
+      const int* coefficients = YuvCoefficients(f->colorspace);
+      if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG;
+      sws_setColorspaceDetails(sws_.get(), coefficients, src_range, coefficients, dst_range,
+                               brightness, contrast, saturation);
+      sws_key_ = key;
     }
-    // As FFmpeg's scale filter: the frame's matrix and range.
-    int* inv_table = nullptr;
-    int* table = nullptr;
-    int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
-    sws_getColorspaceDetails(sws_.get(), &inv_table, &src_range, &table, &dst_range, &brightness,
-                             &contrast, &saturation);
-    const int* coefficients = YuvCoefficients(f->colorspace);
-    if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG;
-    sws_setColorspaceDetails(sws_.get(), coefficients, src_range, coefficients, dst_range,
-                             brightness, contrast, saturation);
     uint8_t* dst[4] = {nullptr, nullptr, nullptr, nullptr};
     int dst_stride[4] = {0, 0, 0, 0};
     uint8_t* target[3];

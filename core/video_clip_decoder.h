@@ -97,7 +97,15 @@ class VideoClipDecoder final : public SampleDecoder {
   AvFramePtr oriented_;  // autorotate: the displayed frame (its buffer reused)
   AvFramePtr view_;      // a cropped reference to oriented_
   AvPacketPtr packet_;
+  // What sws_ was set up for: source size and format, output size and
+  // format, the frames' colour space and range.
+  struct SwsKey {
+    int src_w = 0, src_h = 0, src_format = -1, dst_w = 0, dst_h = 0, dst_format = -1;
+    int colorspace = -1, color_range = -1;
+    bool operator==(const SwsKey&) const = default;
+  };
   SwsContextPtr sws_;
+  SwsKey sws_key_;
   std::vector<uint8_t> scratch_;  // eval: the whole resized frame
   Trace trace_;
 };
