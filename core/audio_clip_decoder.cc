@@ -1,7 +1,6 @@
 #include "core/audio_clip_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -35,7 +34,8 @@ absl::Status NotExact(absl::string_view why) { return absl::AbortedError(why); }
 
 absl::Status OverTime(const TransformSpec& spec) {
   return absl::DeadlineExceededError(absl::StrCat(
-      "audio: decoding took more than max_decode_seconds (", spec.max_decode_seconds, " s)"));
+      "audio: decoding took more than max_decode_seconds (", spec.max_decode_seconds,
+      " s of CPU)"));
 }
 
 int64_t MulDivFloor(int64_t a, int64_t b, int64_t c) {
@@ -77,7 +77,7 @@ struct AudioClipDecoder::Source {
   std::vector<int64_t> header_durations;
   bool eof_sent = false;    // the decoder was sent its drain packet
   int64_t next_pos = -1;    // seek path: where the next frame must start
-  std::chrono::steady_clock::time_point deadline;
+  AvDecodeBudget budget;
 };
 
 AudioClipDecoder::AudioClipDecoder() : frame_(av_frame_alloc()), packet_(av_packet_alloc()) {}
@@ -87,7 +87,7 @@ AudioClipDecoder::~AudioClipDecoder() { av_channel_layout_uninit(&swr_key_.in_la
 absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes,
                                           const TransformSpec& spec, Source* s) {
   AvMemoryInput::Options options;
-  options.deadline = s->deadline;
+  options.budget = s->budget;
   ASSIGN_OR_RETURN(s->input, AvMemoryInput::Open(bytes, "audio", options));
   AVFormatContext* fmt = s->input->format();
   bool need_probe = (fmt->ctx_flags & AVFMTCTX_NOHEADER) != 0 || fmt->nb_streams == 0;
@@ -107,7 +107,7 @@ absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes,
       return AvError(rc, "audio: reading the stream parameters");
     }
     // An interrupted probe may return early with what it had.
-    if (s->input->past_deadline()) return OverTime(spec);
+    if (s->input->budget_spent()) return OverTime(spec);
   }
   const AVCodec* codec = nullptr;
   s->stream_index = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, -1, &codec, 0);
@@ -293,7 +293,7 @@ absl::Status AudioClipDecoder::Pump(const TransformSpec& spec, Source* s, int64_
   AVCodecContext* codec = s->codec.get();
   for (;;) {
     if (want >= 0 && buffered_ >= want) return absl::OkStatus();
-    if (s->input->past_deadline()) return OverTime(spec);
+    if (s->input->budget_spent()) return OverTime(spec);
     int rc = avcodec_receive_frame(codec, frame_.get());
     if (rc == AVERROR_EOF) {
       RETURN_IF_ERROR(Flush(spec));
@@ -486,14 +486,11 @@ absl::Status AudioClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
                                    Rng& rng, uint8_t* out) {
   trace_ = Trace{};
   float* clip = reinterpret_cast<float*>(out);
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(spec.max_decode_seconds));
+  const AvDecodeBudget budget = AvDecodeBudget::StartNow(spec.max_decode_seconds);
   absl::Status st;
   {
     Source source;
-    source.deadline = deadline;
+    source.budget = budget;
     st = OpenSource(bytes, spec, &source);
     if (st.ok()) {
       trace_.input_sample_rate = source.codec->sample_rate;
@@ -508,7 +505,7 @@ absl::Status AudioClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   }
   if (absl::IsAborted(st)) {  // the seek path was not exact: decode the whole file
     Source source;
-    source.deadline = deadline;
+    source.budget = budget;
     st = OpenSource(bytes, spec, &source);
     if (st.ok()) st = RunWhole(spec, &source, rng, clip);
   }

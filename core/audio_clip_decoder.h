@@ -34,8 +34,9 @@
 // Limits (errors of the sample, ResourceExhausted / DeadlineExceeded, never
 // an OOM or a hang): spec.audio.max_samples samples per channel decoded or
 // resampled, spec.audio.max_duration_seconds declared or decoded, and
-// spec.max_decode_seconds of wall time for the whole sample (AvMemoryInput's
-// deadline, also checked between packets).
+// spec.max_decode_seconds of this thread's CPU time for the whole sample
+// (core/av_decode_budget.h: checked by the demuxer's interrupt callback and
+// reader and between packets; a wall-clock backstop at 10x the budget).
 //
 // FFmpeg's own threading is off (one decode per worker thread).
 //

@@ -19,7 +19,7 @@ constexpr int kIoBufferBytes = 64 * 1024;
 int AvMemoryInput::ReadPacket(void* opaque, uint8_t* buf, int buf_size) {
   auto* self = static_cast<AvMemoryInput*>(opaque);
   // Custom I/O is not covered by FFmpeg's interrupt checks: check here too.
-  if (self->past_deadline()) return AVERROR_EXIT;
+  if (self->budget_spent()) return AVERROR_EXIT;
   if (self->position_ >= self->bytes_.size()) return AVERROR_EOF;
   const size_t n = std::min(static_cast<size_t>(buf_size), self->bytes_.size() - self->position_);
   std::memcpy(buf, self->bytes_.data() + self->position_, n);
@@ -44,14 +44,14 @@ int64_t AvMemoryInput::Seek(void* opaque, int64_t offset, int whence) {
 }
 
 int AvMemoryInput::Interrupt(void* opaque) {
-  return static_cast<const AvMemoryInput*>(opaque)->past_deadline() ? 1 : 0;
+  return static_cast<const AvMemoryInput*>(opaque)->budget_spent() ? 1 : 0;
 }
 
 absl::StatusOr<std::unique_ptr<AvMemoryInput>> AvMemoryInput::Open(std::span<const uint8_t> bytes,
                                                                    absl::string_view what,
                                                                    const Options& options) {
   std::unique_ptr<AvMemoryInput> input(new AvMemoryInput(bytes));
-  input->deadline_ = options.deadline;
+  input->budget_ = options.budget;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
   if (buffer == nullptr) return AvError(AVERROR(ENOMEM), what);
   input->io_ = avio_alloc_context(buffer, kIoBufferBytes, /*write_flag=*/0, input.get(),

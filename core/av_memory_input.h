@@ -1,20 +1,21 @@
 // AvMemoryInput: opens an FFmpeg demuxer over a sample's bytes already in
 // memory (the Fetch stage read them), through a custom AVIOContext — no
 // temporary file, no second copy. The container is probed from the bytes
-// (content, never the file name). A deadline, checked by FFmpeg's interrupt
-// callback, stops a demuxer that a hostile file keeps busy.
+// (content, never the file name). A time budget (core/av_decode_budget.h:
+// the thread's CPU time), checked by FFmpeg's interrupt callback and by the
+// reader, stops a demuxer that a hostile file keeps busy.
 //
-// Thread-safety: one instance per thread at a time; the bytes must outlive
-// it and stay unchanged.
+// Thread-safety: one thread only (the budget runs on its CPU clock); the
+// bytes must outlive it and stay unchanged.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "core/av_decode_budget.h"
 #include "core/av_handles.h"
 
 namespace conveyor {
@@ -25,8 +26,9 @@ class AvMemoryInput {
     // Only this demuxer (FFmpeg's short name, e.g. "image2pipe"'s kin
     // "png_pipe"), or empty to probe.
     absl::string_view format_name;
-    // Open and every later demux call fail with DeadlineExceeded after it.
-    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    // Open and every later demux call fail (DeadlineExceeded, AVERROR_EXIT)
+    // once it is spent.
+    AvDecodeBudget budget;
   };
 
   // InvalidArgument (an error of the sample) when no demuxer recognises the
@@ -40,9 +42,8 @@ class AvMemoryInput {
 
   AVFormatContext* format() const { return format_.get(); }
 
-  // Moves the deadline (e.g. per clip).
-  void set_deadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
-  bool past_deadline() const { return std::chrono::steady_clock::now() > deadline_; }
+  // Whether the budget is spent (the decoders check it between packets).
+  bool budget_spent() const { return budget_.spent(); }
 
  private:
   AvMemoryInput(std::span<const uint8_t> bytes) : bytes_(bytes) {}
@@ -52,7 +53,7 @@ class AvMemoryInput {
 
   std::span<const uint8_t> bytes_;
   size_t position_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
+  AvDecodeBudget budget_;
   AVIOContext* io_ = nullptr;  // owned; freed in the destructor after format_
   AvFormatInput format_;
 };

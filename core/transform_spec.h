@@ -45,6 +45,9 @@ struct VideoSpec {
   int max_frames_decoded = 1024;
   // The video's length, from its timestamps.
   double max_duration_seconds = 4 * 3600.0;
+  // Apply the stream's rotation metadata (display matrix) as ffmpeg does by
+  // default; false: frames as stored (ffmpeg -noautorotate).
+  bool autorotate = true;
   bool operator==(const VideoSpec&) const = default;
 };
 

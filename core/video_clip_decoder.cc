@@ -1,11 +1,11 @@
 #include "core/video_clip_decoder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/av_display_orientation.h"
 #include "core/av_error.h"
 #include "core/av_memory_input.h"
 #include "core/status_macros.h"
@@ -58,24 +58,26 @@ void FlipRows(uint8_t* const planes[3], int width, int height, bool planar) {
 }  // namespace
 
 VideoClipDecoder::VideoClipDecoder()
-    : frame_(av_frame_alloc()), packet_(av_packet_alloc()) {}
+    : frame_(av_frame_alloc()),
+      oriented_(av_frame_alloc()),
+      view_(av_frame_alloc()),
+      packet_(av_packet_alloc()) {}
 VideoClipDecoder::~VideoClipDecoder() = default;
 
 absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
                                    Rng& rng, uint8_t* out) {
-  if (frame_ == nullptr || packet_ == nullptr) return AvError(AVERROR(ENOMEM), kWhat);
+  if (frame_ == nullptr || oriented_ == nullptr || view_ == nullptr || packet_ == nullptr) {
+    return AvError(AVERROR(ENOMEM), kWhat);
+  }
   if (spec.kind != MediaKind::kVideo) return absl::InternalError("video decoder: not a video spec");
   const VideoSpec& v = spec.video;
   trace_ = Trace{};
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(spec.max_decode_seconds));
   AvMemoryInput::Options options;
-  options.deadline = deadline;
+  options.budget = AvDecodeBudget::StartNow(spec.max_decode_seconds);
   auto over_time = [&] {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "video: decoding took longer than max_decode_seconds (", spec.max_decode_seconds, " s)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("video: decoding took longer than max_decode_seconds (",
+                     spec.max_decode_seconds, " s of CPU)"));
   };
   absl::StatusOr<std::unique_ptr<AvMemoryInput>> opened = AvMemoryInput::Open(bytes, kWhat, options);
   if (!opened.ok()) {
@@ -94,14 +96,23 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   if (si < 0) return AvError(si, "video: finding the video stream");
   AVStream* stream = fmt->streams[si];
   const AVCodecParameters* par = stream->codecpar;
-  const int width = par->width, height = par->height;
+  const int stored_width = par->width, stored_height = par->height;
+  if (stored_width <= 0 || stored_height <= 0) {
+    return SampleError("the video stream has no frame size");
+  }
+  if (uint64_t(stored_width) * uint64_t(stored_height) > spec.max_pixels) {
+    return SampleError(absl::StrCat("frame of ", stored_width, "x", stored_height,
+                                    " exceeds max_pixels (", spec.max_pixels, ")"));
+  }
+  // The displayed frame: geometry and output follow it.
+  const DisplayOrientation orientation =
+      v.autorotate ? StreamOrientation(stream) : DisplayOrientation{};
+  const bool rotate = !orientation.identity();
+  const int width = orientation.swap ? stored_height : stored_width;
+  const int height = orientation.swap ? stored_width : stored_height;
   trace_.width = width;
   trace_.height = height;
-  if (width <= 0 || height <= 0) return SampleError("the video stream has no frame size");
-  if (uint64_t(width) * uint64_t(height) > spec.max_pixels) {
-    return SampleError(absl::StrCat("frame of ", width, "x", height, " exceeds max_pixels (",
-                                    spec.max_pixels, ")"));
-  }
+  trace_.orientation = orientation;
   const double tb = av_q2d(stream->time_base);
   if (!(tb > 0)) return SampleError("the video stream has no time base");
   if (fmt->duration != AV_NOPTS_VALUE &&
@@ -115,7 +126,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   std::vector<PacketTime> packets;
   AVPacket* pkt = packet_.get();
   for (;;) {
-    if (input->past_deadline()) return over_time();
+    if (input->budget_spent()) return over_time();
     const int rc = av_read_frame(fmt, pkt);
     if (rc == AVERROR_EOF) break;
     if (rc < 0) {
@@ -190,17 +201,14 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   }
   for (int k = 0; k < T; ++k) trace_.frame_pts.push_back(pts[idx[k]]);
 
-  // 3. Geometry: one box and one flip for the whole clip.
-  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(par->format));
+  // 3. Geometry: one box and one flip for the whole clip. The box's origin
+  // is aligned to the chroma grid of the decoded frames' pixel format when
+  // they come (a demuxer need not know the format: MP4's does not).
   CropBox box{0, 0, height, width};
   EvalWindow window;
   bool flip = false;
   if (spec.mode == AugmentMode::kTrain) {
     box = RandomResizedCropBox(width, height, spec, rng);
-    if (desc != nullptr) {
-      box.left &= ~((1 << desc->log2_chroma_w) - 1);
-      box.top &= ~((1 << desc->log2_chroma_h) - 1);
-    }
     flip = rng.Bernoulli(spec.flip_probability);
   } else {
     window = EvalCenterWindow(width, height, spec);
@@ -247,10 +255,16 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     }
     int src_w = width, src_h = height, dst_w = W, dst_h = H;
     if (spec.mode == AugmentMode::kTrain) {
-      f->crop_top = box.top;
-      f->crop_left = box.left;
-      f->crop_bottom = height - box.top - box.height;
-      f->crop_right = width - box.left - box.width;
+      CropBox& crop = trace_.crop;  // the box, its origin on the chroma grid
+      crop = box;
+      if (const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(f->format))) {
+        crop.left &= ~((1 << d->log2_chroma_w) - 1);
+        crop.top &= ~((1 << d->log2_chroma_h) - 1);
+      }
+      f->crop_top = crop.top;
+      f->crop_left = crop.left;
+      f->crop_bottom = height - crop.top - crop.height;
+      f->crop_right = width - crop.left - crop.width;
       if (int rc = av_frame_apply_cropping(f, AV_FRAME_CROP_UNALIGNED); rc < 0) {
         return AvError(rc, "video: cropping a frame");
       }
@@ -260,23 +274,32 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
       dst_w = window.resized_width;
       dst_h = window.resized_height;
     }
-    sws_.reset(sws_getCachedContext(sws_.release(), src_w, src_h,
-                                    static_cast<AVPixelFormat>(f->format), dst_w, dst_h, dst_fmt,
-                                    SWS_BILINEAR, nullptr, nullptr, nullptr));
-    if (sws_ == nullptr) {
-      return SampleError(absl::StrCat("cannot convert frames of pixel format ",
-                                      av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
+    // A fresh scaler only when its geometry, formats or colour reading
+    // change (at most once per clip; sws_getCachedContext alone rebuilt it
+    // every frame: it compares flags that its initialisation changes for RGB
+    // output).
+    const SwsKey key{src_w, src_h, f->format, dst_w, dst_h, static_cast<int>(dst_fmt),
+                     static_cast<int>(f->colorspace), static_cast<int>(f->color_range)};
+    if (sws_ == nullptr || !(key == sws_key_)) {
+      sws_key_ = SwsKey{};
+      sws_.reset(sws_getContext(src_w, src_h, static_cast<AVPixelFormat>(f->format), dst_w, dst_h,
+                                dst_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr));
+      if (sws_ == nullptr) {
+        return SampleError(absl::StrCat("cannot convert frames of pixel format ",
+                                        av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
+      }
+      // As FFmpeg's scale filter: the frame's matrix and range.
+      int* inv_table = nullptr;
+      int* table = nullptr;
+      int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
+      sws_getColorspaceDetails(sws_.get(), &inv_table, &src_range, &table, &dst_range, &brightness,
+                               &contrast, &saturation);
+      const int* coefficients = YuvCoefficients(f->colorspace);
+      if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG;
+      sws_setColorspaceDetails(sws_.get(), coefficients, src_range, coefficients, dst_range,
+                               brightness, contrast, saturation);
+      sws_key_ = key;
     }
-    // As FFmpeg's scale filter: the frame's matrix and range.
-    int* inv_table = nullptr;
-    int* table = nullptr;
-    int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
-    sws_getColorspaceDetails(sws_.get(), &inv_table, &src_range, &table, &dst_range, &brightness,
-                             &contrast, &saturation);
-    const int* coefficients = YuvCoefficients(f->colorspace);
-    if (f->color_range != AVCOL_RANGE_UNSPECIFIED) src_range = f->color_range == AVCOL_RANGE_JPEG;
-    sws_setColorspaceDetails(sws_.get(), coefficients, src_range, coefficients, dst_range,
-                             brightness, contrast, saturation);
     uint8_t* dst[4] = {nullptr, nullptr, nullptr, nullptr};
     int dst_stride[4] = {0, 0, 0, 0};
     uint8_t* target[3];
@@ -324,9 +347,9 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
           absl::StrCat("video: the clip needs more than max_frames_decoded (",
                        v.max_frames_decoded, ") decoded frames"));
     }
-    if (f->width != width || f->height != height) {
-      return SampleError(absl::StrCat("frame size changed from ", width, "x", height, " to ",
-                                      f->width, "x", f->height));
+    if (f->width != stored_width || f->height != stored_height) {
+      return SampleError(absl::StrCat("frame size changed from ", stored_width, "x",
+                                      stored_height, " to ", f->width, "x", f->height));
     }
     int64_t ts = f->best_effort_timestamp;
     if (ts == AV_NOPTS_VALUE) ts = f->pts;
@@ -350,7 +373,18 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
                                               " did not decode (corrupt or truncated file)"));
     }
     const int k0 = next;
-    RETURN_IF_ERROR(convert(f, k0));
+    if (rotate) {
+      // The displayed frame, then a reference to it that convert may crop.
+      RETURN_IF_ERROR(OrientFrame(f, orientation, oriented_.get()));
+      if (int rc = av_frame_ref(view_.get(), oriented_.get()); rc < 0) {
+        return AvError(rc, "video: rotating a frame");
+      }
+      absl::Status st = convert(view_.get(), k0);
+      av_frame_unref(view_.get());
+      RETURN_IF_ERROR(st);
+    } else {
+      RETURN_IF_ERROR(convert(f, k0));
+    }
     while (next < T && idx[next] == i) {
       if (next != k0) std::memcpy(out + frame_bytes * next, out + frame_bytes * k0, frame_bytes);
       ++next;
@@ -383,7 +417,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     any_frame = false;
     bool done = false, restart = false, eof = false;
     while (!done && !restart) {
-      if (input->past_deadline()) return over_time();
+      if (input->budget_spent()) return over_time();
       if (!eof) {
         rc = av_read_frame(fmt, pkt);
         if (rc == AVERROR_EXIT) return over_time();

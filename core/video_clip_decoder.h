@@ -22,20 +22,29 @@
 // Geometry (core/crop_box.h, the image rules on the displayed frame size):
 // train: one RandomResizedCrop box and one flip draw per clip, the same for
 // every frame; the box's origin is aligned down to the chroma grid of the
-// source (like FFmpeg's crop filter), then libswscale scales it to the output
-// (bilinear); a flip mirrors the scaled frame. Eval: libswscale resizes the
-// whole frame so the shorter side is resize_size, and the centre window is
-// kept. Rng draws, in order: clip start (random only), crop box, flip.
-// Equivalent FFmpeg filter chains: crop=w:h:x:y,scale=W:H:flags=bilinear
-// [,hflip] (train) and scale=RW:RH:flags=bilinear,crop=W:H:left:top (eval).
-// Rotation metadata (display matrix) is NOT applied: frames come out as
-// stored (like ffmpeg -noautorotate). Odd sizes are fine.
+// decoded frames' pixel format (like FFmpeg's crop filter; its size is kept,
+// odd or not), then libswscale scales it to the output (bilinear); a flip
+// mirrors the scaled frame. Eval: libswscale resizes the whole frame so the
+// shorter side is resize_size, and the centre window is kept. Rng draws, in
+// order: clip start (random only), crop box, flip. Equivalent FFmpeg filter
+// chains: crop=w:h:x:y:exact=1,scale=W:H:flags=bilinear[,hflip] (train, x
+// and y the aligned origin) and scale=RW:RH:flags=bilinear,crop=W:H:left:top
+// (eval).
+// Rotation metadata (the stream's display matrix) is applied first, as the
+// ffmpeg CLI does by default (core/av_display_orientation.h: quarter turns,
+// half turns and flips, byte-exact), so the clip is as displayed and the
+// geometry above works on the displayed size; video.autorotate = false keeps
+// frames as stored (ffmpeg -noautorotate). Angles that are not multiples of
+// 90 degrees are not applied; a quarter turn of a pixel format with unequal
+// horizontal and vertical chroma subsampling (4:2:2) is an error of the
+// sample. Odd sizes are fine.
 //
 // Limits (each beyond: an error of the sample, InvalidArgument or
 // ResourceExhausted, with the reason): max_pixels per frame,
 // video.max_frames_decoded frames decoded per clip, video.max_duration_seconds
-// of video, and max_decode_seconds of wall time (the demuxer's deadline plus a
-// check per packet). FFmpeg's own threads are off (thread_count 1): the
+// of video, and max_decode_seconds of this thread's CPU time
+// (core/av_decode_budget.h: the demuxer's interrupt callback and reader plus
+// a check per packet; a wall-clock backstop at 10x the budget). FFmpeg's own threads are off (thread_count 1): the
 // engine's workers are the parallelism.
 //
 // Thread-safety: not thread-safe; one per worker thread. Frame, packet and
@@ -47,6 +56,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/av_display_orientation.h"
 #include "core/av_handles.h"
 #include "core/crop_box.h"
 #include "core/sample_decoder.h"
@@ -57,8 +67,9 @@ class VideoClipDecoder final : public SampleDecoder {
  public:
   // What the last successful Run did (tests, tools).
   struct Trace {
-    int width = 0;   // stored frame size
+    int width = 0;   // displayed frame size (after the rotation metadata)
     int height = 0;
+    DisplayOrientation orientation;  // applied to each frame (autorotate)
     int64_t frames_in_video = 0;         // frames listed by the demuxer
     std::vector<int64_t> frame_indices;  // clip frame k = video frame frame_indices[k]
     std::vector<int64_t> frame_pts;      // their timestamps (stream time base)
@@ -83,8 +94,18 @@ class VideoClipDecoder final : public SampleDecoder {
 
  private:
   AvFramePtr frame_;
+  AvFramePtr oriented_;  // autorotate: the displayed frame (its buffer reused)
+  AvFramePtr view_;      // a cropped reference to oriented_
   AvPacketPtr packet_;
+  // What sws_ was set up for: source size and format, output size and
+  // format, the frames' colour space and range.
+  struct SwsKey {
+    int src_w = 0, src_h = 0, src_format = -1, dst_w = 0, dst_h = 0, dst_format = -1;
+    int colorspace = -1, color_range = -1;
+    bool operator==(const SwsKey&) const = default;
+  };
   SwsContextPtr sws_;
+  SwsKey sws_key_;
   std::vector<uint8_t> scratch_;  // eval: the whole resized frame
   Trace trace_;
 };

@@ -615,6 +615,7 @@ const std::vector<std::string> kPipelineFields = {"dataset",
                                                   "clip_start",
                                                   "max_frames_decoded",
                                                   "max_duration_seconds",
+                                                  "autorotate",
                                                   "audio"};
 
 // The video fields (kind video): refused for other kinds, so that a typo'd
@@ -624,7 +625,8 @@ absl::Status Schema::ParseVideoFields(const std::string& f, const YAML::Node& n,
   auto sub = [&](const char* key) { return absl::StrCat(f, ".", key); };
   static constexpr const char* kVideoFields[] = {"clip_frames", "frame_stride",
                                                  "fps",         "clip_start",
-                                                 "max_frames_decoded", "max_duration_seconds"};
+                                                 "max_frames_decoded", "max_duration_seconds",
+                                                 "autorotate"};
   if (t->kind != MediaKind::kVideo) {
     for (const char* key : kVideoFields) {
       if (n[key]) return Error(sub(key), n[key], "is a video field; it needs `kind: video`");
@@ -663,6 +665,7 @@ absl::Status Schema::ParseVideoFields(const std::string& f, const YAML::Node& n,
     RETURN_IF_ERROR(ReadDouble(n["max_duration_seconds"], sub("max_duration_seconds"), 0.001, 1e7,
                                &v.max_duration_seconds));
   }
+  if (n["autorotate"]) RETURN_IF_ERROR(ReadBool(n["autorotate"], sub("autorotate"), &v.autorotate));
   if (t->dtype != DType::kUint8) {
     return Error(sub("dtype"), n["dtype"], "must be uint8 for video pipelines (clips are uint8 only)");
   }

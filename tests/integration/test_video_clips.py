@@ -1,9 +1,11 @@
 """Video pipelines (kind: video) through the real daemon, on files made here
 with the ffmpeg CLI: every frame a distinct colour, several codecs and
-containers, a variable-frame-rate file, a rotated one, an odd size. Each clip
-is compared byte for byte with ffmpeg's own decode through the same filter
-chain (core/video_clip_decoder.h), at the frame indices the documented rule
-gives from ffprobe's packet timestamps. Then determinism and exact resume,
+containers, a variable-frame-rate file, files with rotation metadata (90, 180
+and 270 degrees), an odd size. Each clip is compared byte for byte with
+ffmpeg's own decode (autorotated, as ffmpeg does by default; with
+`autorotate: false`, ffmpeg -noautorotate) through the same filter chain
+(core/video_clip_decoder.h), at the frame indices the documented rule gives
+from ffprobe's packet timestamps. Then determinism and exact resume,
 and hostile files (truncated, broken index, too large, too long, too many
 frames to decode, not a video) as per-sample failures naming the reason."""
 
@@ -56,12 +58,25 @@ def _pts(path):
     return ts, int(num) / int(den)
 
 
-def _size(path):
+def _probe_size(path):
+    """(stored width, stored height, rotation of the display matrix or 0)."""
     out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-                          "stream=width,height", "-of", "json", str(path)], check=True,
-                         capture_output=True, timeout=scaled(60)).stdout
+                          "stream=width,height:stream_side_data=rotation", "-of", "json",
+                          str(path)], check=True, capture_output=True, timeout=scaled(60)).stdout
     s = json.loads(out)["streams"][0]
-    return int(s["width"]), int(s["height"])
+    rotation = 0
+    for sd in s.get("side_data_list", []):
+        rotation = int(sd.get("rotation", rotation))
+    return int(s["width"]), int(s["height"]), rotation
+
+
+def _size(path, autorotate=True):
+    """The frame size as displayed (a quarter turn of rotation metadata swaps
+    it) or, without autorotate, as stored."""
+    w, h, rotation = _probe_size(path)
+    if autorotate and rotation % 180 != 0:
+        w, h = h, w
+    return w, h
 
 
 def _eval_chain(w, h, resize):
@@ -74,10 +89,12 @@ def _eval_chain(w, h, resize):
     return "scale=%d:%d:flags=bilinear,crop=%d:%d:%d:%d" % (rw, rh, OUT, OUT, left, top)
 
 
-def _ffmpeg_frames(path, chain, pix_fmt="rgb24"):
-    """Every frame as ffmpeg decodes it through `chain`, [n, OUT, OUT, 3]
-    (rgb24) or [n, 3, OUT, OUT] in R, G, B order (gbrp)."""
-    raw = subprocess.run(["ffmpeg", "-v", "error", "-noautorotate", "-i", str(path), "-vf", chain,
+def _ffmpeg_frames(path, chain, pix_fmt="rgb24", autorotate=True):
+    """Every frame as ffmpeg decodes it (autorotated by default) through
+    `chain`, [n, OUT, OUT, 3] (rgb24) or [n, 3, OUT, OUT] in R, G, B order
+    (gbrp)."""
+    rotation = [] if autorotate else ["-noautorotate"]
+    raw = subprocess.run(["ffmpeg", "-v", "error"] + rotation + ["-i", str(path), "-vf", chain,
                           "-fps_mode", "passthrough", "-pix_fmt", pix_fmt, "-f", "rawvideo", "-"],
                          check=True, capture_output=True, timeout=scaled(120)).stdout
     if pix_fmt == "rgb24":
@@ -150,10 +167,21 @@ CASES = [
     # variable frame rate: frame N shown at N*N/400 s
     ("vfr.mkv", ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "10", "-fps_mode", "passthrough"],
      (96, 64), 25, "settb=1/1000,setpts=N*N/400/TB"),
-    # rotation metadata (stored orientation is what comes out)
-    ("rotated.mp4", ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "10", "-metadata:s:v",
-                     "rotate=90"], (96, 64), 25, None),
+    # the base of the rotated files (ROTATED)
+    ("upright.mp4", ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "10"], (96, 64), 25, None),
+    ("upright444.mp4", ["-c:v", "libx264", "-pix_fmt", "yuv444p", "-g", "10"], (75, 51), 25, None),
 ]
+
+# Rotation metadata: the file is `base` remuxed with a display matrix (FFmpeg
+# 5.1 writes one for `-metadata:s:v rotate=R` when the stream is copied).
+ROTATED = [("rot90.mp4", "upright.mp4", 90), ("rot180.mp4", "upright.mp4", 180),
+           ("rot270.mp4", "upright.mp4", 270), ("rot90_odd444.mp4", "upright444.mp4", 90)]
+
+
+def _rotate(src, dst, degrees):
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", str(src), "-c", "copy", "-metadata:s:v",
+                    "rotate=%d" % degrees, str(dst)], check=True, timeout=scaled(60))
+    return dst
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +196,9 @@ def media(tmp_path_factory):
             if name == "av1.mkv":  # the AV1 encoder may be missing; decoding is still tested
                 continue
             raise
+    for name, base, degrees in ROTATED:
+        made[name] = _rotate(made[base], root / "a" / name, degrees)
+        assert _probe_size(made[name])[2] != 0, name  # the file has a display matrix
     return root, made
 
 
@@ -175,11 +206,14 @@ def media(tmp_path_factory):
 def test_clips_equal_ffmpeg_at_the_ffprobe_frames(media, daemon_factory, start):
     root, made = media
     pipes = {"stride": _entry(root, clip_start=start, frame_stride=3),
-             "fps": _entry(root, clip_start=start, fps=10, layout="nchw")}
+             "fps": _entry(root, clip_start=start, fps=10, layout="nchw"),
+             "stored": _entry(root, clip_start=start, frame_stride=2, autorotate=False)}
     d = daemon_factory(daemon_config(root, pipelines=pipes))
     names = sorted(p.name for p in (root / "a").iterdir())
     assert names == sorted(made), names
-    for pipe, stride, fps, pix in (("stride", 3, 0.0, "rgb24"), ("fps", 1, 10.0, "gbrp")):
+    for pipe, stride, fps, pix, rotate in (("stride", 3, 0.0, "rgb24", True),
+                                           ("fps", 1, 10.0, "gbrp", True),
+                                           ("stored", 2, 0.0, "rgb24", False)):
         clips, failures = _read_all(d, pipe, batch_size=4)
         assert not failures, failures
         assert len(clips) == len(names)
@@ -187,8 +221,8 @@ def test_clips_equal_ffmpeg_at_the_ffprobe_frames(media, daemon_factory, start):
             path = root / "a" / name
             ts, tb = _pts(path)
             want = _indices(ts, tb, start, 6, stride=stride, fps=fps)
-            w, h = _size(path)
-            ref = _ffmpeg_frames(path, _eval_chain(w, h, 40), pix)
+            w, h = _size(path, rotate)
+            ref = _ffmpeg_frames(path, _eval_chain(w, h, 40), pix, autorotate=rotate)
             assert len(ref) == len(ts), (name, len(ref), len(ts))
             got = clips[i]
             for k, j in enumerate(want):

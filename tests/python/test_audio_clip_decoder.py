@@ -42,8 +42,8 @@ def tmp():
 def run(inputs, out, **opts):
     """Runs the tool; returns (trace dicts, clips [len(inputs), C, L])."""
     args = [str(TOOL), *map(str, inputs), "--out", str(out)]
-    # The decode budget is wall time for audio: a loaded (or sanitized) run
-    # must not fail good files; the tests of the budget pass their own.
+    # A generous decode budget (CPU time): a sanitized run must not fail good
+    # files; the tests of the budget pass their own.
     opts = dict({"max_decode_seconds": 120}, **opts)
     for k, v in opts.items():
         args += ["--" + k.replace("_", "-"), str(v)]

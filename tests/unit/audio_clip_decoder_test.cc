@@ -3,14 +3,18 @@
 // window the crop rules choose, padding, the channel rules, the seek path,
 // the spec's checks and errors of the sample. The comparisons with ffmpeg
 // across codecs and rates are in tests/python/test_audio_clip_decoder.py.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/audio_clip_decoder.h"
 #include "core/rng.h"
+#include "core/thread_cpu_clock.h"
 #include "core/transform_spec.h"
+#include "tests/unit/cpu_contention.h"
 
 namespace conveyor {
 namespace {
@@ -160,6 +164,36 @@ TEST_CASE("audio: bad files and limits are errors of the sample", "[audio]") {
   const std::vector<float> out = Decode(d, Wav(16000, 1, Ramp(10, 1)), Spec(1, 10), 0, &st);
   REQUIRE(st.ok());
   CHECK(out[9] == Value(9, 0) / 32768.0f);
+}
+
+// The budget is the decoding thread's CPU time: a file whose wall time is
+// several budgets long because its thread shares a CPU with busy threads (a
+// loaded host) still decodes, as long as its CPU time fits.
+TEST_CASE("audio: max_decode_seconds charges CPU time, not time descheduled", "[audio]") {
+  // 8 s of 48 kHz stereo resampled to 16 kHz mono, whole.
+  const auto wav = Wav(48000, 2, Ramp(8 * 48000, 2));
+  TransformSpec spec = Spec(1, 8 * 16000);
+  AudioClipDecoder d;
+  absl::Status st;
+  int64_t cpu_ns = INT64_MAX;  // uncontended, the best of three
+  for (int i = 0; i < 3; ++i) {
+    const int64_t t0 = ThreadCpuNs();
+    Decode(d, wav, spec, 0, &st);
+    REQUIRE(st.ok());
+    cpu_ns = std::min(cpu_ns, ThreadCpuNs() - t0);
+  }
+  spec.max_decode_seconds = std::max(3e-9 * double(cpu_ns), 0.002);
+  double wall = 0;
+  REQUIRE(testing::RunContended(8, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    Decode(d, wav, spec, 0, &st);
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }));
+  INFO("budget " << spec.max_decode_seconds << " s, CPU alone " << cpu_ns * 1e-9
+                 << " s, wall when contended " << wall << " s");
+  REQUIRE(wall > spec.max_decode_seconds);  // the case under test: descheduled past the budget
+  CHECK(st.ok());
+  if (!st.ok()) FAIL(st.ToString());
 }
 
 TEST_CASE("audio: the spec's checks name the field", "[audio]") {

@@ -1,14 +1,19 @@
-// The FFmpeg foundation: AvError's mapping of AVERROR codes and
-// AvMemoryInput's demuxing of bytes held in memory.
+// The FFmpeg foundation: AvError's mapping of AVERROR codes,
+// AvMemoryInput's demuxing of bytes held in memory and AvDecodeBudget's
+// clock.
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "core/av_decode_budget.h"
 #include "core/av_error.h"
 #include "core/av_memory_input.h"
 #include "core/posix_error.h"
+#include "core/thread_cpu_clock.h"
 
 namespace conveyor {
 namespace {
@@ -76,13 +81,44 @@ TEST_CASE("AvMemoryInput refuses bytes no demuxer knows, naming the input", "[av
   CHECK_FALSE(empty.ok());
 }
 
-TEST_CASE("AvMemoryInput stops at its deadline", "[av]") {
+// Burns this thread's CPU for at least `seconds`.
+void Spin(double seconds) {
+  const int64_t end = ThreadCpuNs() + static_cast<int64_t>(seconds * 1e9);
+  volatile uint64_t x = 0;
+  while (ThreadCpuNs() < end) x = x + 1;
+}
+
+TEST_CASE("AvMemoryInput stops once its budget is spent", "[av]") {
   const std::vector<uint8_t> bmp = TinyBmp();
   AvMemoryInput::Options options;
-  options.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  options.budget = AvDecodeBudget::StartNow(1e-6);
+  Spin(1e-5);
   auto input = AvMemoryInput::Open(bmp, "late.bmp", options);
   REQUIRE_FALSE(input.ok());
   CHECK(input.status().code() == absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("AvDecodeBudget counts this thread's CPU time, with a wall backstop", "[av]") {
+  CHECK_FALSE(AvDecodeBudget().limited());
+  CHECK_FALSE(AvDecodeBudget().spent());
+  CHECK_FALSE(AvDecodeBudget::StartNow(0).limited());
+
+  // Sleeping (descheduled) for three budgets spends none of it.
+  const AvDecodeBudget sleeper = AvDecodeBudget::StartNow(0.05);
+  CHECK(sleeper.limited());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  CHECK_FALSE(sleeper.spent());
+
+  // Running does.
+  const AvDecodeBudget runner = AvDecodeBudget::StartNow(0.02);
+  Spin(0.03);
+  CHECK(runner.spent());
+
+  // Past kWallFactor budgets of wall time it is spent, CPU or not.
+  const AvDecodeBudget backstop = AvDecodeBudget::StartNow(0.01);
+  std::this_thread::sleep_for(std::chrono::milliseconds(
+      static_cast<int>(0.01 * AvDecodeBudget::kWallFactor * 1000) + 50));
+  CHECK(backstop.spent());
 }
 
 }  // namespace

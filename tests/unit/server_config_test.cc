@@ -1203,6 +1203,7 @@ pipelines:
     frame_stride: 4
     max_frames_decoded: 300
     max_duration_seconds: 600
+    autorotate: false
   eval_clips:
     dataset: {root: /data/videos}
     kind: video
@@ -1220,11 +1221,13 @@ pipelines:
   CHECK(t.video.clip_start == ClipStart::kRandom);  // train's default
   CHECK(t.video.max_frames_decoded == 300);
   CHECK(t.video.max_duration_seconds == 600);
+  CHECK_FALSE(t.video.autorotate);
   CHECK(SampleShape(t) == std::vector<int64_t>{8, 3, 112, 112});
   const TransformSpec& e = c->pipelines[1].config.transform;
   CHECK(e.video.clip_start == ClipStart::kCenter);  // eval's default
   CHECK(e.video.fps == 7.5);
   CHECK(e.video.clip_frames == VideoSpec{}.clip_frames);
+  CHECK(e.video.autorotate);  // the default: clips as displayed
   CHECK(SampleShape(e) == std::vector<int64_t>{16, 112, 112, 3});
 
   const std::string head = "pipelines:\n  v:\n    dataset: {root: /data}\n";
@@ -1241,6 +1244,10 @@ pipelines:
                 {"field pipelines.v.max_frames_decoded: must be at least clip_frames (32), got 16"});
   ExpectRefused(head + "    kind: video\n    max_duration_seconds: 0\n",
                 {"field pipelines.v.max_duration_seconds"});
+  ExpectRefused(head + "    kind: video\n    autorotate: sideways\n",
+                {"field pipelines.v.autorotate"});
+  ExpectRefused(head + "    autorotate: true\n",
+                {"field pipelines.v.autorotate: is a video field; it needs `kind: video`"});
   ExpectRefused(head + "    kind: video\n    dtype: float32\n",
                 {"field pipelines.v.dtype: must be uint8 for video pipelines"});
 }

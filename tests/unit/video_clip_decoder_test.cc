@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/thread_cpu_clock.h"
+#include "tests/unit/cpu_contention.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor {
@@ -23,11 +26,12 @@ using testing::TempDir;
 
 bool HaveFfmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; }
 
-// `frames` frames of testsrc2 (96x64, 25 fps) with a keyframe every `gop`.
-std::vector<uint8_t> MakeVideo(const TempDir& dir, const std::string& name, int frames, int gop) {
+// `frames` frames of testsrc2 (`size`, 25 fps) with a keyframe every `gop`.
+std::vector<uint8_t> MakeVideo(const TempDir& dir, const std::string& name, int frames, int gop,
+                               const std::string& size = "96x64") {
   const std::string path = dir.Sub(name);
   const std::string cmd = absl::StrCat(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x64:rate=25 -frames:v ", frames,
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=", size, ":rate=25 -frames:v ", frames,
       " -c:v libx264 -pix_fmt yuv420p -bf 0 -g ", gop, " -keyint_min ", gop,
       " -sc_threshold 0 ", path);
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -142,6 +146,105 @@ TEST_CASE("video: limits and hostile bytes are errors of the sample", "[video]")
   const std::vector<uint8_t> text(2000, 'a');
   CHECK(run(spec, text).code() == absl::StatusCode::kInvalidArgument);
   CHECK(run(spec, bytes).ok());  // the decoder is reusable after errors
+}
+
+// Rotation metadata: train clips of remuxed files with a display matrix
+// equal ffmpeg's autorotated decode through the same crop (exact=1, at the
+// box's chroma-aligned origin), scale and flip,
+// with the box drawn on the displayed frame and a non-square output; with
+// autorotate off, ffmpeg -noautorotate's.
+TEST_CASE("video: rotation metadata is applied as ffmpeg's autorotate, train crops included",
+          "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  MakeVideo(dir, "up.mp4", 24, 6);  // 96x64
+  const int H = 12, W = 20;
+  for (const int degrees : {90, 180, 270}) {
+    const std::string path = dir.Sub(absl::StrCat("rot", degrees, ".mp4"));
+    REQUIRE(std::system(absl::StrCat("ffmpeg -v error -y -i ", dir.Sub("up.mp4"),
+                                     " -c copy -metadata:s:v rotate=", degrees, " ", path)
+                            .c_str()) == 0);
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
+    for (const bool autorotate : {true, false}) {
+      TransformSpec spec = ClipSpec(3, ClipStart::kRandom);
+      spec.mode = AugmentMode::kTrain;
+      spec.layout = Layout::kNHWC;
+      spec.output_height = H;
+      spec.output_width = W;
+      spec.scale_min = 0.3;
+      spec.scale_max = 0.6;
+      spec.video.frame_stride = 2;
+      spec.video.autorotate = autorotate;
+      VideoClipDecoder decoder;
+      std::vector<uint8_t> out(SampleBytes(spec));
+      for (uint64_t seed = 0; seed < 3; ++seed) {
+        Rng rng(seed);
+        REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+        const VideoClipDecoder::Trace& t = decoder.last();
+        const bool quarter = autorotate && degrees != 180;
+        CHECK(t.width == (quarter ? 64 : 96));
+        CHECK(t.height == (quarter ? 96 : 64));
+        // The box's origin is on the 4:2:0 chroma grid (MP4's demuxer does
+        // not know the pixel format: the decoded frames' is used).
+        CHECK(t.crop.left % 2 == 0);
+        CHECK(t.crop.top % 2 == 0);
+        const std::string raw = dir.Sub("ref.rgb");
+        const std::string cmd = absl::StrCat(
+            "ffmpeg -v error -y ", autorotate ? "" : "-noautorotate ", "-i ", path,
+            " -vf crop=", t.crop.width, ":", t.crop.height, ":", t.crop.left, ":", t.crop.top, ":exact=1",
+            ",scale=", W, ":", H, ":flags=bilinear", t.flip ? ",hflip" : "",
+            " -fps_mode passthrough -pix_fmt rgb24 -f rawvideo ", raw);
+        REQUIRE(std::system(cmd.c_str()) == 0);
+        std::ifstream ref_in(raw, std::ios::binary);
+        const std::vector<uint8_t> ref(std::istreambuf_iterator<char>(ref_in), {});
+        const size_t frame = size_t(H) * W * 3;
+        REQUIRE(ref.size() == 24 * frame);
+        for (int k = 0; k < 3; ++k) {
+          INFO("rotate " << degrees << " autorotate " << autorotate << " seed " << seed
+                         << " box " << t.crop.width << "x" << t.crop.height << "+" << t.crop.left
+                         << "+" << t.crop.top << " flip " << t.flip
+                         << " clip frame " << k << " = video frame " << t.frame_indices[k]);
+          CHECK(std::equal(out.begin() + k * frame, out.begin() + (k + 1) * frame,
+                           ref.begin() + t.frame_indices[k] * frame));
+        }
+      }
+    }
+  }
+}
+
+// The budget is the decoding thread's CPU time: a clip whose wall time is
+// several budgets long because its thread shares a CPU with busy threads (a
+// loaded host) still decodes, as long as its CPU time fits.
+TEST_CASE("video: max_decode_seconds charges CPU time, not time descheduled", "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  // Long enough to span many scheduler time slices: ~50 frames of 320x240.
+  const std::vector<uint8_t> bytes = MakeVideo(dir, "budget.mp4", 90, 90, "320x240");
+  TransformSpec spec = ClipSpec(8, ClipStart::kCenter);
+  VideoClipDecoder decoder;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  Rng rng(0);
+  // The clip's CPU time, uncontended (the best of three).
+  int64_t cpu_ns = INT64_MAX;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t t0 = ThreadCpuNs();
+    REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+    cpu_ns = std::min(cpu_ns, ThreadCpuNs() - t0);
+  }
+  spec.max_decode_seconds = std::max(3e-9 * double(cpu_ns), 0.002);
+  absl::Status st;
+  double wall = 0;
+  REQUIRE(testing::RunContended(8, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    st = decoder.Run(bytes, spec, rng, out.data());
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }));
+  INFO("budget " << spec.max_decode_seconds << " s, CPU alone " << cpu_ns * 1e-9
+                 << " s, wall when contended " << wall << " s");
+  REQUIRE(wall > spec.max_decode_seconds);  // the case under test: descheduled past the budget
+  CHECK(st.ok());
+  if (!st.ok()) FAIL(st.ToString());
 }
 
 TEST_CASE("video: the spec's video fields are validated", "[video]") {
