@@ -130,9 +130,29 @@ void StreamMachine::StartBatches() {
   }
 }
 
-bool StreamMachine::CanSample() const {
-  return !plan_pending_ && !AllStarted() && !plans_.count(next_epoch_);
+bool StreamMachine::HasEpoch(uint64_t epoch) const {
+  const StreamOptions& o = config_.options;
+  return epoch != kNever && epoch >= o.first_epoch &&
+         (o.num_epochs == 0 || epoch - o.first_epoch < o.num_epochs);
 }
+
+uint64_t StreamMachine::EpochToPlan() const {
+  if (AllStarted()) return kNever;
+  if (!plans_.count(next_epoch_)) return next_epoch_;
+  // The next epoch's order is a pure function of (seed, epoch): plan it
+  // while this one's last samples start, so the fetches near the boundary
+  // can announce it (RunFetch) and its first samples arrive warm. At most
+  // two plans are held; resume is unaffected (nothing but hints use it).
+  const uint64_t after = next_epoch_ + 1;
+  if (next_epoch_ == kNever || !HasEpoch(after) || plans_.count(after)) return kNever;
+  const uint64_t samples = next_epoch_ == config_.options.first_epoch
+                               ? config_.first_epoch_samples
+                               : config_.samples_per_epoch;
+  const uint64_t started = next_in_epoch_ * config_.options.batch_size;
+  return started + kPrefetchLookahead >= samples ? after : kNever;
+}
+
+bool StreamMachine::CanSample() const { return !plan_pending_ && EpochToPlan() != kNever; }
 
 bool StreamMachine::FetchRoom() const {
   return fetched_.size() + fetch_inflight_ < config_.fetch_capacity && !free_buffers_.empty() &&
@@ -219,7 +239,7 @@ void StreamMachine::RunTask(Task* t, SampleDecoder* decoder) const {
 void StreamMachine::TakeSample(Task* t) {
   plan_pending_ = true;
   t->kind = TaskKind::kSample;
-  t->epoch = next_epoch_;
+  t->epoch = EpochToPlan();
 }
 
 void StreamMachine::RunSample(Task* t) const {
@@ -249,6 +269,7 @@ void StreamMachine::CompleteSample(Task* t, Outbox* out) {
 
 void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
   t->kind = TaskKind::kFetch;
+  t->next_plan.reset();
   t->buffer = free_buffers_.back();
   free_buffers_.pop_back();
   ++fetch_inflight_;
@@ -268,6 +289,11 @@ void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
   t->position = b->next_fetch++;
   t->attempt = 0;
   t->first_failure_ns = 0;
+  // The prefetch window (RunFetch) runs into the next epoch near the end of
+  // this one: hand the task that epoch's plan when it is already made.
+  if (b->first + t->position + 1 + kPrefetchLookahead > b->plan->size() && HasEpoch(b->epoch + 1)) {
+    if (auto it = plans_.find(b->epoch + 1); it != plans_.end()) t->next_plan = it->second;
+  }
 }
 
 void StreamMachine::RunFetch(Task* t) const {
@@ -275,9 +301,16 @@ void StreamMachine::RunFetch(Task* t) const {
   // them now (the plan is immutable, shared by the batches of its epoch).
   const EpochPlan& plan = *t->batch->plan;
   const size_t next = t->batch->first + t->position + 1;
+  size_t announced = 0;
   if (next < plan.size()) {
-    source_->Prefetch(std::span<const uint64_t>(plan).subspan(
-        next, std::min(kPrefetchLookahead, plan.size() - next)));
+    announced = std::min(kPrefetchLookahead, plan.size() - next);
+    source_->Prefetch(std::span<const uint64_t>(plan).subspan(next, announced));
+  }
+  // ... and on into the stream's next epoch (TakeFetch), so it starts warm.
+  if (announced < kPrefetchLookahead && t->next_plan != nullptr) {
+    const EpochPlan& after = *t->next_plan;
+    source_->Prefetch(std::span<const uint64_t>(after).subspan(
+        0, std::min(kPrefetchLookahead - announced, after.size())));
   }
   // This task has exclusive use of its buffer.
   t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
@@ -288,6 +321,7 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   st.busy_ns += t->finished_ns - t->started_ns;
   ++st.items_in;
   --fetch_inflight_;
+  t->next_plan.reset();
   if (terminal_) {
     free_buffers_.push_back(t->buffer);
     return nullptr;
