@@ -604,9 +604,9 @@ absl::Status RemoteReader::ReadRange(std::string_view object, uint64_t offset, u
   return impl_->Await(*r, out, nullptr);
 }
 
-void RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
-  if (length == 0 || length == kWhole || offset > kWhole - length) return;
-  impl_->Prefetch(object, offset, length, length);
+bool RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
+  if (length == 0 || length == kWhole || offset > kWhole - length) return true;  // ReadRange says
+  return impl_->Prefetch(object, offset, length, length);
 }
 
 absl::Status RemoteReader::ReadWhole(std::string_view object, uint64_t max_bytes,
