@@ -141,7 +141,7 @@ uint64_t StreamMachine::EpochToPlan() const {
   if (!plans_.count(next_epoch_)) return next_epoch_;
   // The next epoch's order is a pure function of (seed, epoch): plan it
   // while this one's last samples start, so the fetches near the boundary
-  // can announce it (RunFetch) and its first samples arrive warm. At most
+  // can announce it (AnnounceAfter) and its first samples arrive warm. At most
   // two plans are held; resume is unaffected (nothing but hints use it).
   const uint64_t after = next_epoch_ + 1;
   if (next_epoch_ == kNever || !HasEpoch(after) || plans_.count(after)) return kNever;
@@ -269,7 +269,6 @@ void StreamMachine::CompleteSample(Task* t, Outbox* out) {
 
 void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
   t->kind = TaskKind::kFetch;
-  t->next_plan.reset();
   t->buffer = free_buffers_.back();
   free_buffers_.pop_back();
   ++fetch_inflight_;
@@ -289,29 +288,34 @@ void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
   t->position = b->next_fetch++;
   t->attempt = 0;
   t->first_failure_ns = 0;
-  // The prefetch window (RunFetch) runs into the next epoch near the end of
-  // this one: hand the task that epoch's plan when it is already made.
-  if (b->first + t->position + 1 + kPrefetchLookahead > b->plan->size() && HasEpoch(b->epoch + 1)) {
-    if (auto it = plans_.find(b->epoch + 1); it != plans_.end()) t->next_plan = it->second;
-  }
+  AnnounceAfter(*b, t->position);
 }
 
-void StreamMachine::RunFetch(Task* t) const {
-  // The samples after this one in the epoch's order: a network source starts
-  // them now (the plan is immutable, shared by the batches of its epoch).
-  const EpochPlan& plan = *t->batch->plan;
-  const size_t next = t->batch->first + t->position + 1;
+void StreamMachine::AnnounceAfter(const BatchWork& b, uint32_t position) const {
+  // The samples after this one in the stream's order: a network source
+  // starts them now. Announced under the lock, before any later position is
+  // taken, so no hint ever names a sample whose read already began (it
+  // would be requested again and its bytes kept for nobody). Retries are
+  // behind the window: they announce nothing.
+  const EpochPlan& plan = *b.plan;
+  const size_t next = b.first + position + 1;
   size_t announced = 0;
   if (next < plan.size()) {
     announced = std::min(kPrefetchLookahead, plan.size() - next);
     source_->Prefetch(std::span<const uint64_t>(plan).subspan(next, announced));
   }
-  // ... and on into the stream's next epoch (TakeFetch), so it starts warm.
-  if (announced < kPrefetchLookahead && t->next_plan != nullptr) {
-    const EpochPlan& after = *t->next_plan;
-    source_->Prefetch(std::span<const uint64_t>(after).subspan(
-        0, std::min(kPrefetchLookahead - announced, after.size())));
+  // ... and on into the stream's next epoch once it is planned
+  // (EpochToPlan), so that epoch starts warm.
+  if (announced < kPrefetchLookahead && HasEpoch(b.epoch + 1)) {
+    if (auto it = plans_.find(b.epoch + 1); it != plans_.end()) {
+      const EpochPlan& after = *it->second;
+      source_->Prefetch(std::span<const uint64_t>(after).subspan(
+          0, std::min(kPrefetchLookahead - announced, after.size())));
+    }
   }
+}
+
+void StreamMachine::RunFetch(Task* t) const {
   // This task has exclusive use of its buffer.
   t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
 }
@@ -321,7 +325,6 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   st.busy_ns += t->finished_ns - t->started_ns;
   ++st.items_in;
   --fetch_inflight_;
-  t->next_plan.reset();
   if (terminal_) {
     free_buffers_.push_back(t->buffer);
     return nullptr;

@@ -95,10 +95,6 @@ struct Task {
   uint32_t attempt = 0;          // fetch: earlier attempts that hit a system error
   uint64_t first_failure_ns = 0; // fetch: when the first of them failed
   uint64_t epoch = 0;            // sample: the epoch to plan
-  // fetch: the plan of the stream's next epoch when it is known and the
-  // prefetch window runs past this one's end (the stream has that epoch:
-  // streams are whole epochs, so hints never go past the stream's end).
-  std::shared_ptr<const EpochPlan> next_plan;
   // Results, filled by Run.
   absl::Status status;
   std::shared_ptr<const EpochPlan> plan;
@@ -250,6 +246,9 @@ class StreamMachine {
   // next batch to start, else (once fewer than the prefetch window of its
   // samples remain to start) the one after it, when the stream has it.
   uint64_t EpochToPlan() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Announces to the source (SampleSource::Prefetch) the samples after
+  // `position` of `b`, up to the prefetch window, into the next epoch.
+  void AnnounceAfter(const BatchWork& b, uint32_t position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the stream delivers `epoch` (streams are whole epochs).
   bool HasEpoch(uint64_t epoch) const;
   void TakeSample(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,7 +3,10 @@
 // samples of the next epoch of the stream (its order is a pure function of
 // (seed, epoch)) follow, so a network source starts the next epoch warm;
 // nothing past the stream's last epoch is announced.
+#include <algorithm>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -124,6 +127,72 @@ TEST_CASE("Prefetch hints run into the next epoch of the stream, not past its en
   SECTION("epochs shorter than the window") { CheckAcrossEpochs(40, 4, 0); }
   SECTION("epochs longer than the window") { CheckAcrossEpochs(600, 16, 0); }
   SECTION("a resumed first epoch") { CheckAcrossEpochs(300, 8, 100); }
+}
+
+}  // namespace
+}  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// Records, under its own lock, which samples have been read; a hint that
+// names a sample whose Read already began is stale (a remote source would
+// request it again and keep bytes nobody claims). Each hint is slow (as a
+// hint that builds requests is), so that a worker announcing late is likely.
+class StaleHintSource final : public SampleSource {
+ public:
+  StaleHintSource(std::shared_ptr<const DatasetIndex> d, uint64_t max_bytes)
+      : files_(std::move(d), max_bytes) {}
+  absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      read_.push_back(index);
+    }
+    return files_.Read(index, out);
+  }
+  void Prefetch(std::span<const uint64_t> upcoming) const override {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    std::lock_guard<std::mutex> l(mu_);
+    for (const uint64_t i : upcoming) {
+      if (std::find(read_.begin(), read_.end(), i) != read_.end()) ++stale_;
+    }
+    ++hints_;
+  }
+  int stale() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return stale_;
+  }
+  int hints() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return hints_;
+  }
+
+ private:
+  FileSampleSource files_;
+  mutable std::mutex mu_;
+  mutable std::vector<uint64_t> read_;
+  mutable int stale_ = 0;
+  mutable int hints_ = 0;
+};
+
+TEST_CASE("Prefetch hints never name a sample whose read already began", "[engine][prefetch]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 2, 60);
+  auto p = MakePipeline(dir.path());
+  auto source = std::make_shared<StaleHintSource>(p->dataset, p->max_file_bytes);
+  p->source = source;
+  EngineOptions eo;
+  eo.fetch_concurrency = 4;
+  auto engine = MakeEngine(4, eo);
+  StreamOptions so;
+  so.batch_size = 8;
+  so.num_epochs = 1;  // one epoch: every sample is read once
+  auto stream = engine->OpenStream(p, so);
+  REQUIRE(stream.ok());
+  const testing::Collected got = Drain(**stream);
+  REQUIRE(got.end.ok());
+  CHECK(source->hints() > 0);
+  CHECK(source->stale() == 0);
 }
 
 }  // namespace
