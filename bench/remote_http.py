@@ -1,18 +1,29 @@
 #!/usr/bin/python3
-"""conveyord reading single files over HTTP with 10 ms and 50 ms of latency
-per request, against its own local-disk figure and against a PyTorch
-DataLoader whose workers fetch the URLs with urllib in __getitem__ (as
-users write it) with 2 and 8 workers. Same images, same transform
-(RandomResizedCrop(size) + flip, uint8); rounds alternate the contenders so
-that a busy shared machine hurts them alike.
+"""conveyord reading the same images over HTTP with 10 ms and 50 ms of
+latency per request, as single files (a dataset.urls list) and as WebDataset
+tar shards (dataset.shards URLs: one ranged read per member), against its own
+local-disk figures (the ImageFolder, and the shards on disk) and against a
+PyTorch DataLoader whose workers fetch the URLs with urllib in __getitem__
+(as users write it) with 2 and 8 workers. Same images, same transform
+(RandomResizedCrop(size) + flip, uint8); rounds alternate the contenders'
+order so that a busy shared machine hurts them alike.
 
     /usr/bin/python3 bench/remote_http.py --conveyord build/server/conveyord \
-        [--images 384] [--rounds 3] [--threads 2] [--latencies 10,50] [--workers 2,8]
+        [--images 2000] [--epochs 2] [--rounds 3] [--threads 2] \
+        [--latencies 10,50] [--workers 2,8] [--dataloader-batches 8]
 
-The HTTP server is tests/integration/http_object_server.py (one per latency,
-on loopback). The first round is a warm-up (not counted); the figure of a
-contender is its median over the other rounds of images/s from its first
-batch to its last. Prints a Markdown table (and --json FILE writes the runs).
+The HTTP server is tests/integration/http_object_server.py (one per latency
+and layout, on loopback). Each conveyord contender reads one stream of
+--epochs epochs per round (so epochs after the first show whether the next
+epoch starts warm), timed from its first batch to its last. A DataLoader is
+bound by latency x workers, so it is timed over --dataloader-batches batches
+after its first. The first round is a warm-up (not counted). A contender's
+figure is its median over the counted rounds, with their min-max; its ratio
+is the median over rounds of that round's images/s over the same round's
+local-disk figure of the same layout (files: the folder; tar: the shards on
+disk). The server's own CPU per request (its cpu_s in /__stats) is shown for
+the HTTP rows: it shares the machine with decode. Prints a Markdown table
+(and --json FILE writes the runs).
 Target: at 50 ms, conveyord over HTTP >= 90% of its local-disk images/s.
 """
 
@@ -20,10 +31,10 @@ import argparse
 import io
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -45,13 +56,32 @@ def image_list(root):
     return out
 
 
-def conveyor_epoch(address, pipeline, batch_size, epoch):
+def write_shards(data, files, out_dir, per_shard):
+    """The images as WebDataset shards (<key>.jpg + <key>.cls); their names."""
+    os.makedirs(out_dir, exist_ok=True)
+    names = []
+    for s in range(0, len(files), per_shard):
+        name = "shard-%06d.tar" % (s // per_shard)
+        with tarfile.open(os.path.join(out_dir, name), "w") as tar:
+            for i, (path, label) in enumerate(files[s:s + per_shard]):
+                key = "%08d" % (s + i)
+                tar.add(os.path.join(data, path), arcname=key + ".jpg")
+                body = b"%d" % label
+                info = tarfile.TarInfo(key + ".cls")
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+        names.append(name)
+    return names
+
+
+def conveyor_run(address, pipeline, batch_size, first_epoch, epochs):
+    """images/s of one stream of `epochs` epochs, first batch to last."""
     import conveyor
     loader = conveyor.Loader(address, pipeline=pipeline, batch_size=batch_size, seed=1, credits=4)
     n = 0
     t0 = None
     try:
-        with loader.epoch(epoch) as stream:
+        with loader.stream(num_epochs=epochs, first_epoch=first_epoch) as stream:
             for batch in stream:
                 if t0 is None:
                     t0 = time.monotonic()
@@ -85,7 +115,8 @@ class UrlDataset:
         return self.tf(img), label
 
 
-def dataloader_epoch(urls, workers, batch_size, size):
+def dataloader_run(urls, workers, batch_size, size, batches):
+    """images/s over `batches` batches after the first."""
     import torch
     from torch.utils.data import DataLoader
     torch.set_num_threads(1)
@@ -93,25 +124,44 @@ def dataloader_epoch(urls, workers, batch_size, size):
                     num_workers=workers)
     n = 0
     t0 = None
-    for imgs, _ in dl:
+    for k, (imgs, _) in enumerate(dl):
         if t0 is None:
             t0 = time.monotonic()
         else:
             n += imgs.shape[0]
+        if k >= batches:
+            break
     return n / (time.monotonic() - t0)
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process, all threads (/proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def span(values, fmt="%.0f"):
+    if not values:
+        return "-"
+    return (fmt + "-" + fmt) % (min(values), max(values))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--conveyord", default=os.path.join(SOURCE_DIR, "build", "server", "conveyord"))
     ap.add_argument("--data", help="an ImageFolder tree (default: generated, --images)")
-    ap.add_argument("--images", type=int, default=384)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--epochs", type=int, default=2, help="epochs per conveyord stream")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--latencies", default="10,50")
     ap.add_argument("--workers", default="2,8")
+    ap.add_argument("--dataloader-batches", type=int, default=8)
+    ap.add_argument("--per-shard", type=int, default=250, help="images per tar shard")
+    ap.add_argument("--no-tar", action="store_true", help="single files only")
     ap.add_argument("--json")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="rh-", dir="/tmp")
@@ -123,9 +173,15 @@ def main():
                        stdout=subprocess.DEVNULL)
     data = os.path.abspath(data)
     files = image_list(data)
-    latencies = [int(x) for x in args.latencies.split(",")]
-    workers = [int(x) for x in args.workers.split(",")]
-    servers = {ms: ObjectServer(data, "--latency-ms", str(ms)) for ms in latencies}
+    shards_dir = os.path.join(work, "shards")
+    shards = [] if args.no_tar else write_shards(data, files, shards_dir, args.per_shard)
+    latencies = [int(x) for x in args.latencies.split(",") if x]
+    workers = [int(x) for x in args.workers.split(",") if x]
+    servers = {}
+    for ms in latencies:
+        servers[("files", ms)] = ObjectServer(data, "--latency-ms", str(ms))
+        if shards:
+            servers[("tar", ms)] = ObjectServer(shards_dir, "--latency-ms", str(ms))
     cfg = os.path.join(work, "conveyord.yaml")
     with open(cfg, "w") as f:
         f.write("threads: %d\nlog_level: warn\nremote: {max_connections_per_host: 128}\n"
@@ -133,47 +189,98 @@ def main():
         common = ("    augment: train\n    size: %d\n    layout: nchw\n    dtype: uint8\n"
                   "    max_batch_size: 1024\n" % args.size)
         f.write("  local:\n    dataset: {root: %s}\n%s" % (json.dumps(data), common))
-        for ms, srv in servers.items():
+        if shards:
+            local = [os.path.join(shards_dir, n) for n in shards]
+            f.write("  tarlocal:\n    dataset: {shards: %s}\n%s" % (json.dumps(local), common))
+        for ms in latencies:
+            srv = servers[("files", ms)]
             lst = os.path.join(work, "urls%d.tsv" % ms)
             with open(lst, "w") as u:
                 for path, label in files:
                     u.write("%s/%s\t%d\n" % (srv.base, path, label))
             f.write("  http%d:\n    dataset: {urls: %s}\n%s" % (ms, json.dumps(lst), common))
+            if shards:
+                urls = ["%s/%s" % (servers[("tar", ms)].base, n) for n in shards]
+                f.write("  tar%d:\n    dataset: {shards: %s}\n%s" % (ms, json.dumps(urls), common))
     daemon = DaemonProcess(args.conveyord, cfg, workdir=work, threads=args.threads)
-    contenders = [("conveyord", "local disk", None, None)]
+    # (who, layout, where, pipeline or None, server key or None, workers or None)
+    contenders = [("conveyord", "files", "local disk", "local", None, None)]
+    if shards:
+        contenders.append(("conveyord", "tar", "local disk", "tarlocal", None, None))
     for ms in latencies:
-        contenders.append(("conveyord", "HTTP %d ms" % ms, ms, None))
+        contenders.append(("conveyord", "files", "HTTP %d ms" % ms, "http%d" % ms, ("files", ms), None))
+        if shards:
+            contenders.append(("conveyord", "tar", "HTTP %d ms" % ms, "tar%d" % ms, ("tar", ms), None))
         for w in workers:
-            contenders.append(("DataLoader %d workers (urllib)" % w, "HTTP %d ms" % ms, ms, w))
-    runs = {(c[0], c[1]): [] for c in contenders}
+            contenders.append(("DataLoader %d workers (urllib)" % w, "files", "HTTP %d ms" % ms,
+                               None, ("files", ms), w))
+    key = lambda c: "%s / %s / %s" % (c[0], c[1], c[2])  # noqa: E731
+    runs = {key(c): [] for c in contenders}
+    cpu_ms = {key(c): [] for c in contenders}
+    daemon_ms = {key(c): [] for c in contenders}
     try:
-        daemon.start(timeout=60)
+        daemon.start(timeout=120)  # HTTP shards are indexed at start
         for rnd in range(args.rounds):
             order = contenders[:] if rnd % 2 == 0 else contenders[::-1]
-            for who, where, ms, w in order:
+            for c in order:
+                who, layout, where, pipe, srv_key, w = c
+                srv = servers.get(srv_key)
+                before = srv.stats() if srv else None
                 if w is None:
-                    pipe = "local" if ms is None else "http%d" % ms
-                    ips = conveyor_epoch(daemon.address, pipe, args.batch_size, rnd)
+                    d0 = cpu_seconds(daemon.pid)
+                    ips = conveyor_run(daemon.address, pipe, args.batch_size, rnd * args.epochs,
+                                       args.epochs)
+                    # The daemon's CPU per image of the stream (all its threads: decode,
+                    # the I/O thread, gRPC), start-up included.
+                    d_ms = 1000 * (cpu_seconds(daemon.pid) - d0) / (len(files) * args.epochs)
+                    if rnd > 0 or args.rounds == 1:
+                        daemon_ms[key(c)].append(d_ms)
                 else:
-                    urls = [("%s/%s" % (servers[ms].base, p), l) for p, l in files]
-                    ips = dataloader_epoch(urls, w, args.batch_size, args.size)
-                print("round %d  %-32s %-12s %8.1f images/s" % (rnd, who, where, ips),
+                    urls = [("%s/%s" % (srv.base, p), l) for p, l in files]
+                    ips = dataloader_run(urls, w, args.batch_size, args.size,
+                                         args.dataloader_batches)
+                extra = "  conveyord %.2f CPU-ms/image" % d_ms if w is None else ""
+                if srv:
+                    after = srv.stats()
+                    reqs = after["requests"] - before["requests"]  # /__stats is not counted
+                    if reqs > 0:
+                        ms_per = 1000 * (after["cpu_s"] - before["cpu_s"]) / reqs
+                        extra += "  server %.2f CPU-ms/request (%d requests)" % (ms_per, reqs)
+                        if rnd > 0 or args.rounds == 1:
+                            cpu_ms[key(c)].append(ms_per)
+                print("round %d  %-32s %-5s %-12s %8.1f images/s%s" % (rnd, who, layout, where,
+                                                                      ips, extra),
                       file=sys.stderr, flush=True)
                 if rnd > 0 or args.rounds == 1:
-                    runs[(who, where)].append(ips)
+                    runs[key(c)].append(ips)
     finally:
         daemon.stop()
         for s in servers.values():
             s.stop()
-    local = statistics.median(runs[("conveyord", "local disk")])
-    print("| loader | data | images/s (median) | vs conveyord local disk |")
-    print("|---|---|---:|---:|")
-    for who, where, _, _ in contenders:
-        m = statistics.median(runs[(who, where)])
-        print("| %s | %s | %.1f | %.0f%% |" % (who, where, m, 100 * m / local))
+    counted = len(runs[key(contenders[0])])
+    local_of = {"files": runs["conveyord / files / local disk"],
+                "tar": runs.get("conveyord / tar / local disk", [])}
+    print("| loader | data | where | images/s median (min-max of %d rounds) | "
+          "vs local disk, same layout: median (min-max) of per-round ratios | "
+          "conveyord CPU-ms/image | server CPU-ms/request |" % counted)
+    print("|---|---|---|---:|---:|---:|---:|")
+    for c in contenders:
+        who, layout, where = c[0], c[1], c[2]
+        v = runs[key(c)]
+        local = local_of[layout]
+        ratios = [100 * a / b for a, b in zip(v, local)]
+        cpu = cpu_ms[key(c)]
+        dcpu = daemon_ms[key(c)]
+        print("| %s | %s | %s | %.0f (%s) | %.0f%% (%s) | %s | %s |" % (
+            who, "single files" if layout == "files" else "tar shards", where,
+            statistics.median(v), span(v), statistics.median(ratios), span(ratios, "%.0f%%"),
+            "%.2f" % statistics.median(dcpu) if dcpu else "-",
+            "%.2f" % statistics.median(cpu) if cpu else "-"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"%s / %s" % k: v for k, v in runs.items()}, f, indent=1)
+            json.dump({"images_per_s": runs, "server_cpu_ms_per_request": cpu_ms,
+                       "conveyord_cpu_ms_per_image": daemon_ms,
+                       "args": vars(args)}, f, indent=1)
     return 0
 
 

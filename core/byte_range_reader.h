@@ -39,9 +39,13 @@ class ByteRangeReader {
   virtual absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
                                  std::vector<uint8_t>* out) const = 0;
 
-  // Hint: a ReadRange of this range will follow soon.
-  virtual void Prefetch(std::string_view /*object*/, uint64_t /*offset*/,
-                        uint64_t /*length*/) const {}
+  // Hint: a ReadRange of this range will follow soon. False when the
+  // reader's read-ahead budget is spent (nothing started: hint again later);
+  // true when the read is under way or the hint is ignored.
+  virtual bool Prefetch(std::string_view /*object*/, uint64_t /*offset*/,
+                        uint64_t /*length*/) const {
+    return true;
+  }
 };
 
 }  // namespace conveyor

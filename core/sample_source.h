@@ -36,7 +36,8 @@ class SampleSource {
   // Hint: Read(index) will be called soon for each of `upcoming` (in that
   // order). Sources whose reads take long (network) start them here, with
   // bounded read-ahead, so workers find the bytes ready; local sources
-  // ignore it. Must not block.
+  // ignore it. Called under the engine's lock (so that no hint names a
+  // sample whose read already began): must not block, and should be cheap.
   virtual void Prefetch(std::span<const uint64_t> /*upcoming*/) const {}
 };
 

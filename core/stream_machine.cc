@@ -131,9 +131,29 @@ void StreamMachine::StartBatches() {
   }
 }
 
-bool StreamMachine::CanSample() const {
-  return !plan_pending_ && !AllStarted() && !plans_.count(next_epoch_);
+bool StreamMachine::HasEpoch(uint64_t epoch) const {
+  const StreamOptions& o = config_.options;
+  return epoch != kNever && epoch >= o.first_epoch &&
+         (o.num_epochs == 0 || epoch - o.first_epoch < o.num_epochs);
 }
+
+uint64_t StreamMachine::EpochToPlan() const {
+  if (AllStarted()) return kNever;
+  if (!plans_.count(next_epoch_)) return next_epoch_;
+  // The next epoch's order is a pure function of (seed, epoch): plan it
+  // while this one's last samples start, so the fetches near the boundary
+  // can announce it (AnnounceAfter) and its first samples arrive warm. At most
+  // two plans are held; resume is unaffected (nothing but hints use it).
+  const uint64_t after = next_epoch_ + 1;
+  if (next_epoch_ == kNever || !HasEpoch(after) || plans_.count(after)) return kNever;
+  const uint64_t samples = next_epoch_ == config_.options.first_epoch
+                               ? config_.first_epoch_samples
+                               : config_.samples_per_epoch;
+  const uint64_t started = next_in_epoch_ * config_.options.batch_size;
+  return started + kPrefetchLookahead >= samples ? after : kNever;
+}
+
+bool StreamMachine::CanSample() const { return !plan_pending_ && EpochToPlan() != kNever; }
 
 bool StreamMachine::FetchRoom() const {
   return fetched_.size() + fetch_inflight_ < config_.fetch_capacity && !free_buffers_.empty() &&
@@ -220,7 +240,7 @@ void StreamMachine::RunTask(Task* t, SampleDecoder* decoder) const {
 void StreamMachine::TakeSample(Task* t) {
   plan_pending_ = true;
   t->kind = TaskKind::kSample;
-  t->epoch = next_epoch_;
+  t->epoch = EpochToPlan();
 }
 
 void StreamMachine::RunSample(Task* t) const {
@@ -269,19 +289,38 @@ void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
   t->position = b->next_fetch++;
   t->attempt = 0;
   t->first_failure_ns = 0;
+  AnnounceAfter(*b, t->position);
+}
+
+void StreamMachine::AnnounceAfter(const BatchWork& b, uint32_t position) const {
+  // The samples after this one in the stream's order: a network source
+  // starts them now. Announced under the lock, before any later position is
+  // taken, so no hint ever names a sample whose read already began (it
+  // would be requested again and its bytes kept for nobody). Retries are
+  // behind the window: they announce nothing.
+  // Plans hold 4-byte indices (RankPlan): the window is copied out wide.
+  std::array<uint64_t, kPrefetchLookahead> upcoming;
+  const EpochPlan& plan = *b.plan;
+  const size_t next = b.first + position + 1;
+  size_t announced = 0;
+  if (next < plan.size()) {
+    announced = std::min(kPrefetchLookahead, plan.size() - next);
+    plan.CopyTo(next, std::span<uint64_t>(upcoming.data(), announced));
+    source_->Prefetch(std::span<const uint64_t>(upcoming.data(), announced));
+  }
+  // ... and on into the stream's next epoch once it is planned
+  // (EpochToPlan), so that epoch starts warm.
+  if (announced < kPrefetchLookahead && HasEpoch(b.epoch + 1)) {
+    if (auto it = plans_.find(b.epoch + 1); it != plans_.end()) {
+      const EpochPlan& after = *it->second;
+      const size_t more = std::min(kPrefetchLookahead - announced, after.size());
+      after.CopyTo(0, std::span<uint64_t>(upcoming.data(), more));
+      source_->Prefetch(std::span<const uint64_t>(upcoming.data(), more));
+    }
+  }
 }
 
 void StreamMachine::RunFetch(Task* t) const {
-  // The samples after this one in the epoch's order: a network source starts
-  // them now (the plan is immutable, shared by the batches of its epoch).
-  const EpochPlan& plan = *t->batch->plan;
-  const size_t next = t->batch->first + t->position + 1;
-  if (next < plan.size()) {
-    std::array<uint64_t, kPrefetchLookahead> upcoming;
-    const size_t n = std::min(kPrefetchLookahead, plan.size() - next);
-    plan.CopyTo(next, std::span<uint64_t>(upcoming.data(), n));
-    source_->Prefetch(std::span<const uint64_t>(upcoming.data(), n));
-  }
   // This task has exclusive use of its buffer.
   t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
 }

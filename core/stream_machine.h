@@ -243,6 +243,15 @@ class StreamMachine {
   // Stage by stage: whether a task may start, taking it, applying it.
   void StartBatches() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CanSample() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The epoch a sample task should plan now, or kNever: the epoch of the
+  // next batch to start, else (once fewer than the prefetch window of its
+  // samples remain to start) the one after it, when the stream has it.
+  uint64_t EpochToPlan() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Announces to the source (SampleSource::Prefetch) the samples after
+  // `position` of `b`, up to the prefetch window, into the next epoch.
+  void AnnounceAfter(const BatchWork& b, uint32_t position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the stream delivers `epoch` (streams are whole epochs).
+  bool HasEpoch(uint64_t epoch) const;
   void TakeSample(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteSample(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunSample(Task* t) const;

@@ -2,17 +2,22 @@
 // (core/tar_dataset.h): sample i is the image member of its tar sample,
 // fetched with one ReadRange of the given ByteRangeReader — LocalRangeReader
 // for shards on disk, a remote reader for URL shards — and Prefetch hints are
-// forwarded to the reader as the members' ranges.
+// forwarded to the reader as the members' ranges, each member once until its
+// Read claims it (the engine announces a sliding window, so without the mark
+// every member would be hinted up to 256 times); a hint the reader refuses
+// (its read-ahead budget is spent) ends the call and is given again later.
 //
 // Errors: the reader's (its contract matches SampleSource's: errors of the
 // system carry IsSystemError's mark and are retried); a member larger than
 // max_file_bytes is ResourceExhausted naming the shard and member, an error
 // of the sample, refused before reading.
 //
-// Thread-safety: immutable; Read and Prefetch are safe concurrently (the
-// reader's contract).
+// Thread-safety: Read and Prefetch are safe concurrently (the reader's
+// contract; the per-sample "hinted" marks are atomics).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "core/byte_range_reader.h"
@@ -26,7 +31,10 @@ class TarShardSource final : public SampleSource {
   // REQUIRES: dataset and reader non-null.
   TarShardSource(std::shared_ptr<const TarDataset> dataset,
                  std::shared_ptr<const ByteRangeReader> reader, uint64_t max_file_bytes)
-      : dataset_(std::move(dataset)), reader_(std::move(reader)), max_file_bytes_(max_file_bytes) {}
+      : dataset_(std::move(dataset)),
+        reader_(std::move(reader)),
+        max_file_bytes_(max_file_bytes),
+        hinted_(new std::atomic<uint8_t>[dataset_->size()]()) {}
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
   void Prefetch(std::span<const uint64_t> upcoming) const override;
@@ -35,6 +43,8 @@ class TarShardSource final : public SampleSource {
   const std::shared_ptr<const TarDataset> dataset_;
   const std::shared_ptr<const ByteRangeReader> reader_;
   const uint64_t max_file_bytes_;
+  // 1 while the reader took a Prefetch hint of the sample not read yet.
+  const std::unique_ptr<std::atomic<uint8_t>[]> hinted_;
 };
 
 }  // namespace conveyor

@@ -116,6 +116,17 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
       r->range_ignored = true;
       r->skip = r->offset;
     }
+    // One allocation for the body, not a doubling series of copies: the
+    // range asked, else the announced length (at most the object limit).
+    if (r->http_status < 300) {
+      curl_off_t announced = -1;
+      curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
+      uint64_t want = r->length != kWhole ? r->length
+                      : announced > 0     ? static_cast<uint64_t>(announced)
+                                          : 0;
+      want = std::min<uint64_t>(want, r->max_bytes);
+      if (want > r->body.capacity()) r->body.reserve(static_cast<size_t>(want));
+    }
   }
   if (r->http_status >= 300) {
     // An error document: keep its start for the message.
@@ -604,9 +615,9 @@ absl::Status RemoteReader::ReadRange(std::string_view object, uint64_t offset, u
   return impl_->Await(*r, out, nullptr);
 }
 
-void RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
-  if (length == 0 || length == kWhole || offset > kWhole - length) return;
-  impl_->Prefetch(object, offset, length, length);
+bool RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
+  if (length == 0 || length == kWhole || offset > kWhole - length) return true;  // ReadRange says
+  return impl_->Prefetch(object, offset, length, length);
 }
 
 absl::Status RemoteReader::ReadWhole(std::string_view object, uint64_t max_bytes,

@@ -53,7 +53,7 @@ class RemoteReader final : public ByteRangeReader {
   absl::StatusOr<uint64_t> Size(std::string_view object) const override;
   absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
                          std::vector<uint8_t>* out) const override;
-  void Prefetch(std::string_view object, uint64_t offset, uint64_t length) const override;
+  bool Prefetch(std::string_view object, uint64_t offset, uint64_t length) const override;
 
   // Replaces *out with the whole object; larger than max_bytes is an error
   // of the object (ResourceExhausted naming it).

@@ -1,36 +1,46 @@
 """A small HTTP/1.1 object server for the remote-dataset tests and the HTTP
 benchmark: serves the files below a folder with GET and HEAD, single Range
 requests ("bytes=a-b", "bytes=a-", "bytes=-n"; 206 with Content-Range, 416
-past the end), and induced trouble:
+past the end), keep-alive connections, and induced trouble:
 
-  --latency-ms N      sleep N ms before answering every request
+  --latency-ms N      wait N ms before answering every request
   --fail-fraction F   answer a fraction F of requests 503
   --drop-fraction F   close the connection without an answer for a fraction F,
                       half of them after sending part of the body
   --ignore-range      answer Range requests 200 with the whole object
   --seed S            the trouble is drawn from random.Random(S)
 
+One thread, asyncio: a request's latency is a timer, not a sleeping thread,
+so the server costs little CPU per request (it shares the benchmark's
+machine with the decoders); only the bytes asked are read from the file.
+
 Prints "PORT <n>" on stdout once listening (--port 0 picks a free one).
-GET /__stats answers JSON counts: requests, failed, dropped, served (per path).
+GET /__stats answers JSON counts: requests, failed, dropped, served (per path),
+and cpu_s, the CPU seconds this server process has used (benchmarks report
+the server's cost per request from it).
 Run: python3 http_object_server.py --root DIR [--port 0] [options]"""
 
 import argparse
+import asyncio
 import json
 import os
 import random
 import socket
+import struct
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
+
+REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found",
+           416: "Range Not Satisfiable", 501: "Not Implemented", 503: "Service Unavailable"}
+MAX_HEADER_BYTES = 64 << 10
 
 
 class State:
-    def __init__(self, args):
+    def __init__(self, args, root):
         self.args = args
+        self.root = root
         self.rng = random.Random(args.seed)
-        self.lock = threading.Lock()
         self.requests = 0
         self.failed = 0
         self.dropped = 0
@@ -38,17 +48,16 @@ class State:
 
     def draw(self):
         """'fail', 'drop', 'cut' or 'ok' for the next request."""
-        with self.lock:
-            self.requests += 1
-            r = self.rng.random()
-            if r < self.args.fail_fraction:
-                self.failed += 1
-                return "fail"
-            r -= self.args.fail_fraction
-            if r < self.args.drop_fraction:
-                self.dropped += 1
-                return "drop" if self.rng.random() < 0.5 else "cut"
-            return "ok"
+        self.requests += 1
+        r = self.rng.random()
+        if r < self.args.fail_fraction:
+            self.failed += 1
+            return "fail"
+        r -= self.args.fail_fraction
+        if r < self.args.drop_fraction:
+            self.dropped += 1
+            return "drop" if self.rng.random() < 0.5 else "cut"
+        return "ok"
 
 
 def parse_range(header, size):
@@ -70,85 +79,138 @@ def parse_range(header, size):
     return start, min(end, size)
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "ObjectServer/1"
+def response_head(status, headers, length, keep_alive):
+    lines = ["HTTP/1.1 %d %s" % (status, REASONS.get(status, "Status"))]
+    lines += ["%s: %s" % kv for kv in headers.items()]
+    lines.append("Content-Length: %d" % length)
+    if not keep_alive:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def log_message(self, fmt, *args):  # quiet
+
+def reset(writer):
+    """Resets the connection (RST, no answer or a cut one)."""
+    sock = writer.get_extra_info("socket")
+    try:
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
         pass
-
-    def do_HEAD(self):
-        self._answer(head=True)
-
-    def do_GET(self):
-        self._answer(head=False)
-
-    def _answer(self, head):
-        st = self.server.state
-        path = unquote(urlsplit(self.path).path)
-        if path == "/__stats":
-            with st.lock:
-                body = json.dumps({"requests": st.requests, "failed": st.failed,
-                                   "dropped": st.dropped, "served": st.served}).encode()
-            return self._send(200, body, {"Content-Type": "application/json"}, head)
-        if st.args.latency_ms > 0:
-            time.sleep(st.args.latency_ms / 1000.0)
-        what = st.draw()
-        if what == "fail":
-            return self._send(503, b"try again", {}, head)
-        if what == "drop":
-            return self._drop()
-        full = os.path.realpath(os.path.join(self.server.root, path.lstrip("/")))
-        if not full.startswith(self.server.root + os.sep) or not os.path.isfile(full):
-            return self._send(404, b"not found", {}, head)
-        with open(full, "rb") as f:
-            data = f.read()
-        rng = None if st.args.ignore_range else parse_range(self.headers.get("Range"), len(data))
-        if rng == "bad":
-            return self._send(416, b"", {"Content-Range": "bytes */%d" % len(data)}, head)
-        status, headers = 200, {"Accept-Ranges": "bytes"}
-        if rng is not None:
-            status = 206
-            headers["Content-Range"] = "bytes %d-%d/%d" % (rng[0], rng[1] - 1, len(data))
-            data = data[rng[0]:rng[1]]
-        if what == "cut" and not head and len(data) > 1:
-            # Announce the whole body, send half, then reset the connection.
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[:len(data) // 2])
-            self.wfile.flush()
-            return self._drop()
-        with st.lock:
-            st.served[path] = st.served.get(path, 0) + 1
-        self._send(status, data, headers, head)
-
-    def _send(self, status, body, headers, head):
-        self.send_response(status)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def _drop(self):
-        """Resets the connection (RST, no answer or a cut one)."""
-        try:
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        except OSError:
-            pass
-        self.close_connection = True
-        self.connection.close()
+    writer.transport.abort()
 
 
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024
+def read_request(head):
+    """(method, target, headers, keep_alive) of a request head, or None."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        return None
+    headers = {}
+    for line in lines[1:]:
+        if line:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+    conn = headers.get("connection", "").lower()
+    keep_alive = conn != "close" if parts[2] == "HTTP/1.1" else conn == "keep-alive"
+    return parts[0], parts[1], headers, keep_alive
 
-    def handle_error(self, request, client_address):
-        """Connections the server drops on purpose end in errors: quiet."""
+
+async def answer(st, writer, method, target, headers, keep_alive):
+    """Writes the answer to one request; False when the connection is gone."""
+    head_only = method == "HEAD"
+
+    def send(status, body, extra=None):
+        writer.write(response_head(status, extra or {}, len(body), keep_alive))
+        if not head_only:
+            writer.write(body)
+        return True
+
+    path = unquote(urlsplit(target).path)
+    if method not in ("GET", "HEAD"):
+        return send(501, b"only GET and HEAD")
+    if path == "/__stats":
+        body = json.dumps({"requests": st.requests, "failed": st.failed,
+                           "dropped": st.dropped, "served": st.served,
+                           "cpu_s": time.process_time()}).encode()
+        return send(200, body, {"Content-Type": "application/json"})
+    if st.args.latency_ms > 0:
+        await asyncio.sleep(st.args.latency_ms / 1000.0)
+    what = st.draw()
+    if what == "fail":
+        return send(503, b"try again")
+    if what == "drop":
+        reset(writer)
+        return False
+    full = os.path.realpath(os.path.join(st.root, path.lstrip("/")))
+    if not full.startswith(st.root + os.sep) or not os.path.isfile(full):
+        return send(404, b"not found")
+    size = os.path.getsize(full)
+    rng = None if st.args.ignore_range else parse_range(headers.get("range"), size)
+    if rng == "bad":
+        return send(416, b"", {"Content-Range": "bytes */%d" % size})
+    status, extra = 200, {"Accept-Ranges": "bytes"}
+    start, end = 0, size
+    if rng is not None:
+        status = 206
+        extra["Content-Range"] = "bytes %d-%d/%d" % (rng[0], rng[1] - 1, size)
+        start, end = rng
+    if head_only:
+        writer.write(response_head(status, extra, end - start, keep_alive))
+        return True
+    # Only the bytes asked are read: a member costs what the member costs.
+    with open(full, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if what == "cut" and len(data) > 1:
+        # Announce the whole body, send half, then reset the connection.
+        writer.write(response_head(status, {}, len(data), True))
+        writer.write(data[:len(data) // 2])
+        await writer.drain()
+        reset(writer)
+        return False
+    st.served[path] = st.served.get(path, 0) + 1
+    return send(status, data, extra)
+
+
+async def serve_connection(st, reader, writer):
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                return
+            req = read_request(head)
+            if req is None:
+                writer.write(response_head(400, {}, 0, False))
+                await writer.drain()
+                return
+            method, target, headers, keep_alive = req
+            try:
+                body_len = int(headers.get("content-length", "0") or "0")
+                if body_len > 0:
+                    await reader.readexactly(body_len)  # request bodies are ignored
+            except (ValueError, asyncio.IncompleteReadError, ConnectionError):
+                return
+            if not await answer(st, writer, method, target, headers, keep_alive):
+                return
+            await writer.drain()
+            if not keep_alive:
+                return
+    except ConnectionError:
+        return
+    finally:
+        if not writer.transport.is_closing():
+            writer.close()
+
+
+async def run(args):
+    st = State(args, os.path.realpath(args.root))
+    server = await asyncio.start_server(lambda r, w: serve_connection(st, r, w), args.host,
+                                        args.port, backlog=1024, reuse_address=True,
+                                        limit=MAX_HEADER_BYTES)
+    print("PORT %d" % server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
 
 
 def main():
@@ -162,12 +224,8 @@ def main():
     p.add_argument("--ignore-range", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    srv = Server((args.host, args.port), Handler)
-    srv.root = os.path.realpath(args.root)
-    srv.state = State(args)
-    print("PORT %d" % srv.server_address[1], flush=True)
     try:
-        srv.serve_forever(poll_interval=0.2)
+        asyncio.run(run(args))
     except KeyboardInterrupt:
         pass
     return 0

@@ -215,10 +215,13 @@ class RecordingReader final : public ByteRangeReader {
                          std::vector<uint8_t>* out) const override {
     return inner_.ReadRange(o, offset, length, out);
   }
-  void Prefetch(std::string_view o, uint64_t offset, uint64_t length) const override {
+  bool Prefetch(std::string_view o, uint64_t offset, uint64_t length) const override {
+    if (refuse) return false;
     hints.push_back(absl::StrFormat("%s@%d+%d", std::string(o), offset, length));
+    return true;
   }
   mutable std::vector<std::string> hints;  // single-threaded test only
+  bool refuse = false;                      // as a reader whose read-ahead budget is spent
 
  private:
   MemoryReader inner_;
@@ -245,6 +248,23 @@ TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards P
   REQUIRE(source.Read(1, &out).ok());
   CHECK(std::string(out.begin(), out.end()) == "JPEG");
   const uint64_t upcoming[] = {1, 0};
+  source.Prefetch(upcoming);
+  CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@2560+4", "/s/a.tar@4608+600"});
+  // A member whose prefetch is under way is not asked for again (the engine
+  // announces a sliding window: each member up to 256 times) until its Read
+  // claims it; a refused hint (budget spent) is asked again later.
+  reader->hints.clear();
+  source.Prefetch(upcoming);
+  CHECK(reader->hints.empty());
+  REQUIRE(source.Read(0, &out).ok());
+  source.Prefetch(upcoming);
+  CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@4608+600"});
+  REQUIRE(source.Read(0, &out).ok());
+  REQUIRE(source.Read(1, &out).ok());
+  reader->hints.clear();
+  reader->refuse = true;
+  source.Prefetch(upcoming);
+  reader->refuse = false;
   source.Prefetch(upcoming);
   CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@2560+4", "/s/a.tar@4608+600"});
   TarShardSource small(*dataset, reader, 100);
