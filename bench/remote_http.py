@@ -34,7 +34,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 
@@ -45,6 +44,8 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 
 from conveyor.daemon import DaemonProcess  # noqa: E402
 from remote_fixtures import ObjectServer  # noqa: E402
+sys.path.insert(0, HERE)
+from tar_vs_folder import write_shards  # noqa: E402  (the same WebDataset layout)
 
 
 def image_list(root):
@@ -54,24 +55,6 @@ def image_list(root):
         for f in sorted(os.listdir(os.path.join(root, c))):
             out.append(("%s/%s" % (c, f), label))
     return out
-
-
-def write_shards(data, files, out_dir, per_shard):
-    """The images as WebDataset shards (<key>.jpg + <key>.cls); their names."""
-    os.makedirs(out_dir, exist_ok=True)
-    names = []
-    for s in range(0, len(files), per_shard):
-        name = "shard-%06d.tar" % (s // per_shard)
-        with tarfile.open(os.path.join(out_dir, name), "w") as tar:
-            for i, (path, label) in enumerate(files[s:s + per_shard]):
-                key = "%08d" % (s + i)
-                tar.add(os.path.join(data, path), arcname=key + ".jpg")
-                body = b"%d" % label
-                info = tarfile.TarInfo(key + ".cls")
-                info.size = len(body)
-                tar.addfile(info, io.BytesIO(body))
-        names.append(name)
-    return names
 
 
 def conveyor_run(address, pipeline, batch_size, first_epoch, epochs):
@@ -174,7 +157,9 @@ def main():
     data = os.path.abspath(data)
     files = image_list(data)
     shards_dir = os.path.join(work, "shards")
-    shards = [] if args.no_tar else write_shards(data, files, shards_dir, args.per_shard)
+    shards = [] if args.no_tar else [
+        os.path.basename(p) for p in write_shards(
+            [(os.path.join(data, path), label) for path, label in files], shards_dir, args.per_shard)]
     latencies = [int(x) for x in args.latencies.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
     servers = {}
