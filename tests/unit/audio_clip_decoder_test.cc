@@ -5,14 +5,13 @@
 // across codecs and rates are in tests/python/test_audio_clip_decoder.py.
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <chrono>
+#include <optional>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/audio_clip_decoder.h"
 #include "core/rng.h"
-#include "core/thread_cpu_clock.h"
 #include "core/transform_spec.h"
 #include "tests/unit/cpu_contention.h"
 
@@ -175,23 +174,15 @@ TEST_CASE("audio: max_decode_seconds charges CPU time, not time descheduled", "[
   TransformSpec spec = Spec(1, 8 * 16000);
   AudioClipDecoder d;
   absl::Status st;
-  int64_t cpu_ns = INT64_MAX;  // uncontended, the best of three
-  for (int i = 0; i < 3; ++i) {
-    const int64_t t0 = ThreadCpuNs();
+  spec.max_decode_seconds = testing::ThriceAloneCpuSeconds([&] {
     Decode(d, wav, spec, 0, &st);
     REQUIRE(st.ok());
-    cpu_ns = std::min(cpu_ns, ThreadCpuNs() - t0);
-  }
-  spec.max_decode_seconds = std::max(3e-9 * double(cpu_ns), 0.002);
-  double wall = 0;
-  REQUIRE(testing::RunContended(8, [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    Decode(d, wav, spec, 0, &st);
-    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }));
-  INFO("budget " << spec.max_decode_seconds << " s, CPU alone " << cpu_ns * 1e-9
-                 << " s, wall when contended " << wall << " s");
-  REQUIRE(wall > spec.max_decode_seconds);  // the case under test: descheduled past the budget
+  });
+  const std::optional<double> wall =
+      testing::ContendedWallSeconds(8, [&] { Decode(d, wav, spec, 0, &st); });
+  REQUIRE(wall.has_value());
+  INFO("budget " << spec.max_decode_seconds << " s, wall when contended " << *wall << " s");
+  REQUIRE(*wall > spec.max_decode_seconds);  // the case under test: descheduled past the budget
   CHECK(st.ok());
   if (!st.ok()) FAIL(st.ToString());
 }

@@ -2,17 +2,23 @@
 // CPU with busy threads, so its wall time is several times its CPU time (a
 // worker descheduled on a loaded host). Tests of CPU-time budgets use it.
 //
-// Thread-safety: Run is called from one thread; it pins that thread and the
+// Thread-safety: each function is called from one thread; it pins that thread and the
 // spinners to the CPU it is on and restores its affinity afterwards.
 #pragma once
 
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <vector>
+
+#include "core/thread_cpu_clock.h"
 
 namespace conveyor::testing {
 
@@ -44,6 +50,31 @@ inline bool RunContended(int spinners, const std::function<void()>& fn) {
   for (std::thread& t : threads) t.join();
   pthread_setaffinity_np(pthread_self(), sizeof(before), &before);
   return true;
+}
+
+// fn()'s wall time in seconds when run as RunContended runs it; nullopt when
+// the affinity cannot be set (fn not run).
+inline std::optional<double> ContendedWallSeconds(int spinners, const std::function<void()>& fn) {
+  double wall = 0;
+  const bool ran = RunContended(spinners, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  if (!ran) return std::nullopt;
+  return wall;
+}
+
+// A budget for a CPU-time-budget test: three times fn()'s CPU time on this
+// thread alone (the best of three runs), and at least 2 ms.
+inline double ThriceAloneCpuSeconds(const std::function<void()>& fn) {
+  int64_t best_ns = INT64_MAX;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t t0 = ThreadCpuNs();
+    fn();
+    best_ns = std::min(best_ns, ThreadCpuNs() - t0);
+  }
+  return std::max(3e-9 * double(best_ns), 0.002);
 }
 
 }  // namespace conveyor::testing

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/thread_cpu_clock.h"
 #include "tests/unit/cpu_contention.h"
 #include "tests/unit/temp_dir.h"
 
@@ -225,24 +224,14 @@ TEST_CASE("video: max_decode_seconds charges CPU time, not time descheduled", "[
   VideoClipDecoder decoder;
   std::vector<uint8_t> out(SampleBytes(spec));
   Rng rng(0);
-  // The clip's CPU time, uncontended (the best of three).
-  int64_t cpu_ns = INT64_MAX;
-  for (int i = 0; i < 3; ++i) {
-    const int64_t t0 = ThreadCpuNs();
-    REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
-    cpu_ns = std::min(cpu_ns, ThreadCpuNs() - t0);
-  }
-  spec.max_decode_seconds = std::max(3e-9 * double(cpu_ns), 0.002);
   absl::Status st;
-  double wall = 0;
-  REQUIRE(testing::RunContended(8, [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    st = decoder.Run(bytes, spec, rng, out.data());
-    wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }));
-  INFO("budget " << spec.max_decode_seconds << " s, CPU alone " << cpu_ns * 1e-9
-                 << " s, wall when contended " << wall << " s");
-  REQUIRE(wall > spec.max_decode_seconds);  // the case under test: descheduled past the budget
+  spec.max_decode_seconds = testing::ThriceAloneCpuSeconds(
+      [&] { REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok()); });
+  const std::optional<double> wall =
+      testing::ContendedWallSeconds(8, [&] { st = decoder.Run(bytes, spec, rng, out.data()); });
+  REQUIRE(wall.has_value());
+  INFO("budget " << spec.max_decode_seconds << " s, wall when contended " << *wall << " s");
+  REQUIRE(*wall > spec.max_decode_seconds);  // the case under test: descheduled past the budget
   CHECK(st.ok());
   if (!st.ok()) FAIL(st.ToString());
 }
