@@ -13,7 +13,7 @@ absl::Status TarShardSource::Read(uint64_t index, std::vector<uint8_t>* out) con
         EscapeText(dataset_->index()->FullPath(index)), at.size, max_file_bytes_));
   }
   absl::Status st = reader_->ReadRange(dataset_->shards()[at.shard], at.offset, at.size, out);
-  hinted_[index].store(0, std::memory_order_relaxed);
+  hinted_.Clear(index);
   return st;
 }
 
@@ -21,10 +21,9 @@ void TarShardSource::Prefetch(std::span<const uint64_t> upcoming) const {
   for (const uint64_t index : upcoming) {
     const TarDataset::Location& at = dataset_->location(index);
     if (at.size > max_file_bytes_) continue;
-    std::atomic<uint8_t>& mark = hinted_[index];
-    if (mark.load(std::memory_order_relaxed) != 0 || mark.exchange(1) != 0) continue;
+    if (!hinted_.Take(index)) continue;
     if (!reader_->Prefetch(dataset_->shards()[at.shard], at.offset, at.size)) {
-      mark.store(0, std::memory_order_relaxed);
+      hinted_.Clear(index);
       return;  // the read-ahead budget is spent
     }
   }

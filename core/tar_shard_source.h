@@ -13,14 +13,14 @@
 // of the sample, refused before reading.
 //
 // Thread-safety: Read and Prefetch are safe concurrently (the reader's
-// contract; the per-sample "hinted" marks are atomics).
+// contract; the per-sample marks are PrefetchMarks).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 
 #include "core/byte_range_reader.h"
+#include "core/prefetch_marks.h"
 #include "core/sample_source.h"
 #include "core/tar_dataset.h"
 
@@ -34,7 +34,7 @@ class TarShardSource final : public SampleSource {
       : dataset_(std::move(dataset)),
         reader_(std::move(reader)),
         max_file_bytes_(max_file_bytes),
-        hinted_(new std::atomic<uint8_t>[dataset_->size()]()) {}
+        hinted_(dataset_->size()) {}
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
   void Prefetch(std::span<const uint64_t> upcoming) const override;
@@ -43,8 +43,7 @@ class TarShardSource final : public SampleSource {
   const std::shared_ptr<const TarDataset> dataset_;
   const std::shared_ptr<const ByteRangeReader> reader_;
   const uint64_t max_file_bytes_;
-  // 1 while the reader took a Prefetch hint of the sample not read yet.
-  const std::unique_ptr<std::atomic<uint8_t>[]> hinted_;
+  const PrefetchMarks hinted_;
 };
 
 }  // namespace conveyor

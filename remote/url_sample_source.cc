@@ -24,21 +24,20 @@ UrlSampleSource::UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
     : urls_(std::move(urls)),
       reader_(std::move(reader)),
       max_file_bytes_(max_file_bytes),
-      requested_(new std::atomic<uint8_t>[urls_->size()]()) {}
+      requested_(urls_->size()) {}
 
 absl::Status UrlSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
   absl::Status st = reader_->ReadWhole(urls_->relative_path(index), max_file_bytes_, out);
-  requested_[index].store(0, std::memory_order_relaxed);
+  requested_.Clear(index);
   return st;
 }
 
 void UrlSampleSource::Prefetch(std::span<const uint64_t> upcoming) const {
   for (const uint64_t index : upcoming) {
     if (index >= urls_->size()) continue;
-    std::atomic<uint8_t>& mark = requested_[index];
-    if (mark.load(std::memory_order_relaxed) != 0 || mark.exchange(1) != 0) continue;
+    if (!requested_.Take(index)) continue;
     if (!reader_->PrefetchWhole(urls_->relative_path(index), max_file_bytes_)) {
-      mark.store(0, std::memory_order_relaxed);
+      requested_.Clear(index);
       return;  // the read-ahead budget is spent
     }
   }

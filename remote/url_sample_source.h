@@ -6,10 +6,9 @@
 // so workers find their bytes already there.
 //
 // Thread-safety: Read and Prefetch may be called concurrently from any
-// thread (the per-sample "requested" marks are atomics).
+// thread (the per-sample marks are PrefetchMarks).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -17,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/dataset_index.h"
+#include "core/prefetch_marks.h"
 #include "core/sample_source.h"
 #include "remote/remote_reader.h"
 
@@ -40,8 +40,7 @@ class UrlSampleSource final : public SampleSource {
   const std::shared_ptr<const DatasetIndex> urls_;
   const std::shared_ptr<const RemoteReader> reader_;
   const uint64_t max_file_bytes_;
-  // 1 while a prefetch of the sample was started and not read yet.
-  const std::unique_ptr<std::atomic<uint8_t>[]> requested_;
+  const PrefetchMarks requested_;
 };
 
 }  // namespace conveyor::remote
