@@ -19,6 +19,7 @@
 #include "core/stats.h"
 #include "core/text_escape.h"
 #include "remote/backoff.h"
+#include "remote/curl_epoll_driver.h"
 #include "remote/url.h"
 #include "spdlog/spdlog.h"
 
@@ -33,7 +34,20 @@ constexpr uint64_t kUnclaimedTtlNs = 120'000'000'000ull;
 // Prefetches kept at most, whatever their size.
 constexpr size_t kMaxPending = 1u << 16;
 // The longest the I/O thread sleeps without looking at its queues.
-constexpr int kMaxPollMs = 100;
+constexpr uint64_t kMaxWaitNs = 100'000'000;
+// libcurl's receive buffer per transfer (its default is 16 KiB): an image of
+// ~100 KiB that is all there arrives in one recv and one write callback, not
+// seven of each.
+constexpr long kReceiveBufferBytes = 128 << 10;
+// With transfers in flight and no read waiting for one, the I/O thread
+// wakes at most once per this long, so the sockets that became ready meanwhile
+// are served in one go: a wake per answer (and per prefetch hint) was two
+// context switches per image taken from the decoders. Prefetched reads are
+// hundreds ahead of need, so a millisecond more on them costs nothing; a read
+// that waits (Claim) ends the pause at once.
+constexpr uint64_t kWakeGapNs = 2'000'000;
+// Easy handles kept for reuse (each holds its receive buffer and settings).
+constexpr size_t kMaxIdleEasy = 512;
 // Bytes of an error answer kept for the message (S3's <Code>).
 constexpr size_t kMaxErrorBody = 4096;
 // SHA-256 of an empty payload: S3 wants the payload hash in a header.
@@ -178,6 +192,9 @@ class RemoteReader::Impl {
     if (multi_ == nullptr) return absl::InternalError("curl_multi_init failed");
     curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS,
                       static_cast<long>(options_.max_connections_per_host));
+    absl::StatusOr<std::unique_ptr<CurlEpollDriver>> driver = CurlEpollDriver::Create(multi_);
+    if (!driver.ok()) return driver.status();
+    driver_ = *std::move(driver);
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
   }
@@ -187,8 +204,10 @@ class RemoteReader::Impl {
       MutexLock lock(&mu_);
       stopping_ = true;
     }
-    if (multi_ != nullptr) curl_multi_wakeup(multi_);
+    if (driver_ != nullptr) driver_->Wake();
     if (thread_.joinable()) thread_.join();
+    driver_.reset();
+    for (CURL* e : idle_easy_) curl_easy_cleanup(e);
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
   }
 
@@ -244,33 +263,37 @@ class RemoteReader::Impl {
                                    uint64_t max_bytes, bool head) const {
     absl::StatusOr<RequestPtr> made = NewRequest(object, offset, length, max_bytes, head);
     if (!made.ok()) return made.status();
-    RequestPtr fresh = *std::move(made);
+    RequestPtr r = *std::move(made);
+    bool wake = false;
     {
       MutexLock lock(&mu_);
-      auto it = pending_.find(fresh->key);
-      if (it != pending_.end()) {
-        RequestPtr r = it->second;
+      if (auto it = pending_.find(r->key); it != pending_.end()) {
+        r = std::move(it->second);
         pending_.erase(it);
-        r->claimed = true;
+        prefetch_hits_.fetch_add(1, std::memory_order_relaxed);
         if (r->done) {
           readahead_bytes_ -= r->body.size();
         } else {
           --prefetch_inflight_;
         }
-        prefetch_hits_.fetch_add(1, std::memory_order_relaxed);
-        return r;
+      } else {
+        submissions_.push_back(r);
       }
-      fresh->claimed = true;
-      submissions_.push_back(fresh);
+      r->claimed = true;
+      if (!r->done) {
+        ++claims_waiting_;
+        wake = true;  // a read waits: the I/O thread neither sleeps nor pauses on it
+      }
     }
-    curl_multi_wakeup(multi_);
-    return fresh;
+    if (wake) driver_->Wake();
+    return r;
   }
 
   bool Prefetch(std::string_view object, uint64_t offset, uint64_t length,
                 uint64_t max_bytes) const {
     absl::StatusOr<RequestPtr> r = NewRequest(object, offset, length, max_bytes, false);
     if (!r.ok()) return true;  // the read will report it
+    bool wake = false;
     {
       MutexLock lock(&mu_);
       if (pending_.count((*r)->key) != 0) return true;
@@ -281,9 +304,12 @@ class RemoteReader::Impl {
       }
       pending_.emplace((*r)->key, *r);
       ++prefetch_inflight_;
+      // The I/O thread takes submissions on its next turn; with transfers
+      // in flight that comes soon, so only an idle one is woken.
+      wake = submissions_.empty() && !io_busy_;
       submissions_.push_back(*r);
     }
-    curl_multi_wakeup(multi_);
+    if (wake) driver_->Wake();
     return true;
   }
 
@@ -310,12 +336,17 @@ class RemoteReader::Impl {
   void Loop() {
     std::mt19937_64 rng(std::random_device{}());
     uint64_t last_sweep_ns = MonotonicNanos();
+    uint64_t last_wake_ns = 0;
     while (true) {
       std::vector<RequestPtr> fresh;
+      bool pause = false;
+      bool busy = false;
       {
         MutexLock lock(&mu_);
         if (stopping_) break;
         fresh.swap(submissions_);
+        io_busy_ = busy = !active_.empty();
+        pause = busy && claims_waiting_ == 0;
       }
       const uint64_t now = MonotonicNanos();
       for (RequestPtr& r : fresh) hosts_[r->host].queue.push_back(std::move(r));
@@ -329,27 +360,30 @@ class RemoteReader::Impl {
           ++i;
         }
       }
-      uint64_t wake_ns = now + uint64_t{kMaxPollMs} * 1'000'000;
+      uint64_t wake_ns = now + kMaxWaitNs;
       for (auto& [name, h] : hosts_) StartQueued(&h, now, &wake_ns);
       for (const RequestPtr& r : delayed_) wake_ns = std::min(wake_ns, r->not_before_ns);
+      if (!busy && !active_.empty()) {
+        MutexLock lock(&mu_);
+        io_busy_ = true;
+      }
 
-      int running = 0;
-      curl_multi_perform(multi_, &running);
+      // Waits for ready sockets, libcurl's timer, a submission or wake_ns,
+      // and lets libcurl act on the sockets that are ready.
+      if (pause && last_wake_ns + kWakeGapNs > now) {
+        driver_->Pause(std::min(wake_ns, last_wake_ns + kWakeGapNs));
+      }
+      driver_->Drive(wake_ns);
+      last_wake_ns = MonotonicNanos();
       int left = 0;
       while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
         if (msg->msg != CURLMSG_DONE) continue;
         Finished(msg->easy_handle, msg->data.result, &rng);
       }
-      if (now - last_sweep_ns > 1'000'000'000ull) {
-        DropUnclaimed(now);
-        last_sweep_ns = now;
+      if (const uint64_t t = MonotonicNanos(); t - last_sweep_ns > 1'000'000'000ull) {
+        DropUnclaimed(t);
+        last_sweep_ns = t;
       }
-      const uint64_t after = MonotonicNanos();
-      const int timeout_ms =
-          wake_ns <= after ? 0
-                           : static_cast<int>(std::min<uint64_t>((wake_ns - after) / 1'000'000 + 1,
-                                                                 kMaxPollMs));
-      curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
     }
     // Stopping: fail whatever is left so no reader waits forever.
     std::vector<RequestPtr> left_over;
@@ -363,7 +397,7 @@ class RemoteReader::Impl {
     MutexLock lock(&mu_);
     left_over.insert(left_over.end(), submissions_.begin(), submissions_.end());
     for (const RequestPtr& r : left_over) {
-      ReleaseEasy(r.get());
+      ReleaseEasy(r.get());  // (the I/O thread's pool; still this thread)
       r->status = absl::CancelledError(absl::StrCat("reading ", r->name, ": the reader stopped"));
       r->done = true;
     }
@@ -400,22 +434,21 @@ class RemoteReader::Impl {
     r->too_large = false;
     r->http_status = 0;
     ++r->attempt;
-    CURL* e = curl_easy_init();
+    CURL* e = AcquireEasy();
     r->easy = e;
     curl_easy_setopt(e, CURLOPT_URL, r->full_url.c_str());
     curl_easy_setopt(e, CURLOPT_PRIVATE, r.get());
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &WriteBody);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get());
-    if (r->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    if (r->head) {
+      curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else {
+      curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);  // (undoes a NOBODY of the handle's last use)
+    }
     std::string range;
     if (!r->head && r->length != kWhole) {
       range = absl::StrCat(r->offset, "-", r->offset + r->length - 1);
-      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());  // copied by libcurl
     }
+    curl_easy_setopt(e, CURLOPT_RANGE, range.empty() ? nullptr : range.c_str());  // copied
     if (r->s3 && !s3_.access_key_id.empty()) {
       const std::string sigv4 = absl::StrCat("aws:amz:", s3_.region, ":s3");
       curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -426,8 +459,12 @@ class RemoteReader::Impl {
         const std::string token = absl::StrCat("x-amz-security-token: ", s3_.session_token);
         r->headers = curl_slist_append(r->headers, token.c_str());
       }
-      curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+    } else {
+      curl_easy_setopt(e, CURLOPT_AWS_SIGV4, nullptr);
+      curl_easy_setopt(e, CURLOPT_USERNAME, nullptr);
+      curl_easy_setopt(e, CURLOPT_PASSWORD, nullptr);
     }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);  // null: none
     active_.emplace(e, r);
     curl_multi_add_handle(multi_, e);
     requests_started_.fetch_add(1, std::memory_order_relaxed);
@@ -437,8 +474,33 @@ class RemoteReader::Impl {
     }
   }
 
-  static void ReleaseEasy(Request* r) {
-    if (r->easy != nullptr) curl_easy_cleanup(r->easy);
+  // An easy handle with the settings every transfer shares: one kept from
+  // an earlier transfer (its receive buffer already allocated), else a new one.
+  CURL* AcquireEasy() {
+    if (!idle_easy_.empty()) {
+      CURL* e = idle_easy_.back();
+      idle_easy_.pop_back();
+      return e;
+    }
+    CURL* e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &WriteBody);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, kReceiveBufferBytes);
+    return e;
+  }
+
+  // Gives r's easy handle (out of the multi handle already) back to the pool.
+  void ReleaseEasy(Request* r) {
+    if (r->easy != nullptr) {
+      if (idle_easy_.size() < kMaxIdleEasy) {
+        idle_easy_.push_back(r->easy);
+      } else {
+        curl_easy_cleanup(r->easy);
+      }
+    }
     r->easy = nullptr;
     if (r->headers != nullptr) curl_slist_free_all(r->headers);
     r->headers = nullptr;
@@ -532,10 +594,13 @@ class RemoteReader::Impl {
       if (r->status.ok() && r->length == kWhole) {
         avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
       }
-    } else if (r->status.ok() && r->length == kWhole) {
-      avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
+    } else {
+      if (r->status.ok() && r->length == kWhole) {
+        avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
+      }
+      --claims_waiting_;
+      cv_.SignalAll();  // only a claimed request has anyone waiting for it
     }
-    cv_.SignalAll();
   }
 
   void DropUnclaimed(uint64_t now) {
@@ -556,12 +621,14 @@ class RemoteReader::Impl {
   std::string s3_host_;
   BackoffPolicy policy_;
   CURLM* multi_ = nullptr;
+  std::unique_ptr<CurlEpollDriver> driver_;
   std::thread thread_;
 
   // The I/O thread's own.
   std::map<std::string, Host> hosts_;
   std::unordered_map<CURL*, RequestPtr> active_;
   std::vector<RequestPtr> delayed_;  // retries waiting for their time
+  std::vector<CURL*> idle_easy_;     // easy handles kept for reuse (AcquireEasy)
 
   mutable std::atomic<uint64_t> requests_started_{0};
   mutable std::atomic<uint64_t> retries_{0};
@@ -577,6 +644,11 @@ class RemoteReader::Impl {
   mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // done, unclaimed
   mutable uint64_t prefetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;  // started, not done, unclaimed
   mutable uint64_t avg_object_bytes_ ABSL_GUARDED_BY(mu_) = 128 << 10;
+  // Claimed requests not done yet: a reader waits (or is about to) for each.
+  mutable uint64_t claims_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // The I/O thread has transfers in flight, so it will look at submissions
+  // again soon without being woken (set by the I/O thread).
+  bool io_busy_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 RemoteReader::RemoteReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

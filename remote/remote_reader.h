@@ -1,8 +1,9 @@
 // RemoteReader: a ByteRangeReader over HTTP(S) and S3 (s3://bucket/key,
 // signed with AWS Signature V4 by libcurl) that runs every transfer on one
-// I/O thread of its own through libcurl's multi interface, so hundreds of
+// I/O thread of its own through libcurl's multi interface, driven by its
+// socket interface on epoll (remote/curl_epoll_driver.h), so hundreds of
 // requests can be in flight while no worker thread is held by any but the
-// reads that really wait.
+// reads that really wait, and a wake costs what the ready sockets cost.
 //
 //  - Per host: at most max_connections_per_host transfers at once and at
 //    most requests_per_second_per_host started per second; the rest queue.

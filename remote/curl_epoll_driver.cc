@@ -1,0 +1,136 @@
+#include "remote/curl_epoll_driver.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "core/posix_error.h"
+#include "core/stats.h"
+
+namespace conveyor::remote {
+
+namespace {
+
+// Ready sockets taken per epoll_wait; more stay ready for the next one.
+constexpr int kMaxEvents = 256;
+
+// What curl_multi_assign stores for a socket epoll watches (any non-null).
+char kWatched;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CurlEpollDriver>> CurlEpollDriver::Create(CURLM* multi) {
+  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll) return PosixError("epoll_create1", errno);
+  UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake) return PosixError("eventfd", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake.get();
+  if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake.get(), &ev) != 0) {
+    return PosixError("epoll_ctl(ADD eventfd)", errno);
+  }
+  std::unique_ptr<CurlEpollDriver> driver(
+      new CurlEpollDriver(multi, std::move(epoll), std::move(wake)));
+  curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &CurlEpollDriver::OnSocket);
+  curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, driver.get());
+  curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &CurlEpollDriver::OnTimer);
+  curl_multi_setopt(multi, CURLMOPT_TIMERDATA, driver.get());
+  return driver;
+}
+
+CurlEpollDriver::CurlEpollDriver(CURLM* multi, UniqueFd epoll, UniqueFd wake)
+    : multi_(multi), epoll_(std::move(epoll)), wake_(std::move(wake)) {}
+
+CurlEpollDriver::~CurlEpollDriver() {
+  curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, nullptr);
+  curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, nullptr);
+  curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, nullptr);
+  curl_multi_setopt(multi_, CURLMOPT_TIMERDATA, nullptr);
+}
+
+void CurlEpollDriver::Wake() const {
+  const uint64_t one = 1;
+  // EAGAIN (the counter is full) still leaves it readable: the wake is there.
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+int CurlEpollDriver::OnSocket(CURL* /*easy*/, curl_socket_t s, int what, void* self_ptr,
+                              void* socket_data) {
+  auto* self = static_cast<CurlEpollDriver*>(self_ptr);
+  if (what == CURL_POLL_REMOVE) {
+    // The socket may be closed already (then epoll dropped it itself).
+    ::epoll_ctl(self->epoll_.get(), EPOLL_CTL_DEL, s, nullptr);
+    curl_multi_assign(self->multi_, s, nullptr);
+    return 0;
+  }
+  epoll_event ev{};
+  ev.events = ((what & CURL_POLL_IN) != 0 ? EPOLLIN : 0u) |
+              ((what & CURL_POLL_OUT) != 0 ? EPOLLOUT : 0u);
+  ev.data.fd = s;
+  const int first = socket_data == nullptr ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+  if (::epoll_ctl(self->epoll_.get(), first, s, &ev) != 0) {
+    // A socket number libcurl reused after a close we were not told of
+    // (ADD: EEXIST), or one epoll dropped when it was closed (MOD: ENOENT).
+    const int other = first == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (::epoll_ctl(self->epoll_.get(), other, s, &ev) != 0) return -1;
+  }
+  curl_multi_assign(self->multi_, s, &kWatched);
+  return 0;
+}
+
+int CurlEpollDriver::OnTimer(CURLM* /*multi*/, long timeout_ms, void* self_ptr) {
+  auto* self = static_cast<CurlEpollDriver*>(self_ptr);
+  if (timeout_ms < 0) {
+    self->timer_set_ = false;
+  } else {
+    self->timer_set_ = true;
+    self->timer_due_ns_ = MonotonicNanos() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  }
+  return 0;
+}
+
+void CurlEpollDriver::Pause(uint64_t until_ns) const {
+  const uint64_t now = MonotonicNanos();
+  if (until_ns <= now) return;
+  const uint64_t wait = until_ns - now;
+  const timespec ts{static_cast<time_t>(wait / 1'000'000'000),
+                    static_cast<long>(wait % 1'000'000'000)};
+  pollfd p{wake_.get(), POLLIN, 0};
+  ::ppoll(&p, 1, &ts, nullptr);
+}
+
+void CurlEpollDriver::Drive(uint64_t deadline_ns) {
+  const uint64_t now = MonotonicNanos();
+  const uint64_t due = timer_set_ ? std::min(deadline_ns, timer_due_ns_) : deadline_ns;
+  const int timeout_ms =
+      due <= now ? 0 : static_cast<int>(std::min<uint64_t>((due - now + 999'999) / 1'000'000, INT_MAX));
+  epoll_event events[kMaxEvents];
+  const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
+  int running = 0;
+  for (int i = 0; i < n; ++i) {
+    const int fd = events[i].data.fd;
+    if (fd == wake_.get()) {
+      uint64_t count;
+      [[maybe_unused]] const ssize_t r = ::read(fd, &count, sizeof count);
+      continue;
+    }
+    const uint32_t e = events[i].events;
+    const int mask = ((e & EPOLLIN) != 0 ? CURL_CSELECT_IN : 0) |
+                     ((e & EPOLLOUT) != 0 ? CURL_CSELECT_OUT : 0) |
+                     ((e & (EPOLLERR | EPOLLHUP)) != 0 ? CURL_CSELECT_ERR : 0);
+    curl_multi_socket_action(multi_, fd, mask, &running);
+  }
+  if (timer_set_ && timer_due_ns_ <= MonotonicNanos()) {
+    timer_set_ = false;  // libcurl sets it again from inside if it wants
+    curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
+  }
+}
+
+}  // namespace conveyor::remote
