@@ -10,10 +10,17 @@ order so that a busy shared machine hurts them alike.
 
     /usr/bin/python3 bench/remote_http.py --conveyord build/server/conveyord \
         [--images 2000] [--epochs 2] [--rounds 3] [--threads 2] \
-        [--latencies 10,50] [--workers 2,8] [--dataloader-batches 8]
+        [--latencies 10,50] [--workers 2,8] [--dataloader-batches 8] \
+        [--server nginx|python]
 
-The HTTP server is tests/integration/http_object_server.py (one per latency
-and layout, on loopback). Each conveyord contender reads one stream of
+The HTTP server (one per latency and layout, on loopback) is nginx by
+default (bench/nginx_object_server.py: static files with Range support, the
+latency a Lua timer; Debian 12: nginx-light libnginx-mod-http-lua, which
+scripts/install-deps.sh --bench installs); --server python runs the test
+suite's tests/integration/http_object_server.py instead. The server shares
+the machine's cores with the daemon, and nginx costs a fraction of the
+Python server's CPU per request (a real object store's CPU is not on the
+training node). Each conveyord contender reads one stream of
 --epochs epochs per round (so epochs after the first show whether the next
 epoch starts warm), timed from its first batch to its last. A DataLoader is
 bound by latency x workers, so it is timed over --dataloader-batches batches
@@ -21,8 +28,9 @@ after its first. The first round is a warm-up (not counted). A contender's
 figure is its median over the counted rounds, with their min-max; its ratio
 is the median over rounds of that round's images/s over the same round's
 local-disk figure of the same layout (files: the folder; tar: the shards on
-disk). The server's own CPU per request (its cpu_s in /__stats) is shown for
-the HTTP rows: it shares the machine with decode. Prints a Markdown table
+disk). The server's own CPU per request (user + system of its process over
+the requests it answered) is shown for the HTTP rows: it shares the machine
+with decode. Prints a Markdown table
 (and --json FILE writes the runs).
 Target: at 50 ms, conveyord over HTTP >= 90% of its local-disk images/s.
 """
@@ -45,6 +53,7 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 from conveyor.daemon import DaemonProcess  # noqa: E402
 from remote_fixtures import ObjectServer  # noqa: E402
 sys.path.insert(0, HERE)
+from nginx_object_server import NginxObjectServer  # noqa: E402
 from tar_vs_folder import write_shards  # noqa: E402  (the same WebDataset layout)
 
 
@@ -145,6 +154,10 @@ def main():
     ap.add_argument("--dataloader-batches", type=int, default=8)
     ap.add_argument("--per-shard", type=int, default=250, help="images per tar shard")
     ap.add_argument("--no-tar", action="store_true", help="single files only")
+    ap.add_argument("--server", choices=["nginx", "python"], default="nginx",
+                    help="the object server: nginx (default; nginx-light and "
+                    "libnginx-mod-http-lua, scripts/install-deps.sh --bench) or the test "
+                    "suite's Python asyncio server")
     ap.add_argument("--json")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="rh-", dir="/tmp")
@@ -162,11 +175,22 @@ def main():
             [(os.path.join(data, path), label) for path, label in files], shards_dir, args.per_shard)]
     latencies = [int(x) for x in args.latencies.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
+
+    def object_server(root, ms):
+        if args.server == "nginx":
+            return NginxObjectServer(root, ms)
+        return ObjectServer(root, "--latency-ms", str(ms))
+
     servers = {}
-    for ms in latencies:
-        servers[("files", ms)] = ObjectServer(data, "--latency-ms", str(ms))
-        if shards:
-            servers[("tar", ms)] = ObjectServer(shards_dir, "--latency-ms", str(ms))
+    try:
+        for ms in latencies:
+            servers[("files", ms)] = object_server(data, ms)
+            if shards:
+                servers[("tar", ms)] = object_server(shards_dir, ms)
+    except BaseException:
+        for s in servers.values():
+            s.stop()
+        raise
     cfg = os.path.join(work, "conveyord.yaml")
     with open(cfg, "w") as f:
         f.write("threads: %d\nlog_level: warn\nremote: {max_connections_per_host: 128}\n"
@@ -227,7 +251,7 @@ def main():
                 extra = "  conveyord %.2f CPU-ms/image" % d_ms if w is None else ""
                 if srv:
                     after = srv.stats()
-                    reqs = after["requests"] - before["requests"]  # /__stats is not counted
+                    reqs = after["requests"] - before["requests"]  # stats requests not counted
                     if reqs > 0:
                         ms_per = 1000 * (after["cpu_s"] - before["cpu_s"]) / reqs
                         extra += "  server %.2f CPU-ms/request (%d requests)" % (ms_per, reqs)
@@ -263,7 +287,8 @@ def main():
             "%.2f" % statistics.median(cpu) if cpu else "-"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"images_per_s": runs, "server_cpu_ms_per_request": cpu_ms,
+            json.dump({"images_per_s": runs, "server": args.server,
+                       "server_cpu_ms_per_request": cpu_ms,
                        "conveyord_cpu_ms_per_image": daemon_ms,
                        "args": vars(args)}, f, indent=1)
     return 0

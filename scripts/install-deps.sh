@@ -2,7 +2,25 @@
 # Installs every Debian 12 package that Conveyor's build, tests and benchmarks
 # need. Idempotent: packages already present are skipped, and apt is not
 # touched at all when nothing is missing. Run as root or with sudo.
+#
+#   scripts/install-deps.sh [--bench]
+#
+# --bench also installs nginx-light and libnginx-mod-http-lua: the object
+# server of bench/remote_http.py (bench/nginx_object_server.py runs its own
+# nginx processes on loopback ports). Opt-in because installing Debian's
+# nginx enables and starts a system web server on port 80; when this run is
+# the one that installs it, that service is stopped and disabled again (an
+# nginx that was installed before is left as it is).
 set -euo pipefail
+
+BENCH=0
+for arg in "$@"; do
+  case "$arg" in
+    --bench) BENCH=1 ;;
+    -h|--help) sed -n '2,/^set -euo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    *) echo "install-deps: unknown argument '$arg' (--bench, --help)" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   # toolchain
@@ -45,10 +63,18 @@ PACKAGES=(
   # Pillow-SIMD built from its sdist for bench/vs_peers.py (scripts/venvs/pillow-simd.txt)
   libjpeg-dev zlib1g-dev
 )
+if [ "$BENCH" -eq 1 ]; then
+  # nginx with the Lua module (ngx.sleep: the latency) for bench/remote_http.py
+  PACKAGES+=(nginx-light libnginx-mod-http-lua)
+fi
+
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if ! installed "$p"; then
     missing+=("$p")
   fi
 done
@@ -63,4 +89,28 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
+# nginx-common holds the nginx service (systemd unit and init script).
+had_nginx_service=0
+if installed nginx-common; then had_nginx_service=1; fi
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+if [ "$BENCH" -eq 1 ] && [ "$had_nginx_service" -eq 0 ] && installed nginx-common; then
+  # The package enabled (and, unless port 80 was taken, started) a system web
+  # server; the benchmark needs none of it.
+  echo "install-deps: stopping and disabling the system nginx service the install started"
+  if [ "$(cat /proc/1/comm 2>/dev/null || true)" = "systemd" ]; then
+    $SUDO systemctl disable --now nginx.service ||
+      echo "install-deps: warning: could not disable nginx.service" >&2
+  else
+    if command -v update-rc.d >/dev/null 2>&1; then
+      $SUDO update-rc.d nginx disable >/dev/null 2>&1 || true
+    fi
+    if [ -x /etc/init.d/nginx ] && $SUDO /etc/init.d/nginx status >/dev/null 2>&1; then
+      if command -v service >/dev/null 2>&1; then
+        $SUDO service nginx stop || echo "install-deps: warning: could not stop nginx" >&2
+      else
+        $SUDO /etc/init.d/nginx stop || echo "install-deps: warning: could not stop nginx" >&2
+      fi
+    fi
+  fi
+fi
