@@ -137,6 +137,36 @@ TEST_CASE("RemoteReader reads ranges, whole objects and sizes; 404 and 416 name 
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
 }
 
+TEST_CASE("RemoteReader reuses its transfer handles: HEAD, range and whole reads in turn each get "
+          "what they asked",
+          "[remote_reader]") {
+  // One connection, reads one after another: every transfer reuses the
+  // handle the one before it released, with that one's settings (NOBODY of a
+  // HEAD, a Range, a 404) still on it unless each transfer sets its own.
+  Objects objs(2);
+  ObjectServer server(objs.dir.path(), {});
+  RemoteOptions o = FastRetries();
+  o.max_connections_per_host = 1;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  for (int round = 0; round < 3; ++round) {
+    auto size = reader->Size(server.Url("o0"));
+    REQUIRE(size.ok());
+    CHECK(*size == objs.data[0].size());
+    REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[0]);  // not the empty body of a HEAD
+    REQUIRE(reader->ReadRange(server.Url("o1"), 10 + round, 100, &out).ok());
+    CHECK(Str(out) == objs.data[1].substr(10 + round, 100));
+    REQUIRE(reader->ReadWhole(server.Url("o1"), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[1]);  // not the range asked before
+    CHECK(reader->ReadWhole(server.Url("missing"), 1 << 20, &out).code() ==
+          absl::StatusCode::kNotFound);
+    REQUIRE(reader->ReadRange(server.Url("o0"), 0, 5, &out).ok());
+    CHECK(Str(out) == objs.data[0].substr(0, 5));
+  }
+  CHECK(reader->counters().requests_started == 18);
+}
+
 TEST_CASE("RemoteReader cuts the range out of a server that ignores Range", "[remote_reader]") {
   Objects objs(1);
   ObjectServer server(objs.dir.path(), {"--ignore-range"});
