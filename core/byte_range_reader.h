@@ -6,7 +6,9 @@
 //
 // Prefetch is a hint: a remote reader may start the request now and keep the
 // bytes (bounded read-ahead) for the ReadRange that follows, so decode never
-// waits on the network; a local reader ignores it.
+// waits on the network; a local reader ignores it. PrefetchRun hints several
+// ranges of one object at once (neighbouring tar members), which a remote
+// reader fetches with one request instead of one each.
 //
 // Error contract: as SampleSource's (core/sample_source.h) — a missing
 // object or a short range is an error of the sample; errors of the system
@@ -18,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -44,6 +47,21 @@ class ByteRangeReader {
   // true when the read is under way or the hint is ignored.
   virtual bool Prefetch(std::string_view /*object*/, uint64_t /*offset*/,
                         uint64_t /*length*/) const {
+    return true;
+  }
+
+  struct Range {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  // Hint: a ReadRange of each of `parts` (ranges of `object`, ascending by
+  // offset, not overlapping) will follow. As Prefetch's result: false when
+  // the read-ahead budget is spent and nothing was started. By default, one
+  // Prefetch per part (stopping at the first refusal, which is returned).
+  virtual bool PrefetchRun(std::string_view object, std::span<const Range> parts) const {
+    for (const Range& r : parts) {
+      if (!Prefetch(object, r.offset, r.length)) return false;
+    }
     return true;
   }
 };

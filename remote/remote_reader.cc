@@ -46,6 +46,11 @@ constexpr long kReceiveBufferBytes = 128 << 10;
 // hundreds ahead of need, so a millisecond more on them costs nothing; a read
 // that waits (Claim) ends the pause at once.
 constexpr uint64_t kWakeGapNs = 2'000'000;
+// PrefetchRun: parts further apart than this, or a run longer than
+// kMaxRunBytes, start a new request (the bytes between parts are read and
+// dropped, so a wide gap is cheaper as two requests).
+constexpr uint64_t kMaxRunGapBytes = 64 << 10;
+constexpr uint64_t kMaxRunBytes = 16 << 20;
 // Easy handles kept for reuse (each holds its receive buffer and settings).
 constexpr size_t kMaxIdleEasy = 512;
 // Bytes of an error answer kept for the message (S3's <Code>).
@@ -100,6 +105,8 @@ struct Request {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   std::vector<uint8_t> body;
+  uint64_t received = 0;  // bytes of the range (or object) taken so far
+  size_t cursor = 0;      // a run: the part the next bytes may belong to
   long http_status = 0;
   bool status_seen = false;
   bool range_ignored = false;  // 200 to a Range request: cut the range out
@@ -110,6 +117,11 @@ struct Request {
   uint64_t not_before_ns = 0;
   std::string last_error;
   uint64_t size = 0;  // HEAD: Content-Length
+  // A run (PrefetchRun): the part requests (ascending, not overlapping) its
+  // bytes go to as they arrive, each into its part's body (the bytes between
+  // parts are dropped). Each part is in the read-ahead map, is claimed and
+  // settled as a prefetch of its own, and is never submitted itself.
+  std::vector<std::shared_ptr<Request>> parts;
 
   // Guarded by the reader's mutex.
   bool done = false;
@@ -119,6 +131,34 @@ struct Request {
 };
 
 using RequestPtr = std::shared_ptr<Request>;
+
+// Takes the next bytes of r's range: into its body, or for a run into the
+// parts they fall in.
+void Store(Request* r, std::string_view chunk) {
+  uint64_t at = r->offset + r->received;  // the object offset of chunk[0]
+  r->received += chunk.size();
+  if (r->parts.empty()) {
+    r->body.insert(r->body.end(), chunk.begin(), chunk.end());
+    return;
+  }
+  while (!chunk.empty() && r->cursor < r->parts.size()) {
+    Request& part = *r->parts[r->cursor];
+    const uint64_t part_end = part.offset + part.length;
+    if (at >= part_end) {
+      ++r->cursor;
+    } else if (at < part.offset) {
+      const size_t gap = static_cast<size_t>(std::min<uint64_t>(chunk.size(), part.offset - at));
+      chunk.remove_prefix(gap);
+      at += gap;
+    } else {
+      if (part.body.capacity() < part.length) part.body.reserve(static_cast<size_t>(part.length));
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(chunk.size(), part_end - at));
+      part.body.insert(part.body.end(), chunk.begin(), chunk.begin() + static_cast<ptrdiff_t>(take));
+      chunk.remove_prefix(take);
+      at += take;
+    }
+  }
+}
 
 size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   Request* r = static_cast<Request*>(user);
@@ -132,7 +172,7 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     }
     // One allocation for the body, not a doubling series of copies: the
     // range asked, else the announced length (at most the object limit).
-    if (r->http_status < 300) {
+    if (r->http_status < 300 && r->parts.empty()) {
       curl_off_t announced = -1;
       curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
       uint64_t want = r->length != kWhole ? r->length
@@ -155,9 +195,9 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     r->skip -= s;
   }
   const uint64_t limit = r->length != kWhole ? r->length : r->max_bytes;
-  const uint64_t room = limit - std::min<uint64_t>(limit, r->body.size());
+  const uint64_t room = limit - std::min<uint64_t>(limit, r->received);
   if (chunk.size() > room) {
-    r->body.insert(r->body.end(), chunk.begin(), chunk.begin() + static_cast<ptrdiff_t>(room));
+    Store(r, chunk.substr(0, static_cast<size_t>(room)));
     if (r->range_ignored) {
       r->enough = true;
     } else if (r->length == kWhole) {
@@ -168,8 +208,8 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     }
     return 0;  // stops the transfer
   }
-  r->body.insert(r->body.end(), chunk.begin(), chunk.end());
-  if (r->range_ignored && r->body.size() == r->length) {
+  Store(r, chunk);
+  if (r->range_ignored && r->received == r->length) {
     r->enough = true;
     return 0;
   }
@@ -313,6 +353,54 @@ class RemoteReader::Impl {
     return true;
   }
 
+  // One request for parts [first, last] of `object` (ascending, close
+  // together), cut into a prefetch per part when it completes. Parts whose
+  // prefetch is under way already are left to it.
+  bool PrefetchRun(std::string_view object, std::span<const ByteRangeReader::Range> parts) const {
+    const ByteRangeReader::Range& first = parts.front();
+    const ByteRangeReader::Range& last = parts.back();
+    if (parts.size() == 1) return Prefetch(object, first.offset, first.length, first.length);
+    const uint64_t span = last.offset + last.length - first.offset;
+    absl::StatusOr<RequestPtr> made = NewRequest(object, first.offset, span, span, false);
+    if (!made.ok()) return true;  // the reads will report it
+    RequestPtr run = *std::move(made);
+    std::vector<RequestPtr> members;
+    members.reserve(parts.size());
+    for (const ByteRangeReader::Range& p : parts) {
+      auto m = std::make_shared<Request>();
+      m->key = absl::StrCat("G", p.offset, ":", p.length, ":", std::string(object));  // as NewRequest
+      m->name = run->name;
+      m->host = run->host;
+      m->offset = p.offset;
+      m->length = p.length;
+      m->max_bytes = p.length;
+      members.push_back(std::move(m));
+    }
+    bool wake = false;
+    {
+      MutexLock lock(&mu_);
+      uint64_t bytes = 0;
+      for (const RequestPtr& m : members) {
+        if (pending_.count(m->key) == 0) {
+          run->parts.push_back(m);
+          bytes += m->length;
+        }
+      }
+      if (run->parts.empty()) return true;
+      const uint64_t n = run->parts.size();
+      if (pending_.size() + n > kMaxPending ||
+          readahead_bytes_ + prefetch_inflight_ * (bytes / n) + bytes > options_.read_ahead_bytes) {
+        return false;
+      }
+      for (const RequestPtr& m : run->parts) pending_.emplace(m->key, m);
+      prefetch_inflight_ += n;
+      wake = submissions_.empty() && !io_busy_;
+      submissions_.push_back(std::move(run));
+    }
+    if (wake) driver_->Wake();
+    return true;
+  }
+
   Counters counters() const {
     Counters c;
     c.requests_started = requests_started_.load(std::memory_order_relaxed);
@@ -396,10 +484,17 @@ class RemoteReader::Impl {
     left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
     MutexLock lock(&mu_);
     left_over.insert(left_over.end(), submissions_.begin(), submissions_.end());
+    const uint64_t now = MonotonicNanos();
     for (const RequestPtr& r : left_over) {
       ReleaseEasy(r.get());  // (the I/O thread's pool; still this thread)
-      r->status = absl::CancelledError(absl::StrCat("reading ", r->name, ": the reader stopped"));
-      r->done = true;
+      const absl::Status stopped =
+          absl::CancelledError(absl::StrCat("reading ", r->name, ": the reader stopped"));
+      if (r->parts.empty()) {
+        Settle(r, stopped, now);
+      } else {
+        for (const RequestPtr& part : r->parts) Settle(part, stopped, now);
+        r->done = true;
+      }
     }
     cv_.SignalAll();
   }
@@ -428,6 +523,9 @@ class RemoteReader::Impl {
   void StartTransfer(const RequestPtr& r) {
     ReleaseEasy(r.get());
     r->body.clear();
+    r->received = 0;
+    r->cursor = 0;
+    for (const RequestPtr& part : r->parts) part->body.clear();  // (a retry)
     r->status_seen = false;
     r->range_ignored = false;
     r->enough = false;
@@ -572,10 +670,10 @@ class RemoteReader::Impl {
       return Complete(r, absl::FailedPreconditionError(absl::StrCat(
                              verb, r->name, ": HTTP ", s, " (redirects are not followed)")));
     }
-    if (!r->head && r->length != kWhole && r->body.size() != r->length) {
+    if (!r->head && r->length != kWhole && r->received != r->length) {
       return Complete(r, absl::OutOfRangeError(absl::StrCat(
                              verb, r->name, ": bytes [", r->offset, ", ", r->offset + r->length,
-                             ") asked, the object holds only ", r->body.size(),
+                             ") asked, the object holds only ", r->received,
                              " of them")));
     }
     Complete(r, absl::OkStatus());
@@ -584,23 +682,38 @@ class RemoteReader::Impl {
   void Complete(const RequestPtr& r, absl::Status status) {
     ReleaseEasy(r.get());
     if (!status.ok()) r->body.clear();
+    const uint64_t now = MonotonicNanos();
     MutexLock lock(&mu_);
+    bool waited_for = false;
+    if (r->parts.empty()) {
+      waited_for = Settle(r, std::move(status), now);
+    } else {
+      // Each part holds its bytes already (Store).
+      for (const RequestPtr& part : r->parts) waited_for |= Settle(part, status, now);
+      r->done = true;
+    }
+    if (waited_for) cv_.SignalAll();  // only a claimed request has anyone waiting for it
+  }
+
+  // Marks `r` (a request or a run's part) done with `status` and settles the
+  // read-ahead accounting: an unclaimed one's bytes are kept for its read. True
+  // when it was claimed (a reader waits for it).
+  bool Settle(const RequestPtr& r, absl::Status status, uint64_t now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!status.ok()) r->body.clear();
     r->status = std::move(status);
     r->done = true;
-    r->done_ns = MonotonicNanos();
+    r->done_ns = now;
+    if (r->status.ok() && r->length == kWhole) {
+      avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
+    }
     if (!r->claimed) {
       --prefetch_inflight_;
       readahead_bytes_ += r->body.size();
-      if (r->status.ok() && r->length == kWhole) {
-        avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
-      }
-    } else {
-      if (r->status.ok() && r->length == kWhole) {
-        avg_object_bytes_ = (avg_object_bytes_ * 7 + std::max<uint64_t>(r->body.size(), 1)) / 8;
-      }
-      --claims_waiting_;
-      cv_.SignalAll();  // only a claimed request has anyone waiting for it
+      return false;
     }
+    --claims_waiting_;
+    return true;
   }
 
   void DropUnclaimed(uint64_t now) {
@@ -701,6 +814,32 @@ absl::Status RemoteReader::ReadWhole(std::string_view object, uint64_t max_bytes
 
 bool RemoteReader::PrefetchWhole(std::string_view object, uint64_t max_bytes) const {
   return impl_->Prefetch(object, 0, kWhole, max_bytes);
+}
+
+bool RemoteReader::PrefetchRun(std::string_view object, std::span<const Range> parts) const {
+  // Split where parts are far apart (or out of order), or the run grows too
+  // long: the bytes between parts are fetched and dropped.
+  size_t begin = 0;
+  while (begin < parts.size()) {
+    const Range& head = parts[begin];
+    if (head.length == 0 || head.length == kWhole || head.offset > kWhole - head.length) {
+      ++begin;  // the read reports it
+      continue;
+    }
+    size_t end = begin + 1;
+    for (; end < parts.size(); ++end) {
+      const Range& prev = parts[end - 1];
+      const Range& next = parts[end];
+      const uint64_t prev_end = prev.offset + prev.length;
+      if (next.length == 0 || next.offset < prev_end || next.offset - prev_end > kMaxRunGapBytes ||
+          next.length > kMaxRunBytes || next.offset + next.length - head.offset > kMaxRunBytes) {
+        break;
+      }
+    }
+    if (!impl_->PrefetchRun(object, parts.subspan(begin, end - begin))) return false;
+    begin = end;
+  }
+  return true;
 }
 
 RemoteReader::Counters RemoteReader::counters() const { return impl_->counters(); }

@@ -18,7 +18,9 @@
 //    server that ignores Range (200 with the whole object) is handled: the
 //    range is cut out of the stream and the transfer stopped after it.
 //  - Read-ahead: Prefetch / PrefetchWhole start a request now; its bytes are
-//    kept until the matching read claims them. New prefetches are refused
+//    kept until the matching read claims them. PrefetchRun fetches several
+//    ranges of one object (a tar shard's neighbouring members) with one
+//    request and keeps each range for its read. New prefetches are refused
 //    while the bytes kept plus those on their way (estimated from the
 //    average object) reach read_ahead_bytes; bytes nobody claims are
 //    dropped after kUnclaimedTtl.
@@ -55,6 +57,11 @@ class RemoteReader final : public ByteRangeReader {
   absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
                          std::vector<uint8_t>* out) const override;
   bool Prefetch(std::string_view object, uint64_t offset, uint64_t length) const override;
+  // One GET for neighbouring parts (gaps up to 64 KiB, at most 16 MiB a
+  // request; further apart, a request each), cut into one read-ahead entry
+  // per part on arrival: each part is then claimed by its ReadRange as a
+  // prefetch of its own, and counts against the read-ahead budget as one.
+  bool PrefetchRun(std::string_view object, std::span<const Range> parts) const override;
 
   // Replaces *out with the whole object; larger than max_bytes is an error
   // of the object (ResourceExhausted naming it).

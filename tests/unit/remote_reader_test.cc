@@ -167,6 +167,69 @@ TEST_CASE("RemoteReader reuses its transfer handles: HEAD, range and whole reads
   CHECK(reader->counters().requests_started == 18);
 }
 
+TEST_CASE("RemoteReader fetches a run of parts with one request and serves each part's read",
+          "[remote_reader]") {
+  Objects objs(1, 400 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  auto reader = Reader(FastRetries());
+  const std::string url = server.Url("o0");
+  using Range = ByteRangeReader::Range;
+  // Three parts with small gaps: one request. A fourth 100 KiB past the
+  // third: a request of its own.
+  const std::vector<Range> parts = {{1000, 500}, {2000, 3000}, {5500, 1}, {110'000, 2000}};
+  REQUIRE(reader->PrefetchRun(url, parts));
+  std::vector<uint8_t> out;
+  for (const Range& r : parts) {
+    REQUIRE(reader->ReadRange(url, r.offset, r.length, &out).ok());
+    CHECK(Str(out) == objs.data[0].substr(r.offset, r.length));
+  }
+  CHECK(reader->counters().requests_started == 2);
+  CHECK(reader->counters().prefetch_hits == 4);
+  CHECK(reader->counters().readahead_bytes == 0);
+  // A part already on its way is left to its own request; a run of parts
+  // that are all on their way starts nothing.
+  REQUIRE(reader->Prefetch(url, 0, 10));
+  REQUIRE(reader->PrefetchRun(url, std::vector<Range>{{0, 10}, {20, 10}}));
+  REQUIRE(reader->PrefetchRun(url, std::vector<Range>{{0, 10}, {20, 10}}));
+  REQUIRE(reader->ReadRange(url, 20, 10, &out).ok());
+  CHECK(Str(out) == objs.data[0].substr(20, 10));
+  REQUIRE(reader->ReadRange(url, 0, 10, &out).ok());
+  CHECK(Str(out) == objs.data[0].substr(0, 10));
+  CHECK(reader->counters().requests_started == 4);
+  // Every part of a run that fails gets the run's error, naming the object.
+  const std::string missing = server.Url("missing");
+  REQUIRE(reader->PrefetchRun(missing, std::vector<Range>{{0, 10}, {20, 10}}));
+  absl::Status st = reader->ReadRange(missing, 20, 10, &out);
+  CHECK(st.code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("/missing"));
+  CHECK(reader->ReadRange(missing, 0, 10, &out).code() == absl::StatusCode::kNotFound);
+  // Past the object's end: each part's read says so.
+  const uint64_t size = objs.data[0].size();
+  REQUIRE(reader->PrefetchRun(url, std::vector<Range>{{size - 20, 10}, {size - 5, 10}}));
+  CHECK(reader->ReadRange(url, size - 20, 10, &out).code() == absl::StatusCode::kOutOfRange);
+  CHECK(reader->counters().readahead_bytes == 0);
+}
+
+TEST_CASE("RemoteReader refuses a run past its read-ahead budget", "[remote_reader]") {
+  Objects objs(1, 400 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  RemoteOptions o = FastRetries();
+  o.read_ahead_bytes = 100 << 10;
+  auto reader = Reader(o);
+  const std::string url = server.Url("o0");
+  using Range = ByteRangeReader::Range;
+  CHECK_FALSE(reader->PrefetchRun(url, std::vector<Range>{{0, 60 << 10}, {61 << 10, 60 << 10}}));
+  CHECK(reader->counters().requests_started == 0);
+  REQUIRE(reader->PrefetchRun(url, std::vector<Range>{{0, 40 << 10}, {41 << 10, 40 << 10}}));
+  std::vector<uint8_t> out;
+  REQUIRE(reader->ReadRange(url, 41 << 10, 40 << 10, &out).ok());
+  CHECK(Str(out) == objs.data[0].substr(41 << 10, 40 << 10));
+  CHECK(reader->counters().readahead_bytes <= (40u << 10));
+  REQUIRE(reader->ReadRange(url, 0, 40 << 10, &out).ok());
+  CHECK(reader->counters().readahead_bytes == 0);
+  CHECK(reader->counters().requests_started == 1);
+}
+
 TEST_CASE("RemoteReader cuts the range out of a server that ignores Range", "[remote_reader]") {
   Objects objs(1);
   ObjectServer server(objs.dir.path(), {"--ignore-range"});
@@ -178,6 +241,13 @@ TEST_CASE("RemoteReader cuts the range out of a server that ignores Range", "[re
   CHECK(Str(out) == objs.data[0].substr(0, 10));
   CHECK(reader->ReadRange(server.Url("o0"), objs.data[0].size() - 5, 10, &out).code() ==
         absl::StatusCode::kOutOfRange);
+  // A run's parts too.
+  const std::vector<ByteRangeReader::Range> parts = {{7000, 100}, {7200, 3000}, {10'300, 7}};
+  REQUIRE(reader->PrefetchRun(server.Url("o0"), parts));
+  for (const auto& p : parts) {
+    REQUIRE(reader->ReadRange(server.Url("o0"), p.offset, p.length, &out).ok());
+    CHECK(Str(out) == objs.data[0].substr(p.offset, p.length));
+  }
 }
 
 TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right once",
@@ -189,6 +259,10 @@ TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right on
   o.max_attempts = 30;
   auto reader = Reader(o);
   for (int i = 0; i < 40; i += 2) reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
+  // Runs too: a connection cut mid-body leaves parts half filled; the retry
+  // must start them over.
+  const std::vector<ByteRangeReader::Range> parts = {{1000, 5000}, {6100, 3000}, {9200, 50}};
+  for (int i = 1; i < 40; i += 2) reader->PrefetchRun(server.Url("o" + std::to_string(i)), parts);
   std::vector<uint8_t> out;
   for (int i = 0; i < 40; ++i) {
     INFO(i);
@@ -196,6 +270,10 @@ TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right on
     CHECK(Str(out) == objs.data[i]);
     REQUIRE(reader->ReadRange(server.Url("o" + std::to_string(i)), 100, 200, &out).ok());
     CHECK(Str(out) == objs.data[i].substr(100, 200));
+    for (const auto& p : parts) {
+      REQUIRE(reader->ReadRange(server.Url("o" + std::to_string(i)), p.offset, p.length, &out).ok());
+      CHECK(Str(out) == objs.data[i].substr(p.offset, p.length));
+    }
   }
   CHECK(reader->counters().retries > 0);
   CHECK(reader->counters().prefetch_hits > 0);
