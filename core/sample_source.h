@@ -38,7 +38,12 @@ class SampleSource {
   // bounded read-ahead, so workers find the bytes ready; local sources
   // ignore it. Called under the engine's lock (so that no hint names a
   // sample whose read already began): must not block, and should be cheap.
-  virtual void Prefetch(std::span<const uint64_t> /*upcoming*/) const {}
+  // `every_sample`: the stream reads every sample of the dataset each epoch
+  // (a world of one rank), so neighbours of a hinted sample that a source
+  // fetches along with it (a run of tar members in one request) will be read
+  // by this stream too; otherwise other ranks, perhaps on other nodes, read
+  // some of them, and a source should fetch only the samples named.
+  virtual void Prefetch(std::span<const uint64_t> /*upcoming*/, bool /*every_sample*/) const {}
 };
 
 // Reads sample `index` whole, relative to the dataset's root fd and without

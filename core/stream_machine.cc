@@ -302,11 +302,12 @@ void StreamMachine::AnnounceAfter(const BatchWork& b, uint32_t position) const {
   std::array<uint64_t, kPrefetchLookahead> upcoming;
   const EpochPlan& plan = *b.plan;
   const size_t next = b.first + position + 1;
+  const bool every_sample = config_.options.world_size == 1;
   size_t announced = 0;
   if (next < plan.size()) {
     announced = std::min(kPrefetchLookahead, plan.size() - next);
     plan.CopyTo(next, std::span<uint64_t>(upcoming.data(), announced));
-    source_->Prefetch(std::span<const uint64_t>(upcoming.data(), announced));
+    source_->Prefetch(std::span<const uint64_t>(upcoming.data(), announced), every_sample);
   }
   // ... and on into the stream's next epoch once it is planned
   // (EpochToPlan), so that epoch starts warm.
@@ -315,7 +316,7 @@ void StreamMachine::AnnounceAfter(const BatchWork& b, uint32_t position) const {
       const EpochPlan& after = *it->second;
       const size_t more = std::min(kPrefetchLookahead - announced, after.size());
       after.CopyTo(0, std::span<uint64_t>(upcoming.data(), more));
-      source_->Prefetch(std::span<const uint64_t>(upcoming.data(), more));
+      source_->Prefetch(std::span<const uint64_t>(upcoming.data(), more), every_sample);
     }
   }
 }

@@ -7,6 +7,17 @@
 // every member would be hinted up to 256 times); a hint the reader refuses
 // (its read-ahead budget is spent) ends the call and is given again later.
 //
+// Runs: when the stream reads every sample (Prefetch's every_sample), a
+// hinted member is fetched with the other members of its run — the
+// kRunSamples samples of its shard, in archive order, that it belongs to
+// (not yet hinted, within max_file_bytes) — as one PrefetchRun, so a remote
+// shard costs one request per run, not one per member. The shuffle buffer
+// (core/shard_order.h) emits a run's members within about its size of each
+// other, so a run's parts wait for their reads about as long as a shuffle
+// buffer's samples wait: the read-ahead holds up to ~buffer samples' bytes,
+// bounded by the reader's budget (past it, hints are refused and members
+// are fetched when hinted again, or read alone).
+//
 // Errors: the reader's (its contract matches SampleSource's: errors of the
 // system carry IsSystemError's mark and are retried); a member larger than
 // max_file_bytes is ResourceExhausted naming the shard and member, an error
@@ -18,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/byte_range_reader.h"
 #include "core/prefetch_marks.h"
@@ -30,16 +42,20 @@ class TarShardSource final : public SampleSource {
  public:
   // REQUIRES: dataset and reader non-null.
   TarShardSource(std::shared_ptr<const TarDataset> dataset,
-                 std::shared_ptr<const ByteRangeReader> reader, uint64_t max_file_bytes)
-      : dataset_(std::move(dataset)),
-        reader_(std::move(reader)),
-        max_file_bytes_(max_file_bytes),
-        hinted_(dataset_->size()) {}
+                 std::shared_ptr<const ByteRangeReader> reader, uint64_t max_file_bytes);
+
+  // Samples per run (see above).
+  static constexpr uint64_t kRunSamples = 16;
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
-  void Prefetch(std::span<const uint64_t> upcoming) const override;
+  void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
 
  private:
+  // Hints `index` (its mark taken) with the rest of its run; false when the
+  // reader refused (every mark this call took is cleared again).
+  bool PrefetchWithRun(uint64_t index) const;
+
+  std::vector<uint64_t> shard_starts_;  // first sample of each shard; const after construction
   const std::shared_ptr<const TarDataset> dataset_;
   const std::shared_ptr<const ByteRangeReader> reader_;
   const uint64_t max_file_bytes_;

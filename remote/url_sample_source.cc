@@ -32,7 +32,7 @@ absl::Status UrlSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) co
   return st;
 }
 
-void UrlSampleSource::Prefetch(std::span<const uint64_t> upcoming) const {
+void UrlSampleSource::Prefetch(std::span<const uint64_t> upcoming, bool /*every_sample*/) const {
   for (const uint64_t index : upcoming) {
     if (index >= urls_->size()) continue;
     if (!requested_.Take(index)) continue;

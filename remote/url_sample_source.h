@@ -31,7 +31,7 @@ class UrlSampleSource final : public SampleSource {
       uint64_t max_file_bytes);
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
-  void Prefetch(std::span<const uint64_t> upcoming) const override;
+  void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
 
   UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
                   std::shared_ptr<const RemoteReader> reader, uint64_t max_file_bytes);

@@ -34,6 +34,7 @@ class RecordingSource final : public SampleSource {
     bool read = false;
     uint64_t index = 0;               // Read
     std::vector<uint64_t> upcoming;   // Prefetch
+    bool every_sample = false;        // Prefetch
   };
   RecordingSource(std::shared_ptr<const DatasetIndex> d, uint64_t max_bytes)
       : files_(std::move(d), max_bytes) {}
@@ -44,9 +45,10 @@ class RecordingSource final : public SampleSource {
     }
     return files_.Read(index, out);
   }
-  void Prefetch(std::span<const uint64_t> upcoming) const override {
+  void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override {
     std::lock_guard<std::mutex> l(mu_);
-    events_.push_back(Event{false, 0, std::vector<uint64_t>(upcoming.begin(), upcoming.end())});
+    events_.push_back(
+        Event{false, 0, std::vector<uint64_t>(upcoming.begin(), upcoming.end()), every_sample});
   }
   std::vector<Event> events() const {
     std::lock_guard<std::mutex> l(mu_);
@@ -81,7 +83,8 @@ std::vector<uint64_t> Plan(const PipelineConfig& p, const StreamOptions& so, uin
   return *plan;
 }
 
-void CheckAcrossEpochs(int images, uint32_t batch_size, uint64_t epoch_offset) {
+void CheckAcrossEpochs(int images, uint32_t batch_size, uint64_t epoch_offset,
+                       uint32_t world_size = 1, uint32_t rank = 0) {
   TempDir dir;
   MakeImageFolder(dir.path(), 2, images / 2);
   auto p = MakePipeline(dir.path());
@@ -94,6 +97,8 @@ void CheckAcrossEpochs(int images, uint32_t batch_size, uint64_t epoch_offset) {
   so.first_epoch = 3;
   so.num_epochs = 2;
   so.epoch_offset = epoch_offset;
+  so.world_size = world_size;
+  so.rank = rank;
   auto stream = engine->OpenStream(p, so);
   REQUIRE(stream.ok());
   const testing::Collected got = Drain(**stream);
@@ -106,6 +111,11 @@ void CheckAcrossEpochs(int images, uint32_t batch_size, uint64_t epoch_offset) {
   const auto ev = source->events();
   const auto hints = HintsPerRead(ev);
   REQUIRE(hints.size() == all.size());
+  // Only a world of one reads every sample: only then may a source fetch a
+  // hinted sample's neighbours with it.
+  for (const auto& e : ev) {
+    if (!e.read) CHECK(e.every_sample == (world_size == 1));
+  }
   // Read k announces the samples after it in the stream's order, up to 256,
   // across the boundary of epochs 3 and 4, never past the stream's end.
   for (size_t k = 0; k < all.size(); ++k) {
@@ -127,6 +137,7 @@ TEST_CASE("Prefetch hints run into the next epoch of the stream, not past its en
   SECTION("epochs shorter than the window") { CheckAcrossEpochs(40, 4, 0); }
   SECTION("epochs longer than the window") { CheckAcrossEpochs(600, 16, 0); }
   SECTION("a resumed first epoch") { CheckAcrossEpochs(300, 8, 100); }
+  SECTION("rank 1 of 2") { CheckAcrossEpochs(600, 16, 0, 2, 1); }
 }
 
 }  // namespace
@@ -150,7 +161,7 @@ class StaleHintSource final : public SampleSource {
     }
     return files_.Read(index, out);
   }
-  void Prefetch(std::span<const uint64_t> upcoming) const override {
+  void Prefetch(std::span<const uint64_t> upcoming, bool /*every_sample*/) const override {
     std::this_thread::sleep_for(std::chrono::microseconds(300));
     std::lock_guard<std::mutex> l(mu_);
     for (const uint64_t i : upcoming) {

@@ -220,6 +220,14 @@ class RecordingReader final : public ByteRangeReader {
     hints.push_back(absl::StrFormat("%s@%d+%d", std::string(o), offset, length));
     return true;
   }
+  // Records a run as "OBJECT run OFFSET+LENGTH ..." (its parts in order).
+  bool PrefetchRun(std::string_view o, std::span<const Range> parts) const override {
+    if (refuse) return false;
+    std::string h = absl::StrFormat("%s run", std::string(o));
+    for (const Range& r : parts) absl::StrAppendFormat(&h, " %d+%d", r.offset, r.length);
+    hints.push_back(h);
+    return true;
+  }
   mutable std::vector<std::string> hints;  // single-threaded test only
   bool refuse = false;                      // as a reader whose read-ahead budget is spent
 
@@ -248,24 +256,24 @@ TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards P
   REQUIRE(source.Read(1, &out).ok());
   CHECK(std::string(out.begin(), out.end()) == "JPEG");
   const uint64_t upcoming[] = {1, 0};
-  source.Prefetch(upcoming);
+  source.Prefetch(upcoming, /*every_sample=*/false);
   CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@2560+4", "/s/a.tar@4608+600"});
   // A member whose prefetch is under way is not asked for again (the engine
   // announces a sliding window: each member up to 256 times) until its Read
   // claims it; a refused hint (budget spent) is asked again later.
   reader->hints.clear();
-  source.Prefetch(upcoming);
+  source.Prefetch(upcoming, /*every_sample=*/false);
   CHECK(reader->hints.empty());
   REQUIRE(source.Read(0, &out).ok());
-  source.Prefetch(upcoming);
+  source.Prefetch(upcoming, /*every_sample=*/false);
   CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@4608+600"});
   REQUIRE(source.Read(0, &out).ok());
   REQUIRE(source.Read(1, &out).ok());
   reader->hints.clear();
   reader->refuse = true;
-  source.Prefetch(upcoming);
+  source.Prefetch(upcoming, /*every_sample=*/false);
   reader->refuse = false;
-  source.Prefetch(upcoming);
+  source.Prefetch(upcoming, /*every_sample=*/false);
   CHECK(reader->hints == std::vector<std::string>{"/s/a.tar@2560+4", "/s/a.tar@4608+600"});
   TarShardSource small(*dataset, reader, 100);
   absl::Status big = small.Read(0, &out);
@@ -284,6 +292,66 @@ TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards P
       TarDataset::Load({"/s/d.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
   CHECK(absl::IsInvalidArgument(
       TarDataset::Load({"rel.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
+}
+
+TEST_CASE("TarShardSource fetches a hinted member with its run when the stream reads every "
+          "sample") {
+  // 20 samples (image + label each) in one shard: runs of 16 are samples
+  // 0-15 and 16-19.
+  std::string tar;
+  std::vector<uint64_t> image_offsets;
+  for (int i = 0; i < 20; ++i) {
+    image_offsets.push_back(tar.size() + 512);
+    tar += Member(absl::StrFormat("%03d.jpg", i), std::string(100 + i, 'a' + i % 26));
+    tar += Member(absl::StrFormat("%03d.cls", i), std::to_string(i));
+  }
+  tar += kEnd;
+  auto reader = std::make_shared<RecordingReader>(tar);
+  auto dataset = TarDataset::Load({"/s/r.tar"}, *reader, TarDatasetOptions());
+  REQUIRE(dataset.ok());
+  REQUIRE((*dataset)->size() == 20);
+  auto part = [&](int i) { return absl::StrFormat(" %d+%d", image_offsets[i], 100 + i); };
+  auto run = [&](std::vector<int> samples) {
+    std::string h = "/s/r.tar run";
+    for (int i : samples) h += part(i);
+    return h;
+  };
+  TarShardSource source(*dataset, reader, 1000);
+  const uint64_t one[] = {3};
+  source.Prefetch(one, /*every_sample=*/true);
+  CHECK(reader->hints == std::vector<std::string>{run({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                       13, 14, 15})});
+  // Every member of that run is hinted now: nothing more until a read.
+  reader->hints.clear();
+  const uint64_t more[] = {0, 15, 17, 9};
+  source.Prefetch(more, true);
+  CHECK(reader->hints == std::vector<std::string>{run({16, 17, 18, 19})});
+  // A read clears its member's mark: hinted again, its run has only it left.
+  std::vector<uint8_t> out;
+  REQUIRE(source.Read(9, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == std::string(109, 'a' + 9));
+  reader->hints.clear();
+  source.Prefetch(more, true);
+  CHECK(reader->hints == std::vector<std::string>{run({9})});
+  // A refused run clears every mark it took, and a stream that is one rank
+  // of several hints members alone.
+  for (int i = 0; i < 20; ++i) REQUIRE(source.Read(i, &out).ok());
+  reader->hints.clear();
+  reader->refuse = true;
+  source.Prefetch(one, true);
+  reader->refuse = false;
+  source.Prefetch(one, false);
+  const uint64_t next[] = {4};
+  source.Prefetch(next, true);
+  CHECK(reader->hints ==
+        std::vector<std::string>{absl::StrFormat("/s/r.tar@%d+103", image_offsets[3]),
+                                 run({0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})});
+  // Members over max_file_bytes are left out of runs (their read refuses them).
+  for (int i = 0; i < 20; ++i) REQUIRE(source.Read(i, &out).ok());
+  reader->hints.clear();
+  TarShardSource small(*dataset, reader, 110);
+  small.Prefetch(one, true);
+  CHECK(reader->hints == std::vector<std::string>{run({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})});
 }
 
 }  // namespace
