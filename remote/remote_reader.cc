@@ -670,7 +670,8 @@ class RemoteReader::Impl {
       return Complete(r, absl::FailedPreconditionError(absl::StrCat(
                              verb, r->name, ": HTTP ", s, " (redirects are not followed)")));
     }
-    if (!r->head && r->length != kWhole && r->received != r->length) {
+    // (A short run fails only the parts it did not cover: Complete.)
+    if (!r->head && r->length != kWhole && r->received != r->length && r->parts.empty()) {
       return Complete(r, absl::OutOfRangeError(absl::StrCat(
                              verb, r->name, ": bytes [", r->offset, ", ", r->offset + r->length,
                              ") asked, the object holds only ", r->received,
@@ -688,8 +689,17 @@ class RemoteReader::Impl {
     if (r->parts.empty()) {
       waited_for = Settle(r, std::move(status), now);
     } else {
-      // Each part holds its bytes already (Store).
-      for (const RequestPtr& part : r->parts) waited_for |= Settle(part, status, now);
+      // Each part holds its bytes already (Store). An answer that ended
+      // early (the object is shorter than the run) fails the parts it cut.
+      for (const RequestPtr& part : r->parts) {
+        absl::Status part_status = status;
+        if (status.ok() && part->body.size() != part->length) {
+          part_status = absl::OutOfRangeError(absl::StrCat(
+              "GET ", r->name, ": bytes [", part->offset, ", ", part->offset + part->length,
+              ") asked, the object ends at byte ", r->offset + r->received));
+        }
+        waited_for |= Settle(part, std::move(part_status), now);
+      }
       r->done = true;
     }
     if (waited_for) cv_.SignalAll();  // only a claimed request has anyone waiting for it
