@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """conveyord reading the same images over HTTP with 10 ms and 50 ms of
 latency per request, as single files (a dataset.urls list) and as WebDataset
-tar shards (dataset.shards URLs: one ranged read per member), against its own
+tar shards (dataset.shards URLs: one ranged read per run of up to 16 members,
+as a one-rank stream reads them), against its own
 local-disk figures (the ImageFolder, and the shards on disk) and against a
 PyTorch DataLoader whose workers fetch the URLs with urllib in __getitem__
 (as users write it) with 2 and 8 workers. Same images, same transform
