@@ -89,6 +89,18 @@ std::string S3ErrorCode(const std::vector<uint8_t>& body) {
   return EscapeText(b.substr(start + 6, std::min<size_t>(end - start - 6, 64)));
 }
 
+// A copy of `s` that shares nothing with it (a new message and payloads):
+// each request's status is then freed with the request by whoever drops it
+// last, however many threads copied the original.
+absl::Status Unshared(const absl::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  absl::Status copy(s.code(), std::string(s.message()));
+  s.ForEachPayload([&copy](absl::string_view url, const absl::Cord& payload) {
+    copy.SetPayload(url, absl::Cord(std::string(payload)));
+  });
+  return copy;
+}
+
 struct Request {
   // Constant after creation.
   std::string key;       // object + range: the read-ahead map's key
@@ -490,12 +502,14 @@ class RemoteReader::Impl {
       const absl::Status stopped =
           absl::CancelledError(absl::StrCat("reading ", r->name, ": the reader stopped"));
       if (r->parts.empty()) {
-        Settle(r, stopped, now);
+        Settle(r, Unshared(stopped), now);
       } else {
-        for (const RequestPtr& part : r->parts) Settle(part, stopped, now);
+        for (const RequestPtr& part : r->parts) Settle(part, Unshared(stopped), now);
         r->done = true;
+        r->parts.clear();
       }
     }
+    left_over.clear();  // before the readers wake (see Complete)
     cv_.SignalAll();
   }
 
@@ -680,7 +694,13 @@ class RemoteReader::Impl {
     Complete(r, absl::OkStatus());
   }
 
-  void Complete(const RequestPtr& r, absl::Status status) {
+  // Settles `r` (a run: its parts) with `status` and lets go of the I/O
+  // thread's reference to it (r is null after). The reference is dropped
+  // under the lock, before any reader is woken, so the last one always
+  // belongs to the reader that claims the request (or the read-ahead map):
+  // a status a reader copied is then freed on the reader's thread, never
+  // under it on this one (absl::Status shares its message between copies).
+  void Complete(RequestPtr& r, absl::Status status) {
     ReleaseEasy(r.get());
     if (!status.ok()) r->body.clear();
     const uint64_t now = MonotonicNanos();
@@ -692,7 +712,7 @@ class RemoteReader::Impl {
       // Each part holds its bytes already (Store). An answer that ended
       // early (the object is shorter than the run) fails the parts it cut.
       for (const RequestPtr& part : r->parts) {
-        absl::Status part_status = status;
+        absl::Status part_status = Unshared(status);
         if (status.ok() && part->body.size() != part->length) {
           part_status = absl::OutOfRangeError(absl::StrCat(
               "GET ", r->name, ": bytes [", part->offset, ", ", part->offset + part->length,
@@ -701,7 +721,9 @@ class RemoteReader::Impl {
         waited_for |= Settle(part, std::move(part_status), now);
       }
       r->done = true;
+      r->parts.clear();
     }
+    r.reset();
     if (waited_for) cv_.SignalAll();  // only a claimed request has anyone waiting for it
   }
 
