@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <climits>
 
-#include "absl/strings/str_cat.h"
 #include "core/posix_error.h"
 #include "core/stats.h"
 

@@ -101,6 +101,11 @@ absl::Status Unshared(const absl::Status& s) {
   return copy;
 }
 
+// The read-ahead map's key of a read: the object, the range, HEAD or GET.
+std::string RequestKey(bool head, uint64_t offset, uint64_t length, std::string_view object) {
+  return absl::StrCat(head ? "H" : "G", offset, ":", length, ":", std::string(object));
+}
+
 struct Request {
   // Constant after creation.
   std::string key;       // object + range: the read-ahead map's key
@@ -268,7 +273,7 @@ class RemoteReader::Impl {
     absl::StatusOr<ObjectUrl> url = ParseObjectUrl(object);
     if (!url.ok()) return url.status();
     auto r = std::make_shared<Request>();
-    r->key = absl::StrCat(head ? "H" : "G", offset, ":", length, ":", std::string(object));
+    r->key = RequestKey(head, offset, length, object);
     r->name = RedactUrl(object);
     r->head = head;
     r->offset = offset;
@@ -380,7 +385,7 @@ class RemoteReader::Impl {
     members.reserve(parts.size());
     for (const ByteRangeReader::Range& p : parts) {
       auto m = std::make_shared<Request>();
-      m->key = absl::StrCat("G", p.offset, ":", p.length, ":", std::string(object));  // as NewRequest
+      m->key = RequestKey(/*head=*/false, p.offset, p.length, object);
       m->name = run->name;
       m->host = run->host;
       m->offset = p.offset;
@@ -702,7 +707,6 @@ class RemoteReader::Impl {
   // under it on this one (absl::Status shares its message between copies).
   void Complete(RequestPtr& r, absl::Status status) {
     ReleaseEasy(r.get());
-    if (!status.ok()) r->body.clear();
     const uint64_t now = MonotonicNanos();
     MutexLock lock(&mu_);
     bool waited_for = false;
