@@ -1,0 +1,143 @@
+#include "remote/http_response_head.h"
+
+#include <charconv>
+
+#include "absl/strings/ascii.h"
+
+namespace conveyor::remote {
+
+namespace {
+
+ResponseHead Fail(ResponseHead::Parse p, const char* why) {
+  ResponseHead h;
+  h.parse = p;
+  h.why = why;
+  return h;
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (absl::ascii_tolower(static_cast<unsigned char>(a[i])) !=
+        absl::ascii_tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Whether the comma-separated list `value` holds `token` (case-insensitive).
+bool HasToken(std::string_view value, std::string_view token) {
+  while (!value.empty()) {
+    const size_t comma = value.find(',');
+    if (EqualsIgnoreCase(Trim(value.substr(0, comma)), token)) return true;
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+}  // namespace
+
+ResponseHead ParseResponseHead(std::string_view bytes, size_t max_head_bytes) {
+  const size_t end = bytes.find("\r\n\r\n");
+  if (end == std::string_view::npos) {
+    if (bytes.size() >= max_head_bytes) {
+      return Fail(ResponseHead::Parse::kUnsupported, "the answer's head is too long");
+    }
+    // A server that ends lines with a bare LF is legal to tolerate but left
+    // to libcurl; one that sends no head at all is not HTTP.
+    if (bytes.size() >= 5 && !StartsWith(bytes, "HTTP/")) {
+      return Fail(ResponseHead::Parse::kMalformed, "the answer is not HTTP");
+    }
+    return Fail(ResponseHead::Parse::kIncomplete, "");
+  }
+  if (end + 4 > max_head_bytes) {
+    return Fail(ResponseHead::Parse::kUnsupported, "the answer's head is too long");
+  }
+  std::string_view head = bytes.substr(0, end + 2);  // each line with its CRLF
+
+  // Status line: HTTP/1.x SP 3DIGIT [SP reason]
+  const size_t eol = head.find("\r\n");
+  const std::string_view line = head.substr(0, eol);
+  head.remove_prefix(eol + 2);
+  if (line.size() < 12 || !StartsWith(line, "HTTP/1.") || line[8] != ' ') {
+    if (StartsWith(line, "HTTP/")) {
+      return Fail(ResponseHead::Parse::kUnsupported, "an HTTP version other than 1.0 or 1.1");
+    }
+    return Fail(ResponseHead::Parse::kMalformed, "the answer is not HTTP");
+  }
+  const char minor = line[7];
+  if (minor != '0' && minor != '1') {
+    return Fail(ResponseHead::Parse::kUnsupported, "an HTTP version other than 1.0 or 1.1");
+  }
+  int status = 0;
+  for (size_t i = 9; i < 12; ++i) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(line[i]))) {
+      return Fail(ResponseHead::Parse::kMalformed, "a bad status code");
+    }
+    status = status * 10 + (line[i] - '0');
+  }
+  if (line.size() > 12 && line[12] != ' ') {
+    return Fail(ResponseHead::Parse::kMalformed, "a bad status code");
+  }
+  if (status < 200) return Fail(ResponseHead::Parse::kUnsupported, "an interim (1xx) answer");
+
+  ResponseHead h;
+  h.status = status;
+  bool have_length = false;
+  bool close = false;             // "Connection: close"
+  bool asked_keep_alive = false;  // "Connection: keep-alive" (HTTP/1.0)
+  while (!head.empty()) {
+    const size_t e = head.find("\r\n");
+    const std::string_view field = head.substr(0, e);
+    head.remove_prefix(e + 2);
+    if (field.front() == ' ' || field.front() == '\t') {
+      return Fail(ResponseHead::Parse::kUnsupported, "a folded header line");
+    }
+    const size_t colon = field.find(':');
+    if (colon == std::string_view::npos || colon == 0) {
+      return Fail(ResponseHead::Parse::kMalformed, "a header line without a name");
+    }
+    const std::string_view name = field.substr(0, colon);
+    const std::string_view value = Trim(field.substr(colon + 1));
+    if (EqualsIgnoreCase(name, "Content-Length")) {
+      uint64_t n = 0;
+      const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || p != value.data() + value.size() || value.empty()) {
+        return Fail(ResponseHead::Parse::kMalformed, "a bad Content-Length");
+      }
+      if (have_length && n != h.content_length) {
+        return Fail(ResponseHead::Parse::kMalformed, "two different Content-Lengths");
+      }
+      have_length = true;
+      h.content_length = n;
+    } else if (EqualsIgnoreCase(name, "Transfer-Encoding")) {
+      return Fail(ResponseHead::Parse::kUnsupported, "a Transfer-Encoding (chunked) body");
+    } else if (EqualsIgnoreCase(name, "Connection")) {
+      if (HasToken(value, "close")) close = true;
+      if (HasToken(value, "keep-alive")) asked_keep_alive = true;
+    }
+  }
+  h.keep_alive = !close && (minor == '1' || asked_keep_alive);
+  if (status == 204 || status == 304) {
+    h.content_length = 0;
+  } else if (!have_length) {
+    return Fail(ResponseHead::Parse::kUnsupported, "a body without Content-Length");
+  }
+  h.head_bytes = end + 4;
+  h.parse = ResponseHead::Parse::kOk;
+  return h;
+}
+
+}  // namespace conveyor::remote
