@@ -22,6 +22,10 @@ constexpr int kMaxEvents = 256;
 // What curl_multi_assign stores for a socket epoll watches (any non-null).
 char kWatched;
 
+// epoll_data.u64 of a socket: its number, with this bit set for the
+// SocketHandler's sockets (libcurl's and the eventfd have it clear).
+constexpr uint64_t kHandlerSocket = uint64_t{1} << 32;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CurlEpollDriver>> CurlEpollDriver::Create(CURLM* multi) {
@@ -31,7 +35,7 @@ absl::StatusOr<std::unique_ptr<CurlEpollDriver>> CurlEpollDriver::Create(CURLM* 
   if (!wake) return PosixError("eventfd", errno);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = wake.get();
+  ev.data.u64 = static_cast<uint32_t>(wake.get());
   if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, wake.get(), &ev) != 0) {
     return PosixError("epoll_ctl(ADD eventfd)", errno);
   }
@@ -72,7 +76,7 @@ int CurlEpollDriver::OnSocket(CURL* /*easy*/, curl_socket_t s, int what, void* s
   epoll_event ev{};
   ev.events = ((what & CURL_POLL_IN) != 0 ? EPOLLIN : 0u) |
               ((what & CURL_POLL_OUT) != 0 ? EPOLLOUT : 0u);
-  ev.data.fd = s;
+  ev.data.u64 = static_cast<uint32_t>(s);
   const int first = socket_data == nullptr ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
   if (::epoll_ctl(self->epoll_.get(), first, s, &ev) != 0) {
     // A socket number libcurl reused after a close we were not told of
@@ -95,6 +99,13 @@ int CurlEpollDriver::OnTimer(CURLM* /*multi*/, long timeout_ms, void* self_ptr) 
   return 0;
 }
 
+bool CurlEpollDriver::Watch(int fd, uint32_t epoll_events, bool added) {
+  epoll_event ev{};
+  ev.events = epoll_events;
+  ev.data.u64 = kHandlerSocket | static_cast<uint32_t>(fd);
+  return ::epoll_ctl(epoll_.get(), added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+
 void CurlEpollDriver::Pause(uint64_t until_ns) const {
   const uint64_t now = MonotonicNanos();
   if (until_ns <= now) return;
@@ -114,7 +125,12 @@ void CurlEpollDriver::Drive(uint64_t deadline_ns) {
   const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
   int running = 0;
   for (int i = 0; i < n; ++i) {
-    const int fd = events[i].data.fd;
+    const uint64_t tag = events[i].data.u64;
+    const int fd = static_cast<int>(static_cast<uint32_t>(tag));
+    if ((tag & kHandlerSocket) != 0) {
+      if (handler_ != nullptr) handler_->OnSocketReady(fd, events[i].events);
+      continue;
+    }
     if (fd == wake_.get()) {
       uint64_t count;
       [[maybe_unused]] const ssize_t r = ::read(fd, &count, sizeof count);

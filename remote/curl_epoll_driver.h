@@ -23,6 +23,19 @@ namespace conveyor::remote {
 
 class CurlEpollDriver {
  public:
+  // Told of the readiness of sockets added with Watch (not libcurl's).
+  class SocketHandler {
+   public:
+    // `epoll_events`: EPOLLIN / EPOLLOUT / EPOLLERR / EPOLLHUP as epoll
+    // reported them. May be stale (the socket was closed and its number
+    // reused within one Drive): handlers check before they act.
+    virtual void OnSocketReady(int fd, uint32_t epoll_events) = 0;
+
+   protected:
+    ~SocketHandler() = default;
+  };
+
+
   // Installs the socket and timer callbacks on `multi` (which must outlive
   // the driver and have no transfers yet). Internal naming the failing call
   // when epoll or the eventfd cannot be made.
@@ -46,6 +59,13 @@ class CurlEpollDriver {
   // served by one Drive). The wake is left for Drive to consume.
   void Pause(uint64_t until_ns) const;
 
+  // Where Drive reports the sockets added with Watch (null: nowhere).
+  void SetSocketHandler(SocketHandler* handler) { handler_ = handler; }
+  // Watches one of the handler's sockets for `epoll_events` (level-triggered);
+  // `added` says whether it is watched already (then its events change).
+  // False with errno set when epoll refuses. Closing the socket unwatches it.
+  bool Watch(int fd, uint32_t epoll_events, bool added);
+
  private:
   CurlEpollDriver(CURLM* multi, UniqueFd epoll, UniqueFd wake);
   static int OnSocket(CURL* easy, curl_socket_t s, int what, void* self, void* socket_data);
@@ -57,6 +77,7 @@ class CurlEpollDriver {
   // libcurl's timer: when it wants curl_multi_socket_action(CURL_SOCKET_TIMEOUT); 0 = none.
   uint64_t timer_due_ns_ = 0;
   bool timer_set_ = false;
+  SocketHandler* handler_ = nullptr;
 };
 
 }  // namespace conveyor::remote
