@@ -1,5 +1,8 @@
 #include "remote/remote_reader.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -20,6 +23,7 @@
 #include "core/text_escape.h"
 #include "remote/backoff.h"
 #include "remote/curl_epoll_driver.h"
+#include "remote/http1_client.h"
 #include "remote/url.h"
 #include "spdlog/spdlog.h"
 
@@ -53,6 +57,10 @@ constexpr uint64_t kMaxRunGapBytes = 64 << 10;
 constexpr uint64_t kMaxRunBytes = 16 << 20;
 // Easy handles kept for reuse (each holds its receive buffer and settings).
 constexpr size_t kMaxIdleEasy = 512;
+// How long the address libcurl reached a host at is used by the direct
+// HTTP client (then the next request goes through libcurl, which resolves
+// the name again): a name's address may move.
+constexpr uint64_t kDirectAddressTtlNs = 60'000'000'000ull;
 // Bytes of an error answer kept for the message (S3's <Code>).
 constexpr size_t kMaxErrorBody = 4096;
 // SHA-256 of an empty payload: S3 wants the payload hash in a header.
@@ -101,6 +109,28 @@ absl::Status Unshared(const absl::Status& s) {
   return copy;
 }
 
+// The path and query of a plain http:// URL, as the direct client's request
+// target, or "" when the URL is one for libcurl only (credentials in it, a
+// fragment, bytes a request line cannot carry as they are).
+std::string DirectTarget(std::string_view object, const ObjectUrl& url) {
+  if (url.scheme != ObjectUrl::Scheme::kHttp || AuthorityOf(object) != url.authority) return "";
+  if (url.path.empty() || url.path.front() != '/') return "";
+  for (unsigned char c : url.path) {
+    if (c <= 0x20 || c >= 0x7f || c == '#') return "";
+  }
+  return url.path;
+}
+
+// Whether the environment sends plain HTTP through a proxy (libcurl obeys
+// these; the direct client does not speak to proxies).
+bool ProxyConfigured() {
+  for (const char* name : {"http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
+
 // The read-ahead map's key of a read: the object, the range, HEAD or GET.
 std::string RequestKey(bool head, uint64_t offset, uint64_t length, std::string_view object) {
   return absl::StrCat(head ? "H" : "G", offset, ":", length, ":", std::string(object));
@@ -112,6 +142,7 @@ struct Request {
   std::string name;      // RedactUrl(object): for messages
   std::string full_url;  // what libcurl fetches
   std::string host;      // host[:port]: the unit of the per-host limits
+  std::string target;    // plain http: the direct client's request target ("" = libcurl only)
   bool s3 = false;
   bool head = false;
   uint64_t offset = 0;
@@ -120,6 +151,7 @@ struct Request {
 
   // The I/O thread's while !done (then the claimant's, under the reader's mutex).
   CURL* easy = nullptr;
+  std::unique_ptr<Http1Get> direct;  // the direct client's transfer (kept for retries)
   curl_slist* headers = nullptr;
   std::vector<uint8_t> body;
   uint64_t received = 0;  // bytes of the range (or object) taken so far
@@ -242,6 +274,7 @@ class RemoteReader::Impl {
     policy_.initial_ns = uint64_t{options.initial_backoff_ms} * 1'000'000;
     policy_.max_ns = std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
     s3_host_ = AuthorityOf(s3_.endpoint);
+    direct_ = options.direct_http && !ProxyConfigured();
   }
 
   absl::Status Start() {
@@ -252,6 +285,7 @@ class RemoteReader::Impl {
     absl::StatusOr<std::unique_ptr<CurlEpollDriver>> driver = CurlEpollDriver::Create(multi_);
     if (!driver.ok()) return driver.status();
     driver_ = *std::move(driver);
+    http1_ = std::make_unique<Http1Client>(driver_.get(), options_.max_connections_per_host);
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
   }
@@ -263,6 +297,7 @@ class RemoteReader::Impl {
     }
     if (driver_ != nullptr) driver_->Wake();
     if (thread_.joinable()) thread_.join();
+    http1_.reset();
     driver_.reset();
     for (CURL* e : idle_easy_) curl_easy_cleanup(e);
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
@@ -284,6 +319,7 @@ class RemoteReader::Impl {
       case ObjectUrl::Scheme::kHttps:
         r->full_url = std::string(object);
         r->host = url->authority;
+        if (direct_) r->target = DirectTarget(object, *url);
         break;
       case ObjectUrl::Scheme::kS3:
         r->s3 = true;
@@ -424,6 +460,7 @@ class RemoteReader::Impl {
     c.retries = retries_.load(std::memory_order_relaxed);
     c.prefetch_hits = prefetch_hits_.load(std::memory_order_relaxed);
     c.max_in_flight = max_in_flight_.load(std::memory_order_relaxed);
+    c.direct_requests = direct_requests_.load(std::memory_order_relaxed);
     MutexLock lock(&mu_);
     c.readahead_bytes = readahead_bytes_;
     return c;
@@ -438,10 +475,21 @@ class RemoteReader::Impl {
     uint64_t refilled_ns = 0;
   };
 
+  // Where the direct client reaches a host: the address libcurl last
+  // reached it at (its name resolution, checked by a whole answer).
+  struct DirectHost {
+    sockaddr_storage address{};
+    socklen_t address_len = 0;
+    std::string pool;          // the address as text: the client's pool key
+    uint64_t learned_ns = 0;
+    bool refused = false;      // it sent an answer the direct client leaves to libcurl
+  };
+
   void Loop() {
     std::mt19937_64 rng(std::random_device{}());
     uint64_t last_sweep_ns = MonotonicNanos();
     uint64_t last_wake_ns = 0;
+    std::vector<Http1Get*> direct_done;
     while (true) {
       std::vector<RequestPtr> fresh;
       bool pause = false;
@@ -450,7 +498,7 @@ class RemoteReader::Impl {
         MutexLock lock(&mu_);
         if (stopping_) break;
         fresh.swap(submissions_);
-        io_busy_ = busy = !active_.empty();
+        io_busy_ = busy = !active_.empty() || !direct_active_.empty();
         pause = busy && claims_waiting_ == 0;
       }
       const uint64_t now = MonotonicNanos();
@@ -468,7 +516,8 @@ class RemoteReader::Impl {
       uint64_t wake_ns = now + kMaxWaitNs;
       for (auto& [name, h] : hosts_) StartQueued(&h, now, &wake_ns);
       for (const RequestPtr& r : delayed_) wake_ns = std::min(wake_ns, r->not_before_ns);
-      if (!busy && !active_.empty()) {
+      wake_ns = std::min(wake_ns, http1_->NextDeadline());
+      if (!busy && (!active_.empty() || !direct_active_.empty())) {
         MutexLock lock(&mu_);
         io_busy_ = true;
       }
@@ -485,6 +534,10 @@ class RemoteReader::Impl {
         if (msg->msg != CURLMSG_DONE) continue;
         Finished(msg->easy_handle, msg->data.result, &rng);
       }
+      http1_->ExpireDeadlines(MonotonicNanos());
+      direct_done.clear();
+      http1_->TakeFinished(&direct_done);
+      for (Http1Get* g : direct_done) FinishedDirect(g, &rng);
       if (const uint64_t t = MonotonicNanos(); t - last_sweep_ns > 1'000'000'000ull) {
         DropUnclaimed(t);
         last_sweep_ns = t;
@@ -497,6 +550,8 @@ class RemoteReader::Impl {
       left_over.push_back(r);
     }
     active_.clear();
+    for (auto& [get, r] : direct_active_) left_over.push_back(r);
+    direct_active_.clear();  // (their sockets close with the client)
     for (auto& [name, h] : hosts_) left_over.insert(left_over.end(), h.queue.begin(), h.queue.end());
     left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
     MutexLock lock(&mu_);
@@ -551,6 +606,9 @@ class RemoteReader::Impl {
     r->too_large = false;
     r->http_status = 0;
     ++r->attempt;
+    if (!r->target.empty() && !r->head) {
+      if (const DirectHost* d = DirectHostOf(r->host); d != nullptr) return StartDirect(r, *d);
+    }
     CURL* e = AcquireEasy();
     r->easy = e;
     curl_easy_setopt(e, CURLOPT_URL, r->full_url.c_str());
@@ -584,11 +642,92 @@ class RemoteReader::Impl {
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);  // null: none
     active_.emplace(e, r);
     curl_multi_add_handle(multi_, e);
+    CountStart();
+  }
+
+  void CountStart() {
     requests_started_.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t n = active_.size();
+    const uint64_t n = active_.size() + direct_active_.size();
     if (n > max_in_flight_.load(std::memory_order_relaxed)) {
       max_in_flight_.store(n, std::memory_order_relaxed);
     }
+  }
+
+  // The direct client's way to `host`, when libcurl has reached it lately
+  // and it has sent nothing the client leaves to libcurl; else null.
+  const DirectHost* DirectHostOf(const std::string& host) const {
+    auto it = direct_hosts_.find(host);
+    if (it == direct_hosts_.end() || it->second.refused) return nullptr;
+    if (MonotonicNanos() - it->second.learned_ns > kDirectAddressTtlNs) return nullptr;
+    return &it->second;
+  }
+
+  // A plain GET through the direct client, its body received into r->body.
+  void StartDirect(const RequestPtr& r, const DirectHost& d) {
+    if (r->direct == nullptr) r->direct = std::make_unique<Http1Get>();
+    Http1Get* g = r->direct.get();
+    g->address = d.address;
+    g->address_len = d.address_len;
+    g->pool = d.pool;
+    g->head = absl::StrCat("GET ", r->target, " HTTP/1.1\r\nHost: ", r->host,
+                           "\r\nUser-Agent: conveyord\r\nAccept: */*\r\n");
+    g->range_asked = r->length != kWhole;
+    if (g->range_asked) {
+      absl::StrAppend(&g->head, "Range: bytes=", r->offset, "-", r->offset + r->length - 1, "\r\n");
+    }
+    g->head.append("\r\n");
+    g->max_body = g->range_asked ? r->length : r->max_bytes;
+    g->body = &r->body;
+    // A run: each part's bytes straight into the part, the gaps dropped.
+    g->pieces.clear();
+    uint64_t at = r->offset;
+    for (const RequestPtr& part : r->parts) {
+      if (part->offset > at) g->pieces.push_back({nullptr, part->offset - at});
+      g->pieces.push_back({&part->body, part->length});
+      at = part->offset + part->length;
+    }
+    const uint64_t now = MonotonicNanos();
+    g->connect_deadline_ns = now + uint64_t{options_.connect_timeout_ms} * 1'000'000;
+    g->deadline_ns = now + uint64_t{options_.request_timeout_ms} * 1'000'000;
+    direct_active_.emplace(g, r);
+    direct_requests_.fetch_add(1, std::memory_order_relaxed);
+    CountStart();
+    http1_->Start(g);
+  }
+
+  // After a whole answer from libcurl over plain HTTP/1.x: where it reached
+  // the host, for the direct client's requests to come.
+  void LearnAddress(const Request& r, CURL* easy) {
+    DirectHost& d = direct_hosts_[r.host];
+    if (d.refused) return;
+    long version = 0;
+    char* ip = nullptr;
+    long port = 0;
+    if (curl_easy_getinfo(easy, CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+        (version != CURL_HTTP_VERSION_1_1 && version != CURL_HTTP_VERSION_1_0) ||
+        curl_easy_getinfo(easy, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK || ip == nullptr ||
+        curl_easy_getinfo(easy, CURLINFO_PRIMARY_PORT, &port) != CURLE_OK || port <= 0 ||
+        port > 65535) {
+      return;
+    }
+    sockaddr_storage address{};
+    socklen_t len = 0;
+    if (auto* v4 = reinterpret_cast<sockaddr_in*>(&address); inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+      v4->sin_family = AF_INET;
+      v4->sin_port = htons(static_cast<uint16_t>(port));
+      len = sizeof(sockaddr_in);
+    } else if (auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+               inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+      v6->sin6_family = AF_INET6;
+      v6->sin6_port = htons(static_cast<uint16_t>(port));
+      len = sizeof(sockaddr_in6);
+    } else {
+      return;
+    }
+    d.address = address;
+    d.address_len = len;
+    d.pool = absl::StrCat(ip, " ", port);
+    d.learned_ns = MonotonicNanos();
   }
 
   // An easy handle with the settings every transfer shares: one kept from
@@ -640,6 +779,58 @@ class RemoteReader::Impl {
                                "HEAD ", r->name, ": the answer has no Content-Length")));
       }
     }
+    if (code == CURLE_OK && !r->target.empty() && r->http_status >= 200 && r->http_status < 300) {
+      LearnAddress(*r, easy);
+    }
+    const std::string error = code == CURLE_OK ? "" : curl_easy_strerror(code);
+    Conclude(r, error, code != CURLE_OK && IsRetryableCurlCode(code), rng);
+  }
+
+  // A direct client's transfer ended.
+  void FinishedDirect(Http1Get* g, std::mt19937_64* rng) {
+    auto it = direct_active_.find(g);
+    if (it == direct_active_.end()) return;
+    RequestPtr r = std::move(it->second);
+    direct_active_.erase(it);
+    --hosts_[r->host].active;
+    switch (g->result) {
+      case Http1Get::Result::kUnsupported: {
+        // libcurl's from now on; this request again, through it, as the
+        // same attempt.
+        DirectHost& d = direct_hosts_[r->host];
+        if (!d.refused) {
+          spdlog::info("remote: {}: the direct HTTP client leaves its answers to libcurl from "
+                       "now on: {}",
+                       EscapeText(r->host), g->error);
+        }
+        d.refused = true;
+        --r->attempt;
+        hosts_[r->host].queue.push_front(std::move(r));
+        return;
+      }
+      case Http1Get::Result::kFailed:
+      case Http1Get::Result::kTimedOut:
+        return Conclude(r, g->error, /*retryable=*/true, rng);
+      case Http1Get::Result::kTooLarge:
+        r->http_status = g->status;
+        r->too_large = true;
+        return Conclude(r, "", false, rng);
+      case Http1Get::Result::kOk:
+        r->http_status = g->status;
+        if (g->status >= 300) {
+          r->body = std::move(g->error_body);
+        } else {
+          r->received = r->parts.empty() ? r->body.size() : g->content_length;
+        }
+        return Conclude(r, "", false, rng);
+    }
+  }
+
+  // Judges a transfer's end: `transport_error` says why no answer came ("" =
+  // one did: r->http_status and the body), `retryable` whether that is worth
+  // another attempt. Retries it, or settles it (Complete).
+  void Conclude(RequestPtr& r, const std::string& transport_error, bool retryable,
+                std::mt19937_64* rng) {
     const char* verb = r->head ? "HEAD " : "GET ";
     if (r->enough) return Complete(r, absl::OkStatus());
     if (r->too_large) {
@@ -650,11 +841,11 @@ class RemoteReader::Impl {
                                  : absl::StrCat(verb, r->name, ": HTTP 206 answer longer than the ",
                                                 r->length, " bytes asked")));
     }
-    const bool retry_curl = code != CURLE_OK && IsRetryableCurlCode(code);
-    const bool retry_http = code == CURLE_OK && IsRetryableHttpStatus(r->http_status);
-    if (retry_curl || retry_http) {
-      r->last_error = retry_curl ? std::string(curl_easy_strerror(code))
-                                 : absl::StrCat("HTTP ", r->http_status);
+    const bool failed = !transport_error.empty();
+    const bool retry_transport = failed && retryable;
+    const bool retry_http = !failed && IsRetryableHttpStatus(r->http_status);
+    if (retry_transport || retry_http) {
+      r->last_error = retry_transport ? transport_error : absl::StrCat("HTTP ", r->http_status);
       if (r->attempt < policy_.max_attempts) {
         retries_.fetch_add(1, std::memory_order_relaxed);
         r->not_before_ns = MonotonicNanos() + policy_.DelayNs(r->attempt, (*rng)());
@@ -666,10 +857,9 @@ class RemoteReader::Impl {
                              verb, r->name, ": host ", EscapeText(r->host), " failed ",
                              r->attempt, " attempts, the last with: ", r->last_error))));
     }
-    if (code != CURLE_OK) {
-      return Complete(r, MarkSystemError(absl::UnavailableError(
-                             absl::StrCat(verb, r->name, ": host ", EscapeText(r->host), ": ",
-                                          curl_easy_strerror(code)))));
+    if (failed) {
+      return Complete(r, MarkSystemError(absl::UnavailableError(absl::StrCat(
+                             verb, r->name, ": host ", EscapeText(r->host), ": ", transport_error))));
     }
     const long s = r->http_status;
     if (s >= 400) {
@@ -778,11 +968,16 @@ class RemoteReader::Impl {
   std::unordered_map<CURL*, RequestPtr> active_;
   std::vector<RequestPtr> delayed_;  // retries waiting for their time
   std::vector<CURL*> idle_easy_;     // easy handles kept for reuse (AcquireEasy)
+  std::unique_ptr<Http1Client> http1_;  // the direct client (plain http:// GETs)
+  bool direct_ = true;                  // it is used (options, no proxy)
+  std::unordered_map<Http1Get*, RequestPtr> direct_active_;
+  std::unordered_map<std::string, DirectHost> direct_hosts_;
 
   mutable std::atomic<uint64_t> requests_started_{0};
   mutable std::atomic<uint64_t> retries_{0};
   mutable std::atomic<uint64_t> prefetch_hits_{0};
   mutable std::atomic<uint64_t> max_in_flight_{0};
+  mutable std::atomic<uint64_t> direct_requests_{0};
 
   mutable Mutex mu_;
   mutable CondVar cv_;

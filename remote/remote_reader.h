@@ -24,6 +24,14 @@
 //    while the bytes kept plus those on their way (estimated from the
 //    average object) reach read_ahead_bytes; bytes nobody claims are
 //    dropped after kUnclaimedTtl.
+//  - Plain http:// GETs (runs too; not HEAD; no proxy in the environment;
+//    remote.direct_http) go through the reader's own HTTP/1.1 client
+//    (remote/http1_client.h) once libcurl has fetched one object from the
+//    host: to the address libcurl reached it at (for a minute, then libcurl
+//    resolves it again), with the body received straight into the read's
+//    buffer (a run's: into each part's). A host that sends an answer that client leaves to libcurl
+//    (chunked, a 200 to a Range, ...) is libcurl's from then on; the request
+//    is sent again there, as the same attempt.
 //  - Messages name objects by RedactUrl (no user:password, no query) and
 //    never hold a credential.
 //
@@ -77,6 +85,7 @@ class RemoteReader final : public ByteRangeReader {
     uint64_t prefetch_hits = 0;    // reads served by a prefetch (done or in flight)
     uint64_t readahead_bytes = 0;  // kept now
     uint64_t max_in_flight = 0;    // the most transfers at once so far
+    uint64_t direct_requests = 0;  // attempts made by the direct HTTP/1.1 client
   };
   Counters counters() const;
 

@@ -473,7 +473,8 @@ absl::Status Schema::ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) 
   RETURN_IF_ERROR(CheckMap(n, "remote",
                            {"max_connections_per_host", "requests_per_second_per_host",
                             "connect_timeout_ms", "request_timeout_ms", "max_attempts",
-                            "initial_backoff_ms", "max_backoff_ms", "read_ahead_bytes", "s3"}));
+                            "initial_backoff_ms", "max_backoff_ms", "read_ahead_bytes", "direct_http",
+                            "s3"}));
   if (n["max_connections_per_host"]) {
     RETURN_IF_ERROR(ReadUintAs(n["max_connections_per_host"], "remote.max_connections_per_host",
                                1, 4096, &r->max_connections_per_host));
@@ -510,6 +511,9 @@ absl::Status Schema::ParseRemote(const YAML::Node& n, remote::RemoteOptions* r) 
   if (n["read_ahead_bytes"]) {
     RETURN_IF_ERROR(ReadSize(n["read_ahead_bytes"], "remote.read_ahead_bytes", 1 << 20, 0,
                              &r->read_ahead_bytes));
+  }
+  if (n["direct_http"]) {
+    RETURN_IF_ERROR(ReadBool(n["direct_http"], "remote.direct_http", &r->direct_http));
   }
   if (const YAML::Node s3 = n["s3"]) {
     RETURN_IF_ERROR(CheckMap(s3, "remote.s3", {"endpoint", "region", "profile"}));

@@ -8,6 +8,15 @@ past the end), keep-alive connections, and induced trouble:
   --drop-fraction F   close the connection without an answer for a fraction F,
                       half of them after sending part of the body
   --ignore-range      answer Range requests 200 with the whole object
+  --chunked           send 2xx bodies with Transfer-Encoding: chunked (no
+                      Content-Length)
+  --close-after-answers K
+                      on a connection that has carried K answers, meet the
+                      next request by closing it unanswered (as a server does
+                      that closes an idle keep-alive connection just as a
+                      request arrives)
+  --stall-after N     after N answers in all, answer nothing more (hold the
+                      connections open)
   --seed S            the trouble is drawn from random.Random(S)
 
 One thread, asyncio: a request's latency is a timer, not a sleeping thread,
@@ -44,6 +53,8 @@ class State:
         self.requests = 0
         self.failed = 0
         self.dropped = 0
+        self.closed = 0   # --close-after-answers
+        self.answered = 0
         self.served = {}
 
     def draw(self):
@@ -79,10 +90,10 @@ def parse_range(header, size):
     return start, min(end, size)
 
 
-def response_head(status, headers, length, keep_alive):
+def response_head(status, headers, length, keep_alive, chunked=False):
     lines = ["HTTP/1.1 %d %s" % (status, REASONS.get(status, "Status"))]
     lines += ["%s: %s" % kv for kv in headers.items()]
-    lines.append("Content-Length: %d" % length)
+    lines.append("Transfer-Encoding: chunked" if chunked else "Content-Length: %d" % length)
     if not keep_alive:
         lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -120,8 +131,14 @@ async def answer(st, writer, method, target, headers, keep_alive):
     head_only = method == "HEAD"
 
     def send(status, body, extra=None):
-        writer.write(response_head(status, extra or {}, len(body), keep_alive))
-        if not head_only:
+        chunked = st.args.chunked and 200 <= status < 300 and not head_only
+        writer.write(response_head(status, extra or {}, len(body), keep_alive, chunked))
+        if chunked:
+            for at in range(0, len(body), 4096):
+                piece = body[at:at + 4096]
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            writer.write(b"0\r\n\r\n")
+        elif not head_only:
             writer.write(body)
         return True
 
@@ -130,9 +147,12 @@ async def answer(st, writer, method, target, headers, keep_alive):
         return send(501, b"only GET and HEAD")
     if path == "/__stats":
         body = json.dumps({"requests": st.requests, "failed": st.failed,
-                           "dropped": st.dropped, "served": st.served,
+                           "dropped": st.dropped, "closed": st.closed, "served": st.served,
                            "cpu_s": time.process_time()}).encode()
         return send(200, body, {"Content-Type": "application/json"})
+    if st.args.stall_after is not None and st.answered >= st.args.stall_after:
+        await asyncio.sleep(3600)
+    st.answered += 1
     if st.args.latency_ms > 0:
         await asyncio.sleep(st.args.latency_ms / 1000.0)
     what = st.draw()
@@ -173,6 +193,7 @@ async def answer(st, writer, method, target, headers, keep_alive):
 
 
 async def serve_connection(st, reader, writer):
+    answers = 0
     try:
         while True:
             try:
@@ -185,6 +206,10 @@ async def serve_connection(st, reader, writer):
                 await writer.drain()
                 return
             method, target, headers, keep_alive = req
+            if st.args.close_after_answers is not None and answers >= st.args.close_after_answers:
+                st.closed += 1
+                return  # (closed unanswered by the finally below)
+            answers += 1
             try:
                 body_len = int(headers.get("content-length", "0") or "0")
                 if body_len > 0:
@@ -222,6 +247,9 @@ def main():
     p.add_argument("--fail-fraction", type=float, default=0)
     p.add_argument("--drop-fraction", type=float, default=0)
     p.add_argument("--ignore-range", action="store_true")
+    p.add_argument("--chunked", action="store_true")
+    p.add_argument("--close-after-answers", type=int)
+    p.add_argument("--stall-after", type=int)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     try:

@@ -84,14 +84,15 @@ remote:
   max_connections_per_host: 8
   read_ahead_bytes: 32MiB
   max_attempts: 2
+  direct_http: false
   s3: {endpoint: "http://127.0.0.1:9000", region: eu-west-1}
 pipelines:
   train: {dataset: {root: /data/train}, size: 224}
 )");
   CHECK(ChangedRestartFields(running, next) ==
         std::vector<std::string>{"remote.max_connections_per_host", "remote.max_attempts",
-                                 "remote.read_ahead_bytes", "remote.s3.endpoint",
-                                 "remote.s3.region"});
+                                 "remote.read_ahead_bytes", "remote.direct_http",
+                                 "remote.s3.endpoint", "remote.s3.region"});
 }
 
 TEST_CASE("pipelines are compared by name and definition", "[reload]") {

@@ -110,9 +110,14 @@ std::shared_ptr<RemoteReader> Reader(const RemoteOptions& o) {
 
 TEST_CASE("RemoteReader reads ranges, whole objects and sizes; 404 and 416 name the object",
           "[remote_reader]") {
+  // Through the direct HTTP/1.1 client (after libcurl's first answer) and
+  // through libcurl alone.
+  const bool direct = GENERATE(true, false);
   Objects objs(2);
   ObjectServer server(objs.dir.path(), {});
-  auto reader = Reader(FastRetries());
+  RemoteOptions o = FastRetries();
+  o.direct_http = direct;
+  auto reader = Reader(o);
   std::vector<uint8_t> out;
   REQUIRE(reader->ReadWhole(server.Url("o1"), 1 << 20, &out).ok());
   CHECK(Str(out) == objs.data[1]);
@@ -135,6 +140,12 @@ TEST_CASE("RemoteReader reads ranges, whole objects and sizes; 404 and 416 name 
   // Larger than the caller allows: the object's error.
   st = reader->ReadWhole(server.Url("o0"), 1000, &out);
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("/o0") && Catch::Contains("1000 bytes"));
+  // The reader still works after each of those.
+  REQUIRE(reader->ReadRange(server.Url("o1"), 7, 7000, &out).ok());
+  CHECK(Str(out) == objs.data[1].substr(7, 7000));
+  CHECK((reader->counters().direct_requests >= 6) == direct);
+  CHECK(reader->counters().retries == 0);
 }
 
 TEST_CASE("RemoteReader reuses its transfer handles: HEAD, range and whole reads in turn each get "
@@ -143,10 +154,12 @@ TEST_CASE("RemoteReader reuses its transfer handles: HEAD, range and whole reads
   // One connection, reads one after another: every transfer reuses the
   // handle the one before it released, with that one's settings (NOBODY of a
   // HEAD, a Range, a 404) still on it unless each transfer sets its own.
+  const bool direct = GENERATE(true, false);
   Objects objs(2);
   ObjectServer server(objs.dir.path(), {});
   RemoteOptions o = FastRetries();
   o.max_connections_per_host = 1;
+  o.direct_http = direct;
   auto reader = Reader(o);
   std::vector<uint8_t> out;
   for (int round = 0; round < 3; ++round) {
@@ -165,13 +178,21 @@ TEST_CASE("RemoteReader reuses its transfer handles: HEAD, range and whole reads
     CHECK(Str(out) == objs.data[0].substr(0, 5));
   }
   CHECK(reader->counters().requests_started == 18);
+  // GETs after libcurl's first answer (the first HEAD) go direct; HEADs
+  // stay with libcurl.
+  CHECK(reader->counters().direct_requests == (direct ? 15u : 0u));
 }
 
 TEST_CASE("RemoteReader fetches a run of parts with one request and serves each part's read",
           "[remote_reader]") {
+  // The first two runs go through libcurl (it has not reached the host
+  // yet), the rest through the direct client when it is on.
+  const bool direct = GENERATE(true, false);
   Objects objs(1, 400 << 10);
   ObjectServer server(objs.dir.path(), {});
-  auto reader = Reader(FastRetries());
+  RemoteOptions o = FastRetries();
+  o.direct_http = direct;
+  auto reader = Reader(o);
   const std::string url = server.Url("o0");
   using Range = ByteRangeReader::Range;
   // Three parts with small gaps: one request. A fourth 100 KiB past the
@@ -215,6 +236,19 @@ TEST_CASE("RemoteReader fetches a run of parts with one request and serves each 
              Catch::Contains("/o0: bytes [") && Catch::Contains("the object ends at byte " +
                                                                  std::to_string(size)));
   CHECK(reader->counters().readahead_bytes == 0);
+  // 150 parts with gaps between them (more than one receive's worth of
+  // destinations): one request, every part byte-exact.
+  std::vector<Range> many;
+  for (uint64_t i = 0; i < 150; ++i) many.push_back({50'000 + i * 700, 300 + i});
+  const uint64_t before = reader->counters().requests_started;
+  REQUIRE(reader->PrefetchRun(url, many));
+  for (const Range& r : many) {
+    REQUIRE(reader->ReadRange(url, r.offset, r.length, &out).ok());
+    CHECK(Str(out) == objs.data[0].substr(r.offset, r.length));
+  }
+  CHECK(reader->counters().requests_started == before + 1);
+  CHECK(reader->counters().readahead_bytes == 0);
+  CHECK((reader->counters().direct_requests >= 5) == direct);
 }
 
 TEST_CASE("RemoteReader refuses a run past its read-ahead budget", "[remote_reader]") {
@@ -238,10 +272,17 @@ TEST_CASE("RemoteReader refuses a run past its read-ahead budget", "[remote_read
 }
 
 TEST_CASE("RemoteReader cuts the range out of a server that ignores Range", "[remote_reader]") {
+  // The direct client meets the 200 once and leaves the host to libcurl.
+  const bool direct = GENERATE(true, false);
   Objects objs(1);
   ObjectServer server(objs.dir.path(), {"--ignore-range"});
-  auto reader = Reader(FastRetries());
+  RemoteOptions o = FastRetries();
+  o.direct_http = direct;
+  auto reader = Reader(o);
   std::vector<uint8_t> out;
+  // A whole read first: libcurl's answer gives the direct client the host.
+  REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());
+  CHECK(Str(out) == objs.data[0]);
   REQUIRE(reader->ReadRange(server.Url("o0"), 5000, 1234, &out).ok());
   CHECK(Str(out) == objs.data[0].substr(5000, 1234));
   REQUIRE(reader->ReadRange(server.Url("o0"), 0, 10, &out).ok());
@@ -255,15 +296,19 @@ TEST_CASE("RemoteReader cuts the range out of a server that ignores Range", "[re
     REQUIRE(reader->ReadRange(server.Url("o0"), p.offset, p.length, &out).ok());
     CHECK(Str(out) == objs.data[0].substr(p.offset, p.length));
   }
+  CHECK(reader->counters().direct_requests == (direct ? 1u : 0u));
+  CHECK(reader->counters().retries == 0);
 }
 
 TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right once",
           "[remote_reader]") {
+  const bool direct = GENERATE(true, false);
   Objects objs(40, 16 << 10);
   ObjectServer server(objs.dir.path(),
                       {"--fail-fraction", "0.25", "--drop-fraction", "0.2", "--seed", "11"});
   RemoteOptions o = FastRetries();
   o.max_attempts = 30;
+  o.direct_http = direct;
   auto reader = Reader(o);
   for (int i = 0; i < 40; i += 2) reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
   // Runs too: a connection cut mid-body leaves parts half filled; the retry
@@ -284,6 +329,79 @@ TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right on
   }
   CHECK(reader->counters().retries > 0);
   CHECK(reader->counters().prefetch_hits > 0);
+  CHECK((reader->counters().direct_requests > 0) == direct);
+}
+
+// The count `name` in the object server's /__stats answer.
+int ServerStat(RemoteReader& reader, const ObjectServer& server, const std::string& name) {
+  std::vector<uint8_t> out;
+  REQUIRE(reader.ReadWhole(server.Url("__stats"), 1 << 20, &out).ok());
+  const std::string json = Str(out);
+  const size_t at = json.find("\"" + name + "\": ");
+  REQUIRE(at != std::string::npos);
+  return std::stoi(json.substr(at + name.size() + 4));
+}
+
+TEST_CASE("RemoteReader's direct client sends a request again on a new connection when the "
+          "server closed the reused one, as the same attempt",
+          "[remote_reader]") {
+  // The server closes each connection unanswered at its second request, as
+  // a server does that drops an idle keep-alive connection just as a request
+  // arrives. One attempt per read: a counted failure would fail the read.
+  Objects objs(10, 20 << 10);
+  ObjectServer server(objs.dir.path(), {"--close-after-answers", "1"});
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 1;
+  o.max_connections_per_host = 1;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 10; ++i) {
+    INFO(i);
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+  }
+  CHECK(reader->counters().direct_requests >= 9);
+  CHECK(reader->counters().retries == 0);
+  CHECK(ServerStat(*reader, server, "closed") >= 8);  // the stale connections were met
+}
+
+TEST_CASE("RemoteReader's direct client leaves a host that sends chunked bodies to libcurl",
+          "[remote_reader]") {
+  Objects objs(6, 30 << 10);
+  ObjectServer server(objs.dir.path(), {"--chunked"});
+  auto reader = Reader(FastRetries());
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 6; ++i) {
+    INFO(i);
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+    REQUIRE(reader->ReadRange(server.Url("o" + std::to_string(i)), 999, 20'000, &out).ok());
+    CHECK(Str(out) == objs.data[i].substr(999, 20'000));
+  }
+  // One try, then libcurl's for good; the read it was for is not lost.
+  CHECK(reader->counters().direct_requests == 1);
+  CHECK(reader->counters().retries == 0);
+}
+
+TEST_CASE("RemoteReader's direct client gives up on an answer that does not come within "
+          "request_timeout_ms: retried, then UNAVAILABLE naming the host",
+          "[remote_reader]") {
+  Objects objs(2);
+  ObjectServer server(objs.dir.path(), {"--stall-after", "1"});
+  RemoteOptions o = FastRetries();
+  o.request_timeout_ms = 300;
+  o.max_attempts = 2;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());  // libcurl's: learns the address
+  const absl::Status st = reader->ReadWhole(server.Url("o1"), 1 << 20, &out);
+  CHECK(st.code() == absl::StatusCode::kUnavailable);
+  CHECK(IsSystemError(st));
+  CHECK_THAT(std::string(st.message()),
+             Catch::Contains("/o1") && Catch::Contains("127.0.0.1:") &&
+                 Catch::Contains("2 attempts") && Catch::Contains("timed out"));
+  CHECK(reader->counters().direct_requests == 2);
+  CHECK(reader->counters().retries == 1);
 }
 
 TEST_CASE("RemoteReader: an unreachable host is retried, then UNAVAILABLE naming it",

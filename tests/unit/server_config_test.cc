@@ -249,6 +249,7 @@ TEST_CASE("the remote section: defaults, every field, refusals naming the field"
   CHECK(d->remote.read_ahead_bytes == def.read_ahead_bytes);
   CHECK(d->remote.max_attempts == def.max_attempts);
   CHECK(d->remote.s3_endpoint.empty());
+  CHECK(d->remote.direct_http);
   auto c = Parse(R"(
 remote:
   max_connections_per_host: 16
@@ -259,6 +260,7 @@ remote:
   initial_backoff_ms: 20
   max_backoff_ms: 800
   read_ahead_bytes: 64MiB
+  direct_http: false
   s3: {endpoint: "http://127.0.0.1:9000", region: eu-west-1, profile: train}
 )" + std::string(kMinimal));
   REQUIRE(c.ok());
@@ -271,6 +273,7 @@ remote:
   CHECK(r.initial_backoff_ms == 20);
   CHECK(r.max_backoff_ms == 800);
   CHECK(r.read_ahead_bytes == 64ull << 20);
+  CHECK_FALSE(r.direct_http);
   CHECK(r.s3_endpoint == "http://127.0.0.1:9000");
   CHECK(r.s3_region == "eu-west-1");
   CHECK(r.s3_profile == "train");
@@ -283,6 +286,8 @@ remote:
                 {"field remote.max_backoff_ms", "at least remote.initial_backoff_ms"});
   ExpectRefused("remote: {read_ahead_bytes: 1KiB}\n" + std::string(kMinimal),
                 {"field remote.read_ahead_bytes"});
+  ExpectRefused("remote: {direct_http: sometimes}\n" + std::string(kMinimal),
+                {"field remote.direct_http"});
   ExpectRefused("remote: {s3: {endpoint: minio:9000}}\n" + std::string(kMinimal),
                 {"field remote.s3.endpoint", "http:// or https://"});
   ExpectRefused("remote: {s3: {bucket: x}}\n" + std::string(kMinimal), {"remote.s3.bucket"});
