@@ -283,6 +283,17 @@ void Http1Client::Advance(Connection* c, uint64_t n) {
   }
 }
 
+Http1Client::BodyRecv Http1Client::CheckBodyRecv(Connection* c, ssize_t n) {
+  if (n > 0) return BodyRecv::kBytes;
+  if (n < 0 && errno == EINTR) return BodyRecv::kAgain;
+  if (n < 0 && errno == EAGAIN) return BodyRecv::kWait;
+  Fail(c, Http1Get::Result::kFailed,
+       n < 0 ? ErrnoText("receiving the answer", errno)
+             : absl::StrCat("the server closed the connection after ", c->got, " of ", c->length,
+                            " body bytes"));
+  return BodyRecv::kEnded;
+}
+
 void Http1Client::ReadBody(Connection* c) {
   while (c->got < c->length) {
     // The rest of the body straight into its destinations (a gap's bytes
@@ -307,15 +318,11 @@ void Http1Client::ReadBody(Connection* c) {
     msg.msg_iov = iov;
     msg.msg_iovlen = count;
     const ssize_t n = ::recvmsg(c->fd.get(), &msg, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) return;
-      return Fail(c, Http1Get::Result::kFailed, ErrnoText("receiving the answer", errno));
-    }
-    if (n == 0) {
-      return Fail(c, Http1Get::Result::kFailed,
-                  absl::StrCat("the server closed the connection after ", c->got, " of ",
-                               c->length, " body bytes"));
+    switch (CheckBodyRecv(c, n)) {
+      case BodyRecv::kAgain: continue;
+      case BodyRecv::kWait:
+      case BodyRecv::kEnded: return;
+      case BodyRecv::kBytes: break;
     }
     c->got += static_cast<uint64_t>(n);
     Advance(c, static_cast<uint64_t>(n));  // (the bytes are in place already)
@@ -330,15 +337,11 @@ void Http1Client::ReadErrorBody(Connection* c) {
   while (c->got < c->length) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(c->length - c->got, scratch_.size()));
     const ssize_t n = ::recv(c->fd.get(), scratch_.data(), want, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) return;
-      return Fail(c, Http1Get::Result::kFailed, ErrnoText("receiving the answer", errno));
-    }
-    if (n == 0) {
-      return Fail(c, Http1Get::Result::kFailed,
-                  absl::StrCat("the server closed the connection after ", c->got, " of ",
-                               c->length, " body bytes"));
+    switch (CheckBodyRecv(c, n)) {
+      case BodyRecv::kAgain: continue;
+      case BodyRecv::kWait:
+      case BodyRecv::kEnded: return;
+      case BodyRecv::kBytes: break;
     }
     std::vector<uint8_t>& keep = c->get->error_body;
     const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, keep.size());

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -106,6 +107,11 @@ class Http1Client final : public CurlEpollDriver::SocketHandler {
   // Moves the body cursor `n` bytes on (bytes received in place).
   void Advance(Connection* c, uint64_t n);
   void ReadBody(Connection* c);
+  // What a body recv's result `n` asks for: take the bytes, recv again
+  // (EINTR), wait for epoll (EAGAIN), or nothing more: the transfer failed
+  // (the server closed or reset the connection) and `c` is gone.
+  enum class BodyRecv { kBytes, kAgain, kWait, kEnded };
+  BodyRecv CheckBodyRecv(Connection* c, ssize_t n);
   void ReadErrorBody(Connection* c);
   // A request on a reused connection that the server had closed: again on a
   // new connection. False when the connection was new (a real failure).

@@ -657,7 +657,9 @@ class RemoteReader::Impl {
   // and it has sent nothing the client leaves to libcurl; else null.
   const DirectHost* DirectHostOf(const std::string& host) const {
     auto it = direct_hosts_.find(host);
-    if (it == direct_hosts_.end() || it->second.refused) return nullptr;
+    if (it == direct_hosts_.end() || it->second.refused || it->second.address_len == 0) {
+      return nullptr;  // (an entry made by a refusal, or by an answer with no usable address)
+    }
     if (MonotonicNanos() - it->second.learned_ns > kDirectAddressTtlNs) return nullptr;
     return &it->second;
   }
@@ -969,7 +971,7 @@ class RemoteReader::Impl {
   std::vector<RequestPtr> delayed_;  // retries waiting for their time
   std::vector<CURL*> idle_easy_;     // easy handles kept for reuse (AcquireEasy)
   std::unique_ptr<Http1Client> http1_;  // the direct client (plain http:// GETs)
-  bool direct_ = true;                  // it is used (options, no proxy)
+  bool direct_ = true;                  // it is used (options, no proxy); set before the thread starts
   std::unordered_map<Http1Get*, RequestPtr> direct_active_;
   std::unordered_map<std::string, DirectHost> direct_hosts_;
 
