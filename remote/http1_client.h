@@ -11,10 +11,10 @@
 // with a Content-Length). Anything else (chunked or unsized bodies, 1xx, a
 // 200 to a Range request, an answer that is not HTTP) ends the transfer as
 // kUnsupported, unread, so the caller can send the request through libcurl,
-// which stays the client for TLS, S3 signing, proxies, HEAD and runs of tar
-// members. A request sent on a reused connection the server had closed meanwhile
-// (nothing of the answer came back) is sent again on a new connection, once
-// per reused connection, without counting as a failure.
+// which stays the client for TLS, S3 signing, proxies and HEAD. A request
+// sent on a reused connection the server had closed meanwhile (nothing of
+// the answer came back) is sent again on a new connection, once per reused
+// connection, without counting as a failure.
 //
 // Thread-safety: none. Every method, and the destructor, belongs to the
 // thread that drives the CurlEpollDriver it was given.
