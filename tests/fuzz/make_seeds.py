@@ -196,6 +196,30 @@ def handshake_seeds():
     _write("handshake_fuzz", "short_closed.bin", b"\x07" + b"\x07\x00")
 
 
+def http1_seeds():
+    # Byte 0 is the plan (http1_fuzz.cc): bit 0 close after sending, bit 1
+    # pieces, bits 2-3 max_body (0, 100, 4096, 1 MiB), bits 4-7 piece sizes.
+    def seed(name, plan, answer):
+        _write("http1_fuzz", name, bytes([plan]) + answer)
+
+    seed("ok_close.bin", 0x0D, b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world")
+    seed("ok_keep_alive.bin", 0x5C, b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world")
+    seed("partial_pieces.bin", 0x3E,
+         b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-19/99\r\n"
+         b"Content-Length: 20\r\n\r\n" + bytes(range(20)))
+    seed("chunked.bin", 0x0D,
+         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    seed("too_large.bin", 0x05, b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 200)
+    seed("not_found.bin", 0x9C, b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found")
+    seed("big_error_body.bin", 0x0D,
+         b"HTTP/1.1 500 Oops\r\nContent-Length: 70000\r\n\r\n" + b"e" * 1000)
+    seed("cut_body.bin", 0x0D, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this")
+    seed("not_http.bin", 0x0D, b"SSH-2.0-OpenSSH_9.2\r\n")
+    seed("http10.bin", 0x0C, b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nabc")
+    seed("bytes_after.bin", 0x0C, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabcEXTRA")
+    seed("no_content.bin", 0x0C, b"HTTP/1.1 204 No Content\r\n\r\n")
+
+
 def tar_seeds():
     import io
     import tarfile
@@ -248,7 +272,7 @@ def audio_seeds():
 
 def main():
     for target in ("jpeg_fuzz", "tar_fuzz", "image_fuzz", "audio_fuzz", "config_fuzz",
-                   "request_fuzz", "handshake_fuzz"):
+                   "request_fuzz", "handshake_fuzz", "http1_fuzz"):
         (HERE / target / "seeds").mkdir(parents=True, exist_ok=True)
         (HERE / target / "regressions").mkdir(parents=True, exist_ok=True)
         keep = HERE / target / "regressions" / ".gitkeep"
@@ -259,6 +283,7 @@ def main():
     config_seeds()
     request_seeds()
     handshake_seeds()
+    http1_seeds()
     tar_seeds()
 
 
