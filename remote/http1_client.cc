@@ -80,9 +80,17 @@ void Http1Client::Start(Http1Get* get) {
   get->error_body.clear();
   Track(get);
   auto idle = idle_.find(get->pool);
-  if (idle != idle_.end() && !idle->second.empty()) {
+  while (idle != idle_.end() && !idle->second.empty()) {
     Connection* c = idle->second.back();
     idle->second.pop_back();
+    // Readable while idle: the server closed it, or sent bytes after its
+    // last answer that would be taken for the start of the next one (epoll
+    // tells of both, but maybe not yet): not reused.
+    char byte;
+    if (::recv(c->fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 || errno != EAGAIN) {
+      Close(c);
+      continue;
+    }
     c->get = get;
     c->state = Connection::State::kSending;
     c->sent = 0;
