@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 
 namespace conveyor::remote {
 
@@ -15,19 +16,15 @@ ResponseHead Fail(ResponseHead::Parse p, const char* why) {
   return h;
 }
 
+// (Debian's absl::string_view is a type of its own.)
+absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
 bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
+  return absl::StartsWith(Sv(s), Sv(prefix));
 }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (absl::ascii_tolower(static_cast<unsigned char>(a[i])) !=
-        absl::ascii_tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
+  return absl::EqualsIgnoreCase(Sv(a), Sv(b));
 }
 
 std::string_view Trim(std::string_view s) {
