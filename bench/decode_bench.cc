@@ -25,12 +25,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/crop_box.h"
-#include "core/jpeg_decoder.h"
-#include "core/resize.h"
-#include "core/rng.h"
-#include "core/sample_transformer.h"
-#include "core/transform_spec.h"
+#include "core/decode/crop_box.h"
+#include "core/decode/jpeg_decoder.h"
+#include "core/decode/resize.h"
+#include "core/base/rng.h"
+#include "core/decode/sample_transformer.h"
+#include "core/decode/transform_spec.h"
 
 namespace {
 

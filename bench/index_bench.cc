@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dataset_index.h"
-#include "core/rng.h"
+#include "core/data/dataset_index.h"
+#include "core/base/rng.h"
 
 namespace {
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/engine.h"
+#include "core/engine/engine.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <climits>
 
-#include "core/posix_error.h"
-#include "core/stats.h"
+#include "core/base/posix_error.h"
+#include "core/engine/stats.h"
 
 namespace conveyor::remote {
 

@@ -11,8 +11,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "core/unique_fd.h"
+#include "core/base/posix_error.h"
+#include "core/base/unique_fd.h"
 #include "remote/http_response_head.h"
 
 namespace conveyor::remote {

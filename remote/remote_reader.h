@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/byte_range_reader.h"
+#include "core/data/byte_range_reader.h"
 #include "remote/remote_options.h"
 #include "remote/s3_credentials.h"
 

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::remote {
 

@@ -3,7 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::remote {
 

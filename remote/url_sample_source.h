@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/dataset_index.h"
-#include "core/prefetch_marks.h"
-#include "core/sample_source.h"
+#include "core/data/dataset_index.h"
+#include "core/data/prefetch_marks.h"
+#include "core/data/sample_source.h"
 #include "remote/remote_reader.h"
 
 namespace conveyor::remote {

@@ -69,7 +69,7 @@ stage_tsan() {
   BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_TSAN=ON \
     -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
   # The unit tests: the engine's threads, the side sockets' threads, the
-  # service, and the gRPC call's protocol (server/stream_call.*) driven by
+  # service, and the gRPC call's protocol (server/service/stream_call.*) driven by
   # many threads through a fake RPC. Not what runs inside gRPC: Debian's
   # gRPC is not built with TSan, so a TSan conveyord (and the unit tests
   # that use an in-process gRPC server) report gRPC's own hand-offs between

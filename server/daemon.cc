@@ -26,31 +26,31 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/batch_layout.h"
-#include "core/posix_error.h"
-#include "core/text_escape.h"
-#include "server/access.h"
-#include "server/byte_size.h"
-#include "server/config_loader.h"
-#include "server/config_reloader.h"
-#include "server/data_socket_server.h"
-#include "server/data_socket_transport.h"
-#include "server/fd_server.h"
-#include "server/grpc_service.h"
-#include "server/inline_transport.h"
-#include "core/av_log.h"
-#include "server/logging.h"
-#include "server/metrics_exposition.h"
-#include "server/metrics_http_server.h"
-#include "server/peer_credentials_identifier.h"
-#include "server/service.h"
-#include "server/service_notifier.h"
-#include "server/shm_transport.h"
-#include "server/system_cpus.h"
-#include "server/unix_access.h"
-#include "server/unix_connections.h"
-#include "server/unix_listener.h"
-#include "server/unix_socket.h"
+#include "core/engine/batch_layout.h"
+#include "core/base/posix_error.h"
+#include "core/base/text_escape.h"
+#include "server/access/access.h"
+#include "server/config/byte_size.h"
+#include "server/config/loader.h"
+#include "server/reloader.h"
+#include "server/transport/data_socket_server.h"
+#include "server/transport/data_socket.h"
+#include "server/transport/fd_server.h"
+#include "server/service/grpc_service.h"
+#include "server/transport/inline.h"
+#include "core/decode/ffmpeg/log.h"
+#include "server/ops/logging.h"
+#include "server/ops/metrics_exposition.h"
+#include "server/ops/metrics_http_server.h"
+#include "server/access/peer_credentials_identifier.h"
+#include "server/service/service.h"
+#include "server/notifier.h"
+#include "server/transport/shm.h"
+#include "server/config/system_cpus.h"
+#include "server/access/unix_access.h"
+#include "server/access/unix_connections.h"
+#include "server/access/unix_listener.h"
+#include "server/access/unix_socket.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -256,7 +256,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   // clients by their address; then tokens and TLS certificates refine both.
   d->unix_connections_ = std::make_unique<UnixConnections>();
   absl::StatusOr<Access> access = BuildAccess(
-      config, std::make_unique<PeerCredentialsIdentifier>(d->unix_connections_.get(), unix_path,
+      config.listen, config.access,
+      std::make_unique<PeerCredentialsIdentifier>(d->unix_connections_.get(), unix_path,
                                                           std::make_unique<ClientIdentifier>()));
   if (!access.ok()) return access.status();
 
@@ -348,7 +349,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   grpc::ServerBuilder builder;
   // The unix socket is not gRPC's: the daemon's UnixListener accepts it,
   // checks each peer's credentials and hands allowed connections to the
-  // server below (server/unix_listener.h says why).
+  // server below (server/access/unix_listener.h says why).
   int tcp_port = 0;
   if (!config.listen.tcp.empty()) {
     builder.AddListeningPort(config.listen.tcp, access->tcp_credentials, &tcp_port);
@@ -404,7 +405,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     spdlog::info("listening on unix:{} (mode {:o}; allowed: {}), fd hand-over on {}", unix_path,
                  config.listen.unix_mode, d->unix_listener_->policy().Describe(), fd_path);
   }
-  if (d->tcp_port_ != 0) LogTcpAccess(config, d->tcp_port_);
+  if (d->tcp_port_ != 0) LogTcpAccess(config.listen, config.access, d->tcp_port_);
   if (d->data_server_ != nullptr) {
     spdlog::info("data socket for TCP clients on {} (port {}{})", DataSocketAddress(config.listen),
                  d->data_server_->port(), config.listen.tls.enabled() ? ", TLS" : "");
@@ -550,7 +551,7 @@ int DaemonMain(int argc, char** argv) {
   }
   // The token and TLS files, like the datasets: a bad one is a config error
   // (and --check-config finds it).
-  if (absl::Status st = CheckAccessFiles(*config); !st.ok()) {
+  if (absl::Status st = CheckAccessFiles(config->listen, config->access); !st.ok()) {
     std::cerr << "conveyord: " << EscapeText(config->source) << ": " << EscapeText(st.message())
               << "\n";
     return kExitUsage;

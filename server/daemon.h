@@ -11,9 +11,9 @@
 // before any thread exists and waits for them on a dedicated sigwait thread
 // (no work in signal handlers); a second SIGINT/SIGTERM during shutdown
 // exits at once. SIGHUP asks the main thread to reload the config file
-// (server/config_reloader.h). Under systemd (Type=notify) it reports
+// (server/reloader.h). Under systemd (Type=notify) it reports
 // readiness, status, reloads, stopping and watchdog pings
-// (server/service_notifier.h).
+// (server/notifier.h).
 //
 // Thread-safety: Daemon::Shutdown may be called from any thread, once or
 // more; other methods are const after Start.
@@ -26,8 +26,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/mutex.h"
-#include "server/config.h"
+#include "core/base/mutex.h"
+#include "server/config/config.h"
 
 namespace grpc {
 class Server;

@@ -1,4 +1,4 @@
-#include "server/service_notifier.h"
+#include "server/notifier.h"
 
 #include <time.h>
 
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/service.h"
-#include "server/systemd_notify.h"
+#include "server/service/service.h"
+#include "server/ops/systemd_notify.h"
 
 namespace conveyor::server {
 

@@ -1,5 +1,5 @@
 // ServiceNotifier: keeps systemd's service manager told how conveyord is
-// doing (Type=notify units; server/systemd_notify.h does the sending):
+// doing (Type=notify units; server/ops/systemd_notify.h does the sending):
 //   Ready()      READY=1 — call once the daemon answers health checks
 //                SERVING, i.e. it listens with every dataset loaded — and
 //                from then on, from a thread of its own, every
@@ -25,7 +25,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "core/mutex.h"
+#include "core/base/mutex.h"
 
 namespace conveyor::server {
 

@@ -1,15 +1,15 @@
-#include "server/config_reloader.h"
+#include "server/reloader.h"
 
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
-#include "server/config_loader.h"
-#include "server/config_reload.h"
-#include "server/service.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
+#include "server/config/loader.h"
+#include "server/config/reload_diff.h"
+#include "server/service/service.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

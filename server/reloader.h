@@ -3,7 +3,7 @@
 // (ApplyFlags), validates the result exactly as a start would — the text,
 // then the disk: allowed_roots, every dataset loaded — and then, when the
 // file changes nothing but pipelines (and allowed_roots; see
-// server/config_reload.h), makes the service serve the new pipelines:
+// server/config/reload_diff.h), makes the service serve the new pipelines:
 // added ones at once, removed ones no longer, changed ones with their new
 // definition for new streams; open streams keep what they opened with. Any
 // problem leaves everything as it was. Every outcome is logged in one line
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "server/daemon.h"
 
 namespace conveyor::server {

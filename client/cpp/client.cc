@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cpp/address.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace conveyor::client {
 

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 namespace conveyor::client {
 

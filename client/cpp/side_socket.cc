@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "core/status_macros.h"
+#include "core/base/posix_error.h"
+#include "core/base/status_macros.h"
 
 namespace conveyor::client {
 namespace {

@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/unique_fd.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor::client {
 

@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "client/cpp/mapped_region.h"
 #include "client/cpp/side_socket.h"
-#include "core/mutex.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
-#include "core/unique_fd.h"
+#include "core/base/mutex.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor::client {
 namespace internal {

@@ -1,4 +1,4 @@
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 #include <cerrno>
 #include <cstring>

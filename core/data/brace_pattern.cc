@@ -1,4 +1,4 @@
-#include "core/brace_pattern.h"
+#include "core/data/brace_pattern.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -10,10 +10,10 @@
 // ranges of one object at once (neighbouring tar members), which a remote
 // reader fetches with one request instead of one each.
 //
-// Error contract: as SampleSource's (core/sample_source.h) — a missing
+// Error contract: as SampleSource's (core/data/sample_source.h) — a missing
 // object or a short range is an error of the sample; errors of the system
 // (unreachable host after retries, out of memory) carry IsSystemError's mark
-// (core/posix_error.h) so the engine retries them and then ends the stream.
+// (core/base/posix_error.h) so the engine retries them and then ends the stream.
 // Messages name the object (for URLs without credentials or query secrets).
 //
 // Thread-safety: every method may be called concurrently from any thread.

@@ -1,8 +1,8 @@
 // Loading of the dataset index (ImageFolder trees, list files) into its
 // compact form. See dataset_index.h.
-#include "core/dataset_index.h"
+#include "core/data/dataset_index.h"
 
-#include "core/media_extensions.h"
+#include "core/data/media_extensions.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,10 +17,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/file_reader.h"
-#include "core/posix_error.h"
-#include "core/text_escape.h"
-#include "core/unique_fd.h"
+#include "core/data/file_reader.h"
+#include "core/base/posix_error.h"
+#include "core/base/text_escape.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor {
 namespace {
@@ -70,7 +70,7 @@ absl::Status CheckDirectory(const std::string& path, absl::string_view role) {
 
 // Reads a whole list file into a string with as few read() calls as
 // possible. Opened with O_NONBLOCK and refused unless a regular file, so a
-// FIFO cannot block the load. (Sample files go through core/file_reader.h.)
+// FIFO cannot block the load. (Sample files go through core/data/file_reader.h.)
 absl::StatusOr<std::string> ReadListFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {

@@ -5,7 +5,7 @@
 // Storage is compact so that an ImageNet-sized index (1.28 M entries) costs
 // about 14 MB once per daemon instead of hundreds of MB per worker process:
 // the relative paths are front- and rear-coded in blocks of 16
-// (core/front_coded_paths.h: a path costs the bytes in which it differs from
+// (core/data/front_coded_paths.h: a path costs the bytes in which it differs from
 // the one before it), and the labels are packed 1, 2 or 4 bytes each, as the
 // largest label needs. No per-entry std::string.
 //
@@ -13,7 +13,7 @@
 // check resolves it against allowed_roots), but no link BELOW the root is
 // ever followed, at index time or at read time: the index holds an fd of the
 // root folder, opened once by the factory, and samples are opened relative to
-// it without following links (ReadFileBeneath, core/file_reader.h). So
+// it without following links (ReadFileBeneath, core/data/file_reader.h). So
 // nothing a dataset contains leads outside it, even a file swapped for a link
 // after indexing.
 //
@@ -34,9 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/front_coded_paths.h"
-#include "core/media_extensions.h"
-#include "core/unique_fd.h"
+#include "core/data/front_coded_paths.h"
+#include "core/data/media_extensions.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor {
 
@@ -85,7 +85,7 @@ class DatasetIndex {
   //  - Samples are the non-hidden entries that are not folders directly
   //    inside a class folder whose extension is in `extensions` (default:
   //    the image set .jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp .gif;
-  //    video and audio sets in core/media_extensions.h), compared
+  //    video and audio sets in core/data/media_extensions.h), compared
   //    case-insensitively (torchvision's IMG_EXTENSIONS). Symbolic links,
   //    FIFOs, sockets and devices among them are indexed but never read:
   //    fetching them is an error of the sample naming why ("symbolic link

@@ -1,4 +1,4 @@
-#include "core/file_reader.h"
+#include "core/data/file_reader.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/posix_error.h"
-#include "core/read_fault_hook.h"
-#include "core/unique_fd.h"
+#include "core/base/posix_error.h"
+#include "core/data/read_fault_hook.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor {
 namespace {

@@ -16,7 +16,7 @@
 // sample's.
 //
 // Tests inject read errors, short counts and slow reads through the seam in
-// core/read_fault_hook.h (one atomic load per read when unused).
+// core/data/read_fault_hook.h (one atomic load per read when unused).
 #pragma once
 
 #include <sys/types.h>

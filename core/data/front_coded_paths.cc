@@ -4,7 +4,7 @@
 // as varint(prefix) + varint(suffix) + varint(middle length) + middle bytes,
 // where the string is previous[0, prefix) + middle + the last `suffix` bytes
 // of previous, and prefix + suffix <= both lengths. Varints are LEB128.
-#include "core/front_coded_paths.h"
+#include "core/data/front_coded_paths.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "core/local_range_reader.h"
+#include "core/data/local_range_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/file_reader.h"
-#include "core/posix_error.h"
-#include "core/unique_fd.h"
+#include "core/data/file_reader.h"
+#include "core/base/posix_error.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor {
 namespace {

@@ -1,4 +1,4 @@
-// LocalRangeReader: the ByteRangeReader (core/byte_range_reader.h) of local
+// LocalRangeReader: the ByteRangeReader (core/data/byte_range_reader.h) of local
 // files, over pread. Objects are file paths; each call opens the file
 // (O_NONBLOCK, so a FIFO or device never blocks a worker), checks with fstat
 // that it is a regular file, reads, and closes (RAII). Prefetch is ignored:
@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/byte_range_reader.h"
+#include "core/data/byte_range_reader.h"
 
 namespace conveyor {
 

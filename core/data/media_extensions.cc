@@ -1,4 +1,4 @@
-#include "core/media_extensions.h"
+#include "core/data/media_extensions.h"
 
 #include "absl/strings/match.h"
 

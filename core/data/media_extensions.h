@@ -9,7 +9,7 @@
 #include <span>
 #include <string_view>
 
-#include "core/transform_spec.h"
+#include "core/base/media_kind.h"
 
 namespace conveyor {
 

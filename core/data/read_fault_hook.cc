@@ -1,4 +1,4 @@
-#include "core/read_fault_hook.h"
+#include "core/data/read_fault_hook.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// ReadFaultHook: the file reader's test seam (core/file_reader.h). A unit
+// ReadFaultHook: the file reader's test seam (core/data/file_reader.h). A unit
 // test installs a hook to make chosen reads fail with an errno (EIO, ENOMEM,
 // EMFILE, EINTR, ...), return short counts, end early as if the file were
 // truncated while being read, or take longer (a slow disk), and then drives

@@ -1,7 +1,7 @@
-#include "core/sample_source.h"
+#include "core/data/sample_source.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/file_reader.h"
+#include "core/data/file_reader.h"
 
 namespace conveyor {
 

@@ -1,6 +1,6 @@
 // SampleSource: the Fetch stage's interface — turns a sample index of a
 // dataset into its bytes. The default, FileSampleSource, reads the dataset's
-// files whole with pread (core/file_reader.h); tar members and HTTP ranges
+// files whole with pread (core/data/file_reader.h); tar members and HTTP ranges
 // are later implementations, and tests inject sources that fail on cue.
 //
 // Error contract (the engine acts on it, see EngineOptions' retry fields):
@@ -8,7 +8,7 @@
 //     symbolic link below the dataset root, too large) are plain statuses:
 //     the pipeline's error_policy decides;
 //   - errors of the system (out of fds or memory, I/O errors: whatever
-//     IsSystemError() in core/posix_error.h reports) are retried with
+//     IsSystemError() in core/base/posix_error.h reports) are retried with
 //     backoff and then end the stream with UNAVAILABLE, never a short batch.
 //
 // Thread-safety: Read is called concurrently from every worker thread, so
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/dataset_index.h"
+#include "core/data/dataset_index.h"
 
 namespace conveyor {
 

@@ -1,5 +1,5 @@
 // Epoch permutation and per-rank sharding. See sampler.h for the rule.
-#include "core/sampler.h"
+#include "core/data/sampler.h"
 
 #include <sys/mman.h>
 
@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "core/rng.h"
-#include "core/status_macros.h"
+#include "core/base/posix_error.h"
+#include "core/base/rng.h"
+#include "core/base/status_macros.h"
 
 namespace conveyor {
 namespace {

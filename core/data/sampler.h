@@ -38,7 +38,7 @@
 // padding or minus the dropped tail when N - offset is not a multiple of W').
 //
 // Another permutation P (step 1) may come with the dataset (EpochOrder, e.g.
-// the shard-local order of tar shards, core/shard_order.h): steps 2 and 3 and
+// the shard-local order of tar shards, core/data/shard_order.h): steps 2 and 3 and
 // the resume rule apply to it unchanged.
 //
 // Thread-safety: free functions without shared state; safe from any thread.

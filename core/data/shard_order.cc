@@ -1,11 +1,11 @@
 // The shard-local epoch permutation. See shard_order.h for the rule.
-#include "core/shard_order.h"
+#include "core/data/shard_order.h"
 
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
-#include "core/rng.h"
+#include "core/base/rng.h"
 
 namespace conveyor {
 namespace {

@@ -1,5 +1,5 @@
-// ShardOrder: the epoch permutation P (core/sampler.h, EpochOrder) of a
-// dataset made of shards (tar shards, core/tar_dataset.h), so that reads stay
+// ShardOrder: the epoch permutation P (core/data/sampler.h, EpochOrder) of a
+// dataset made of shards (tar shards, core/data/tar_dataset.h), so that reads stay
 // local — consecutive samples come from the same shard, near each other —
 // while the order is still shuffled and the sampler's rank dealing and
 // offset-based resume apply unchanged.
@@ -24,7 +24,7 @@
 //   function of (shard sizes, B, seed, epoch), and a sample is emitted at
 //   most about B positions before it entered, so a window of ~B consecutive
 //   positions touches only the shards the buffer spans. Ranks take every
-//   W-th position of P (core/sampler.h), so each rank reads the same few
+//   W-th position of P (core/data/sampler.h), so each rank reads the same few
 //   shards at a time; resume records the global position reached, as with
 //   any P.
 //
@@ -34,7 +34,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/sampler.h"
+#include "core/data/sampler.h"
 
 namespace conveyor {
 

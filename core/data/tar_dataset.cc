@@ -1,5 +1,5 @@
 // WebDataset grouping of tar members into samples. See tar_dataset.h.
-#include "core/tar_dataset.h"
+#include "core/data/tar_dataset.h"
 
 #include <limits>
 #include <unordered_map>
@@ -7,8 +7,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor {
 namespace {

@@ -1,7 +1,7 @@
 // TarDataset: a dataset of WebDataset tar shards — the shards' headers
-// scanned once (core/tar_index.h), their members grouped into samples, and
+// scanned once (core/data/tar_index.h), their members grouped into samples, and
 // where each sample's image lies (shard, offset, size) so that fetching it is
-// one ranged read (TarShardSource, core/tar_shard_source.h).
+// one ranged read (TarShardSource, core/data/tar_shard_source.h).
 //
 // Grouping (WebDataset's rule): a member's key is its path up to the first
 // '.' of its last component, the rest is its extension: `dir/000123.jpg` and
@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/byte_range_reader.h"
-#include "core/dataset_index.h"
-#include "core/tar_index.h"
+#include "core/data/byte_range_reader.h"
+#include "core/data/dataset_index.h"
+#include "core/data/tar_index.h"
 
 namespace conveyor {
 

@@ -1,5 +1,5 @@
 // Tar header scanning. See tar_index.h for the formats and the rules.
-#include "core/tar_index.h"
+#include "core/data/tar_index.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/dataset_index.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
+#include "core/data/dataset_index.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor {
 namespace {

@@ -1,5 +1,5 @@
 // The tar header scanner of tar shards: reads an archive's headers once,
-// through a ByteRangeReader (core/byte_range_reader.h; local or remote), and
+// through a ByteRangeReader (core/data/byte_range_reader.h; local or remote), and
 // lists its regular members as name -> (offset of the data, size), so that a
 // member is later fetched with one ranged read. Formats: POSIX ustar (with
 // its 155-byte name prefix), GNU (long names in 'L' records, base-256 sizes)
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/byte_range_reader.h"
+#include "core/data/byte_range_reader.h"
 
 namespace conveyor {
 

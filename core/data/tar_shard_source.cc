@@ -1,10 +1,10 @@
-#include "core/tar_shard_source.h"
+#include "core/data/tar_shard_source.h"
 
 #include <algorithm>
 #include <array>
 
 #include "absl/strings/str_format.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor {
 

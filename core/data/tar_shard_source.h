@@ -1,5 +1,5 @@
-// TarShardSource: the SampleSource (core/sample_source.h) of a TarDataset
-// (core/tar_dataset.h): sample i is the image member of its tar sample,
+// TarShardSource: the SampleSource (core/data/sample_source.h) of a TarDataset
+// (core/data/tar_dataset.h): sample i is the image member of its tar sample,
 // fetched with one ReadRange of the given ByteRangeReader — LocalRangeReader
 // for shards on disk, a remote reader for URL shards — and Prefetch hints are
 // forwarded to the reader as the members' ranges, each member once until its
@@ -12,7 +12,7 @@
 // kRunSamples samples of its shard, in archive order, that it belongs to
 // (not yet hinted, within max_file_bytes) — as one PrefetchRun, so a remote
 // shard costs one request per run, not one per member. The shuffle buffer
-// (core/shard_order.h) emits a run's members within about its size of each
+// (core/data/shard_order.h) emits a run's members within about its size of each
 // other, so a run's parts wait for their reads about as long as a shuffle
 // buffer's samples wait: the read-ahead holds up to ~buffer samples' bytes,
 // bounded by the reader's budget (past it, hints are refused and members
@@ -31,10 +31,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/byte_range_reader.h"
-#include "core/prefetch_marks.h"
-#include "core/sample_source.h"
-#include "core/tar_dataset.h"
+#include "core/data/byte_range_reader.h"
+#include "core/data/prefetch_marks.h"
+#include "core/data/sample_source.h"
+#include "core/data/tar_dataset.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/audio_clip_decoder.h"
+#include "core/decode/audio_clip_decoder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/av_error.h"
-#include "core/av_memory_input.h"
-#include "core/status_macros.h"
+#include "core/decode/ffmpeg/error.h"
+#include "core/decode/ffmpeg/memory_input.h"
+#include "core/base/status_macros.h"
 
 extern "C" {
 #include <libavutil/channel_layout.h>

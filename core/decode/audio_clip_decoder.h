@@ -35,7 +35,7 @@
 // an OOM or a hang): spec.audio.max_samples samples per channel decoded or
 // resampled, spec.audio.max_duration_seconds declared or decoded, and
 // spec.max_decode_seconds of this thread's CPU time for the whole sample
-// (core/av_decode_budget.h: checked by the demuxer's interrupt callback and
+// (core/decode/ffmpeg/decode_budget.h: checked by the demuxer's interrupt callback and
 // reader and between packets; a wall-clock backstop at 10x the budget).
 //
 // FFmpeg's own threading is off (one decode per worker thread).
@@ -49,8 +49,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/av_handles.h"
-#include "core/sample_decoder.h"
+#include "core/decode/ffmpeg/handles.h"
+#include "core/decode/sample_decoder.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/crop_box.h"
+#include "core/decode/crop_box.h"
 
 #include <algorithm>
 #include <cmath>

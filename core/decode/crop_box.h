@@ -4,8 +4,8 @@
 // the Rng draws); safe to call from any thread.
 #pragma once
 
-#include "core/rng.h"
-#include "core/transform_spec.h"
+#include "core/base/rng.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/ffmpeg_image_decoder.h"
+#include "core/decode/ffmpeg_image_decoder.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/av_error.h"
-#include "core/thread_cpu_clock.h"
+#include "core/decode/ffmpeg/error.h"
+#include "core/base/thread_cpu_clock.h"
 
 extern "C" {
 #include <libavutil/log.h>

@@ -38,9 +38,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/av_handles.h"
-#include "core/image_probe.h"
-#include "core/jpeg_decoder.h"
+#include "core/decode/ffmpeg/handles.h"
+#include "core/decode/image_probe.h"
+#include "core/decode/jpeg_decoder.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/image_format.h"
+#include "core/decode/image_format.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "core/image_probe.h"
+#include "core/decode/image_probe.h"
 
 #include <zlib.h>
 
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/thread_cpu_clock.h"
+#include "core/base/thread_cpu_clock.h"
 
 namespace conveyor {
 namespace {

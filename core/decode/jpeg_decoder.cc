@@ -1,4 +1,4 @@
-#include "core/jpeg_decoder.h"
+#include "core/decode/jpeg_decoder.h"
 
 #include <time.h>
 
@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "core/image_format.h"
-#include "core/thread_cpu_clock.h"
+#include "core/decode/image_format.h"
+#include "core/base/thread_cpu_clock.h"
 
 namespace conveyor {
 

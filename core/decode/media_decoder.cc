@@ -1,9 +1,9 @@
-#include "core/media_decoder.h"
+#include "core/decode/media_decoder.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/audio_clip_decoder.h"
-#include "core/sample_transformer.h"
-#include "core/video_clip_decoder.h"
+#include "core/decode/audio_clip_decoder.h"
+#include "core/decode/sample_transformer.h"
+#include "core/decode/video_clip_decoder.h"
 
 namespace conveyor {
 

@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "core/sample_decoder.h"
+#include "core/decode/sample_decoder.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/resize.h"
+#include "core/decode/resize.h"
 
 #include <immintrin.h>
 

@@ -15,8 +15,8 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/rng.h"
-#include "core/transform_spec.h"
+#include "core/base/rng.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 

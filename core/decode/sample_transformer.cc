@@ -1,4 +1,4 @@
-#include "core/sample_transformer.h"
+#include "core/decode/sample_transformer.h"
 
 #include <immintrin.h>
 
@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/image_format.h"
-#include "core/image_probe.h"
+#include "core/decode/image_format.h"
+#include "core/decode/image_probe.h"
 
 namespace conveyor {
 

@@ -14,7 +14,7 @@
 // as torchvision does); at d > 1 it differs by the DCT-domain downscale (see
 // "Decode accuracy" in bench/README.md for measured figures).
 //
-// The engine's default SampleDecoder (core/sample_decoder.h).
+// The engine's default SampleDecoder (core/decode/sample_decoder.h).
 //
 // Thread-safety: not thread-safe; one SampleTransformer per worker thread.
 // It keeps the libjpeg decompressor and all scratch buffers between samples,
@@ -28,13 +28,13 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/crop_box.h"
-#include "core/ffmpeg_image_decoder.h"
-#include "core/jpeg_decoder.h"
-#include "core/resize.h"
-#include "core/sample_decoder.h"
-#include "core/rng.h"
-#include "core/transform_spec.h"
+#include "core/decode/crop_box.h"
+#include "core/decode/ffmpeg_image_decoder.h"
+#include "core/decode/jpeg_decoder.h"
+#include "core/decode/resize.h"
+#include "core/decode/sample_decoder.h"
+#include "core/base/rng.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/transform_spec.h"
+#include "core/decode/transform_spec.h"
 
 #include <cmath>
 

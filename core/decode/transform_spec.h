@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/base/media_kind.h"
 
 namespace conveyor {
 
@@ -20,17 +21,12 @@ enum class AugmentMode {
 
 enum class Layout { kNCHW, kNHWC };
 
-// What a pipeline's samples are. Images: one [3, H, W] (or [H, W, 3]) each.
-// Video: a clip of frames, [T, 3, H, W] (or [T, H, W, 3]). Audio: a fixed
-// length of samples per channel, [C, L]. SampleShape gives the shape.
-enum class MediaKind { kImage, kVideo, kAudio };
-
 // Where a video clip starts (kind video): drawn from the sample's Rng
 // (kRandom, uniform over the valid starts), the middle clip (kCenter), or the
 // first frame (kStart). The latter two draw nothing.
 enum class ClipStart { kRandom, kCenter, kStart };
 
-// Video clips (kind video): the decoder's parameters (core/video_clip_decoder.h).
+// Video clips (kind video): the decoder's parameters (core/decode/video_clip_decoder.h).
 struct VideoSpec {
   int clip_frames = 16;  // T: frames per clip
   // Every frame_stride-th frame (in presentation order), used when fps is 0.
@@ -68,7 +64,7 @@ enum class AudioPadding {
   kBoth,  // centred: floor(pad / 2) zeros before, the rest after
 };
 
-// Audio clips (kind audio): the decoder's parameters (core/audio_clip_decoder.h).
+// Audio clips (kind audio): the decoder's parameters (core/decode/audio_clip_decoder.h).
 struct AudioSpec {
   int sample_rate = 16000;     // resampled to this (Hz)
   int channels = 1;            // C: mixed or upmixed to this many channels (1 or 2)

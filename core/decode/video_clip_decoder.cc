@@ -1,14 +1,14 @@
-#include "core/video_clip_decoder.h"
+#include "core/decode/video_clip_decoder.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/av_display_orientation.h"
-#include "core/av_error.h"
-#include "core/av_memory_input.h"
-#include "core/status_macros.h"
+#include "core/decode/ffmpeg/display_orientation.h"
+#include "core/decode/ffmpeg/error.h"
+#include "core/decode/ffmpeg/memory_input.h"
+#include "core/base/status_macros.h"
 
 extern "C" {
 #include <libavutil/pixdesc.h>

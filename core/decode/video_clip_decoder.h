@@ -19,7 +19,7 @@
 // the clip's last frame; it falls back to the start of the stream when the
 // seek lands past the clip.
 //
-// Geometry (core/crop_box.h, the image rules on the displayed frame size):
+// Geometry (core/decode/crop_box.h, the image rules on the displayed frame size):
 // train: one RandomResizedCrop box and one flip draw per clip, the same for
 // every frame; the box's origin is aligned down to the chroma grid of the
 // decoded frames' pixel format (like FFmpeg's crop filter; its size is kept,
@@ -31,7 +31,7 @@
 // and y the aligned origin) and scale=RW:RH:flags=bilinear,crop=W:H:left:top
 // (eval).
 // Rotation metadata (the stream's display matrix) is applied first, as the
-// ffmpeg CLI does by default (core/av_display_orientation.h: quarter turns,
+// ffmpeg CLI does by default (core/decode/ffmpeg/display_orientation.h: quarter turns,
 // half turns and flips, byte-exact), so the clip is as displayed and the
 // geometry above works on the displayed size; video.autorotate = false keeps
 // frames as stored (ffmpeg -noautorotate). Angles that are not multiples of
@@ -43,7 +43,7 @@
 // ResourceExhausted, with the reason): max_pixels per frame,
 // video.max_frames_decoded frames decoded per clip, video.max_duration_seconds
 // of video, and max_decode_seconds of this thread's CPU time
-// (core/av_decode_budget.h: the demuxer's interrupt callback and reader plus
+// (core/decode/ffmpeg/decode_budget.h: the demuxer's interrupt callback and reader plus
 // a check per packet; a wall-clock backstop at 10x the budget). FFmpeg's own threads are off (thread_count 1): the
 // engine's workers are the parallelism.
 //
@@ -56,10 +56,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/av_display_orientation.h"
-#include "core/av_handles.h"
-#include "core/crop_box.h"
-#include "core/sample_decoder.h"
+#include "core/decode/ffmpeg/display_orientation.h"
+#include "core/decode/ffmpeg/handles.h"
+#include "core/decode/crop_box.h"
+#include "core/decode/sample_decoder.h"
 
 namespace conveyor {
 

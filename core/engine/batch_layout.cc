@@ -1,4 +1,4 @@
-#include "core/batch_layout.h"
+#include "core/engine/batch_layout.h"
 
 namespace conveyor {
 

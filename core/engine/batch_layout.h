@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/transform_spec.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 

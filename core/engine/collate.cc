@@ -1,14 +1,14 @@
 // Collate: compaction, the failure policy and in-order emission. The
 // StreamMachine methods here run under the scheduler lock, except
 // CompactBatch, which a worker runs without it once the batch is complete.
-#include "core/collate.h"
+#include "core/engine/collate.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "core/stream_machine.h"
-#include "core/text_escape.h"
+#include "core/engine/stream_machine.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor {
 
@@ -54,7 +54,7 @@ void StreamMachine::RecordFailure(BatchWork* b, uint32_t pos, const absl::Status
   f.sample_index = index;
   // Dataset-supplied text (a name, or a reason quoting it) goes into log
   // lines, statuses and Batch messages: escaped once here (valid UTF-8, no
-  // control characters; see core/text_escape.h).
+  // control characters; see core/base/text_escape.h).
   f.path = EscapeText(config_.pipeline->dataset->relative_path(index));
   f.reason = EscapeText(st.message());
   b->failed[pos] = 1;

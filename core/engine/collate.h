@@ -2,7 +2,7 @@
 // written or failed, the surviving samples are moved together (compaction),
 // the pipeline's failure policy is applied, and the batch is emitted to the
 // consumer in stream order (StreamMachine's collate methods, in
-// core/collate.cc). The pure parts are here so they can be tested alone.
+// core/engine/collate.cc). The pure parts are here so they can be tested alone.
 //
 // Thread-safety: pure functions over the caller's data.
 #pragma once
@@ -11,9 +11,9 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "core/batch_layout.h"
-#include "core/pipeline_config.h"
-#include "core/stream.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/pipeline_config.h"
+#include "core/engine/stream.h"
 
 namespace conveyor {
 

@@ -3,7 +3,7 @@
 // under the scheduler lock; consumers wait on the stream's own condition
 // variable, so a batch wakes only its stream's consumers.
 #include "absl/strings/str_format.h"
-#include "core/stream_machine.h"
+#include "core/engine/stream_machine.h"
 
 namespace conveyor {
 

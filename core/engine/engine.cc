@@ -1,13 +1,13 @@
-#include "core/engine.h"
+#include "core/engine/engine.h"
 
 #include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_format.h"
-#include "core/sampler.h"
-#include "core/scheduler.h"
-#include "core/status_macros.h"
-#include "core/stream_machine.h"
+#include "core/data/sampler.h"
+#include "core/engine/scheduler.h"
+#include "core/base/status_macros.h"
+#include "core/engine/stream_machine.h"
 
 namespace conveyor {
 

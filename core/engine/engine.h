@@ -4,7 +4,7 @@
 // Each worker repeatedly picks the next runnable task round-robin over the
 // open streams (sample → fetch → decode+augment into the batch slot →
 // collate) and never blocks on a full queue: a task whose output has no room
-// is not started. See core/stream.h for the per-stream contract.
+// is not started. See core/engine/stream.h for the per-stream contract.
 //
 // Thread-safety: all methods are safe to call concurrently. Destroying the
 // engine shuts it down (Shutdown): open streams' handles stay valid and
@@ -15,10 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/pipeline_config.h"
-#include "core/sample_decoder.h"
-#include "core/stats.h"
-#include "core/stream.h"
+#include "core/engine/pipeline_config.h"
+#include "core/decode/sample_decoder.h"
+#include "core/engine/stats.h"
+#include "core/engine/stream.h"
 
 namespace conveyor {
 
@@ -46,7 +46,7 @@ struct EngineOptions {
   absl::Duration fetch_retry_deadline = absl::Seconds(30);              // > 0
 
   // Makes the per-worker-thread decoder of the decode stage. Null: a
-  // MediaDecoder (the decoder of the pipeline's kind, core/media_decoder.h).
+  // MediaDecoder (the decoder of the pipeline's kind, core/decode/media_decoder.h).
   // Other decoders (synthetic ones for benchmarks) plug in here.
   SampleDecoderFactory decoder_factory;
 };

@@ -1,4 +1,4 @@
-#include "core/pipeline_config.h"
+#include "core/engine/pipeline_config.h"
 
 #include "absl/strings/str_format.h"
 

@@ -9,17 +9,17 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/dataset_index.h"
-#include "core/sample_source.h"
-#include "core/sampler.h"
-#include "core/transform_spec.h"
+#include "core/data/dataset_index.h"
+#include "core/data/sample_source.h"
+#include "core/data/sampler.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 
 // What happens when a sample fails. Only errors of the sample obey it: not
 // found, permission denied, not a regular file, larger than max_file_bytes,
 // not a JPEG or corrupt. Errors of the system (IsSystemError in
-// core/posix_error.h: out of fds or memory, I/O errors) are never a sample's
+// core/base/posix_error.h: out of fds or memory, I/O errors) are never a sample's
 // fault: the engine retries them with backoff (EngineOptions' retry fields)
 // and then ends the stream with UNAVAILABLE naming the file and the errno,
 // whatever the policy, so no batch ever silently loses a sample to them.
@@ -49,7 +49,7 @@ struct PipelineConfig {
   // Where sample bytes come from. Null: the dataset's files, read whole
   // (FileSampleSource over `dataset` with max_file_bytes).
   std::shared_ptr<const SampleSource> source;
-  // The epoch permutation of the sampler (core/sampler.h). Null: the global
+  // The epoch permutation of the sampler (core/data/sampler.h). Null: the global
   // shuffle (EpochPermutation); tar shards bring their shard-local order.
   std::shared_ptr<const EpochOrder> order;
 };

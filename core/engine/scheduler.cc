@@ -1,10 +1,10 @@
-#include "core/scheduler.h"
+#include "core/engine/scheduler.h"
 
 #include <algorithm>
 #include <cassert>
 
-#include "core/media_decoder.h"
-#include "core/status_macros.h"
+#include "core/decode/media_decoder.h"
+#include "core/base/status_macros.h"
 
 namespace conveyor {
 

@@ -1,6 +1,6 @@
 // Internal to the engine: the worker pool and the fair choice of which
 // stream a worker serves next. Everything about one stream's work is its
-// StreamMachine's (core/stream_machine.h); the scheduler keeps the list of
+// StreamMachine's (core/engine/stream_machine.h); the scheduler keeps the list of
 // streams that need workers, picks round-robin among them, wakes workers,
 // and forwards the consumer's calls under its lock.
 //
@@ -36,9 +36,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/engine.h"
-#include "core/mutex.h"
-#include "core/stream_machine.h"
+#include "core/engine/engine.h"
+#include "core/base/mutex.h"
+#include "core/engine/stream_machine.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/slot_arena.h"
+#include "core/engine/slot_arena.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 namespace conveyor {
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/unique_fd.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "core/stats.h"
+#include "core/engine/stats.h"
 
 #include <time.h>
 

@@ -2,7 +2,7 @@
 // (a rank of a training job), produced by the engine's shared worker pool.
 //
 // Batch k of an epoch holds this rank's samples kB … kB+B−1 of that epoch
-// (see core/sampler.h for which samples a rank gets), less the samples that
+// (see core/data/sampler.h for which samples a rank gets), less the samples that
 // failed under ErrorPolicy::kSkip. Every batch is written into one slot of the
 // stream's SlotArena; the consumer owns the slot from TryNext/Next until it
 // calls Release(slot). The stream never holds more slots than
@@ -24,11 +24,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/batch_layout.h"
-#include "core/pipeline_config.h"
-#include "core/sampler.h"
-#include "core/slot_arena.h"
-#include "core/stats.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/pipeline_config.h"
+#include "core/data/sampler.h"
+#include "core/engine/slot_arena.h"
+#include "core/engine/stats.h"
 
 namespace conveyor {
 
@@ -40,14 +40,14 @@ struct StreamOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   bool shuffle = true;
-  // Sampler remainder rule (core/sampler.h): pad by wrapping, or drop.
+  // Sampler remainder rule (core/data/sampler.h): pad by wrapping, or drop.
   bool drop_last = false;
   // Batches the stream may hold at once (in production, ready, or held by the
   // consumer): the consumer's credits. Bounds the stream's memory.
   uint32_t num_slots = 4;
   // Resume: samples of first_epoch's global order that all ranks together
   // already consumed (BatchInfo::offset of the last batch the trainer took,
-  // possibly saved at another world size). See core/sampler.h.
+  // possibly saved at another world size). See core/data/sampler.h.
   uint64_t epoch_offset = 0;
   // Put slots in a memfd that can be handed to another process.
   bool shareable_memory = false;
@@ -55,7 +55,7 @@ struct StreamOptions {
 
 struct SampleFailure {
   uint64_t sample_index = 0;  // index in the dataset
-  std::string path;           // relative path in the dataset, escaped (core/text_escape.h)
+  std::string path;           // relative path in the dataset, escaped (core/base/text_escape.h)
   std::string reason;         // escaped likewise
 };
 

@@ -1,15 +1,15 @@
 // StreamMachine: construction, the pick / run / complete steps of the
 // sample, fetch and decode stages, and statistics. Collate is in
-// core/collate.cc, the consumer side in core/deliver.cc.
-#include "core/stream_machine.h"
+// core/engine/collate.cc, the consumer side in core/engine/deliver.cc.
+#include "core/engine/stream_machine.h"
 
 #include <algorithm>
 #include <array>
 #include <cassert>
 
 #include "absl/strings/str_format.h"
-#include "core/posix_error.h"
-#include "core/sampler.h"
+#include "core/base/posix_error.h"
+#include "core/data/sampler.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor {

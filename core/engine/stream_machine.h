@@ -1,8 +1,8 @@
 // Internal to the engine: StreamMachine, the state machine of one stream —
 // which task of the stream may run next (sample → fetch → decode), what a
 // finished task changes, how batches are collated and emitted in order
-// (core/collate.cc) and handed to the consumer (core/deliver.cc). The
-// Scheduler (core/scheduler.h) owns the worker pool and only chooses which
+// (core/engine/collate.cc) and handed to the consumer (core/engine/deliver.cc). The
+// Scheduler (core/engine/scheduler.h) owns the worker pool and only chooses which
 // stream a worker serves next; it never looks inside a stream.
 //
 // Locking: every mutable field is guarded by the engine's one scheduler
@@ -41,20 +41,20 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "core/batch_layout.h"
-#include "core/mutex.h"
-#include "core/pipeline_config.h"
-#include "core/sample_decoder.h"
-#include "core/sampler.h"
-#include "core/slot_arena.h"
-#include "core/stats.h"
-#include "core/stream.h"
+#include "core/engine/batch_layout.h"
+#include "core/base/mutex.h"
+#include "core/engine/pipeline_config.h"
+#include "core/decode/sample_decoder.h"
+#include "core/data/sampler.h"
+#include "core/engine/slot_arena.h"
+#include "core/engine/stats.h"
+#include "core/engine/stream.h"
 
 namespace conveyor {
 
 struct EngineOptions;
 
-using EpochPlan = RankPlan;  // this rank's dataset indices, in order (core/sampler.h)
+using EpochPlan = RankPlan;  // this rank's dataset indices, in order (core/data/sampler.h)
 
 // A batch between its start (a slot was assigned) and its emission. Owned by
 // the machine's open_ queue; tasks in flight point at it (open_ entries are
@@ -170,7 +170,7 @@ class StreamMachine {
   // FinishCompaction when Complete asked for one).
   void EndTask() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { --tasks_inflight_; }
 
-  // ---- the pipeline, stage by stage (core/stream_machine.cc)
+  // ---- the pipeline, stage by stage (core/engine/stream_machine.cc)
   // Picks the next task of this stream that may run at `now`, if any: first
   // starts batches into free slots, then plans an epoch (sample), decodes a
   // fetched sample, or fetches one (retries first, once due). When nothing
@@ -185,14 +185,14 @@ class StreamMachine {
   // FinishCompaction; nullptr otherwise.
   BatchWork* Complete(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // ---- collate (core/collate.cc)
+  // ---- collate (core/engine/collate.cc)
   // Moves the surviving samples of a batch with failures together. REQUIRES:
   // every task of `b` finished (so nothing else touches its slot). Lock-free.
   void CompactBatch(const BatchWork& b) const;
   void FinishCompaction(BatchWork* b, uint64_t busy_ns, Outbox* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // ---- deliver: the consumer API (core/deliver.cc)
+  // ---- deliver: the consumer API (core/engine/deliver.cc)
   Stream::Poll TryNext(BatchInfo* batch, absl::Status* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits on this stream's own condition variable until TryNext may return
   // something new or `deadline` passes. Returns false on timeout with
@@ -269,7 +269,7 @@ class StreamMachine {
   BatchWork* CompleteDecode(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunDecode(Task* t, SampleDecoder* decoder) const;
 
-  // Collate (core/collate.cc).
+  // Collate (core/engine/collate.cc).
   void RecordFailure(BatchWork* b, uint32_t pos, const absl::Status& st)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A position of b finished; returns b when that completed it with
@@ -277,7 +277,7 @@ class StreamMachine {
   BatchWork* PositionDone(BatchWork* b, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EmitInOrder(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Deliver (core/deliver.cc): wakes the consumer and queues its callback.
+  // Deliver (core/engine/deliver.cc): wakes the consumer and queues its callback.
   void Notify(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Returns ready batches' slots to free_slots_ (they will not be taken).
   void DropReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

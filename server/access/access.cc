@@ -1,30 +1,30 @@
-#include "server/access.h"
+#include "server/access/access.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/certificate_identifier.h"
-#include "server/tls_credentials.h"
-#include "server/token_identifier.h"
+#include "server/access/certificate_identifier.h"
+#include "server/access/tls_credentials.h"
+#include "server/access/token_identifier.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
 
-absl::Status CheckAccessFiles(const DaemonConfig& config) {
-  if (!config.access.tokens.empty()) {
+absl::Status CheckAccessFiles(const ListenConfig& listen, const AccessConfig& access) {
+  if (!access.tokens.empty()) {
     absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
-        TokenIdentifier::Create(config.access, std::make_unique<ClientIdentifier>());
+        TokenIdentifier::Create(access, std::make_unique<ClientIdentifier>());
     if (!tokens.ok()) return tokens.status();
   }
-  if (config.listen.tls.enabled() && !config.listen.tcp.empty()) {
-    return CheckTlsFiles(config.listen.tls);
+  if (listen.tls.enabled() && !listen.tcp.empty()) {
+    return CheckTlsFiles(listen.tls);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
+absl::StatusOr<Access> BuildAccess(const ListenConfig& listen, const AccessConfig& access,
                                    std::unique_ptr<ClientIdentifier> inner) {
   Access a{std::move(inner), grpc::InsecureServerCredentials()};
-  const TlsConfig& tls = config.listen.tls;
-  if (tls.enabled() && !config.listen.tcp.empty()) {
+  const TlsConfig& tls = listen.tls;
+  if (tls.enabled() && !listen.tcp.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeTlsServerCredentials(tls);
     if (!creds.ok()) return creds.status();
     a.tcp_credentials = *std::move(creds);
@@ -32,19 +32,19 @@ absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
       a.identifier = std::make_unique<CertificateIdentifier>(std::move(a.identifier));
     }
   }
-  if (!config.access.tokens.empty()) {
+  if (!access.tokens.empty()) {
     absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
-        TokenIdentifier::Create(config.access, std::move(a.identifier));
+        TokenIdentifier::Create(access, std::move(a.identifier));
     if (!tokens.ok()) return tokens.status();
     a.identifier = *std::move(tokens);
   }
   return a;
 }
 
-void LogTcpAccess(const DaemonConfig& config, int tcp_port) {
-  const TlsConfig& tls = config.listen.tls;
-  const size_t tokens = config.access.tokens.size();
-  spdlog::info("listening on TCP {} (port {}){}{}", config.listen.tcp, tcp_port,
+void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tcp_port) {
+  const TlsConfig& tls = listen.tls;
+  const size_t tokens = access.tokens.size();
+  spdlog::info("listening on TCP {} (port {}){}{}", listen.tcp, tcp_port,
                !tls.enabled()              ? ""
                : tls.require_client_cert   ? ", TLS, client certificates required"
                : !tls.client_ca.empty()    ? ", TLS, client certificates verified when sent"
@@ -52,14 +52,14 @@ void LogTcpAccess(const DaemonConfig& config, int tcp_port) {
                tokens == 0 ? "" : absl::StrCat(", bearer tokens required (", tokens, " configured)"));
   if (tokens > 0) {
     spdlog::info("access: {} bearer token(s); unix socket clients {}", tokens,
-                 config.access.require_token_on_unix ? "need one too" : "need none");
+                 access.require_token_on_unix ? "need one too" : "need none");
   }
-  if (!IsLoopbackAddress(config.listen.tcp) && !tls.enabled() && tokens == 0) {
+  if (!IsLoopbackAddress(listen.tcp) && !tls.enabled() && tokens == 0) {
     spdlog::warn(
         "TCP {} is not a loopback address and has neither TLS nor bearer tokens "
         "(listen.allow_insecure_tcp): anyone who reaches the port can list the pipelines, read "
         "every dataset and hold every stream slot",
-        config.listen.tcp);
+        listen.tcp);
   }
 }
 

@@ -16,8 +16,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/client_identifier.h"
-#include "server/config.h"
+#include "server/access/identifier.h"
+#include "server/access/listen_config.h"
+#include "server/access/token_identifier.h"
 
 namespace conveyor::server {
 
@@ -26,17 +27,17 @@ struct Access {
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
 };
 
-// Reads the token files and checks the TLS files of `config`. InvalidArgument
-// "field access.tokens[i].file: ..." / "field listen.tls.key: ...".
-absl::Status CheckAccessFiles(const DaemonConfig& config);
+// Reads the token files of `access` and checks the TLS files of `listen`.
+// InvalidArgument "field access.tokens[i].file: ..." / "field listen.tls.key: ...".
+absl::Status CheckAccessFiles(const ListenConfig& listen, const AccessConfig& access);
 
 // The identifier chain over `inner` (which identifies the client first) and
-// the TCP credentials of `config`.
-absl::StatusOr<Access> BuildAccess(const DaemonConfig& config,
+// the TCP credentials of `listen`.
+absl::StatusOr<Access> BuildAccess(const ListenConfig& listen, const AccessConfig& access,
                                    std::unique_ptr<ClientIdentifier> inner);
 
 // Logs how TCP is guarded (TLS, client certificates, tokens), and warns
 // when it is not although it is reachable from other hosts.
-void LogTcpAccess(const DaemonConfig& config, int tcp_port);
+void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tcp_port);
 
 }  // namespace conveyor::server

@@ -1,4 +1,4 @@
-#include "server/certificate_identifier.h"
+#include "server/access/certificate_identifier.h"
 
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_context.h>

@@ -2,7 +2,7 @@
 // identity. When gRPC verified a client certificate (listen.tls.client_ca),
 // the certificate's subject common name becomes the client's principal.
 // Certificates authenticate and do not limit pipelines; a bearer token sent
-// as well (server/token_identifier.h, wrapping this one) replaces the
+// as well (server/access/token_identifier.h, wrapping this one) replaces the
 // principal with the token's name and limits the client to its pipelines.
 //
 // Thread-safety: immutable; Identify may run concurrently.
@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "server/client_identifier.h"
+#include "server/access/identifier.h"
 
 namespace conveyor::server {
 

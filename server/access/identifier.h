@@ -1,5 +1,5 @@
 // ClientIdentifier: how the gRPC adapter learns who each call's client is
-// (server/client_identity.h) before the service sees the call. This base
+// (server/access/identity.h) before the service sees the call. This base
 // knows a client by its peer address alone and authenticates nobody; the
 // daemon's access controls (unix peer credentials, bearer tokens, client
 // certificates) refine it. Identify runs on gRPC's threads once per call.
@@ -11,7 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
-#include "server/client_identity.h"
+#include "server/access/identity.h"
 
 namespace conveyor::server {
 

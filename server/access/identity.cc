@@ -1,11 +1,11 @@
-#include "server/client_identity.h"
+#include "server/access/identity.h"
 
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::server {
 

@@ -1,9 +1,9 @@
-#include "server/peer_credentials_identifier.h"
+#include "server/access/peer_credentials_identifier.h"
 
 #include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::server {
 

@@ -1,7 +1,7 @@
 // PeerCredentialsIdentifier: the ClientIdentifier of a daemon whose unix
-// socket is accepted by server/unix_listener.h. A call on a connection the
+// socket is accepted by server/access/unix_listener.h. A call on a connection the
 // listener handed to gRPC has the peer "fd:N"; this identifier finds the
-// credentials the listener recorded for fd N (server/unix_connections.h)
+// credentials the listener recorded for fd N (server/access/unix_connections.h)
 // and makes the call's identity a unix client with those credentials
 // (peer "unix:<socket path>", is_operator as the access policy said).
 // Calls on other connections (TCP) are identified by `others`.
@@ -17,8 +17,8 @@
 #include <memory>
 #include <string>
 
-#include "server/client_identifier.h"
-#include "server/unix_connections.h"
+#include "server/access/identifier.h"
+#include "server/access/unix_connections.h"
 
 namespace conveyor::server {
 

@@ -23,8 +23,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/mutex.h"
-#include "server/config.h"
+#include "core/base/mutex.h"
+#include "server/access/tls_config.h"
 
 namespace conveyor::server {
 

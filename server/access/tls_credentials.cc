@@ -1,4 +1,4 @@
-#include "server/tls_credentials.h"
+#include "server/access/tls_credentials.h"
 
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>

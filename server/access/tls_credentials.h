@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/config.h"
+#include "server/access/tls_config.h"
 
 namespace conveyor::server {
 

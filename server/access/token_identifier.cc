@@ -1,4 +1,4 @@
-#include "server/token_identifier.h"
+#include "server/access/token_identifier.h"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -12,8 +12,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/posix_error.h"
-#include "core/unique_fd.h"
+#include "core/base/posix_error.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor::server {
 

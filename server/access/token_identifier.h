@@ -28,10 +28,27 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/client_identifier.h"
-#include "server/config.h"
+#include "server/access/identifier.h"
 
 namespace conveyor::server {
+
+// One bearer token a client may present (access.tokens[i]). Its secret is
+// read from `file` at start; the config holds only the path.
+struct TokenSpec {
+  std::string name;  // the principal a client holding it is known as
+  std::string file;  // absolute, lexically normal
+  // The pipelines it may open; unset: all of them.
+  std::optional<std::set<std::string>> pipelines;
+  bool is_operator = false;  // may see every client's streams in GetStats
+};
+
+// Who may use the daemon (the `access` section).
+struct AccessConfig {
+  std::vector<TokenSpec> tokens;  // empty: no bearer tokens (and none required)
+  // Whether clients of the unix socket must present a token too (TCP clients
+  // must whenever tokens are configured).
+  bool require_token_on_unix = false;
+};
 
 // The token held by `path` (named by config field `field` in messages): its
 // content without one trailing newline. Refused (naming the field and path,

@@ -1,4 +1,4 @@
-#include "server/unix_access.h"
+#include "server/access/unix_access.h"
 
 #include <grp.h>
 #include <pwd.h>
@@ -11,9 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/posix_error.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
+#include "core/base/posix_error.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::server {
 

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/client_identity.h"
-#include "server/config.h"
+#include "server/access/identity.h"
+#include "server/access/listen_config.h"
 
 namespace conveyor::server {
 

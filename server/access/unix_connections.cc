@@ -1,4 +1,4 @@
-#include "server/unix_connections.h"
+#include "server/access/unix_connections.h"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-// UnixConnections: what the daemon's unix listener (server/unix_listener.h)
+// UnixConnections: what the daemon's unix listener (server/access/unix_listener.h)
 // learned of each connection it accepted and handed to gRPC — the peer's
 // kernel credentials and whether it is an operator — keyed by the
 // connection's fd number, which is all gRPC tells a call about a connection
@@ -24,8 +24,8 @@
 #include <map>
 #include <optional>
 
-#include "core/mutex.h"
-#include "server/client_identity.h"
+#include "core/base/mutex.h"
+#include "server/access/identity.h"
 
 namespace conveyor::server {
 

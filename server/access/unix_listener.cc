@@ -1,4 +1,4 @@
-#include "server/unix_listener.h"
+#include "server/access/unix_listener.h"
 
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -11,9 +11,9 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "server/handshake.h"
-#include "server/unix_socket.h"
+#include "core/base/epoll_events.h"
+#include "core/base/posix_error.h"
+#include "server/access/unix_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

@@ -11,7 +11,7 @@
 // one is recorded in UnixConnections and handed to the running gRPC server
 // (grpc::AddInsecureChannelFromFd), after which gRPC owns the fd and its
 // calls see the peer "fd:N" that PeerCredentialsIdentifier maps back to
-// the credentials (server/peer_credentials_identifier.h).
+// the credentials (server/access/peer_credentials_identifier.h).
 //
 // One thread waits on the listening socket and an eventfd (epoll), so
 // Stop() ends it promptly. When accept() fails for want of resources (out
@@ -32,9 +32,9 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "core/unique_fd.h"
-#include "server/unix_access.h"
-#include "server/unix_connections.h"
+#include "core/base/unique_fd.h"
+#include "server/access/unix_access.h"
+#include "server/access/unix_connections.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/unix_socket.h"
+#include "server/access/unix_socket.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "core/unique_fd.h"
+#include "core/base/posix_error.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/byte_size.h"
+#include "server/config/byte_size.h"
 
 #include <cmath>
 #include <map>

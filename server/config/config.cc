@@ -1,4 +1,4 @@
-#include "server/config.h"
+#include "server/config/config.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,11 +15,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/brace_pattern.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
+#include "core/data/brace_pattern.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
 #include "remote/url.h"
-#include "server/yaml_fields.h"
+#include "server/config/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
 namespace conveyor::server {
@@ -1088,29 +1088,6 @@ bool PathIsUnder(const std::string& path, const std::string& root) {
   if (root == "/") return absl::StartsWith(path, "/");
   if (!absl::StartsWith(path, root)) return false;
   return path.size() == root.size() || path[root.size()] == '/';
-}
-
-bool IsLoopbackAddress(const std::string& host_port) {
-  std::string host = host_port.substr(0, host_port.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  host = absl::AsciiStrToLower(host);
-  if (host == "localhost" || host == "::1") return true;
-  // 127.0.0.0/8, written as a dotted quad.
-  int parts = 0;
-  for (absl::string_view part : absl::StrSplit(host, '.')) {
-    uint32_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v > 255 || (parts == 0 && v != 127)) return false;
-    ++parts;
-  }
-  return parts == 4;
-}
-
-std::string DataSocketAddress(const ListenConfig& listen) {
-  if (listen.tcp.empty() || listen.data_tcp == "none") return "";
-  if (!listen.data_tcp.empty()) return listen.data_tcp;
-  return listen.tcp.substr(0, listen.tcp.rfind(':')) + ":0";
 }
 
 }  // namespace conveyor::server

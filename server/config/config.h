@@ -10,7 +10,7 @@
 // budget and "N%" sizes) comes in a SystemInfo that the daemon probes once.
 // Everything that touches the disk — reading the config file, checking that
 // dataset paths exist and that symlinks keep them under allowed_roots,
-// loading the datasets — is server/config_loader.h.
+// loading the datasets — is server/config/loader.h.
 //
 // Paths: relative paths in the file (dataset root/list, allowed_roots,
 // listen.unix) resolve lexically against the directory holding the config
@@ -30,20 +30,20 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/engine.h"
-#include "core/pipeline_config.h"
+#include "core/engine/engine.h"
+#include "core/engine/pipeline_config.h"
 #include "remote/remote_options.h"
-#include "server/client_limits.h"
-#include "server/system_memory.h"
+#include "server/access/listen_config.h"
+#include "server/access/token_identifier.h"
+#include "server/config/system_memory.h"
+#include "server/service/client_limits.h"
 
 namespace conveyor::server {
-
-inline constexpr char kDefaultUnixSocket[] = "/run/conveyor/conveyor.sock";
 
 // Where a pipeline's samples come from. Paths are absolute and lexically
 // normal (symlinks are resolved only when the dataset loads).
 struct DatasetSpec {
-  // kTarShards: `shards` (core/tar_dataset.h). kUrlList: `list` holds one
+  // kTarShards: `shards` (core/data/tar_dataset.h). kUrlList: `list` holds one
   // `URL<TAB>label` per line (dataset.urls), samples read over HTTP(S)/S3
   // (remote/url_sample_source.h).
   enum class Kind { kImageFolder, kListFile, kTarShards, kUrlList };
@@ -52,7 +52,7 @@ struct DatasetSpec {
   std::string list;  // list file (kListFile, kUrlList)
   // kTarShards only: the shards, brace patterns expanded, in order; the label
   // member's extension; the shuffle buffer B of the shard-local order
-  // (core/shard_order.h).
+  // (core/data/shard_order.h).
   std::vector<std::string> shards;
   std::string label_key = "cls";
   uint64_t shuffle_buffer = 1000;
@@ -62,83 +62,18 @@ struct DatasetSpec {
 };
 
 // One `pipelines.<name>` entry. `config.dataset` stays null until
-// LoadPipelines() (server/config_loader.h) loads the dataset.
+// LoadPipelines() (server/config/loader.h) loads the dataset.
 struct PipelineSpec {
   DatasetSpec dataset;
   PipelineConfig config;  // config.name is the pipeline's name
 };
 
-// TLS on the TCP listener and its data socket (listen.tls). The files are
-// paths (absolute, lexically normal); they are read when the daemon starts
-// and watched for renewal while it runs.
-struct TlsConfig {
-  std::string cert;       // PEM certificate chain of the server
-  std::string key;        // PEM private key of `cert`
-  std::string client_ca;  // PEM CAs whose client certificates are verified; "" = none asked
-  bool require_client_cert = false;  // refuse clients without a certificate (needs client_ca)
-  // How often the files are checked for a renewed certificate, key or CA.
-  uint32_t reload_interval_seconds = 60;
-
-  bool enabled() const { return !cert.empty(); }
-};
-
-struct ListenConfig {
-  std::string unix_path = kDefaultUnixSocket;  // "" disables the unix socket
-  mode_t unix_mode = 0660;                     // of the socket and its ".fd" sibling
-  std::string tcp;                             // "host:port", "" = no TCP listener
-  // The batch-data socket of DATA_SOCKET streams (TCP clients): "host:port";
-  // "" = the TCP listener's host with a free port (announced to each client
-  // in StreamOpened); "none" = no data socket (TCP clients get INLINE
-  // batches). Unused without a TCP listener; with listen.tls it speaks TLS.
-  std::string data_tcp;
-  TlsConfig tls;
-  // Serve TCP on a non-loopback address with neither TLS nor bearer tokens
-  // (refused at start otherwise; a warning is logged when allowed).
-  bool allow_insecure_tcp = false;
-  // Who may connect to the unix socket (and fetch memory from its ".fd"
-  // sibling), checked against each connection's kernel credentials: user
-  // and group names or numbers, resolved when the daemon starts
-  // (server/unix_access.h). Both empty: anyone the socket mode admits.
-  // Root and the daemon's own uid are always allowed.
-  std::vector<std::string> allowed_uids;
-  std::vector<std::string> allowed_gids;
-  // Unix clients who see every client's streams in GetStats (besides root
-  // and the daemon's uid, who always do).
-  std::vector<std::string> operator_uids;
-  std::vector<std::string> operator_gids;
-};
-
-// One bearer token a client may present (access.tokens[i]). Its secret is
-// read from `file` at start; the config holds only the path.
-struct TokenSpec {
-  std::string name;  // the principal a client holding it is known as
-  std::string file;  // absolute, lexically normal
-  // The pipelines it may open; unset: all of them.
-  std::optional<std::set<std::string>> pipelines;
-  bool is_operator = false;  // may see every client's streams in GetStats
-};
-
-// Who may use the daemon (the `access` section).
-struct AccessConfig {
-  std::vector<TokenSpec> tokens;  // empty: no bearer tokens (and none required)
-  // Whether clients of the unix socket must present a token too (TCP clients
-  // must whenever tokens are configured).
-  bool require_token_on_unix = false;
-};
-
-// The Prometheus endpoint (the `metrics` section; server/metrics_http_server.h).
+// The Prometheus endpoint (the `metrics` section; server/ops/metrics_http_server.h).
 struct MetricsConfig {
   // "IPV4:PORT" or "[IPV6]:PORT" of the HTTP listener serving /metrics;
   // "" = no endpoint (the default). Port 0 picks a free one (logged).
   std::string listen;
 };
-
-// Whether `host_port`'s host is a loopback address (127.0.0.0/8, ::1,
-// localhost): reachable from this machine only.
-bool IsLoopbackAddress(const std::string& host_port);
-
-// The address the data socket listens on, or "" for none (see data_tcp).
-std::string DataSocketAddress(const ListenConfig& listen);
 
 struct DaemonConfig {
   std::string source;  // the config file, as named on the command line (for messages)

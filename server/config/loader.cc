@@ -1,4 +1,4 @@
-#include "server/config_loader.h"
+#include "server/config/loader.h"
 
 #include <cerrno>
 #include <chrono>
@@ -10,17 +10,17 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "core/dataset_index.h"
-#include "core/local_range_reader.h"
-#include "core/shard_order.h"
-#include "core/tar_dataset.h"
-#include "core/tar_shard_source.h"
-#include "core/posix_error.h"
-#include "core/text_escape.h"
-#include "core/status_macros.h"
+#include "core/data/dataset_index.h"
+#include "core/data/local_range_reader.h"
+#include "core/data/shard_order.h"
+#include "core/data/tar_dataset.h"
+#include "core/data/tar_shard_source.h"
+#include "core/base/posix_error.h"
+#include "core/base/text_escape.h"
+#include "core/base/status_macros.h"
 #include "remote/remote_reader.h"
 #include "remote/url_sample_source.h"
-#include "server/yaml_fields.h"
+#include "server/config/yaml_fields.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -159,7 +159,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
-    // A folder lists the files of its pipeline's kind (core/media_extensions.h).
+    // A folder lists the files of its pipeline's kind (core/data/media_extensions.h).
     const MediaKind media = spec.config.transform.kind;
     const std::string key = d.kind == DatasetSpec::Kind::kImageFolder
                                 ? absl::StrCat(d.Key(), "\nkind:", ToString(media))

@@ -1,5 +1,5 @@
 // The steps of conveyord's config that touch the file system, after the pure
-// parse of server/config.h: reading the config file, checking the dataset
+// parse of server/config/config.h: reading the config file, checking the dataset
 // paths against the disk (symlinks resolved, they must stay under
 // allowed_roots), and loading every dataset's index. Errors name the config
 // field: "FILE: field pipelines.x.dataset.root: …".
@@ -13,9 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/pipeline_config.h"
-#include "server/config.h"
-#include "server/system_memory.h"
+#include "core/engine/pipeline_config.h"
+#include "server/config/config.h"
+#include "server/config/system_memory.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/config_reload.h"
+#include "server/config/reload_diff.h"
 
 #include <map>
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "server/config.h"
+#include "server/config/config.h"
 
 namespace conveyor::server {
 

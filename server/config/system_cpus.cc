@@ -1,4 +1,4 @@
-#include "server/system_cpus.h"
+#include "server/config/system_cpus.h"
 
 #include <sched.h>
 

@@ -1,4 +1,4 @@
-#include "server/system_memory.h"
+#include "server/config/system_memory.h"
 
 #include <unistd.h>
 

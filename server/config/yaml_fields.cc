@@ -1,4 +1,4 @@
-#include "server/yaml_fields.h"
+#include "server/config/yaml_fields.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "server/byte_size.h"
+#include "core/base/status_macros.h"
+#include "server/config/byte_size.h"
 
 namespace conveyor::server {
 

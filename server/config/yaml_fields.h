@@ -1,5 +1,5 @@
 // YamlFields: typed, checked reads of the fields of one YAML document, for
-// conveyord's config schema (server/config.cc). Every read names the field
+// conveyord's config schema (server/config/config.cc). Every read names the field
 // and the line in its error: "FILE: field PATH: reason (line N)", where PATH
 // is the dotted path the caller passes ("pipelines.imagenet.size[0]").
 // Paths are resolved lexically against a base folder; nothing here touches
@@ -73,7 +73,7 @@ class YamlFields {
   // *out is its index.
   absl::Status ReadEnum(const YAML::Node& n, const std::string& field,
                         const std::vector<std::string>& names, int* out) const;
-  // A byte size (server/byte_size.h) of at least `lo` bytes. With
+  // A byte size (server/config/byte_size.h) of at least `lo` bytes. With
   // `percent_of` > 0, "N%" is also accepted: N percent of `percent_of`.
   absl::Status ReadSize(const YAML::Node& n, const std::string& field, uint64_t lo,
                         uint64_t percent_of, uint64_t* out) const;

@@ -1,4 +1,4 @@
-#include "server/logging.h"
+#include "server/ops/logging.h"
 
 #include <sys/stat.h>
 #include <time.h>
@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 

@@ -13,7 +13,7 @@
 //         debug, info, warning, error, critical). The line is valid JSON
 //         whatever the message holds: quotes, backslashes and control
 //         characters are escaped, and bytes that are not UTF-8 are first
-//         escaped as core/text_escape.h does.
+//         escaped as core/base/text_escape.h does.
 //
 // Thread-safety: SetUpLogging runs once at start, before other threads
 // log; the formatters are used by spdlog under its sink's lock (each sink

@@ -1,4 +1,4 @@
-#include "server/metrics_exposition.h"
+#include "server/ops/metrics_exposition.h"
 
 #include <cstdint>
 #include <initializer_list>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::server {
 

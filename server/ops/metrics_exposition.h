@@ -1,5 +1,5 @@
 // The daemon's statistics in the Prometheus text exposition format (0.0.4),
-// for the metrics endpoint (server/metrics_http_server.h). It renders what
+// for the metrics endpoint (server/ops/metrics_http_server.h). It renders what
 // ConveyorService::GetStats already collects — no bookkeeping of its own:
 //
 //   conveyor_stage_items_{in,out}_total{stage}         counters, all streams since start

@@ -1,4 +1,4 @@
-#include "server/metrics_http_server.h"
+#include "server/ops/metrics_http_server.h"
 
 #include <civetweb.h>
 
@@ -6,8 +6,8 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "core/text_escape.h"
-#include "server/metrics_exposition.h"
+#include "core/base/text_escape.h"
+#include "server/ops/metrics_exposition.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

@@ -1,6 +1,6 @@
 // MetricsHttpServer: the daemon's Prometheus endpoint, an HTTP listener
 // (civetweb, from Debian's libcivetweb-dev) that answers GET /metrics with
-// what its render function returns (server/metrics_exposition.h) and
+// what its render function returns (server/ops/metrics_exposition.h) and
 // nothing else: no files are served, other paths get 404 and other methods
 // 405. Off unless the config asks for it (metrics.listen).
 //

@@ -1,4 +1,4 @@
-#include "server/systemd_notify.h"
+#include "server/ops/systemd_notify.h"
 
 #include <cstdlib>
 #include <cstring>

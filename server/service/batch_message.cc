@@ -1,9 +1,9 @@
-#include "server/batch_message.h"
+#include "server/service/batch_message.h"
 
 #include <cstring>
 
-#include "core/batch_layout.h"
-#include "core/slot_arena.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/slot_arena.h"
 
 namespace conveyor::server {
 
@@ -73,7 +73,7 @@ void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
     v1::SampleFailure* pf = o->add_failures();
     pf->set_sample_index(f.sample_index);
     // Valid UTF-8, as a proto3 string must be: the engine escapes a
-    // failure's path and reason once, when it records it (core/stream.h).
+    // failure's path and reason once, when it records it (core/engine/stream.h).
     pf->set_path(f.path);
     pf->set_reason(f.reason);
   }

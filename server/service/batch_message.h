@@ -1,15 +1,15 @@
 // The one place where the engine's values become conveyor.v1 messages: the
 // dtype, layout and sample shape of a pipeline, its PipelineInfo, and the
 // header of a Batch (everything but the image bytes, which the stream's
-// transport hands over: server/transport.h).
+// transport hands over: server/transport/transport.h).
 //
 // Thread-safety: pure functions.
 #pragma once
 
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/pipeline_config.h"
-#include "core/stream.h"
-#include "core/transform_spec.h"
+#include "core/engine/pipeline_config.h"
+#include "core/engine/stream.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor::server {
 

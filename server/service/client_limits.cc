@@ -1,7 +1,7 @@
-#include "server/client_limits.h"
+#include "server/service/client_limits.h"
 
 #include "absl/strings/str_format.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::server {
 

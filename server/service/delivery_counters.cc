@@ -1,6 +1,6 @@
-#include "server/delivery_counters.h"
+#include "server/service/delivery_counters.h"
 
-#include "server/transport.h"
+#include "server/transport/transport.h"
 
 namespace conveyor::server {
 

@@ -2,13 +2,13 @@
 // it started — batches, images (samples) and image bytes — per pipeline and
 // transport. The cells exist from construction on, one per (pipeline,
 // transport) pair, so a stats reader sees every pair (zeros included) and
-// the label sets of the metrics built from them (server/metrics_exposition.h)
+// the label sets of the metrics built from them (server/ops/metrics_exposition.h)
 // are bounded by the config, never by streams or clients. A config reload
 // adds the cells of new pipelines (AddPipelines); a removed pipeline's cells
 // stay, since they are totals since the start.
 //
 // A stream's call adds each batch when it hands it to the stream's
-// transport (server/stream_call.h); GetStats copies the cells out.
+// transport (server/service/stream_call.h); GetStats copies the cells out.
 //
 // Thread-safety: every method may run concurrently from any threads. Cells
 // are only ever added (under a mutex), never removed, so a Cell* stays
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/mutex.h"
+#include "core/base/mutex.h"
 
 namespace conveyor::server {
 

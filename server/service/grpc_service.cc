@@ -1,4 +1,4 @@
-#include "server/grpc_service.h"
+#include "server/service/grpc_service.h"
 
 #include <grpcpp/alarm.h>
 
@@ -8,10 +8,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
-#include "server/stream_call.h"
-#include "server/tsan_annotations.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
+#include "server/service/stream_call.h"
+#include "core/base/tsan_annotations.h"
 
 namespace conveyor::server {
 
@@ -52,7 +52,7 @@ class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 };
 
 // One StreamBatches call: a thin adapter that forwards every reaction to
-// the call's protocol (server/stream_call.h) and carries out what it asks
+// the call's protocol (server/service/stream_call.h) and carries out what it asks
 // (reads, writes, Finish, the wait alarm). It parses each client message
 // and serializes each server message itself (the method is raw).
 // Reactions only start the next read or write; building messages happens
@@ -64,7 +64,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
                 ClientIdentity client)
       : context_(context), call_(service, std::move(client), this) {
     call_.Start();
-    TsanRelease(this);  // see server/tsan_annotations.h
+    TsanRelease(this);  // see core/base/tsan_annotations.h
   }
 
   void OnReadDone(bool ok) override {

@@ -1,10 +1,10 @@
 // GrpcConveyorService: the gRPC face of ConveyorService — a thin adapter
 // built on gRPC's callback API. Every call first learns who its client is
-// (server/client_identifier.h) and is refused with that status when the
+// (server/access/identifier.h) and is refused with that status when the
 // client may not call at all. Unary calls forward to the core service and
 // convert its absl::Status once (ToGrpcStatus). Each StreamBatches call gets
 // one StreamReactor (see grpc_service.cc), a thin adapter over the call's
-// protocol (server/stream_call.h): at most one write in flight, woken by the
+// protocol (server/service/stream_call.h): at most one write in flight, woken by the
 // stream's ready callback or by the end of its previous write.
 //
 // Thread-safety: gRPC calls the methods concurrently; the adapter holds no
@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
-#include "server/client_identifier.h"
-#include "server/service.h"
+#include "server/access/identifier.h"
+#include "server/service/service.h"
 
 namespace conveyor::server {
 

@@ -1,9 +1,9 @@
-#include "server/pipeline_registry.h"
+#include "server/service/pipeline_registry.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/text_escape.h"
-#include "server/client_identity.h"
+#include "core/base/text_escape.h"
+#include "server/access/identity.h"
 
 namespace conveyor::server {
 

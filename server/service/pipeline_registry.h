@@ -18,8 +18,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/mutex.h"
-#include "core/pipeline_config.h"
+#include "core/base/mutex.h"
+#include "core/engine/pipeline_config.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/service.h"
+#include "server/service/service.h"
 
 #include <algorithm>
 #include <limits>
@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/batch_layout.h"
-#include "core/sampler.h"
-#include "core/stats.h"
-#include "core/status_macros.h"
-#include "core/text_escape.h"
-#include "server/batch_message.h"
+#include "core/engine/batch_layout.h"
+#include "core/data/sampler.h"
+#include "core/engine/stats.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
+#include "server/service/batch_message.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

@@ -1,15 +1,15 @@
 // ConveyorService: the daemon's service logic with no transport in it — it
 // owns the engine and the pipelines (a set a config reload may replace:
-// each stream keeps the definition it opened with; server/pipeline_registry.h),
+// each stream keeps the definition it opened with; server/service/pipeline_registry.h),
 // validates stream requests, accounts the
 // slot-memory budget, the stream limit and each client's share of them
-// (server/client_limits.h), keeps the registry of open streams (for stats,
+// (server/service/client_limits.h), keeps the registry of open streams (for stats,
 // the fd hand-over's owner check and shutdown), and — with a watchdog
 // thread when stream_idle_timeout is set — ends streams whose client holds
 // slots and moves nothing. How each stream's batches reach its
-// client is its transport's business (server/transport.h): the service asks
+// client is its transport's business (server/transport/transport.h): the service asks
 // the daemon's TransportSet for one per stream and keeps it in the Session.
-// The gRPC adapter (server/grpc_service.h) forwards to it and converts its
+// The gRPC adapter (server/service/grpc_service.h) forwards to it and converts its
 // absl::Status to a gRPC status once; tests can drive it without a network.
 //
 // Requests and replies are the proto messages of conveyor/v1 (plain data);
@@ -34,15 +34,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/engine.h"
-#include "core/mutex.h"
-#include "core/pipeline_config.h"
-#include "core/stream.h"
-#include "server/client_identity.h"
-#include "server/client_limits.h"
-#include "server/delivery_counters.h"
-#include "server/pipeline_registry.h"
-#include "server/transport.h"
+#include "core/engine/engine.h"
+#include "core/base/mutex.h"
+#include "core/engine/pipeline_config.h"
+#include "core/engine/stream.h"
+#include "server/access/identity.h"
+#include "server/service/client_limits.h"
+#include "server/service/delivery_counters.h"
+#include "server/service/pipeline_registry.h"
+#include "server/transport/transport.h"
 
 namespace conveyor::server {
 

@@ -1,11 +1,11 @@
-#include "server/stream_call.h"
+#include "server/service/stream_call.h"
 
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "core/text_escape.h"
-#include "server/batch_message.h"
-#include "server/transport.h"
+#include "core/base/text_escape.h"
+#include "server/service/batch_message.h"
+#include "server/transport/transport.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

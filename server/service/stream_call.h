@@ -1,6 +1,6 @@
 // StreamCall: the protocol of one StreamBatches call, with no gRPC type in
 // it, so that tests can drive it message by message. The gRPC reactor
-// (server/grpc_service.cc) is a thin adapter: its reactions forward here,
+// (server/service/grpc_service.cc) is a thin adapter: its reactions forward here,
 // and it carries out what the call asks of its RPC (Rpc: start a read or a
 // write, finish, set the wait alarm).
 //
@@ -13,8 +13,8 @@
 // stream (TryNext). Polling happens in Pump(), from two places: the
 // stream's ready callback (an engine worker, after a batch is emitted) and
 // the end of the previous write (a gRPC thread). Whichever finds no write
-// in flight builds the next message: its header (server/batch_message.h),
-// then the stream's transport hands over the images (server/transport.h;
+// in flight builds the next message: its header (server/service/batch_message.h),
+// then the stream's transport hands over the images (server/transport/transport.h;
 // for INLINE streams that is a memcpy of the batch's bytes into the
 // message, most often on the worker that finished the batch). Nothing here
 // waits: a Pump that finds the lock taken leaves a note for the holder.
@@ -50,8 +50,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/mutex.h"
-#include "server/service.h"
+#include "core/base/mutex.h"
+#include "server/service/service.h"
 
 namespace conveyor::server {
 

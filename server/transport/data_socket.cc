@@ -1,6 +1,6 @@
-#include "server/data_socket_transport.h"
+#include "server/transport/data_socket.h"
 
-#include "server/secret.h"
+#include "server/transport/secret.h"
 
 namespace conveyor::server {
 

@@ -3,14 +3,14 @@
 // (OpenStream.accept_data_socket; explicit DATA_SOCKET requests need not).
 // A Batch message carries the header; its images are queued, straight from
 // the slot, on the stream's channel of the daemon's DataSocketServer
-// (server/data_socket_server.h), which writes them after every byte queued
+// (server/transport/data_socket_server.h), which writes them after every byte queued
 // before. A failed data connection cancels the stream with its reason.
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
-#include "server/data_socket_server.h"
-#include "server/transport.h"
+#include "server/transport/data_socket_server.h"
+#include "server/transport/transport.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/data_socket_server.h"
+#include "server/transport/data_socket_server.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -24,9 +24,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/mutex.h"
-#include "core/posix_error.h"
-#include "server/handshake.h"
+#include "core/base/mutex.h"
+#include "core/base/posix_error.h"
+#include "server/transport/handshake.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

@@ -9,7 +9,7 @@
 //
 // Protocol (also in conveyor.proto, StreamOpened.data_port): the client
 // connects to the daemon's host at `data_port` and makes the handshake of
-// server/handshake.h: the 8-byte little-endian stream id then the 32-byte
+// server/transport/handshake.h: the 8-byte little-endian stream id then the 32-byte
 // secret from StreamOpened, answered by one status byte (0 = accepted,
 // 1 = unknown stream or wrong secret, then the server closes). After a 0
 // the server writes, for every Batch message of the stream and in the same
@@ -50,9 +50,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/unique_fd.h"
-#include "server/config.h"
-#include "server/secret.h"
+#include "core/base/unique_fd.h"
+#include "server/access/tls_config.h"
+#include "server/transport/secret.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/fd_server.h"
+#include "server/transport/fd_server.h"
 
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -14,8 +14,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "server/unix_socket.h"
+#include "core/base/posix_error.h"
+#include "server/access/unix_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

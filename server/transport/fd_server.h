@@ -1,6 +1,6 @@
 // FdServer: the fd hand-over socket next to the gRPC unix socket
 // ("<socket>.fd"). A client of a SHARED_MEMORY stream connects and sends
-// the handshake of server/handshake.h (stream id and secret from
+// the handshake of server/transport/handshake.h (stream id and secret from
 // StreamOpened); the reply is the status byte, kHandshakeAccepted with the
 // stream's region memfd attached as SCM_RIGHTS ancillary data, or
 // kHandshakeRefused (unknown stream or wrong secret, or a peer the lookup
@@ -27,10 +27,10 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "core/unique_fd.h"
-#include "server/handshake.h"
-#include "server/secret.h"
-#include "server/unix_access.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/handshake.h"
+#include "server/transport/secret.h"
+#include "server/access/unix_access.h"
 
 namespace conveyor::server {
 

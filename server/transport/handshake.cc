@@ -1,4 +1,4 @@
-#include "server/handshake.h"
+#include "server/transport/handshake.h"
 
 #include <netdb.h>
 #include <openssl/err.h>
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {

@@ -42,9 +42,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/unique_fd.h"
-#include "server/secret.h"
-#include "server/tls_context.h"
+#include "core/base/epoll_events.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/secret.h"
+#include "server/access/tls_context.h"
 
 namespace conveyor::server {
 
@@ -61,17 +62,8 @@ struct HandshakeRequest {
 // The request in its 40 wire bytes.
 HandshakeRequest DecodeHandshake(const uint8_t bytes[kHandshakeRequestBytes]);
 
-// What an epoll event of a side socket's loop is about: a tag in the top
-// bits of the event's u64, a value (an fd, a stream id) below. The
-// acceptor's events carry kListen and kHandshake; owners use the others.
-enum class EventTag : uint64_t { kListen = 1, kHandshake = 2, kWake = 3, kConnection = 4 };
-inline constexpr int kEventTagShift = 60;
-inline uint64_t EventKey(EventTag tag, uint64_t value) {
-  return (static_cast<uint64_t>(tag) << kEventTagShift) | value;
-}
-inline EventTag TagOf(uint64_t key) { return static_cast<EventTag>(key >> kEventTagShift); }
-inline uint64_t ValueOf(uint64_t key) { return key & ((uint64_t{1} << kEventTagShift) - 1); }
-
+// The acceptor's epoll events carry EventTag::kListen and kHandshake
+// (core/base/epoll_events.h); owners use the others.
 // "HOST:PORT" of a connected socket's peer, "pid P uid U" for a unix peer,
 // "?" when unknown; for logs.
 std::string PeerName(int fd);

@@ -1,4 +1,4 @@
-#include "server/inline_transport.h"
+#include "server/transport/inline.h"
 
 #include "absl/strings/str_format.h"
 

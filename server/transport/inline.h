@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "server/transport.h"
+#include "server/transport/transport.h"
 
 namespace conveyor::server {
 

@@ -1,11 +1,11 @@
-#include "server/secret.h"
+#include "server/transport/secret.h"
 
 #include <sys/random.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 namespace conveyor::server {
 

@@ -1,11 +1,11 @@
-#include "server/shm_transport.h"
+#include "server/transport/shm.h"
 
 #include <fcntl.h>
 
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 namespace conveyor::server {
 

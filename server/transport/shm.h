@@ -1,6 +1,6 @@
 // ShmTransport: SHARED_MEMORY streams, for clients on the daemon's unix
 // socket. Each stream's slots live in a memfd; the client fetches the memfd
-// once on the fd hand-over socket (server/fd_server.h), proving with the
+// once on the fd hand-over socket (server/transport/fd_server.h), proving with the
 // stream's secret from StreamOpened that the stream is its own, and maps
 // it. A Batch then carries only where its images are in the region.
 //
@@ -21,10 +21,10 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "core/mutex.h"
-#include "core/unique_fd.h"
-#include "server/secret.h"
-#include "server/transport.h"
+#include "core/base/mutex.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/secret.h"
+#include "server/transport/transport.h"
 
 namespace conveyor::server {
 

@@ -1,4 +1,4 @@
-#include "server/transport.h"
+#include "server/transport/transport.h"
 
 #include "absl/strings/str_format.h"
 

@@ -3,11 +3,11 @@
 // one of them, and a new way (CUDA IPC) is one more implementation.
 //
 //   SHARED_MEMORY  the client maps the stream's memfd, fetched on the fd
-//                  hand-over socket (server/shm_transport.h)
+//                  hand-over socket (server/transport/shm.h)
 //   DATA_SOCKET    the bytes travel on the daemon's data socket beside the
-//                  gRPC call (server/data_socket_transport.h)
+//                  gRPC call (server/transport/data_socket.h)
 //   INLINE         the bytes are copied into each Batch message
-//                  (server/inline_transport.h)
+//                  (server/transport/inline.h)
 //
 // A Transport is the daemon-wide half (what the daemon offers, whom it can
 // serve, the per-daemon sockets); Open gives a StreamTransport, one
@@ -30,9 +30,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/batch_layout.h"
-#include "core/stream.h"
-#include "server/client_identity.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/stream.h"
+#include "server/access/identity.h"
 
 namespace conveyor::server {
 
@@ -55,7 +55,7 @@ class StreamTransport {
   virtual void DescribeIn(v1::StreamOpened* opened) const = 0;
 
   // Hands over the images of `batch`, whose header `message` already holds
-  // (server/batch_message.h): sets images or images_offset, or queues the
+  // (server/service/batch_message.h): sets images or images_offset, or queues the
   // bytes elsewhere. Called in stream order; must not block.
   // REQUIRES: the consumer holds batch.slot until the client releases it.
   virtual void Deliver(const BatchInfo& batch, v1::Batch* message) = 0;

@@ -1,5 +1,5 @@
 // Fuzz target: bytes as the YAML of conveyord's config file through
-// ParseConfig (server/config.h), for a fixed machine (8 GiB, no cgroup
+// ParseConfig (server/config/config.h), for a fixed machine (8 GiB, no cgroup
 // limit). Parsing is pure, so nothing here touches the file system.
 // Properties: no sanitizer report and no exception out of the parser; a
 // refusal is InvalidArgument naming the file; an accepted config passes
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "server/config.h"
+#include "server/config/config.h"
 #include "tests/fuzz/fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // Fuzz target: bytes as what a client sends on a side socket (the data
 // socket, the fd hand-over socket) before its handshake is answered, read
-// by the real HandshakeAcceptor (server/handshake.h) on an epoll loop, over
+// by the real HandshakeAcceptor (server/transport/handshake.h) on an epoll loop, over
 // a real unix socket (abstract address, no file): the client writes the
 // bytes in pieces, the loop runs after each piece until it is idle, then
 // the client optionally closes. The owner's side answers as the daemon's
@@ -25,9 +25,9 @@
 #include <optional>
 #include <string>
 
-#include "core/unique_fd.h"
-#include "server/handshake.h"
-#include "server/secret.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/handshake.h"
+#include "server/transport/secret.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fuzz_target.h"
 

@@ -27,8 +27,8 @@
 
 #include <curl/curl.h>
 
-#include "core/stats.h"
-#include "core/unique_fd.h"
+#include "core/engine/stats.h"
+#include "core/base/unique_fd.h"
 #include "remote/curl_epoll_driver.h"
 #include "remote/http1_client.h"
 #include "tests/fuzz/fuzz_target.h"

@@ -1,5 +1,5 @@
 // Fuzz target: bytes as an image file other than JPEG (PNG, GIF, WebP, BMP,
-// TIFF: core/image_probe + core/ffmpeg_image_decoder, libavcodec) through
+// TIFF: core/decode/image_probe + core/decode/ffmpeg_image_decoder, libavcodec) through
 // the decode stage as a pipeline runs it — SampleTransformer (decode +
 // crop/resize + flip + conversion) writing two samples into a batch slot,
 // then the collate stage's compaction of the failed one(s). The first byte
@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/batch_layout.h"
-#include "core/collate.h"
-#include "core/jpeg_decoder.h"
-#include "core/rng.h"
-#include "core/sample_transformer.h"
-#include "core/transform_spec.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/collate.h"
+#include "core/decode/jpeg_decoder.h"
+#include "core/base/rng.h"
+#include "core/decode/sample_transformer.h"
+#include "core/decode/transform_spec.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/two_sample_batch.h"
 

@@ -1,5 +1,5 @@
 // Fuzz target: bytes as a sample file through the decode stage as a
-// pipeline runs it — SampleTransformer (core/jpeg_decoder + crop/resize +
+// pipeline runs it — SampleTransformer (core/decode/jpeg_decoder + crop/resize +
 // flip + conversion) writing two samples into a batch slot, then the
 // collate stage's compaction of the failed one(s). Parameters (train or
 // eval, output size 8..39, dtype, layout, DCT scaling) come from a hash of
@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/batch_layout.h"
-#include "core/collate.h"
-#include "core/jpeg_decoder.h"
-#include "core/rng.h"
-#include "core/sample_transformer.h"
-#include "core/transform_spec.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/collate.h"
+#include "core/decode/jpeg_decoder.h"
+#include "core/base/rng.h"
+#include "core/decode/sample_transformer.h"
+#include "core/decode/transform_spec.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/two_sample_batch.h"
 

@@ -1,5 +1,5 @@
 // Fuzz target: bytes as what a client sends on a StreamBatches call, driven
-// through the call's protocol (server/stream_call.h) into the service's
+// through the call's protocol (server/service/stream_call.h) into the service's
 // request validation (ConveyorService::OpenStream) and Release handling,
 // with no network: the RPC is a fake that records what the call asks of it.
 // The service is a real one (engine with one worker, shared-memory, data
@@ -27,15 +27,15 @@
 
 #include "absl/status/status.h"
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/dataset_index.h"
-#include "core/engine.h"
-#include "core/pipeline_config.h"
+#include "core/data/dataset_index.h"
+#include "core/engine/engine.h"
+#include "core/engine/pipeline_config.h"
 #include "google/protobuf/io/coded_stream.h"
-#include "server/data_socket_transport.h"
-#include "server/inline_transport.h"
-#include "server/service.h"
-#include "server/shm_transport.h"
-#include "server/stream_call.h"
+#include "server/transport/data_socket.h"
+#include "server/transport/inline.h"
+#include "server/service/service.h"
+#include "server/transport/shm.h"
+#include "server/service/stream_call.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/support/fake_stream_rpc.h"

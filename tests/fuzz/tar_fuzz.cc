@@ -1,5 +1,5 @@
-// Fuzz target: bytes as a tar shard, scanned by ScanTar (core/tar_index.h)
-// and grouped into samples by TarDataset::Load (core/tar_dataset.h), through
+// Fuzz target: bytes as a tar shard, scanned by ScanTar (core/data/tar_index.h)
+// and grouped into samples by TarDataset::Load (core/data/tar_dataset.h), through
 // an in-memory ByteRangeReader with small chunks (so headers straddle reads).
 // Properties: no sanitizer report; a refusal of the scan is InvalidArgument
 // "/fuzz.tar: offset N: ..." ; accepted members lie inside the shard, start
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "core/dataset_index.h"
-#include "core/tar_dataset.h"
-#include "core/tar_index.h"
+#include "core/data/dataset_index.h"
+#include "core/data/tar_dataset.h"
+#include "core/data/tar_index.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace {

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/batch_layout.h"
-#include "core/collate.h"
-#include "core/rng.h"
-#include "core/sample_decoder.h"
-#include "core/transform_spec.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/collate.h"
+#include "core/base/rng.h"
+#include "core/decode/sample_decoder.h"
+#include "core/decode/transform_spec.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace conveyor::fuzz {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/rng.h"
-#include "core/transform_spec.h"
-#include "core/video_clip_decoder.h"
+#include "core/base/rng.h"
+#include "core/decode/transform_spec.h"
+#include "core/decode/video_clip_decoder.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace conveyor::fuzz {

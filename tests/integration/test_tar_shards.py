@@ -3,7 +3,7 @@ tarfile, served by a real conveyord.
 
 - Round trip: the same images as tar shards and as an ImageFolder give
   byte-identical batches (same seed, no shuffle, train and eval transforms).
-- Order (core/shard_order.h): every sample exactly once per epoch across
+- Order (core/data/shard_order.h): every sample exactly once per epoch across
   ranks, deterministic for (seed, epoch), and a client SIGKILLed after a
   checkpoint resumes with exactly the rest of the epoch.
 - Hostile shards (truncated, bad checksum, huge size field, '..' member

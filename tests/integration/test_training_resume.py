@@ -12,7 +12,7 @@ P[offset..N) of the epoch's global permutation P, is dealt round-robin over
 the W' ranks (rank r' gets P[offset + r'], P[offset + r' + W'], ...): exactly
 once when W' divides N - offset, else padded by wrapping to the start of P
 (or, with drop_last, the last (N - offset) mod W' left out). The next epoch
-starts fresh at W'. See core/sampler.h.
+starts fresh at W'. See core/data/sampler.h.
 """
 
 import json

@@ -7,7 +7,7 @@ environment; the ranks build their Loader from the environment alone.
 Every epoch every sample is delivered exactly once across all ranks (N a
 multiple of W), every rank gets the same number of batches, and the
 remainder rule - pad by wrapping or drop_last, a per-stream option set the
-same on every rank - does what core/sampler.h says when W does not divide N.
+same on every rank - does what core/data/sampler.h says when W does not divide N.
 Ranks on different daemons agree on the order and on the pixels: the
 sampler and the augmentations are pure functions of (seed, epoch, sample).
 """

@@ -4,7 +4,7 @@ containers, a variable-frame-rate file, files with rotation metadata (90, 180
 and 270 degrees), an odd size. Each clip is compared byte for byte with
 ffmpeg's own decode (autorotated, as ffmpeg does by default; with
 `autorotate: false`, ffmpeg -noautorotate) through the same filter chain
-(core/video_clip_decoder.h), at the frame indices the documented rule gives
+(core/decode/video_clip_decoder.h), at the frame indices the documented rule gives
 from ffprobe's packet timestamps. Then determinism and exact resume,
 and hostile files (truncated, broken index, too large, too long, too many
 frames to decode, not a video) as per-sample failures naming the reason."""
@@ -80,7 +80,7 @@ def _size(path, autorotate=True):
 
 
 def _eval_chain(w, h, resize):
-    """core/crop_box.h EvalCenterWindow as an ffmpeg filter chain."""
+    """core/decode/crop_box.h EvalCenterWindow as an ffmpeg filter chain."""
     if w <= h:
         rw, rh = resize, int(resize * h / w)
     else:
@@ -104,7 +104,7 @@ def _ffmpeg_frames(path, chain, pix_fmt="rgb24", autorotate=True):
 
 
 def _indices(ts, tb, start, clip, stride=1, fps=0.0):
-    """The documented frame rule (core/video_clip_decoder.h) from timestamps."""
+    """The documented frame rule (core/decode/video_clip_decoder.h) from timestamps."""
     n = len(ts)
     times = [(t - ts[0]) * tb for t in ts]
     if fps > 0:

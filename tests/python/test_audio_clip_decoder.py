@@ -1,4 +1,4 @@
-"""The audio clip decoder (core/audio_clip_decoder.h, through
+"""The audio clip decoder (core/decode/audio_clip_decoder.h, through
 tests/tools/audio_clip_tool) against `ffmpeg`'s own decode + resample.
 
 Media: sines made by the `ffmpeg` CLI in every codec/container of

@@ -1,7 +1,7 @@
 // FakeStreamRpc: a StreamCall::Rpc that records what the call asks of it
 // (reads, writes, Finish, deadlines, cancels) instead of talking to gRPC,
 // so tests and the request fuzzer drive the call protocol
-// (server/stream_call.h) by hand.
+// (server/service/stream_call.h) by hand.
 //
 // Thread-safety: every method is safe to call concurrently (the call
 // invokes it from engine threads too, with its own lock held); the driver
@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "conveyor/v1/conveyor.pb.h"
-#include "server/stream_call.h"
+#include "server/service/stream_call.h"
 
 namespace conveyor::testing {
 

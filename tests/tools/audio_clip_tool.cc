@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "core/audio_clip_decoder.h"
-#include "core/rng.h"
-#include "core/transform_spec.h"
+#include "core/decode/audio_clip_decoder.h"
+#include "core/base/rng.h"
+#include "core/decode/transform_spec.h"
 
 namespace {
 

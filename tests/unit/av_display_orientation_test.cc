@@ -2,7 +2,7 @@
 // OrientFrame's pixel moves per plane (odd sizes, subsampled chroma). Byte
 // equality with ffmpeg's autorotated decode is checked through the daemon
 // (tests/integration/test_video_clips.py).
-#include "core/av_display_orientation.h"
+#include "core/decode/ffmpeg/display_orientation.h"
 
 #include <catch2/catch.hpp>
 #include <string>

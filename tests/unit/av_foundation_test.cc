@@ -9,11 +9,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/av_decode_budget.h"
-#include "core/av_error.h"
-#include "core/av_memory_input.h"
-#include "core/posix_error.h"
-#include "core/thread_cpu_clock.h"
+#include "core/decode/ffmpeg/decode_budget.h"
+#include "core/decode/ffmpeg/error.h"
+#include "core/decode/ffmpeg/memory_input.h"
+#include "core/base/posix_error.h"
+#include "core/base/thread_cpu_clock.h"
 
 namespace conveyor {
 namespace {

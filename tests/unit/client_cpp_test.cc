@@ -20,9 +20,9 @@
 #include "client/cpp/address.h"
 #include "client/cpp/mapped_region.h"
 #include "client/cpp/side_socket.h"
-#include "core/posix_error.h"
-#include "core/unique_fd.h"
-#include "server/fd_server.h"
+#include "core/base/posix_error.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/fd_server.h"
 #include "tests/unit/socket_test_util.h"
 #include "tests/unit/temp_dir.h"
 

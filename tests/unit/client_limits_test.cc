@@ -1,5 +1,5 @@
-// Per-client shares (server/client_limits.h).
-#include "server/client_limits.h"
+// Per-client shares (server/service/client_limits.h).
+#include "server/service/client_limits.h"
 
 #include <catch2/catch.hpp>
 

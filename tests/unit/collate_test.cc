@@ -2,7 +2,7 @@
 // failure policy's verdict.
 #include <catch2/catch.hpp>
 
-#include "core/collate.h"
+#include "core/engine/collate.h"
 
 namespace conveyor {
 namespace {

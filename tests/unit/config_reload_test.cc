@@ -1,7 +1,7 @@
-// Tests of what a config reload may change (server/config_reload.h), of the
-// pipeline registry it swaps (server/pipeline_registry.h) — including
+// Tests of what a config reload may change (server/config/reload_diff.h), of the
+// pipeline registry it swaps (server/service/pipeline_registry.h) — including
 // lookups racing a replacement, for the TSan stage — and of the STATUS text
-// the daemon gives systemd (server/service_notifier.h). Compiled only when
+// the daemon gives systemd (server/notifier.h). Compiled only when
 // the server library is built.
 #ifdef CONVEYOR_HAVE_SERVER
 
@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "server/config.h"
-#include "server/config_reload.h"
-#include "server/pipeline_registry.h"
-#include "server/service_notifier.h"
+#include "server/config/config.h"
+#include "server/config/reload_diff.h"
+#include "server/service/pipeline_registry.h"
+#include "server/notifier.h"
 #include "tests/unit/temp_dir.h"
 #include "tests/unit/test_images.h"
 

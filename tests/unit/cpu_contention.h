@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/thread_cpu_clock.h"
+#include "core/base/thread_cpu_clock.h"
 
 namespace conveyor::testing {
 

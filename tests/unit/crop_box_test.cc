@@ -1,12 +1,12 @@
 // Crop boxes: torchvision's RandomResizedCrop rules (bounds, area and aspect
 // limits, centre fallback, determinism) and the eval Resize + CenterCrop window.
-#include "core/crop_box.h"
+#include "core/decode/crop_box.h"
 
 #include <cmath>
 
 #include <catch2/catch.hpp>
 
-#include "core/sample_transformer.h"
+#include "core/decode/sample_transformer.h"
 
 namespace conveyor {
 

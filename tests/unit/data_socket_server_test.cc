@@ -1,4 +1,4 @@
-// Tests of the data socket (server/data_socket_server.h) with real TCP
+// Tests of the data socket (server/transport/data_socket_server.h) with real TCP
 // connections on 127.0.0.1: the handshake, bytes in order with their
 // keep-alives dropped once written, a slow reader that fills the socket,
 // refusals, failure notices, flush on Close (also to a client that connects
@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/unique_fd.h"
-#include "server/data_socket_server.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/data_socket_server.h"
 #include "tests/unit/socket_test_util.h"
 #include "tests/unit/eventually.h"
 

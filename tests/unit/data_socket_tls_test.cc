@@ -1,5 +1,5 @@
-// Tests of the data socket under TLS (server/data_socket_server.h with a
-// TlsConfig, server/tls_context.h) with real TCP connections on 127.0.0.1
+// Tests of the data socket under TLS (server/transport/data_socket_server.h with a
+// TlsConfig, server/access/tls_context.h) with real TCP connections on 127.0.0.1
 // and certificates made here with OpenSSL: batches larger than the socket
 // buffer arrive byte-identical through SSL_write's partial writes; a
 // plaintext client is closed without holding up a TLS stream; a client
@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "core/unique_fd.h"
-#include "server/data_socket_server.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/data_socket_server.h"
 #include "tests/unit/socket_test_util.h"
-#include "server/tls_context.h"
+#include "server/access/tls_context.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/temp_dir.h"
 

@@ -1,6 +1,6 @@
-// Tests of the dataset index (core/dataset_index.h): ImageFolder trees and
+// Tests of the dataset index (core/data/dataset_index.h): ImageFolder trees and
 // list files built in a temporary directory.
-#include "core/dataset_index.h"
+#include "core/data/dataset_index.h"
 #include "tests/unit/temp_dir.h"
 #include "absl/strings/str_cat.h"
 
@@ -267,7 +267,7 @@ TEST_CASE("List file: an ImageNet-like list round trips and takes ~10 bytes an e
           "[dataset]") {
   // Paths like n01440764/n01440764_10026.JPEG (class-sorted, ids random
   // within a class), 100 classes: the paths are front-coded and the labels
-  // packed into one byte each (core/front_coded_paths.h).
+  // packed into one byte each (core/data/front_coded_paths.h).
   TempDir dir;
   std::string content;
   std::vector<std::pair<std::string, int32_t>> expected;

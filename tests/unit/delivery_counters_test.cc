@@ -1,7 +1,7 @@
 // DeliveryCounters: one cell per pipeline and concrete transport, counts
 // that only grow, and the cells of pipelines a config reload adds.
 
-#include "server/delivery_counters.h"
+#include "server/service/delivery_counters.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -14,10 +14,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
-#include "core/file_reader.h"
-#include "core/posix_error.h"
-#include "core/sample_source.h"
+#include "core/engine/engine.h"
+#include "core/data/file_reader.h"
+#include "core/base/posix_error.h"
+#include "core/data/sample_source.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {

@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {

@@ -11,10 +11,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
-#include "core/sample_source.h"
-#include "core/sampler.h"
-#include "core/stream.h"
+#include "core/engine/engine.h"
+#include "core/data/sample_source.h"
+#include "core/data/sampler.h"
+#include "core/engine/stream.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {

@@ -8,8 +8,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
-#include "core/sampler.h"
+#include "core/engine/engine.h"
+#include "core/data/sampler.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {

@@ -17,7 +17,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
+#include "core/engine/engine.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/test_images.h"
 

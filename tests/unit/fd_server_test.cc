@@ -1,4 +1,4 @@
-// Tests of the fd hand-over socket (server/fd_server.h) with real unix
+// Tests of the fd hand-over socket (server/transport/fd_server.h) with real unix
 // sockets in a temporary folder: the hand-over and its refusal, clients
 // served at once whatever other connections do (a silent one, a flood), and
 // running out of file descriptors (the server backs off instead of spinning
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/posix_error.h"
-#include "core/unique_fd.h"
-#include "server/fd_server.h"
+#include "core/base/posix_error.h"
+#include "core/base/unique_fd.h"
+#include "server/transport/fd_server.h"
 #include "tests/unit/socket_test_util.h"
 #include "tests/unit/eventually.h"
 #include "tests/unit/temp_dir.h"

@@ -14,9 +14,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/rng.h"
-#include "core/sample_transformer.h"
-#include "core/transform_spec.h"
+#include "core/base/rng.h"
+#include "core/decode/sample_transformer.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 namespace {

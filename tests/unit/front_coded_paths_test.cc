@@ -1,7 +1,7 @@
-// Tests of the front- and rear-coded string list (core/front_coded_paths.h):
+// Tests of the front- and rear-coded string list (core/data/front_coded_paths.h):
 // exact round trip of every string in any access order, whatever bytes the
 // strings hold, and the size it reaches on ImageNet-like paths.
-#include "core/front_coded_paths.h"
+#include "core/data/front_coded_paths.h"
 
 #include <catch2/catch.hpp>
 #include <algorithm>

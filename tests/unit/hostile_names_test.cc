@@ -1,6 +1,6 @@
 // Dataset file names that are not valid UTF-8 or hold control characters,
 // failing under error_policy skip, through the service's gRPC adapter: the
-// Batch names them escaped (core/text_escape.h), so the message is valid
+// Batch names them escaped (core/base/text_escape.h), so the message is valid
 // for a proto3 string and the stream goes on. Compiled only with the server
 // library.
 #ifdef CONVEYOR_HAVE_SERVER
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "conveyor/v1/conveyor.grpc.pb.h"
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 #include "tests/unit/service_test_util.h"
 
 namespace conveyor::server {

@@ -1,6 +1,6 @@
 // JpegDecoder: region decodes against full decodes, CMYK conversion, and
 // clean errors (never a crash, an exit() or a message on stderr) for bad input.
-#include "core/jpeg_decoder.h"
+#include "core/decode/jpeg_decoder.h"
 
 #include <stdio.h>
 #include <jpeglib.h>
@@ -12,8 +12,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/rng.h"
-#include "core/transform_spec.h"
+#include "core/base/rng.h"
+#include "core/decode/transform_spec.h"
 #include "tests/support/costly_jpeg.h"
 #include "tests/unit/test_images.h"
 

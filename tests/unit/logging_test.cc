@@ -1,4 +1,4 @@
-// Tests of the daemon's log formats (server/logging.h): JSON escaping of any
+// Tests of the daemon's log formats (server/ops/logging.h): JSON escaping of any
 // message, the JSON line's keys, the journal's format, and how stderr is
 // recognised as the journal's stream. A real daemon's lines are parsed in
 // tests/integration/test_metrics.py.
@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/unique_fd.h"
-#include "server/logging.h"
+#include "core/base/unique_fd.h"
+#include "server/ops/logging.h"
 #include "spdlog/details/log_msg.h"
 #include "tests/unit/temp_dir.h"
 
@@ -35,7 +35,7 @@ TEST_CASE("logging: JSON strings escape quotes, backslashes and control characte
   CHECK(JsonEscape(std::string("nul\0bell\a", 9)) == R"(nul\u0000bell\u0007)");
   CHECK(JsonEscape("del\x7f") == R"(del\u007f)");
   CHECK(JsonEscape("caf\xc3\xa9 \xe2\x9c\x93") == "caf\xc3\xa9 \xe2\x9c\x93");  // UTF-8 kept
-  // Not UTF-8: escaped as text first (core/text_escape.h), then for JSON.
+  // Not UTF-8: escaped as text first (core/base/text_escape.h), then for JSON.
   CHECK(JsonEscape("bad \xff\n") == R"(bad \\xff\\n)");
 }
 

@@ -1,4 +1,4 @@
-// Tests of the Prometheus text rendering (server/metrics_exposition.h):
+// Tests of the Prometheus text rendering (server/ops/metrics_exposition.h):
 // the format's rules line by line, label escaping, and that every daemon
 // figure appears. Counters moving with a real service: service_test.cc.
 #ifdef CONVEYOR_HAVE_SERVER
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "server/metrics_exposition.h"
+#include "server/ops/metrics_exposition.h"
 
 namespace conveyor::server {
 namespace {

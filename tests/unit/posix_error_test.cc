@@ -1,10 +1,10 @@
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 #include <cerrno>
 
 #include "absl/status/statusor.h"
 #include "catch2/catch.hpp"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 
 namespace conveyor {
 namespace {

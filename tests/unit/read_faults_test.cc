@@ -1,5 +1,5 @@
 // Faults of the file reader, through the real engine over real files: a
-// ReadFaultHook (core/read_fault_hook.h) makes chosen reads of the real
+// ReadFaultHook (core/data/read_fault_hook.h) makes chosen reads of the real
 // FileSampleSource fail with an errno, return short counts, end early or
 // take long; files are deleted for real. What must hold: errors of the
 // system are retried and the samples delivered as in a clean run; when they
@@ -18,9 +18,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine.h"
-#include "core/file_reader.h"
-#include "core/read_fault_hook.h"
+#include "core/engine/engine.h"
+#include "core/data/file_reader.h"
+#include "core/data/read_fault_hook.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 #include "eventually.h"
 #include "remote/remote_reader.h"
 #include "temp_dir.h"

@@ -2,13 +2,13 @@
 // constant images, windows of a resize, batching, and the AVX2 kernels
 // against the portable ones. (Bit-exactness against torchvision on real
 // images is tests/python/test_decode_vs_pil.py.)
-#include "core/resize.h"
+#include "core/decode/resize.h"
 
 #include <vector>
 
 #include <catch2/catch.hpp>
 
-#include "core/rng.h"
+#include "core/base/rng.h"
 
 namespace conveyor {
 namespace {

@@ -1,7 +1,7 @@
 // SampleTransformer: layouts, dtypes and flip agree with each other,
 // determinism, the DCT-scale choice, float16 rounding, and errors.
 // (Agreement with torchvision is tests/python/test_decode_vs_pil.py.)
-#include "core/sample_transformer.h"
+#include "core/decode/sample_transformer.h"
 
 #include <bit>
 #include <cmath>

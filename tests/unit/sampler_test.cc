@@ -1,5 +1,5 @@
-// Tests of the sampler: epoch permutation and per-rank sharding (core/sampler.h).
-#include "core/sampler.h"
+// Tests of the sampler: epoch permutation and per-rank sharding (core/data/sampler.h).
+#include "core/data/sampler.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
-// Tests of conveyord's config — the pure parse (server/config.h), the steps
-// that touch the disk (server/config_loader.h), and their pieces (byte
+// Tests of conveyord's config — the pure parse (server/config/config.h), the steps
+// that touch the disk (server/config/loader.h), and their pieces (byte
 // sizes, YAML field reads, memory probing) — and of the command-line flags
 // (server/daemon.h): defaults, every field, and one refusal per kind of
 // mistake, each naming the field. Compiled only when the server library is
@@ -18,15 +18,15 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
-#include "server/byte_size.h"
-#include "server/config.h"
-#include "server/config_loader.h"
+#include "core/base/posix_error.h"
+#include "server/config/byte_size.h"
+#include "server/config/config.h"
+#include "server/config/loader.h"
 #include "server/daemon.h"
-#include "server/system_cpus.h"
-#include "server/system_memory.h"
-#include "server/token_identifier.h"
-#include "server/yaml_fields.h"
+#include "server/config/system_cpus.h"
+#include "server/config/system_memory.h"
+#include "server/access/token_identifier.h"
+#include "server/config/yaml_fields.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {

@@ -1,5 +1,5 @@
-// Tests of ConveyorService (server/service.h) and its gRPC adapter
-// (server/grpc_service.h) without a network: the service driven directly,
+// Tests of ConveyorService (server/service/service.h) and its gRPC adapter
+// (server/service/grpc_service.h) without a network: the service driven directly,
 // and the adapter's StreamReactor over an in-process channel. Covered: the
 // fd hand-over with right and wrong secrets, DATA_LOSS under fail_fast and
 // failures listed under skip (end to end through the reactor), the wait
@@ -9,7 +9,7 @@
 // library.
 #ifdef CONVEYOR_HAVE_SERVER
 
-#include "server/service.h"
+#include "server/service/service.h"
 
 #include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
@@ -31,9 +31,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
-#include "server/fd_server.h"
-#include "server/grpc_service.h"
-#include "server/metrics_exposition.h"
+#include "server/transport/fd_server.h"
+#include "server/service/grpc_service.h"
+#include "server/ops/metrics_exposition.h"
 #include "tests/unit/service_test_util.h"
 #include "tests/unit/socket_test_util.h"
 

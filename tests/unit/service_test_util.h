@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "conveyor/v1/conveyor.grpc.pb.h"
-#include "core/engine.h"
-#include "server/data_socket_transport.h"
-#include "server/grpc_service.h"
-#include "server/inline_transport.h"
-#include "server/service.h"
-#include "server/shm_transport.h"
+#include "core/engine/engine.h"
+#include "server/transport/data_socket.h"
+#include "server/service/grpc_service.h"
+#include "server/transport/inline.h"
+#include "server/service/service.h"
+#include "server/transport/shm.h"
 #include "tests/unit/test_images.h"
 #include "tests/unit/eventually.h"
 

@@ -29,7 +29,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/unique_fd.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor::testing {
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "core/stats.h"
+#include "core/engine/stats.h"
 
 namespace conveyor {
 namespace {

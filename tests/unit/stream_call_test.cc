@@ -1,4 +1,4 @@
-// Tests of StreamCall (server/stream_call.h), the protocol of a
+// Tests of StreamCall (server/service/stream_call.h), the protocol of a
 // StreamBatches call, driven message by message through a fake RPC with
 // no gRPC: one write at a time and StreamEnd before Finish, a failed
 // write, the wait for a shared-memory client's hand-over (woken by it, or
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "server/stream_call.h"
+#include "server/service/stream_call.h"
 #include "tests/support/fake_stream_rpc.h"
 #include "tests/unit/service_test_util.h"
 

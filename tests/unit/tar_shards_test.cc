@@ -1,6 +1,6 @@
-// Tests of the tar-shard pieces: the header scanner (core/tar_index.h) over
-// hand-made archives in memory, brace patterns (core/brace_pattern.h), the
-// shard-local epoch order (core/shard_order.h) and LocalRangeReader.
+// Tests of the tar-shard pieces: the header scanner (core/data/tar_index.h) over
+// hand-made archives in memory, brace patterns (core/data/brace_pattern.h), the
+// shard-local epoch order (core/data/shard_order.h) and LocalRangeReader.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/brace_pattern.h"
-#include "core/local_range_reader.h"
-#include "core/sampler.h"
-#include "core/shard_order.h"
-#include "core/tar_dataset.h"
-#include "core/tar_index.h"
-#include "core/tar_shard_source.h"
+#include "core/data/brace_pattern.h"
+#include "core/data/local_range_reader.h"
+#include "core/data/sampler.h"
+#include "core/data/shard_order.h"
+#include "core/data/tar_dataset.h"
+#include "core/data/tar_index.h"
+#include "core/data/tar_shard_source.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
+#include "core/base/rng.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::testing {

@@ -1,4 +1,4 @@
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-// Tests of bearer-token authentication (server/token_identifier.h): who a
+// Tests of bearer-token authentication (server/access/token_identifier.h): who a
 // token makes a client, what it may open, and what is refused on which
 // transport, decided on identities without a gRPC server (the integration
 // suite tests/integration/test_access_tcp.py drives real daemons). Compiled
@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "server/token_identifier.h"
+#include "server/access/token_identifier.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {

@@ -1,7 +1,7 @@
 // SampleShape and SampleBytes for each media kind and layout.
 #include <catch2/catch.hpp>
 
-#include "core/transform_spec.h"
+#include "core/decode/transform_spec.h"
 
 namespace conveyor {
 namespace {

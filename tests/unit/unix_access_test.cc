@@ -1,8 +1,8 @@
-// Who may use the unix socket and who is an operator (server/unix_access.h),
+// Who may use the unix socket and who is an operator (server/access/unix_access.h),
 // how clients are told apart for stats and limits (ClientIdentity::LimitKey,
 // SeesStreamsOf), and how a call's "fd:N" peer is mapped back to the
 // credentials recorded at accept (UnixConnections, PeerCredentialsIdentifier).
-#include "server/unix_access.h"
+#include "server/access/unix_access.h"
 
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -10,9 +10,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/unique_fd.h"
-#include "server/peer_credentials_identifier.h"
-#include "server/unix_connections.h"
+#include "core/base/unique_fd.h"
+#include "server/access/peer_credentials_identifier.h"
+#include "server/access/unix_connections.h"
 
 namespace conveyor::server {
 namespace {

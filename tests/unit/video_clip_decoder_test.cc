@@ -3,7 +3,7 @@
 // decoded), padding of short videos by the last frame, the limits, and
 // hostile bytes. Byte equality with ffmpeg's own decode is checked through
 // the daemon (tests/integration/test_video_clips.py).
-#include "core/video_clip_decoder.h"
+#include "core/decode/video_clip_decoder.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>

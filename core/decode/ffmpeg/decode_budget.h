@@ -1,10 +1,10 @@
 // AvDecodeBudget: the per-sample time budget (max_decode_seconds) of the
 // FFmpeg video and audio decoders, on the images' clock: the CPU time of the
-// thread that decodes (core/thread_cpu_clock.h), so a loaded host that
+// thread that decodes (core/base/thread_cpu_clock.h), so a loaded host that
 // deschedules a worker does not make a good file fail.
 //
 // The budget is checked where the wall-clock deadline was: FFmpeg's
-// interrupt callback, the in-memory reader (core/av_memory_input.h) and the
+// interrupt callback, the in-memory reader (core/decode/ffmpeg/memory_input.h) and the
 // decoders' loops between packets. Every loop a hostile file can keep busy
 // runs on that thread (FFmpeg's own threads are off, the bytes are in
 // memory, nothing blocks), so its CPU time grows as fast as its wall time
@@ -19,7 +19,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "core/thread_cpu_clock.h"
+#include "core/base/thread_cpu_clock.h"
 
 namespace conveyor {
 

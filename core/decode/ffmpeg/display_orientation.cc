@@ -1,10 +1,10 @@
-#include "core/av_display_orientation.h"
+#include "core/decode/ffmpeg/display_orientation.h"
 
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/av_error.h"
+#include "core/decode/ffmpeg/error.h"
 
 extern "C" {
 #include <libavutil/display.h>

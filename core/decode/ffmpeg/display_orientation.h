@@ -22,7 +22,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "core/av_handles.h"
+#include "core/decode/ffmpeg/handles.h"
 
 namespace conveyor {
 

@@ -1,9 +1,9 @@
-#include "core/av_error.h"
+#include "core/decode/ffmpeg/error.h"
 
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "core/posix_error.h"
+#include "core/base/posix_error.h"
 
 extern "C" {
 #include <libavutil/error.h>

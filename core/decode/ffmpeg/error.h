@@ -16,7 +16,7 @@ std::string AvErrorText(int averror);
 // data (AVERROR_INVALIDDATA, EOF, unknown codec or format, patches welcome)
 // are InvalidArgument — errors of the sample; AVERROR(ENOMEM) is
 // ResourceExhausted and other AVERROR(errno) codes go through PosixError
-// (core/posix_error.h), so system errors keep their IsSystemError mark;
+// (core/base/posix_error.h), so system errors keep their IsSystemError mark;
 // AVERROR_EXIT (an interrupt callback stopped the call) is DeadlineExceeded.
 // REQUIRES: averror < 0.
 absl::Status AvError(int averror, absl::string_view what);

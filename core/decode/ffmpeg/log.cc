@@ -1,10 +1,10 @@
-#include "core/av_log.h"
+#include "core/decode/ffmpeg/log.h"
 
 #include <cstdarg>
 #include <cstdio>
 #include <string_view>
 
-#include "core/text_escape.h"
+#include "core/base/text_escape.h"
 #include "spdlog/spdlog.h"
 
 extern "C" {

@@ -1,11 +1,11 @@
-#include "core/av_memory_input.h"
+#include "core/decode/ffmpeg/memory_input.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/av_error.h"
+#include "core/decode/ffmpeg/error.h"
 
 extern "C" {
 #include <libavutil/mem.h>

@@ -1,7 +1,7 @@
 // AvMemoryInput: opens an FFmpeg demuxer over a sample's bytes already in
 // memory (the Fetch stage read them), through a custom AVIOContext — no
 // temporary file, no second copy. The container is probed from the bytes
-// (content, never the file name). A time budget (core/av_decode_budget.h:
+// (content, never the file name). A time budget (core/decode/ffmpeg/decode_budget.h:
 // the thread's CPU time), checked by FFmpeg's interrupt callback and by the
 // reader, stops a demuxer that a hostile file keeps busy.
 //
@@ -15,8 +15,8 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
-#include "core/av_decode_budget.h"
-#include "core/av_handles.h"
+#include "core/decode/ffmpeg/decode_budget.h"
+#include "core/decode/ffmpeg/handles.h"
 
 namespace conveyor {
 
