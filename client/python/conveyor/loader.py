@@ -60,8 +60,7 @@ from typing import (Any, Callable, Dict, Iterator, List, Optional, Sequence, Tup
 import grpc
 import numpy as np
 
-from ._proto.v1 import conveyor_pb2 as pb
-from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
+from ._stubs import pb, pb_grpc
 from . import _exit
 from ._closing import ClosesOnExit
 from ._datasock import DataSocket, tcp_host
