@@ -17,7 +17,7 @@ checkout (conveyor/_stub_path.py), and the package build (setup.py,
 The compiler: protoc with grpc_python_plugin (Debian: protobuf-compiler,
 protobuf-compiler-grpc), given or on PATH, when protoc is 3.19 or newer (older
 gencode does not load under protobuf 4 and later); else grpc_tools.protoc
-(PyPI's grpcio-tools) when importable. Usage:
+(PyPI's grpcio-tools, 1.48 or newer) when importable. Usage:
   gen_stubs.py --out DIR [--protoc PATH --grpc-python-plugin PATH]
 """
 
@@ -39,6 +39,7 @@ PROTOS = [
 ]
 
 MIN_PROTOC = (3, 19)
+MIN_GRPC_TOOLS = (1, 48)  # the first that bundles a protoc of 3.19 or newer, with margin
 
 
 def outputs(out_dir):
@@ -87,7 +88,11 @@ def find_compiler(protoc=None, plugin=None):
             return [protoc, "--plugin=protoc-gen-grpc_python=%s" % plugin]
     try:
         import grpc_tools.protoc  # noqa: F401
-    except ImportError:
+        from importlib.metadata import version
+        tools = tuple(int(x) for x in version("grpcio-tools").split(".")[:2])
+    except (ImportError, ValueError):
+        return None
+    if tools < MIN_GRPC_TOOLS:  # e.g. Debian's python3-grpc-tools 1.14: a protoc of 2018
         return None
     return [sys.executable, "-m", "grpc_tools.protoc"]
 
