@@ -28,8 +28,8 @@ SOCKET=/tmp/conveyor-demo/conveyor.sock
 # conveyor.daemon (the project's launcher) starts conveyord, waits for its
 # health check to say SERVING, runs the client commands with
 # $CONVEYOR_SERVER set, then stops the daemon (SIGTERM) and exits with the
-# commands' status.
-export PYTHONPATH="$ROOT/client/python"
+# commands' status. The package's gRPC stubs are the build's (build/python).
+export PYTHONPATH="$BUILD_DIR/python:$ROOT/client/python"
 "$PY" -m conveyor.daemon --conveyord "$BUILD_DIR/server/conveyord" --config config/demo.yaml \
   --socket "$SOCKET" -- bash -c '
     set -e

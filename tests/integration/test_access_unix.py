@@ -30,8 +30,12 @@ from conveyor_integration import (Daemon, PYTHON, client_env, daemon_config, fin
 NOBODY = 65534
 OTHER_UID = 65533  # allowed in the "refused" daemon; nobody runs as it
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="needs root and setpriv to run a client as a second uid")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0,
+                       reason="needs root: the clients run as a second uid (setpriv --reuid)"),
+    pytest.mark.skipif(shutil.which("setpriv") is None,
+                       reason="needs setpriv (util-linux) to run a client as a second uid"),
+]
 
 # What the second uid runs: one action, its outcome as one JSON line.
 CLIENT = r"""

@@ -1,7 +1,8 @@
-"""The Python client as a package: committed gRPC stubs that match the proto,
-`pip install` / a wheel in fresh virtual environments (dependencies from
-PyPI, or Debian's through --system-site-packages, offline), a real stream
-from the installed package, and mypy over the typed public API.
+"""The Python client as a package: gRPC stubs generated into the build tree
+(none in the source tree), `pip install` / a wheel generating its own in
+fresh virtual environments (dependencies from PyPI, or Debian's through
+--system-site-packages, offline), a real stream and a health check from the
+installed package, and mypy over the typed public API.
 
 The package is built from a copy of client/python (pip builds in the source
 folder and would leave build/ and *.egg-info there).
@@ -10,20 +11,26 @@ folder and would leave build/ and *.egg-info there).
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from conveyor_integration import CLIENT_DIR, SOURCE_DIR, scaled, venv_python
+from conveyor_integration import BUILD_DIR, CLIENT_DIR, SOURCE_DIR, scaled, venv_python
 
-PROTO = SOURCE_DIR / "proto" / "conveyor" / "v1" / "conveyor.proto"
-STUBS = CLIENT_DIR / "conveyor" / "_proto" / "v1"
+# What a wheel must carry besides the source modules: the generated stubs.
+WHEEL_STUBS = ("conveyor/_proto/v1/conveyor_pb2.py", "conveyor/_proto/v1/conveyor_pb2_grpc.py",
+               "conveyor/_proto/grpc/health/v1/health_pb2.py",
+               "conveyor/_proto/grpc/health/v1/health_pb2_grpc.py")
 
 # Run by the installed package, outside the source tree: one epoch of the
-# daemon's `train` pipeline (48 samples) over the unix socket.
+# daemon's `train` pipeline (48 samples) over the unix socket, and the health
+# check through the package's grpc.health.v1 stubs.
 STREAM_CHECK = r"""
 import sys, conveyor
 assert sys.argv[2] in conveyor.__file__, conveyor.__file__
+import conveyor._proto  # the stubs the package build generated, not a build tree's
+assert sys.argv[2] in conveyor._proto.__file__, conveyor._proto.__file__
 loader = conveyor.Loader(sys.argv[1], pipeline="train", batch_size=8, seed=1)
 n, kept = 0, []
 for batch in loader.epoch(0):
@@ -32,6 +39,8 @@ for batch in loader.epoch(0):
 assert n == 48, n
 assert all((a == b).all() for a, b in kept), "kept arrays changed"
 assert len(loader) == 6
+from conveyor.daemon import SERVING, health_status
+assert health_status(sys.argv[1]) == SERVING
 import numpy, grpc, google.protobuf
 print("ok", numpy.__version__, grpc.__version__, google.protobuf.__version__)
 """
@@ -62,30 +71,41 @@ def source_copy(tmp_path_factory):
     return dst
 
 
-def test_committed_stubs_match_the_proto(tmp_path):
-    """The committed conveyor/_proto/v1 stubs are what protoc makes of the
-    proto today (the CMake build regenerates them in place: commit them)."""
+def test_stubs_are_generated_into_the_build_tree_not_the_source_tree():
+    """The gRPC stubs are not committed and the build writes none into the
+    source tree; in a checkout the package imports the build tree's (CTest
+    puts build/python on PYTHONPATH; conveyor/_stub_path.py)."""
     out = subprocess.run(["git", "-C", str(SOURCE_DIR), "ls-files", "client/python/conveyor/_proto"],
                          capture_output=True, text=True)
     if out.returncode == 0:  # a git checkout (not an exported tarball)
-        files = set(out.stdout.split())
-        for name in ("__init__.py", "v1/__init__.py", "v1/conveyor_pb2.py",
-                     "v1/conveyor_pb2_grpc.py"):
-            assert "client/python/conveyor/_proto/" + name in files, "stub %s not committed" % name
-    protoc, plugin = shutil.which("protoc"), shutil.which("grpc_python_plugin")
-    assert protoc and plugin, "protoc and grpc_python_plugin are build dependencies"
-    stage = tmp_path / "stage" / "conveyor" / "_proto" / "v1"
-    stage.mkdir(parents=True)
-    shutil.copy(PROTO, stage / "conveyor.proto")
-    gen = tmp_path / "gen"
-    gen.mkdir()
-    _run([protoc, "--proto_path=%s" % (tmp_path / "stage"), "--python_out=%s" % gen,
-          "--grpc_out=%s" % gen, "--plugin=protoc-gen-grpc=%s" % plugin, stage / "conveyor.proto"])
-    for name in ("conveyor_pb2.py", "conveyor_pb2_grpc.py"):
-        fresh = (gen / "conveyor" / "_proto" / "v1" / name).read_text()
-        assert (STUBS / name).read_text() == fresh, (
-            "client/python/conveyor/_proto/v1/%s does not match proto/conveyor/v1/conveyor.proto: "
-            "rebuild (the build regenerates it) and commit it" % name)
+        assert out.stdout.split() == [], "generated stubs committed: %s" % out.stdout
+    assert not (CLIENT_DIR / "conveyor" / "_proto" / "__init__.py").exists(), (
+        "client/python/conveyor/_proto/ is a leftover of an older build: delete it")
+    from conveyor._proto.v1 import conveyor_pb2
+    from conveyor._proto.grpc.health.v1 import health_pb2, health_pb2_grpc
+    for mod in (conveyor_pb2, health_pb2, health_pb2_grpc):
+        assert Path(mod.__file__).is_relative_to(BUILD_DIR / "python"), mod.__file__
+    # The wire names are the protos' packages, whatever the module path.
+    assert conveyor_pb2.DESCRIPTOR.package == "conveyor.v1"
+    assert health_pb2.DESCRIPTOR.services_by_name["Health"].full_name == "grpc.health.v1.Health"
+
+
+def test_build_tree_stubs_are_what_the_package_build_generates(tmp_path):
+    """One generator (client/python/gen_stubs.py) for the CMake build and for
+    pip: what it writes now from proto/ is what the build tree holds, so the
+    build's stubs are not stale and a wheel carries the same code."""
+    sys.path.insert(0, str(CLIENT_DIR))
+    try:
+        import gen_stubs
+    finally:
+        sys.path.remove(str(CLIENT_DIR))
+    gen_stubs.generate(str(tmp_path))
+    built = BUILD_DIR / "python"
+    for f in gen_stubs.outputs(str(tmp_path)):
+        rel = Path(f).relative_to(tmp_path)
+        assert (built / rel).read_text() == Path(f).read_text(), (
+            "%s differs from what gen_stubs.py makes of proto/: rebuild "
+            "(cmake --build build --target conveyor_python_stubs)" % (built / rel))
 
 
 def test_wheel_installs_in_a_fresh_venv_with_pypi_packages(daemon, source_copy, tmp_path):
@@ -102,6 +122,10 @@ def test_wheel_installs_in_a_fresh_venv_with_pypi_packages(daemon, source_copy, 
           source_copy], env=env)
     wheels = list(dist.glob("conveyor_client-*.whl"))
     assert len(wheels) == 1, wheels
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = set(whl.namelist())
+    missing = [n for n in WHEEL_STUBS if n not in names]
+    assert not missing, "the wheel lacks its generated stubs %s" % missing
     _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c",
           CLIENT_DIR / "constraints-pypi.txt", wheels[0]], env=env)
     out = _run([py, "-c", STREAM_CHECK, daemon.unix, str(venv)], env=env, cwd=tmp_path)

@@ -97,7 +97,7 @@ def test_client_closing_its_data_socket_ends_the_stream_unavailable(daemon):
     try:
         assert stream.transport == "data_socket"
         next(stream)
-        stream._data._sock.shutdown(socket.SHUT_RDWR)  # the connection goes away
+        stream._transport._sock.shutdown(socket.SHUT_RDWR)  # the connection goes away
         with pytest.raises(conveyor.Unavailable):
             for _ in range(100):
                 next(stream)

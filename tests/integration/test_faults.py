@@ -208,7 +208,7 @@ def small_disk(tmp_path):
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=320k", "tmpfs", str(mnt)],
                          capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN): %s" % res.stderr.strip())
+        pytest.skip("needs root: mounting a small tmpfs (CAP_SYS_ADMIN): %s" % res.stderr.strip())
     try:
         yield mnt
     finally:

@@ -1,7 +1,8 @@
 """conveyor.daemon, the one launcher of conveyord (tests, benchmarks, demo):
-the health-check decoder on hand-made answers, a daemon that dies or never
-serves gives DaemonError with its log (not a hang), and the command line
-runs a command against a real conveyord and passes its exit status on."""
+its health check (gRPC's Health stub) against an in-process Health service,
+a daemon that dies or never serves gives DaemonError with its log (not a
+hang), and the command line runs a command against a real conveyord and
+passes its exit status on."""
 
 import os
 import signal
@@ -20,26 +21,77 @@ if CLIENT_DIR not in sys.path:
 CONVEYORD = os.path.join(BUILD_DIR, "server", "conveyord")
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
-from conveyor.daemon import (SERVING, DaemonError, DaemonProcess,  # noqa: E402
-                             decode_health_response)
+from concurrent import futures  # noqa: E402
+
+import grpc  # noqa: E402
+
+from conveyor._stubs import health_grpc, health_pb  # noqa: E402
+from conveyor.daemon import (NOT_SERVING, SERVING, DaemonError, DaemonProcess,  # noqa: E402
+                             health_status, is_serving)
 
 
-@pytest.mark.parametrize("raw,status", [
-    (b"", 0),                                  # proto3 default: UNKNOWN
-    (b"\x08\x01", SERVING),
-    (b"\x08\x02", 2),                          # NOT_SERVING
-    (b"\x12\x03abc\x08\x01", SERVING),         # an unknown string field first
-    (b"\x08\x02\x08\x01", SERVING),            # the last value of a repeated field wins
-    (b"\x19" + bytes(8) + b"\x08\x03", 3),     # a fixed64 field skipped
-])
-def test_health_response_decoding(raw, status):
-    assert decode_health_response(raw) == status
+class _Health(health_grpc.HealthServicer):
+    """A grpc.health.v1 service answering `status` for "" and
+    SERVICE_UNKNOWN's NOT_FOUND for any other service name."""
+
+    def __init__(self, status):
+        self.status = status
+        self.asked = []
+
+    def Check(self, request, context):
+        self.asked.append(request.service)
+        if request.service:
+            context.abort(grpc.StatusCode.NOT_FOUND, "unknown service %r" % request.service)
+        return health_pb.HealthCheckResponse(status=self.status)
 
 
-@pytest.mark.parametrize("raw", [b"\x08", b"\x12\x05ab", b"\x08\x81"])
-def test_truncated_health_response_is_an_error(raw):
-    with pytest.raises(ValueError):
-        decode_health_response(raw)
+@pytest.fixture
+def health_server(tmp_path):
+    """An in-process gRPC server on a unix socket; returns (address, add)
+    where add(status) installs a Health service answering `status`."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    address = "unix://%s" % (tmp_path / "health.sock")
+    services = []
+
+    def add(status):
+        services.append(_Health(status))
+        health_grpc.add_HealthServicer_to_server(services[-1], server)
+        return services[-1]
+
+    yield address, add, server
+    server.stop(grace=None)
+
+
+@pytest.mark.parametrize("status", [SERVING, NOT_SERVING])
+def test_health_status_is_the_answer_of_grpcs_health_service(health_server, status):
+    address, add, server = health_server
+    service = add(status)
+    server.add_insecure_port(address)
+    server.start()
+    assert health_status(address, timeout=10) == status
+    assert is_serving(address, timeout=10) == (status == SERVING)
+    assert service.asked == ["", ""]  # the whole server's status
+
+
+def test_health_status_names_the_service_asked_about(health_server):
+    address, add, server = health_server
+    service = add(SERVING)
+    server.add_insecure_port(address)
+    server.start()
+    with pytest.raises(grpc.RpcError) as e:
+        health_status(address, timeout=10, service="conveyor.v1.Conveyor")
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert service.asked == ["conveyor.v1.Conveyor"]
+
+
+def test_a_server_without_the_health_service_is_not_serving(health_server):
+    address, _, server = health_server
+    server.add_insecure_port(address)
+    server.start()
+    with pytest.raises(grpc.RpcError) as e:
+        health_status(address, timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert is_serving(address, timeout=10) is False
 
 
 def _fake_binary(tmp_path, body):
@@ -91,7 +143,7 @@ def test_command_line_runs_a_command_against_a_real_daemon(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("threads: 1\npipelines:\n  p:\n    dataset: {root: %s}\n    size: 32\n"
                       % (tmp_path / "images"))
-    env = dict(os.environ, PYTHONPATH=CLIENT_DIR)
+    env = dict(os.environ, PYTHONPATH=CLIENT_DIR)  # the stubs: conveyor/_stub_path.py
     check = ("import conveyor, os, sys; "
              "names = [p.name for p in conveyor.list_pipelines(os.environ['CONVEYOR_SERVER'])]; "
              "print(names); sys.exit(7 if names == ['p'] else 1)")

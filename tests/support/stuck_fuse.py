@@ -41,7 +41,7 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 def available():
     """None when a StuckFile can be mounted here, else why not."""
     if os.geteuid() != 0:
-        return "mounting a FUSE filesystem needs root"
+        return "needs root: mounting a FUSE filesystem"
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse"
     return None

@@ -13,6 +13,12 @@ opt-in reconnection to a restarted daemon (RetryPolicy), conveyor.errors for
 the exceptions. The CLI is `python3 -m conveyor --help`.
 """
 
+from ._stub_path import extend as _extend_path
+
+# The generated gRPC stubs (conveyor._proto) are in the package once it is
+# installed, and in the build tree in a source checkout: conveyor/_stub_path.py.
+__path__ = _extend_path(__path__, __name__)
+
 from .errors import (AccessDenied, BatchReleasedError, ConveyorError, DataError, InvalidRequest,
                      NotFound, ProtocolError, ResourceExhausted, Unavailable)
 from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,

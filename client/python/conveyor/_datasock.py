@@ -11,7 +11,9 @@ the same CA as the gRPC channel.
 DataSocket reads them straight into one numpy buffer per slot (no copy in
 Python, no gRPC message assembly): the buffer of a slot is reused for the
 next batch in that slot, which the daemon sends only after the client
-released the previous one - the same rule as for shared-memory views.
+released the previous one - the same rule as for shared-memory views. It is
+the data-socket transport of a stream (conveyor/_transport.py: name,
+slot_backed, images(), close()).
 """
 
 import socket
@@ -52,6 +54,9 @@ def tcp_host(address):
 class DataSocket:
     """The connection of one DATA_SOCKET stream. Not thread-safe: the thread
     iterating the stream reads it."""
+
+    name = "data_socket"
+    slot_backed = True  # a batch's images live in its slot's buffer, reused after release
 
     def __init__(self, host, port, stream_id, secret, *, timeout=10.0, read_timeout=120.0,
                  ssl_context=None, server_name=None):
@@ -113,6 +118,11 @@ class DataSocket:
         finally:
             view.release()
         return buf[:nbytes]
+
+    def images(self, m, dtype, shape, nbytes):
+        """The images of Batch message `m`, read from the socket into its
+        slot's buffer."""
+        return self.read(m.slot, nbytes).view(dtype).reshape(shape)
 
     def close(self):
         sock, self._sock = self._sock, None

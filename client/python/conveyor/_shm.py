@@ -7,7 +7,8 @@ memfd as SCM_RIGHTS ancillary data (1 = refused, 2 = the daemon is out of fds
 for the moment: Unavailable, which a RetryPolicy retries).
 
 SharedRegion maps the whole region once (MAP_SHARED) and hands out numpy views
-of it. It owns the mapping: close() (or leaving a `with` block, or garbage
+of it; it is the shared-memory transport of a stream (conveyor/_transport.py:
+name, slot_backed, images(), close()). It owns the mapping: close() (or leaving a `with` block, or garbage
 collection) unmaps it - unless numpy views of it are still alive, in which
 case the mapping stays until the last view is gone (Python's mmap refuses to
 unmap exported buffers, so a stale view can never touch unmapped memory).
@@ -70,6 +71,9 @@ class SharedRegion(ClosesOnExit):
     read-only.
     """
 
+    name = "shared_memory"
+    slot_backed = True  # a batch's images are its slot: reused after release
+
     def __init__(self, fd, size):
         self.size = int(size)
         try:
@@ -103,6 +107,10 @@ class SharedRegion(ClosesOnExit):
                                 % (offset, offset + nbytes, self.size))
         arr = np.frombuffer(self._mm, dtype=dtype, count=count, offset=offset)
         return arr.reshape(shape)
+
+    def images(self, m, dtype, shape, nbytes):
+        """The images of Batch message `m`: a view of its slot, no copy."""
+        return self.view(m.images_offset, nbytes, dtype, shape)
 
     @property
     def closed(self):

@@ -16,9 +16,9 @@ bound port comes back through --port-file). Its stdout and stderr go to
 short pauses; a daemon that exits while starting raises DaemonError with the
 end of its log.
 
-`health_status(channel)` is the one Python grpc.health.v1 client of the project
-(the grpcio-health-checking package is not needed: the request and the
-answer are tiny protobuf messages, encoded here by hand).
+`health_status(channel)` is the one Python grpc.health.v1 client of the project:
+gRPC's own Health stub, generated from proto/grpc/health/v1/health.proto into
+conveyor._proto.grpc.health.v1 (no grpcio-health-checking package needed).
 
 Command line: `python3 -m conveyor.daemon --conveyord BIN --config FILE --
 COMMAND...` starts the daemon, waits for SERVING, runs COMMAND with
@@ -41,67 +41,15 @@ import time
 
 import grpc
 
+from ._stubs import health_grpc, health_pb
 from .loader import make_channel
 
 # grpc.health.v1.HealthCheckResponse.ServingStatus
-UNKNOWN = 0
-SERVING = 1
-NOT_SERVING = 2
-SERVICE_UNKNOWN = 3
-
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-
-
-def _varint(data, pos):
-    """Decodes a protobuf varint at data[pos:]; returns (value, next pos)."""
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated or oversized varint in health response %r" % data)
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, pos
-
-
-def decode_health_response(data):
-    """The `status` (field 1) of a serialized HealthCheckResponse; UNKNOWN
-    when absent (proto3 default). Other fields are skipped."""
-    status, pos = UNKNOWN, 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            if field == 1:
-                status = value
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError("unexpected wire type %d in health response %r" % (wire, data))
-        if pos > len(data):
-            raise ValueError("truncated health response %r" % data)
-    return status
-
-
-def _encode_health_request(service):
-    """HealthCheckRequest { string service = 1; } ("" = the whole server)."""
-    raw = service.encode()
-    if not raw:
-        return b""
-    out, n = bytearray(b"\x0a"), len(raw)
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out) + raw
+_Status = health_pb.HealthCheckResponse
+UNKNOWN = _Status.UNKNOWN
+SERVING = _Status.SERVING
+NOT_SERVING = _Status.NOT_SERVING
+SERVICE_UNKNOWN = _Status.SERVICE_UNKNOWN
 
 
 def health_status(channel, timeout=5.0, service=""):
@@ -111,9 +59,9 @@ def health_status(channel, timeout=5.0, service=""):
     owned = not isinstance(channel, grpc.Channel)
     ch = make_channel(channel) if owned else channel
     try:
-        check = ch.unary_unary(_HEALTH_CHECK, request_serializer=lambda b: b,
-                               response_deserializer=lambda b: b)
-        return decode_health_response(check(_encode_health_request(service), timeout=timeout))
+        answer = health_grpc.HealthStub(ch).Check(health_pb.HealthCheckRequest(service=service),
+                                                  timeout=timeout)
+        return answer.status
     finally:
         if owned:
             ch.close()

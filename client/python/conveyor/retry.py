@@ -34,8 +34,7 @@ import time
 import grpc
 
 from ._closing import ClosesOnExit
-from ._proto.v1 import conveyor_pb2 as pb
-from ._proto.v1 import conveyor_pb2_grpc as pb_grpc
+from ._stubs import pb, pb_grpc
 from .errors import InvalidRequest, Unavailable
 
 

@@ -1,0 +1,58 @@
+"""How a stream's batch images reach the client: one transport object per
+kind, chosen by the daemon's StreamOpened and made by open_transport().
+
+  shared_memory  conveyor/_shm.py SharedRegion: the stream's memfd, handed
+                 over on the daemon's fd socket and mapped once; images are
+                 views of their slots
+  data_socket    conveyor/_datasock.py DataSocket: a TCP (or TLS) connection
+                 beside the gRPC call; images are read into a buffer per slot
+  inline         conveyor/_inline.py InlineTransport: the bytes inside each
+                 Batch message
+
+Every transport has
+  name           the kind, as above (Stream.transport)
+  slot_backed    True when a batch's images live in its slot, which the
+                 daemon (or the next batch of that slot) reuses after the
+                 batch is released: the stream then checks images_bytes and
+                 leases the slot under lifetime="safe"
+  images(m, dtype, shape, nbytes)  the images of Batch message m (nbytes > 0)
+  close()        idempotent; images still viewed stay valid (the mapping and
+                 the buffers live while views do)
+A transport is used by the thread that iterates its stream.
+"""
+
+from typing import Any, Optional
+
+from ._datasock import DataSocket
+from ._inline import InlineTransport
+from ._security import Security
+from ._shm import SharedRegion
+from ._stubs import pb
+from .errors import ConveyorError
+
+# The names a caller may ask for (open_stream's transport=) and those of
+# StreamOpened.transport.
+BY_NAME = {"auto": pb.TRANSPORT_AUTO, "shm": pb.SHARED_MEMORY, "shared_memory": pb.SHARED_MEMORY,
+           "inline": pb.INLINE, "data_socket": pb.DATA_SOCKET}
+NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory", pb.INLINE: "inline",
+         pb.DATA_SOCKET: "data_socket"}
+
+
+def open_transport(opened: Any, *, data_host: Optional[str], security: Security,
+                   timeout: float) -> Any:
+    """The transport StreamOpened `opened` chose, connected (the memfd
+    received, the data socket's handshake done). data_host: where to reach
+    the data socket (None: this client has none)."""
+    if opened.transport == pb.SHARED_MEMORY:
+        return SharedRegion.receive(opened.fd_socket, opened.stream_id, opened.secret,
+                                    opened.region_bytes, timeout=timeout)
+    if opened.transport == pb.DATA_SOCKET:
+        if data_host is None:
+            raise ConveyorError("protocol error: DATA_SOCKET chosen but this client knows no "
+                                "host for it (pass data_host, or ask for transport='inline')")
+        return DataSocket(data_host, opened.data_port, opened.stream_id, opened.secret,
+                          timeout=timeout, ssl_context=security.data_socket_context(),
+                          server_name=security.tls_server_name or data_host)
+    if opened.transport == pb.INLINE:
+        return InlineTransport()
+    raise ConveyorError("protocol error: the daemon chose transport %r" % opened.transport)
