@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& pat
     ::unlink(path.c_str());
     return st;
   };
-  absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("fd socket");
+  absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("fd hand-over");
   if (!loop.ok()) return fail(loop.status());
   std::unique_ptr<FdServer> server(new FdServer(path, *std::move(loop), std::move(lookup)));
   FdServer* s = server.get();

@@ -87,7 +87,7 @@ void HandshakeAcceptor::Take(UniqueFd conn) {
   if (absl::Status st = loop_->Add(fd, EPOLLIN | EPOLLRDHUP,
                                    EventKey(EventTag::kHandshake, static_cast<uint64_t>(fd)));
       !st.ok()) {
-    spdlog::warn("{}: a new connection: {}", options_.name, std::string(st.message()));
+    spdlog::warn("{} (of a new connection)", std::string(st.message()));
     return;
   }
   Pending& p = pending_[fd];
