@@ -1,56 +1,48 @@
 #include "server/daemon.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_posix.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <climits>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <iostream>
 #include <set>
-#include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/engine/batch_layout.h"
 #include "core/base/posix_error.h"
 #include "core/base/text_escape.h"
-#include "server/access/access.h"
-#include "server/config/byte_size.h"
-#include "server/config/loader.h"
-#include "server/reloader.h"
-#include "server/transport/data_socket_server.h"
-#include "server/transport/data_socket.h"
-#include "server/transport/fd_server.h"
-#include "server/service/grpc_service.h"
-#include "server/transport/inline.h"
 #include "core/decode/ffmpeg/log.h"
-#include "server/ops/logging.h"
-#include "server/ops/metrics_exposition.h"
-#include "server/ops/metrics_http_server.h"
+#include "core/engine/batch_layout.h"
+#include "server/access/access.h"
 #include "server/access/peer_credentials_identifier.h"
-#include "server/service/service.h"
-#include "server/notifier.h"
-#include "server/transport/shm.h"
-#include "server/config/system_cpus.h"
 #include "server/access/unix_access.h"
 #include "server/access/unix_connections.h"
 #include "server/access/unix_listener.h"
 #include "server/access/unix_socket.h"
+#include "server/config/loader.h"
+#include "server/config/system_cpus.h"
+#include "server/flags.h"
+#include "server/notifier.h"
+#include "server/ops/logging.h"
+#include "server/ops/metrics_exposition.h"
+#include "server/ops/metrics_http_server.h"
+#include "server/probe.h"
+#include "server/reloader.h"
+#include "server/service/grpc_service.h"
+#include "server/service/service.h"
+#include "server/signals.h"
+#include "server/transport/data_socket.h"
+#include "server/transport/data_socket_server.h"
+#include "server/transport/fd_server.h"
+#include "server/transport/inline.h"
+#include "server/transport/shm.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -102,141 +94,6 @@ uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>
     largest = std::max<uint64_t>(largest, l.slot_bytes + uint64_t{p->max_batch_size} * 1024);
   }
   return std::clamp<uint64_t>(largest + (1u << 20), 4u << 20, INT_MAX);
-}
-
-// ---------------------------------------------------------------- flags
-
-std::string UsageText() {
-  return R"(usage: conveyord [--config FILE] [options]
-
-Conveyor's per-node data-loading daemon: serves the pipelines of FILE over
-gRPC on a unix socket (and optionally TCP).
-
-  --config FILE          YAML config (default /etc/conveyor/conveyord.yaml);
-                         config/README.md documents every field
-  --check-config         validate FILE (and load its datasets), then exit
-  --socket PATH          unix socket (listen.unix); '' disables it
-  --tcp HOST:PORT        TCP listener (listen.tcp); port 0 picks a free one;
-                         'none' disables it
-  --data-tcp HOST:PORT   data socket for TCP clients' batch bytes
-                         (listen.data_tcp); default: the TCP host, a free
-                         port; 'none' sends batches inside gRPC messages
-  --port-file PATH       write the bound TCP port to PATH once serving
-                         (removed again at a clean shutdown)
-  --threads N            engine worker threads (threads; 0 = one per CPU this
-                         process may use: affinity mask and cgroup quota)
-  --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
-  --log-level LEVEL      trace, debug, info, warn, error, critical, off
-  --probe TARGET         ask the daemon at TARGET (e.g.
-                         unix:///run/conveyor/conveyor.sock) whether it is
-                         SERVING (gRPC health check); exit 0 if so, 1 if not
-  --version              print the version and exit
-  --help                 this text
-
-SIGHUP re-reads FILE: pipelines are added, removed or replaced for new
-streams (open streams keep theirs); a bad file, or one that changes other
-settings, is refused with a log line and the running config stays.
-
-Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when serving fails,
-2 for bad flags or a bad config.
-)";
-}
-
-absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (const size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    auto value = [&]() -> absl::StatusOr<std::string> {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, ": needs a value"));
-      return std::string(argv[++i]);
-    };
-    auto flag = [&](bool* b) -> absl::Status {
-      if (inline_value) return absl::InvalidArgumentError(absl::StrCat(arg, ": takes no value"));
-      *b = true;
-      return absl::OkStatus();
-    };
-    auto opt = [&](std::optional<std::string>* out) -> absl::Status {
-      absl::StatusOr<std::string> v = value();
-      if (!v.ok()) return v.status();
-      *out = *v;
-      return absl::OkStatus();
-    };
-    absl::Status st;
-    if (arg == "--config" || arg == "-c") {
-      std::optional<std::string> v;
-      st = opt(&v);
-      if (st.ok()) f.config = *v;
-    } else if (arg == "--port-file") {
-      std::optional<std::string> v;
-      st = opt(&v);
-      if (st.ok()) f.port_file = *v;
-    } else if (arg == "--probe") {
-      std::optional<std::string> v;
-      st = opt(&v);
-      if (st.ok()) f.probe = *v;
-    } else if (arg == "--check-config") {
-      st = flag(&f.check_config);
-    } else if (arg == "--help" || arg == "-h") {
-      st = flag(&f.help);
-    } else if (arg == "--version") {
-      st = flag(&f.version);
-    } else if (arg == "--socket") {
-      st = opt(&f.socket);
-    } else if (arg == "--tcp") {
-      st = opt(&f.tcp);
-    } else if (arg == "--data-tcp") {
-      st = opt(&f.data_tcp);
-    } else if (arg == "--threads") {
-      st = opt(&f.threads);
-    } else if (arg == "--memory-budget") {
-      st = opt(&f.memory_budget);
-    } else if (arg == "--log-level") {
-      st = opt(&f.log_level);
-    } else {
-      st = absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "' (see --help)"));
-    }
-    if (!st.ok()) return st;
-  }
-  return f;
-}
-
-absl::Status ApplyFlags(const Flags& f, DaemonConfig* c) {
-  auto bad = [](const char* flag, absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", why));
-  };
-  if (f.socket)
-    c->listen.unix_path =
-        f.socket->empty() ? "" : fs::absolute(*f.socket).lexically_normal().string();
-  if (f.tcp) c->listen.tcp = (*f.tcp == "none") ? "" : *f.tcp;
-  if (f.data_tcp) c->listen.data_tcp = f.data_tcp->empty() ? "none" : *f.data_tcp;
-  if (f.threads) {
-    int n = 0;
-    if (!absl::SimpleAtoi(*f.threads, &n) || n < 0 || n > 1024) {
-      return bad("--threads",
-                 absl::StrCat("expected an integer within [0, 1024], got '", *f.threads, "'"));
-    }
-    c->engine.num_threads = n;
-  }
-  if (f.memory_budget) {
-    absl::StatusOr<uint64_t> b = ParseByteSizeOrPercent(*f.memory_budget, c->system.MemoryLimit());
-    if (!b.ok()) return bad("--memory-budget", b.status().message());
-    c->memory_budget = *b;
-  }
-  if (f.log_level) {
-    if (absl::Status st = ValidateLogLevel(*f.log_level); !st.ok())
-      return bad("--log-level", st.message());
-    c->log_level = *f.log_level;
-  }
-  if (!f.port_file.empty() && c->listen.tcp.empty()) {
-    return bad("--port-file", "needs a TCP listener (listen.tcp or --tcp)");
-  }
-  return ValidateDaemonFields(*c);
 }
 
 // ---------------------------------------------------------------- Daemon
@@ -465,52 +322,10 @@ void Daemon::Shutdown() {
                      .count());
 }
 
-// ---------------------------------------------------------------- probe
-
-absl::Status Probe(const std::string& target, double timeout_seconds) {
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
-  // HealthCheckRequest{service: ""} encodes to no bytes; the reply
-  // HealthCheckResponse{status = 1 (SERVING)} to 08 01. Raw bytes spare us
-  // the health proto's generated code.
-  grpc::Slice empty("");
-  grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
-  const grpc::Status status = done.get_future().get();
-  if (!status.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(target, ": health check failed: ", status.error_message()));
-  }
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& sl : slices)
-      bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-  }
-  if (bytes.size() == 2 && bytes[0] == 0x08 && bytes[1] == 0x01) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(target, ": not serving"));
-}
-
 // ---------------------------------------------------------------- main
 
 int DaemonMain(int argc, char** argv) {
-  // Before any thread exists: SIGINT/SIGTERM/SIGHUP are taken by sigwait
-  // below in every thread's stead; SIGPIPE is ignored (peers that go away
-  // are errors, not deaths).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  BlockSignals();  // before any thread exists (server/signals.h)
 
   // Every message below may quote paths from the config or the dataset:
   // escaped, so that none can forge a line of its own.
@@ -568,88 +383,18 @@ int DaemonMain(int argc, char** argv) {
     return kExitOk;
   }
 
-  // The signal thread: the only place SIGINT/SIGTERM/SIGHUP are received.
-  // Set by the signal thread (under stop_mu); main waits for them.
-  Mutex stop_mu;
-  CondVar stop_cv;
-  bool stop_requested = false;
-  int reloads_requested = 0;
-  std::atomic<bool> exiting{false};
   // Once a stop signal came, shutdown gets shutdown_timeout_seconds (gRPC's
-  // drain) plus this grace; a daemon still not gone then has a worker stuck
-  // where nothing can interrupt it (a read on a hung network filesystem)
-  // and exits anyway rather than waiting to join it forever.
+  // drain) plus this grace before the process exits anyway.
   constexpr double kStuckShutdownGraceSeconds = 10;
-  const auto stop_budget = std::chrono::duration_cast<std::chrono::nanoseconds>(
+  SignalWaiter signals(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(config->shutdown_timeout_seconds +
-                                    kStuckShutdownGraceSeconds));
-  std::thread signal_thread([&] {
-    bool seen = false;
-    std::chrono::steady_clock::time_point stop_deadline;
-    while (true) {
-      int sig = 0;
-      if (!seen) {
-        if (sigwait(&signals, &sig) != 0) continue;
-      } else {
-        const auto left = stop_deadline - std::chrono::steady_clock::now();
-        const int64_t ns = std::max<int64_t>(
-            0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
-        const timespec wait = {static_cast<time_t>(ns / 1000000000),
-                               static_cast<long>(ns % 1000000000)};
-        sig = sigtimedwait(&signals, nullptr, &wait);
-        if (sig < 0) {
-          if (errno != EAGAIN || std::chrono::steady_clock::now() < stop_deadline) continue;
-          spdlog::error(
-              "shutdown not finished {:.0f} s after the signal (shutdown_timeout_seconds + {:.0f} "
-              "s): a worker is stuck (in I/O on a hung filesystem?); exiting now",
-              config->shutdown_timeout_seconds + kStuckShutdownGraceSeconds,
-              kStuckShutdownGraceSeconds);
-          spdlog::default_logger()->flush();
-          _exit(kExitFailure);
-        }
-      }
-      if (exiting.load()) return;
-      if (sig == SIGHUP) {
-        // Reloads run on the main thread; several signals before it gets
-        // to them make one reload.
-        if (seen) {
-          spdlog::info("SIGHUP during shutdown: no reload");
-          continue;
-        }
-        {
-          MutexLock lock(&stop_mu);
-          ++reloads_requested;
-        }
-        stop_cv.Signal();
-        continue;
-      }
-      if (seen) {
-        spdlog::warn("second signal ({}) during shutdown: exiting now", strsignal(sig));
-        spdlog::default_logger()->flush();
-        _exit(kExitFailure);
-      }
-      seen = true;
-      stop_deadline = std::chrono::steady_clock::now() + stop_budget;
-      spdlog::info("{}: shutting down", strsignal(sig));
-      {
-        MutexLock lock(&stop_mu);
-        stop_requested = true;
-      }
-      stop_cv.Signal();
-    }
-  });
-  auto stop_signal_thread = [&] {
-    exiting.store(true);
-    pthread_kill(signal_thread.native_handle(), SIGTERM);
-    signal_thread.join();
-  };
+                                    kStuckShutdownGraceSeconds)));
 
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Start(*config, *std::move(pipelines), flags->port_file);
   if (!daemon.ok()) {
     spdlog::error("cannot start: {}: {}", absl::StatusCodeToString(daemon.status().code()),
                   EscapeText(daemon.status().message()));
-    stop_signal_thread();
     return kExitFailure;
   }
   // Serving: tell systemd (Type=notify), then wait for signals.
@@ -658,13 +403,7 @@ int DaemonMain(int argc, char** argv) {
                            ServiceNotifier::DefaultOptions());
   notifier.Ready();
   ConfigReloader reloader(*flags, *config, running->max_message_bytes(), &running->service());
-  while (true) {
-    {
-      MutexLock lock(&stop_mu);
-      while (!stop_requested && reloads_requested == 0) stop_cv.Wait(&stop_mu);
-      if (stop_requested) break;
-      reloads_requested = 0;
-    }
+  while (signals.Wait() == SignalWaiter::Request::kReload) {
     notifier.Reloading();
     (void)reloader.Reload();  // logs its outcome; a refused reload changes nothing
     notifier.Reloaded(reloader.summary());
@@ -672,7 +411,6 @@ int DaemonMain(int argc, char** argv) {
   notifier.Stopping();
   (*daemon)->Shutdown();
   daemon->reset();
-  stop_signal_thread();
   return kExitOk;
 }
 

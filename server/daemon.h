@@ -1,18 +1,17 @@
-// The conveyord process: command-line flags, and Daemon, which wires the
-// parts together — engine, core service, fd hand-over socket, gRPC server
-// with health checking — and takes them down in order:
+// The conveyord process: Daemon wires the parts together — engine, core
+// service, fd hand-over socket, data socket, gRPC server with gRPC's
+// default health service, metrics endpoint — and takes them down in order:
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
 //   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
 //   4. the fd socket stops, socket files are removed, the metrics endpoint
 //      (if any) stops, the engine joins.
 // gRPC server reflection is on (grpcurl lists and calls the service).
-// DaemonMain is main(): it blocks SIGINT/SIGTERM/SIGHUP in every thread
-// before any thread exists and waits for them on a dedicated sigwait thread
-// (no work in signal handlers); a second SIGINT/SIGTERM during shutdown
-// exits at once. SIGHUP asks the main thread to reload the config file
-// (server/reloader.h). Under systemd (Type=notify) it reports
-// readiness, status, reloads, stopping and watchdog pings
+// DaemonMain is main(): flags (server/flags.h), the --probe health check
+// (server/probe.h), config and datasets, then the daemon, run until a
+// stop signal, with a reload of the config file at each SIGHUP
+// (server/signals.h, server/reloader.h). Under systemd (Type=notify) it
+// reports readiness, status, reloads, stopping and watchdog pings
 // (server/notifier.h).
 //
 // Thread-safety: Daemon::Shutdown may be called from any thread, once or
@@ -20,7 +19,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,29 +41,6 @@ class GrpcConveyorService;
 class MetricsHttpServer;
 class UnixConnections;
 class UnixListener;
-
-struct Flags {
-  std::string config = "/etc/conveyor/conveyord.yaml";
-  bool check_config = false;
-  bool help = false;
-  bool version = false;
-  std::string port_file;
-  std::string probe;  // --probe TARGET: health-check a running daemon and exit
-  // Overrides of config fields (unset: keep the file's value).
-  std::optional<std::string> socket;         // listen.unix ("" disables)
-  std::optional<std::string> tcp;            // listen.tcp ("" or "none" disables)
-  std::optional<std::string> data_tcp;       // listen.data_tcp ("none" disables)
-  std::optional<std::string> threads;        // threads
-  std::optional<std::string> memory_budget;  // memory_budget
-  std::optional<std::string> log_level;      // log_level
-};
-
-// Accepts "--flag value" and "--flag=value". InvalidArgument naming the flag.
-absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
-std::string UsageText();
-
-// Applies the overrides of `flags` to `config` and validates the result.
-absl::Status ApplyFlags(const Flags& flags, DaemonConfig* config);
 
 class Daemon {
  public:
@@ -120,11 +95,6 @@ class Daemon {
 // int limit (at least 4 MiB). Clients must accept messages this large
 // (INLINE transport).
 uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines);
-
-// Asks the gRPC health service at `target` (e.g.
-// unix:///run/conveyor/conveyor.sock) whether the daemon is SERVING; for
-// container and Kubernetes probes. OK when it is, Unavailable otherwise.
-absl::Status Probe(const std::string& target, double timeout_seconds = 3.0);
 
 // main(): returns the process exit code (0 ok, 1 failure at run time, 2 bad
 // flags or config).

@@ -9,6 +9,7 @@
 #include "core/base/text_escape.h"
 #include "server/config/loader.h"
 #include "server/config/reload_diff.h"
+#include "server/daemon.h"
 #include "server/service/service.h"
 #include "spdlog/spdlog.h"
 

@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "server/config/config.h"
-#include "server/daemon.h"
+#include "server/flags.h"
 
 namespace conveyor::server {
 

@@ -13,10 +13,11 @@
 // calls see the peer "fd:N" that PeerCredentialsIdentifier maps back to
 // the credentials (server/access/peer_credentials_identifier.h).
 //
-// One thread waits on the listening socket and an eventfd (epoll), so
-// Stop() ends it promptly. When accept() fails for want of resources (out
-// of fds), the listener is left unwatched for a growing pause (10 ms to
-// 500 ms) instead of spinning, logged once per episode.
+// One thread runs an EpollLoop (core/base/epoll_loop.h) on the listening
+// socket, so Stop() ends it promptly. It accepts through a LoopListener:
+// when accept() fails for want of resources (out of fds), the socket is
+// left unwatched for a growing pause (10 ms to 500 ms) instead of spinning,
+// logged once per episode (core/base/accept_backoff.h).
 //
 // Thread-safety: Stop() and the destructor may be called from any thread;
 // `on_accept` runs on the listener's thread.
@@ -32,6 +33,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "core/base/epoll_loop.h"
+#include "core/base/loop_listener.h"
 #include "core/base/unique_fd.h"
 #include "server/access/unix_access.h"
 #include "server/access/unix_connections.h"
@@ -67,25 +70,21 @@ class UnixListener {
     uint64_t unlogged = 0;  // refused since then
   };
 
-  UnixListener(std::string path, UniqueFd listen_fd, UniqueFd epoll_fd, UniqueFd stop_fd,
-               UnixAccessPolicy policy, UnixConnections* connections, OnAccept on_accept);
+  UnixListener(std::string path, std::unique_ptr<EpollLoop> loop, UnixAccessPolicy policy,
+               UnixConnections* connections, OnAccept on_accept);
   void Run();
-  // Accepts until the backlog is empty; false when accept() must pause.
-  bool AcceptAll();
   void Admit(UniqueFd conn);
   void LogRefusal(const UnixPeer& peer);
-  void Watch(bool watch);
 
   const std::string path_;
-  const UniqueFd listen_fd_;
-  const UniqueFd epoll_fd_;
-  const UniqueFd stop_fd_;  // eventfd; readable once Stop() was called
+  const std::unique_ptr<EpollLoop> loop_;
   const UnixAccessPolicy policy_;
   UnixConnections* const connections_;
   const OnAccept on_accept_;
-  // The listener's thread only.
+  // Set by Start before the thread starts; the listener's thread's only
+  // (closed by Stop after the thread is joined).
+  std::unique_ptr<LoopListener> listener_;
   std::map<uid_t, Refusals> refusals_;
-  int accept_errno_ = 0;  // of the episode of failing accepts under way; 0 = none
   std::thread thread_;
   bool stopped_ = false;  // Stop()'s caller only
 };

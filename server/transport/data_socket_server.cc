@@ -6,7 +6,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +23,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/epoll_events.h"
+#include "core/base/epoll_loop.h"
 #include "core/base/mutex.h"
 #include "core/base/posix_error.h"
 #include "server/transport/handshake.h"
@@ -80,8 +81,8 @@ struct ChannelState {
 
 class DataSocketServer::Core {
  public:
-  Core(UniqueFd wake_fd, UniqueFd epoll_fd, std::unique_ptr<ReloadingTlsContext> tls)
-      : wake_fd_(std::move(wake_fd)), epoll_fd_(std::move(epoll_fd)), tls_(std::move(tls)) {}
+  Core(std::unique_ptr<EpollLoop> loop, std::unique_ptr<ReloadingTlsContext> tls)
+      : loop_(std::move(loop)), tls_(std::move(tls)) {}
 
   // --- called from any thread -------------------------------------------
   void Register(uint64_t stream_id, const Secret& secret,
@@ -122,21 +123,17 @@ class DataSocketServer::Core {
   // From here on Register and Send are dropped; the thread ends at its next
   // wake-up and closes every connection.
   void RequestStop() {
-    MutexLock lock(&mu_);
-    stopped_ = true;
-    Wake();
+    {
+      MutexLock lock(&mu_);
+      stopped_ = true;
+    }
+    loop_->Stop();
   }
 
   // --- the server's thread (and Start, before the thread exists) ---------
   absl::Status Arm(UniqueFd listen_fd) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = EventKey(EventTag::kWake, 0);
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
-      return PosixError("data socket: epoll_ctl ADD of the eventfd", errno);
-    }
     absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> acceptor = HandshakeAcceptor::Create(
-        epoll_fd_.get(), std::move(listen_fd),
+        loop_.get(), std::move(listen_fd),
         HandshakeAcceptor::Options{.name = "data socket", .tls = tls_.get()},
         [this](UniqueFd conn, SslPtr tls, const HandshakeRequest& request) {
           Admit(std::move(conn), std::move(tls), request);
@@ -147,57 +144,35 @@ class DataSocketServer::Core {
   }
 
   void Run() {
-    epoll_event events[64];
-    int timeout_ms = -1;
-    while (true) {
-      const int n = ::epoll_wait(epoll_fd_.get(), events, 64, timeout_ms);
-      if (n < 0 && errno != EINTR) {
-        spdlog::error("data socket: {}; the data socket stops serving",
-                      std::string(PosixError("epoll_wait", errno).message()));
-        break;
-      }
-      for (int i = 0; i < n; ++i) {
-        const uint64_t key = events[i].data.u64;
-        if (HandshakeAcceptor::Owns(key)) {
-          acceptor_->OnEvent(key);
-        } else if (TagOf(key) == EventTag::kWake) {
-          uint64_t count;
-          while (::read(wake_fd_.get(), &count, sizeof(count)) > 0) {
+    const absl::Status st = loop_->Run(
+        [this](uint64_t key, uint32_t events) {
+          if (HandshakeAcceptor::Owns(key)) {
+            acceptor_->OnEvent(key);
+          } else if (TagOf(key) == EventTag::kConnection) {
+            // Both may be set: a TLS record that is not yet whole leaves the
+            // connection open, and its writes must go on meanwhile (Flush
+            // does nothing for a connection that has just been closed).
+            if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+              ConnectionReadable(ValueOf(key));
+            }
+            if (events & EPOLLOUT) Flush(ValueOf(key));
           }
-        } else if (TagOf(key) == EventTag::kConnection) {
-          // Both may be set: a TLS record that is not yet whole leaves the
-          // connection open, and its writes must go on meanwhile (Flush
-          // does nothing for a connection that has just been closed).
-          if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-            ConnectionReadable(ValueOf(key));
-          }
-          if (events[i].events & EPOLLOUT) Flush(ValueOf(key));
-        }
-      }
-      // Looked at after the eventfd was drained above, never before: a
-      // RequestStop between a look and the drain would have its wake-up
-      // consumed, and the next wait would never end (Stop() hung in join).
-      {
-        MutexLock lock(&mu_);
-        if (stopped_) break;
-      }
-      timeout_ms = Service();
+        },
+        [this](Clock::time_point now) { return Service(now); });
+    if (!st.ok()) {
+      spdlog::error("data socket: {}; the data socket stops serving", std::string(st.message()));
     }
     Shutdown();
   }
 
  private:
-  void Wake() {
-    const uint64_t one = 1;
-    (void)::write(wake_fd_.get(), &one, sizeof(one));  // a full counter is still a wake-up
-  }
+  void Wake() { loop_->Wake(); }
 
   void SetInterest(int fd, uint64_t stream_id, bool writable) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0u);
-    ev.data.u64 = EventKey(EventTag::kConnection, stream_id);
-    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev) != 0) {
-      spdlog::error("data socket: {}", std::string(PosixError("epoll_ctl MOD", errno).message()));
+    if (absl::Status st = loop_->Modify(fd, EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0u),
+                                        EventKey(EventTag::kConnection, stream_id));
+        !st.ok()) {
+      spdlog::error("{}", std::string(st.message()));
     }
   }
 
@@ -222,12 +197,10 @@ class DataSocketServer::Core {
                        std::string(st.message()));
           return;  // the client retries or its stream times out
         }
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLRDHUP;
-        ev.data.u64 = EventKey(EventTag::kConnection, stream_id);
-        if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-          spdlog::warn("data socket: stream {}: {}", stream_id,
-                       std::string(PosixError("epoll_ctl ADD", errno).message()));
+        if (absl::Status st =
+                loop_->Add(fd, EPOLLIN | EPOLLRDHUP, EventKey(EventTag::kConnection, stream_id));
+            !st.ok()) {
+          spdlog::warn("stream {}: {}", stream_id, std::string(st.message()));
           return;  // closes it: the client sees the connection end
         }
         it->second.fd = std::move(conn);
@@ -392,12 +365,11 @@ class DataSocketServer::Core {
   }
 
   // Flushes connected channels, ends closed ones, enforces the deadlines;
-  // returns the wait until the next deadline (ms, -1 for none).
-  int Service() {
+  // returns the next deadline (nullopt: none).
+  std::optional<Clock::time_point> Service(Clock::time_point now) {
     std::vector<uint64_t> to_flush;
     std::vector<std::pair<uint64_t, absl::Status>> to_fail;
     std::vector<ChannelState> finished;  // destroyed outside the lock
-    const Clock::time_point now = Clock::now();
     {
       MutexLock lock(&mu_);
       for (auto it = channels_.begin(); it != channels_.end();) {
@@ -442,9 +414,7 @@ class DataSocketServer::Core {
         if ((!ch.fd.valid() || ch.closing) && (!next || ch.deadline < *next)) next = ch.deadline;
       }
     }
-    if (!next) return -1;
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now).count();
-    return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));
+    return next;
   }
 
   void Shutdown() {
@@ -457,8 +427,8 @@ class DataSocketServer::Core {
     acceptor_.reset();  // closes the listening socket and pending handshakes
   }
 
-  const UniqueFd wake_fd_;  // eventfd: the channels changed, or Stop()
-  const UniqueFd epoll_fd_;
+  // Woken when the channels changed; stopped by RequestStop().
+  const std::unique_ptr<EpollLoop> loop_;
   const std::unique_ptr<ReloadingTlsContext> tls_;  // listen.tls; null: plaintext
 
   Mutex mu_;
@@ -534,11 +504,9 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
   const int bound_port =
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake) return PosixError("data socket: eventfd", errno);
-  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll) return PosixError("data socket: epoll_create1", errno);
-  auto core = std::make_shared<Core>(std::move(wake), std::move(epoll), std::move(tls_context));
+  absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("data socket");
+  if (!loop.ok()) return loop.status();
+  auto core = std::make_shared<Core>(*std::move(loop), std::move(tls_context));
   if (absl::Status st = core->Arm(std::move(listen_fd)); !st.ok()) return st;
   std::unique_ptr<DataSocketServer> server(new DataSocketServer(core, bound_port));
   server->thread_ = std::thread([core] { core->Run(); });

@@ -26,7 +26,8 @@
 // checked at most every reload_interval_seconds). Without TLS the bytes go
 // from the slot to send() unchanged.
 //
-// One thread serves every connection with epoll and non-blocking sockets:
+// One thread serves every connection with an EpollLoop
+// (core/base/epoll_loop.h) and non-blocking sockets:
 // sending never blocks an engine worker or a gRPC thread, and a client that
 // stops reading only stops its own stream (credits bound what is queued for
 // it). Limits: at most 128 connections may be waiting to send their

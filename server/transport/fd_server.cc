@@ -1,16 +1,12 @@
 #include "server/transport/fd_server.h"
 
 #include <pthread.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -20,11 +16,8 @@
 
 namespace conveyor::server {
 
-FdServer::FdServer(std::string path, UniqueFd epoll_fd, UniqueFd stop_fd, Lookup lookup)
-    : path_(std::move(path)),
-      epoll_fd_(std::move(epoll_fd)),
-      stop_fd_(std::move(stop_fd)),
-      lookup_(std::move(lookup)) {}
+FdServer::FdServer(std::string path, std::unique_ptr<EpollLoop> loop, Lookup lookup)
+    : path_(std::move(path)), loop_(std::move(loop)), lookup_(std::move(lookup)) {}
 
 absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, mode_t mode,
                                                           Lookup lookup) {
@@ -36,21 +29,12 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& pat
     ::unlink(path.c_str());
     return st;
   };
-  UniqueFd stop(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!stop) return fail(PosixError("fd socket: eventfd", errno));
-  UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll) return fail(PosixError("fd socket: epoll_create1", errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = EventKey(EventTag::kWake, 0);
-  if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, stop.get(), &ev) != 0) {
-    return fail(PosixError("fd socket: epoll_ctl ADD", errno));
-  }
-  std::unique_ptr<FdServer> server(
-      new FdServer(path, std::move(epoll), std::move(stop), std::move(lookup)));
+  absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("fd hand-over");
+  if (!loop.ok()) return fail(loop.status());
+  std::unique_ptr<FdServer> server(new FdServer(path, *std::move(loop), std::move(lookup)));
   FdServer* s = server.get();
   absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> acceptor = HandshakeAcceptor::Create(
-      s->epoll_fd_.get(), std::move(fd), HandshakeAcceptor::Options{.name = "fd hand-over"},
+      s->loop_.get(), std::move(fd), HandshakeAcceptor::Options{.name = "fd hand-over"},
       [s](UniqueFd conn, SslPtr /*tls: never set*/, const HandshakeRequest& request) {
         s->Serve(std::move(conn), request);
       });
@@ -65,40 +49,21 @@ FdServer::~FdServer() { Stop(); }
 
 void FdServer::Stop() {
   if (!thread_.joinable()) return;
-  const uint64_t one = 1;
-  if (::write(stop_fd_.get(), &one, sizeof(one)) < 0) {
-    // Not expected (the counter cannot overflow with one write): the
-    // thread would never end, so say why before waiting for it.
-    spdlog::error("fd server: {}", std::string(PosixError("cannot signal stop", errno).message()));
-  }
+  loop_->Stop();
   thread_.join();
   acceptor_.reset();  // closes the socket and the connections not served
   RemoveSocketFile(path_);
 }
 
 void FdServer::Run() {
-  using Clock = HandshakeAcceptor::Clock;
-  epoll_event events[32];
-  int timeout_ms = -1;
-  while (true) {
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 32, timeout_ms);
-    if (n < 0 && errno != EINTR) {
-      spdlog::error("fd server: {}; the fd hand-over socket stops serving",
-                    std::string(PosixError("epoll_wait", errno).message()));
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      const uint64_t key = events[i].data.u64;
-      if (TagOf(key) == EventTag::kWake) return;  // Stop()
-      if (HandshakeAcceptor::Owns(key)) acceptor_->OnEvent(key);
-    }
-    const Clock::time_point now = Clock::now();
-    const std::optional<Clock::time_point> next = acceptor_->Tick(now);
-    timeout_ms = -1;
-    if (next) {
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));
-    }
+  const absl::Status st = loop_->Run(
+      [this](uint64_t key, uint32_t /*events*/) {
+        if (HandshakeAcceptor::Owns(key)) acceptor_->OnEvent(key);
+      },
+      [this](EpollLoop::Clock::time_point now) { return acceptor_->Tick(now); });
+  if (!st.ok()) {
+    spdlog::error("fd server: {}; the fd hand-over socket stops serving",
+                  std::string(st.message()));
   }
 }
 

@@ -13,7 +13,8 @@
 // dropped after 5 s without delaying anyone else's hand-over; at most 128
 // connections may wait to send their request (more are closed at once);
 // when the process runs out of fds the thread backs off instead of
-// spinning. The thread also watches an eventfd, so Stop() ends it promptly.
+// spinning. The thread runs an EpollLoop (core/base/epoll_loop.h), so
+// Stop() ends it promptly.
 //
 // Thread-safety: Stop() and the destructor may be called from any thread;
 // `lookup` is called from the server's thread.
@@ -27,6 +28,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "core/base/epoll_loop.h"
 #include "core/base/unique_fd.h"
 #include "server/transport/handshake.h"
 #include "server/transport/secret.h"
@@ -57,14 +59,13 @@ class FdServer {
   const std::string& path() const { return path_; }
 
  private:
-  FdServer(std::string path, UniqueFd epoll_fd, UniqueFd stop_fd, Lookup lookup);
+  FdServer(std::string path, std::unique_ptr<EpollLoop> loop, Lookup lookup);
   void Run();
   // Answers a complete request (the server's thread).
   void Serve(UniqueFd conn, const HandshakeRequest& request);
 
   const std::string path_;
-  const UniqueFd epoll_fd_;
-  const UniqueFd stop_fd_;  // eventfd; readable once Stop() was called
+  const std::unique_ptr<EpollLoop> loop_;
   const Lookup lookup_;
   // Set by Start before the thread starts; used by the thread only; reset
   // by Stop after the thread is joined.

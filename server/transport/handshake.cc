@@ -16,12 +16,6 @@
 
 namespace conveyor::server {
 
-namespace {
-constexpr auto kMinPause = std::chrono::milliseconds(10);
-constexpr auto kMaxPause = std::chrono::milliseconds(500);
-
-}  // namespace
-
 HandshakeRequest DecodeHandshake(const uint8_t bytes[kHandshakeRequestBytes]) {
   HandshakeRequest r;
   for (int i = 7; i >= 0; --i) r.stream_id = (r.stream_id << 8) | bytes[i];
@@ -47,25 +41,22 @@ std::string PeerName(int fd) {
   return absl::StrCat(host, ":", port);
 }
 
-HandshakeAcceptor::HandshakeAcceptor(int epoll_fd, UniqueFd listen_fd, Options options,
-                                     OnRequest on_request)
-    : epoll_fd_(epoll_fd),
-      listen_fd_(std::move(listen_fd)),
-      options_(std::move(options)),
-      on_request_(std::move(on_request)) {}
+HandshakeAcceptor::HandshakeAcceptor(EpollLoop* loop, Options options, OnRequest on_request)
+    : loop_(loop), options_(std::move(options)), on_request_(std::move(on_request)) {}
 
 HandshakeAcceptor::~HandshakeAcceptor() = default;
 
 absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> HandshakeAcceptor::Create(
-    int epoll_fd, UniqueFd listen_fd, Options options, OnRequest on_request) {
-  std::unique_ptr<HandshakeAcceptor> a(new HandshakeAcceptor(
-      epoll_fd, std::move(listen_fd), std::move(options), std::move(on_request)));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = EventKey(EventTag::kListen, 0);
-  if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, a->listen_fd_.get(), &ev) != 0) {
-    return PosixError(absl::StrCat(a->options_.name, ": epoll_ctl ADD of the listener"), errno);
-  }
+    EpollLoop* loop, UniqueFd listen_fd, Options options, OnRequest on_request) {
+  std::unique_ptr<HandshakeAcceptor> a(
+      new HandshakeAcceptor(loop, std::move(options), std::move(on_request)));
+  HandshakeAcceptor* raw = a.get();
+  absl::StatusOr<std::unique_ptr<LoopListener>> listener =
+      LoopListener::Create(a->options_.name, loop, std::move(listen_fd),
+                           EventKey(EventTag::kListen, 0),
+                           [raw](UniqueFd conn) { raw->Take(std::move(conn)); });
+  if (!listener.ok()) return listener.status();
+  a->listener_ = *std::move(listener);
   return a;
 }
 
@@ -76,90 +67,39 @@ bool HandshakeAcceptor::Owns(uint64_t key) {
 
 void HandshakeAcceptor::OnEvent(uint64_t key) {
   if (TagOf(key) == EventTag::kListen) {
-    AcceptAll();
+    listener_->AcceptAll();
   } else if (TagOf(key) == EventTag::kHandshake) {
     Read(static_cast<int>(ValueOf(key)));
   }
 }
 
-absl::Status HandshakeAcceptor::WatchListener(bool watch) {
-  epoll_event ev{};
-  ev.events = watch ? EPOLLIN : 0u;
-  ev.data.u64 = EventKey(EventTag::kListen, 0);
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_.get(), &ev) != 0) {
-    return PosixError(absl::StrCat(options_.name, ": epoll_ctl MOD of the listener"), errno);
+void HandshakeAcceptor::Take(UniqueFd conn) {
+  if (pending_.size() >= options_.max_pending) {
+    if (!refusing_) {
+      spdlog::warn("{}: {} connections have not sent their handshake; closing new ones until "
+                   "fewer wait (last from {})",
+                   options_.name, pending_.size(), PeerName(conn.get()));
+      refusing_ = true;
+    }
+    return;  // closes it
   }
-  return absl::OkStatus();
-}
-
-void HandshakeAcceptor::AcceptAll() {
-  while (!paused_) {
-    UniqueFd conn(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!conn) {
-      const int e = errno;
-      if (e == EINTR || e == ECONNABORTED) continue;
-      if (e == EAGAIN || e == EWOULDBLOCK) return;
-      // Out of fds (or anything else that would fail again at once): the
-      // listener stays readable, so pause rather than spin.
-      Pause(e);
+  const int fd = conn.get();
+  if (absl::Status st = loop_->Add(fd, EPOLLIN | EPOLLRDHUP,
+                                   EventKey(EventTag::kHandshake, static_cast<uint64_t>(fd)));
+      !st.ok()) {
+    spdlog::warn("{} (of a new connection)", std::string(st.message()));
+    return;
+  }
+  Pending& p = pending_[fd];
+  if (options_.tls != nullptr) {
+    p.tls = options_.tls->NewSession(fd);
+    if (p.tls == nullptr) {
+      pending_.erase(fd);  // closes it (logged)
       return;
     }
-    if (in_episode_) {
-      spdlog::info("{}: accepting connections again after {} failed attempt(s)", options_.name,
-                   failed_accepts_);
-      in_episode_ = false;
-      failed_accepts_ = 0;
-      backoff_ = {};
-    }
-    if (pending_.size() >= options_.max_pending) {
-      if (!refusing_) {
-        spdlog::warn("{}: {} connections have not sent their handshake; closing new ones until "
-                     "fewer wait (last from {})",
-                     options_.name, pending_.size(), PeerName(conn.get()));
-        refusing_ = true;
-      }
-      continue;  // closes it
-    }
-    const int fd = conn.get();
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = EventKey(EventTag::kHandshake, static_cast<uint64_t>(fd));
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      spdlog::warn("{}: {}", options_.name,
-                   std::string(PosixError("epoll_ctl ADD of a new connection", errno).message()));
-      continue;
-    }
-    Pending& p = pending_[fd];
-    if (options_.tls != nullptr) {
-      p.tls = options_.tls->NewSession(fd);
-      if (p.tls == nullptr) {
-        pending_.erase(fd);  // closes it (logged)
-        continue;
-      }
-    }
-    p.fd = std::move(conn);
-    p.deadline = Clock::now() + options_.timeout;
   }
-}
-
-void HandshakeAcceptor::Pause(int error_number) {
-  ++failed_accepts_;
-  if (!in_episode_) {
-    in_episode_ = true;
-    backoff_ = kMinPause;
-    spdlog::warn("{}: cannot accept connections: {}; retrying every {} ms at most until it can",
-                 options_.name, std::string(PosixError("accept", error_number).message()),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(kMaxPause).count());
-  } else {
-    backoff_ = std::min<Clock::duration>(backoff_ * 2, kMaxPause);
-  }
-  if (absl::Status st = WatchListener(false); !st.ok()) {
-    // Still watched: the loop would spin on it, so the pause is kept by
-    // the wait's timeout only — log it, the wait below still bounds it.
-    spdlog::error("{}", std::string(st.message()));
-  }
-  paused_ = true;
-  resume_at_ = Clock::now() + backoff_;
+  p.fd = std::move(conn);
+  p.deadline = Clock::now() + options_.timeout;
 }
 
 void HandshakeAcceptor::Read(int fd) {
@@ -188,9 +128,8 @@ void HandshakeAcceptor::Read(int fd) {
   UniqueFd conn = std::move(p.fd);
   pending_.erase(it);
   if (pending_.size() < options_.max_pending) refusing_ = false;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr) != 0) {
-    spdlog::warn("{}: {}", options_.name,
-                 std::string(PosixError("epoll_ctl DEL", errno).message()));
+  if (absl::Status st = loop_->Remove(fd); !st.ok()) {
+    spdlog::warn("{}", std::string(st.message()));
     return;  // closes it: the owner could not add it again either
   }
   on_request_(std::move(conn), std::move(tls), request);
@@ -198,11 +137,10 @@ void HandshakeAcceptor::Read(int fd) {
 
 void HandshakeAcceptor::WatchWritable(int fd, Pending& p, bool writable) {
   if (p.want_write == writable) return;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0u);
-  ev.data.u64 = EventKey(EventTag::kHandshake, static_cast<uint64_t>(fd));
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0) {
-    spdlog::warn("{}: {}", options_.name, std::string(PosixError("epoll_ctl MOD", errno).message()));
+  if (absl::Status st = loop_->Modify(fd, EPOLLIN | EPOLLRDHUP | (writable ? EPOLLOUT : 0u),
+                                      EventKey(EventTag::kHandshake, static_cast<uint64_t>(fd)));
+      !st.ok()) {
+    spdlog::warn("{}", std::string(st.message()));
     return;  // the deadline still ends it
   }
   p.want_write = writable;
@@ -247,21 +185,7 @@ std::optional<HandshakeAcceptor::Clock::time_point> HandshakeAcceptor::Tick(Cloc
   auto consider = [&](Clock::time_point t) {
     if (!next || t < *next) next = t;
   };
-  if (paused_) {
-    if (now >= resume_at_) {
-      if (absl::Status st = WatchListener(true); !st.ok()) {
-        spdlog::error("{}", std::string(st.message()));
-        resume_at_ = now + backoff_;  // try again after another pause
-        consider(resume_at_);
-      } else {
-        paused_ = false;
-        AcceptAll();  // may pause again
-        if (paused_) consider(resume_at_);
-      }
-    } else {
-      consider(resume_at_);
-    }
-  }
+  if (std::optional<Clock::time_point> resume = listener_->Tick(now)) consider(*resume);
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (now >= it->second.deadline) {
       spdlog::warn("{}: {} sent {} of {} handshake bytes in {} ms; dropped", options_.name,

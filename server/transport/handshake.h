@@ -20,15 +20,13 @@
 // many at once and without blocking, so a client that connects and stays
 // silent holds up no other client. It bounds what a flood can cost: at most
 // `max_pending` connections may wait to send their request (more are closed
-// at once) and each gets `timeout` to send it. When accept() fails for want
-// of resources (the process or the system is out of fds, buffers or
-// memory) the listening socket stays readable, so retrying at once would
-// spin: the acceptor stops watching it for a short, growing pause (10 ms
-// doubling up to 500 ms) and tries again after, logging once when the
-// episode begins and once when it ends.
+// at once) and each gets `timeout` to send it. It accepts through a
+// LoopListener (core/base/loop_listener.h): when accept() fails for want of
+// resources (out of fds, buffers or memory) it pauses accepting for a short,
+// growing pause instead of spinning (core/base/accept_backoff.h).
 //
 // Thread-safety: a HandshakeAcceptor belongs to the one thread that runs
-// its owner's epoll loop; every method must be called from it.
+// its owner's EpollLoop; every method must be called from it.
 #pragma once
 
 #include <chrono>
@@ -43,6 +41,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/base/epoll_events.h"
+#include "core/base/epoll_loop.h"
+#include "core/base/loop_listener.h"
 #include "core/base/unique_fd.h"
 #include "server/transport/secret.h"
 #include "server/access/tls_context.h"
@@ -88,9 +88,9 @@ class HandshakeAcceptor {
   using OnRequest =
       std::function<void(UniqueFd conn, SslPtr tls, const HandshakeRequest& request)>;
 
-  // Adds `listen_fd` (non-blocking, listening) to `epoll_fd` (not owned;
+  // Adds `listen_fd` (non-blocking, listening) to `loop` (not owned;
   // outlives the acceptor) under EventKey(kListen, 0).
-  static absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> Create(int epoll_fd,
+  static absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> Create(EpollLoop* loop,
                                                                    UniqueFd listen_fd,
                                                                    Options options,
                                                                    OnRequest on_request);
@@ -108,7 +108,7 @@ class HandshakeAcceptor {
   std::optional<Clock::time_point> Tick(Clock::time_point now);
 
   size_t pending() const { return pending_.size(); }
-  bool paused() const { return paused_; }
+  bool paused() const { return listener_->paused(); }
 
  private:
   struct Pending {
@@ -121,29 +121,23 @@ class HandshakeAcceptor {
     Clock::time_point deadline;
   };
 
-  HandshakeAcceptor(int epoll_fd, UniqueFd listen_fd, Options options, OnRequest on_request);
-  void AcceptAll();
+  HandshakeAcceptor(EpollLoop* loop, Options options, OnRequest on_request);
+  // A connection from the listener: pending until its request is complete.
+  void Take(UniqueFd conn);
   void Read(int fd);
   // Drives the TLS handshake then reads the request inside TLS; false when
   // the connection was dropped.
   bool ReadTls(int fd, Pending& p);
   void WatchWritable(int fd, Pending& p, bool writable);
-  // accept() failed for want of resources: stop watching the listener.
-  void Pause(int error_number);
-  absl::Status WatchListener(bool watch);
 
-  const int epoll_fd_;
-  const UniqueFd listen_fd_;
+  EpollLoop* const loop_;
   const Options options_;
   const OnRequest on_request_;
 
+  // Declared after pending_: destroyed (the listening socket closed) first.
   std::map<int, Pending> pending_;
-  bool paused_ = false;           // the listener is out of the epoll set's interest
-  bool in_episode_ = false;       // accept() has been failing since the last success
-  bool refusing_ = false;         // max_pending reached (logged once until it is not)
-  uint64_t failed_accepts_ = 0;   // in this episode
-  Clock::duration backoff_{};
-  Clock::time_point resume_at_;
+  std::unique_ptr<LoopListener> listener_;
+  bool refusing_ = false;  // max_pending reached (logged once until it is not)
 };
 
 }  // namespace conveyor::server

@@ -1,5 +1,6 @@
 #include "server/transport/secret.h"
 
+#include <openssl/crypto.h>
 #include <sys/random.h>
 
 #include <cerrno>
@@ -23,9 +24,7 @@ absl::Status NewSecret(Secret* secret) {
 }
 
 bool ConstantTimeEqual(const Secret& a, const Secret& b) {
-  volatile uint8_t diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff = diff | (a[i] ^ b[i]);
-  return diff == 0;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace conveyor::server

@@ -20,7 +20,7 @@ using Secret = std::array<uint8_t, kSecretBytes>;
 absl::Status NewSecret(Secret* secret);
 
 // Compares every byte whatever the first difference, so the time taken says
-// nothing about how much of a guess was right.
+// nothing about how much of a guess was right (OpenSSL's CRYPTO_memcmp).
 bool ConstantTimeEqual(const Secret& a, const Secret& b);
 
 }  // namespace conveyor::server

@@ -1,6 +1,6 @@
 // Fuzz target: bytes as what a client sends on a side socket (the data
 // socket, the fd hand-over socket) before its handshake is answered, read
-// by the real HandshakeAcceptor (server/transport/handshake.h) on an epoll loop, over
+// by the real HandshakeAcceptor (server/transport/handshake.h) on an EpollLoop, over
 // a real unix socket (abstract address, no file): the client writes the
 // bytes in pieces, the loop runs after each piece until it is idle, then
 // the client optionally closes. The owner's side answers as the daemon's
@@ -14,7 +14,6 @@
 // when 40 bytes were sent, decoded from exactly those bytes; the client's
 // answer byte says accepted exactly for the registered stream and secret;
 // nothing stays pending once the client has closed or its time is up.
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -25,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "core/base/epoll_loop.h"
 #include "core/base/unique_fd.h"
 #include "server/transport/handshake.h"
 #include "server/transport/secret.h"
@@ -47,7 +47,7 @@ server::Secret RegisteredSecret() {
 }
 
 struct Loop {
-  UniqueFd epoll;
+  std::unique_ptr<EpollLoop> epoll;
   sockaddr_un addr{};
   socklen_t addr_len = 0;
   std::unique_ptr<HandshakeAcceptor> acceptor;
@@ -57,23 +57,22 @@ struct Loop {
 
   // Runs the loop until no event is ready.
   void RunUntilIdle() {
-    epoll_event events[16];
     while (true) {
-      const int n = ::epoll_wait(epoll.get(), events, 16, 0);
-      FUZZ_CHECK(n >= 0);
-      if (n == 0) return;
-      for (int i = 0; i < n; ++i) {
-        FUZZ_CHECK(HandshakeAcceptor::Owns(events[i].data.u64));
-        acceptor->OnEvent(events[i].data.u64);
-      }
+      absl::StatusOr<int> n = epoll->RunOnce(0, [this](uint64_t key, uint32_t /*events*/) {
+        FUZZ_CHECK(HandshakeAcceptor::Owns(key));
+        acceptor->OnEvent(key);
+      });
+      FUZZ_CHECK(n.ok());
+      if (*n == 0) return;
     }
   }
 };
 
 Loop* MakeLoop() {
   auto* loop = new Loop;  // lives as long as the process
-  loop->epoll.Reset(::epoll_create1(EPOLL_CLOEXEC));
-  FUZZ_CHECK(static_cast<bool>(loop->epoll));
+  absl::StatusOr<std::unique_ptr<EpollLoop>> epoll = EpollLoop::Create("fuzzed socket");
+  FUZZ_CHECK(epoll.ok());
+  loop->epoll = *std::move(epoll);
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   FUZZ_CHECK(static_cast<bool>(listener));
   loop->addr.sun_family = AF_UNIX;

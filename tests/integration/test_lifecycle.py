@@ -1,4 +1,5 @@
-"""The daemon as a service: the gRPC health check says SERVING, and SIGTERM
+"""The daemon as a service: the gRPC health check says SERVING (to a
+client and to `conveyord --probe`), and SIGTERM
 while a client is mid-stream ends the daemon with status 0 within a few
 seconds while the client gets Unavailable instead of hanging; a clean
 shutdown removes the --port-file the daemon wrote."""
@@ -6,12 +7,13 @@ shutdown removes the --port-file the daemon wrote."""
 import os
 import queue
 import signal
+import subprocess
 import threading
 import time
 
 import conveyor
 from conveyor.daemon import SERVING, health_status
-from conveyor_integration import daemon_config, scaled
+from conveyor_integration import CONVEYORD, daemon_config, scaled
 
 
 def test_health_check_is_serving(daemon):
@@ -21,6 +23,24 @@ def test_health_check_is_serving(daemon):
             assert health_status(channel, timeout=scaled(5)) == SERVING
         finally:
             channel.close()
+
+
+def _probe(address):
+    res = subprocess.run([str(CONVEYORD), "--probe", address], capture_output=True, text=True,
+                         timeout=scaled(30))
+    return res.returncode, res.stdout
+
+
+def test_probe_says_serving_then_fails_once_the_daemon_is_gone(daemon_factory, dataset):
+    root, _ = dataset
+    d = daemon_factory(daemon_config(root), name="probe")
+    for address in (d.unix, d.tcp):
+        rc, out = _probe(address)
+        assert (rc, out.strip()) == (0, address + ": SERVING"), out
+    d.signal(signal.SIGTERM)
+    assert d.wait(timeout=scaled(15)) == 0, d.log()
+    rc, out = _probe(d.unix)
+    assert rc == 1 and out.startswith(d.unix + ": health check failed"), out
 
 
 def test_port_file_is_removed_on_clean_shutdown(daemon_factory, dataset):

@@ -1,7 +1,7 @@
 // Tests of conveyord's config — the pure parse (server/config/config.h), the steps
 // that touch the disk (server/config/loader.h), and their pieces (byte
 // sizes, YAML field reads, memory probing) — and of the command-line flags
-// (server/daemon.h): defaults, every field, and one refusal per kind of
+// (server/flags.h): defaults, every field, and one refusal per kind of
 // mistake, each naming the field. Compiled only when the server library is
 // built (CONVEYOR_HAVE_SERVER comes with conveyor_server_lib).
 #ifdef CONVEYOR_HAVE_SERVER
@@ -22,7 +22,7 @@
 #include "server/config/byte_size.h"
 #include "server/config/config.h"
 #include "server/config/loader.h"
-#include "server/daemon.h"
+#include "server/flags.h"
 #include "server/config/system_cpus.h"
 #include "server/config/system_memory.h"
 #include "server/access/token_identifier.h"

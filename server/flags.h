@@ -1,0 +1,40 @@
+// conveyord's command line: the flags (ParseFlags, UsageText) and how they
+// override the config file's fields (ApplyFlags, also used by each reload:
+// server/reloader.h), validated once with the rest of the config.
+//
+// Thread-safety: free functions without shared state; Flags is a value.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/config/config.h"
+
+namespace conveyor::server {
+
+struct Flags {
+  std::string config = "/etc/conveyor/conveyord.yaml";
+  bool check_config = false;
+  bool help = false;
+  bool version = false;
+  std::string port_file;
+  std::string probe;  // --probe TARGET: health-check a running daemon and exit
+  // Overrides of config fields (unset: keep the file's value).
+  std::optional<std::string> socket;         // listen.unix ("" disables)
+  std::optional<std::string> tcp;            // listen.tcp ("" or "none" disables)
+  std::optional<std::string> data_tcp;       // listen.data_tcp ("none" disables)
+  std::optional<std::string> threads;        // threads
+  std::optional<std::string> memory_budget;  // memory_budget
+  std::optional<std::string> log_level;      // log_level
+};
+
+// Accepts "--flag value" and "--flag=value". InvalidArgument naming the flag.
+absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv);
+std::string UsageText();
+
+// Applies the overrides of `flags` to `config` and validates the result.
+absl::Status ApplyFlags(const Flags& flags, DaemonConfig* config);
+
+}  // namespace conveyor::server
