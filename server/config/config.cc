@@ -19,6 +19,7 @@
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
 #include "remote/url.h"
+#include "server/config/field_checks.h"
 #include "server/config/yaml_fields.h"
 #include "yaml-cpp/yaml.h"
 
@@ -28,14 +29,6 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kGiB = uint64_t{1} << 30;
-
-bool ValidPipelineName(const std::string& name) {
-  if (name.empty() || name.size() > 128) return false;
-  if (!absl::ascii_isalnum(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-}
 
 // conveyord's schema: one pass over the YAML tree, on top of YamlFields'
 // typed reads. Every Parse* reports the first problem as
@@ -67,90 +60,6 @@ class Schema : public YamlFields {
 // Bounds of the tar-shard fields.
 constexpr size_t kMaxShards = 1000000;
 constexpr uint64_t kMaxShuffleBuffer = 1 << 20;
-
-absl::Status ParseUnixMode(const std::string& text, mode_t* out) {
-  std::string s(absl::StripAsciiWhitespace(text));
-  if (absl::StartsWith(s, "0o") || absl::StartsWith(s, "0O")) s = s.substr(2);
-  if (s.empty() || s.size() > 4 ||
-      !std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '7'; })) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected an octal file mode such as 0660, got '", text, "'"));
-  }
-  const mode_t mode = static_cast<mode_t>(std::stoul(s, nullptr, 8));
-  if (mode > 0777) {
-    return absl::InvalidArgumentError(absl::StrCat("mode '", text, "' has bits beyond 0777"));
-  }
-  if ((mode & 0600) != 0600) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mode '", text, "' must let the owner read and write (0600 at least)"));
-  }
-  if ((mode & 0007) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mode '", text, "' must not grant access to others; share the socket through a group"));
-  }
-  *out = mode;
-  return absl::OkStatus();
-}
-
-absl::Status ValidateTcpAddress(const std::string& addr) {
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected host:port (e.g. 0.0.0.0:7070 or [::1]:0), got '", addr, "'"));
-  }
-  const std::string host = addr.substr(0, colon);
-  if (host.front() == '[' && host.back() != ']') {
-    return absl::InvalidArgumentError(absl::StrCat("unbalanced brackets in '", addr, "'"));
-  }
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(addr.substr(colon + 1), &port) || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("port of '", addr, "' must be an integer within [0, 65535]"));
-  }
-  return absl::OkStatus();
-}
-
-// metrics.listen: an IP literal and a port, as civetweb binds it (no host
-// names: nothing is resolved while parsing).
-absl::Status ValidateMetricsAddress(const std::string& addr) {
-  const std::string example = "expected IPV4:PORT or [IPV6]:PORT, e.g. 127.0.0.1:9464";
-  const size_t colon = addr.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(example, ", got '", addr, "'"));
-  }
-  std::string host = addr.substr(0, colon);
-  const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
-  if (bracketed) host = host.substr(1, host.size() - 2);
-  unsigned char buf[sizeof(in6_addr)];
-  if (bracketed ? inet_pton(AF_INET6, host.c_str(), buf) != 1
-                : inet_pton(AF_INET, host.c_str(), buf) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(example, ", got '", addr, "' (host names are not resolved)"));
-  }
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(addr.substr(colon + 1), &port) || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("port of '", addr, "' must be an integer within [0, 65535]"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateLogFormat(const std::string& format) {
-  if (format != "text" && format != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown log format '", format, "' (text or json)"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateUnixPath(const std::string& path) {
-  // sun_path holds 108 bytes with the NUL; the ".fd" sibling needs 3 more.
-  if (path.size() + 3 >= 108) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path '", path, "' is too long (",
-                                                   path.size(), " bytes; at most 104)"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status Schema::ParseIdList(const YAML::Node& n, const std::string& field,
                                  std::vector<std::string>* out) const {
@@ -960,50 +869,6 @@ absl::Status Schema::ParseTop(const YAML::Node& root, DaemonConfig* c) const {
 
 }  // namespace
 
-std::string DatasetSpec::Key() const {
-  switch (kind) {
-    case Kind::kImageFolder: return absl::StrCat("folder:", root);
-    case Kind::kListFile: return absl::StrCat("list:", list, "\n", root);
-    case Kind::kUrlList: return absl::StrCat("urls:", list);
-    case Kind::kTarShards:
-      return absl::StrCat("tar:", label_key, "\n", shuffle_buffer, "\n",
-                          absl::StrJoin(shards, "\n"));
-  }
-  return "";
-}
-
-bool IsRemoteShard(const std::string& shard) {
-  for (const char* scheme : {"http://", "https://", "s3://"}) {
-    if (absl::StartsWithIgnoreCase(shard, scheme)) return true;
-  }
-  return false;
-}
-
-std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec) {
-  const std::string f = absl::StrCat("pipelines.", spec.config.name, ".dataset");
-  const DatasetSpec& d = spec.dataset;
-  if (d.kind == DatasetSpec::Kind::kImageFolder) return {{f + ".root", d.root}};
-  if (d.kind == DatasetSpec::Kind::kTarShards) {
-    std::vector<DatasetPath> paths;
-    for (const std::string& shard : d.shards) {
-      if (!IsRemoteShard(shard)) paths.push_back({f + ".shards", shard});  // URLs: no path
-    }
-    return paths;
-  }
-  if (d.kind == DatasetSpec::Kind::kUrlList) return {{f + ".urls", d.list}};
-  if (!d.root.empty()) return {{f + ".list", d.list}, {f + ".root", d.root}};
-  std::string folder = d.list.substr(0, d.list.rfind('/'));
-  if (folder.empty()) folder = "/";
-  return {{f + ".list", d.list}, {f + ".list", folder}};
-}
-
-std::string OutsideAllowedRoots(const std::string& path, const std::string& real,
-                                const std::vector<std::string>& allowed_roots) {
-  return absl::StrCat("'", path, "'", real != path ? absl::StrCat(" (really '", real, "')") : "",
-                      " lies outside the allowed roots [", absl::StrJoin(allowed_roots, ", "),
-                      "]");
-}
-
 uint64_t DefaultMemoryBudget(const SystemInfo& system) {
   return std::clamp<uint64_t>(system.MemoryLimit() / 4, 256 * kMiB, 16 * kGiB);
 }
@@ -1082,12 +947,6 @@ absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml, const std::str
                                                       e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   return c;
-}
-
-bool PathIsUnder(const std::string& path, const std::string& root) {
-  if (root == "/") return absl::StartsWith(path, "/");
-  if (!absl::StartsWith(path, root)) return false;
-  return path.size() == root.size() || path[root.size()] == '/';
 }
 
 }  // namespace conveyor::server
