@@ -17,6 +17,9 @@
 // file, so a config and its data can move together. Paths given on the
 // command line resolve against the working directory.
 //
+// The fields are declared once, section by section (server/config/schema.h;
+// the parsers in server/config/*_section.cc).
+//
 // Thread-safety: plain values and free functions without shared state.
 #pragma once
 
