@@ -18,7 +18,8 @@
 // command line resolve against the working directory.
 //
 // The fields are declared once, section by section (server/config/schema.h;
-// the parsers in server/config/*_section.cc).
+// the parsers in server/config/*_section.cc); config/README.md's field tables
+// are checked against those declarations (server/config/config_doc.h).
 //
 // Thread-safety: plain values and free functions without shared state.
 #pragma once

@@ -5,7 +5,8 @@
 // YamlFields, which names the field and line in every error). From that one
 // table come the section's allowed keys (an unknown key is refused listing
 // them), the reads of its plain fields, and the rows of config/README.md's
-// field tables. Fields that depend on others (sub-sections,
+// field tables (server/config/config_doc.h; a unit test fails when the
+// README and the schema differ). Fields that depend on others (sub-sections,
 // mutually exclusive keys, defaults computed from other fields) are still
 // declared here for their key and doc, and read by the section's parser.
 //
