@@ -27,7 +27,8 @@ const Section<TokenSpec>& TokenSection() {
                              "a token name is 1-128 letters, digits, '-', '_' or '.', starting "
                              "with a letter or digit");
           }),
-      Path<TokenSpec>("file", &TokenSpec::file, "the file holding the token").WithDefault("required"),
+      Path<TokenSpec>("file", &TokenSpec::file, "the file holding the token")
+          .WithDefault("required"),
       Manual<TokenSpec>("pipelines", "list of pipeline names", "all pipelines",
                         "the pipelines the token may open"),
       Bool<TokenSpec>("operator", &TokenSpec::is_operator,

@@ -92,8 +92,8 @@ const Section<DaemonConfig>& DaemonSection() {
           [](const YamlFields& y, const YAML::Node& ar, const std::string& field,
              DaemonConfig* c) -> absl::Status {
             if (!ar.IsSequence()) {
-              return y.Error(field, ar,
-                             absl::StrCat("expected a list of directories, got ", DescribeNode(ar)));
+              return y.Error(field, ar, absl::StrCat("expected a list of directories, got ",
+                                                     DescribeNode(ar)));
             }
             for (size_t i = 0; i < ar.size(); ++i) {
               std::string p;

@@ -25,8 +25,8 @@ FieldSpec<ListenConfig> IdList(std::string key, std::vector<std::string> ListenC
       [member](const YamlFields& y, const YAML::Node& n, const std::string& field,
                ListenConfig* out) -> absl::Status {
         if (!n.IsSequence()) {
-          return y.Error(field, n,
-                         absl::StrCat("expected a list of names or numbers, got ", DescribeNode(n)));
+          return y.Error(field, n, absl::StrCat("expected a list of names or numbers, got ",
+                                                DescribeNode(n)));
         }
         for (size_t i = 0; i < n.size(); ++i) {
           const std::string item = absl::StrCat(field, "[", i, "]");
@@ -49,9 +49,11 @@ const Section<TlsConfig>& TlsSection() {
   using schema::Path;
   using schema::Uint;
   static const Section<TlsConfig> kSection({
-      Path<TlsConfig>("cert", &TlsConfig::cert, "PEM certificate (chain) of the server; with `key`, TLS on TCP"),
+      Path<TlsConfig>("cert", &TlsConfig::cert,
+                      "PEM certificate (chain) of the server; with `key`, TLS on TCP"),
       Path<TlsConfig>("key", &TlsConfig::key, "PEM private key of `cert`"),
-      Path<TlsConfig>("client_ca", &TlsConfig::client_ca, "PEM CAs client certificates are verified against"),
+      Path<TlsConfig>("client_ca", &TlsConfig::client_ca,
+                      "PEM CAs client certificates are verified against"),
       Bool<TlsConfig>("require_client_cert", &TlsConfig::require_client_cert,
                       "refuse TLS clients without a valid certificate (needs `client_ca`)"),
       Uint<TlsConfig>("reload_interval_seconds", &TlsConfig::reload_interval_seconds, 1,

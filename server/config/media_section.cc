@@ -80,8 +80,9 @@ const Section<PipelineSpec>& VideoSection() {
   using schema::Number;
   using schema::Uint;
   static const Section<PipelineSpec> kSection({
-      Uint<PipelineSpec>("clip_frames", [](PipelineSpec& p) -> auto& { return Video(p).clip_frames; },
-                         1, kMaxClipFrames, "video: frames per clip (T)"),
+      Uint<PipelineSpec>("clip_frames",
+                         [](PipelineSpec& p) -> auto& { return Video(p).clip_frames; }, 1,
+                         kMaxClipFrames, "video: frames per clip (T)"),
       Uint<PipelineSpec>("frame_stride",
                          [](PipelineSpec& p) -> auto& { return Video(p).frame_stride; }, 1,
                          kMaxFrameStride, "video: every `frame_stride`-th frame"),

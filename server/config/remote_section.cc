@@ -38,7 +38,8 @@ const Section<RemoteOptions>& S3Section() {
             return absl::InvalidArgumentError(absl::StrCat(
                 "expected an http:// or https:// URL, got '", EscapeText(r.s3_endpoint), "'"));
           }),
-      String<RemoteOptions>("region", &RemoteOptions::s3_region, "the region requests are signed for")
+      String<RemoteOptions>("region", &RemoteOptions::s3_region,
+                            "the region requests are signed for")
           .WithDefault("`AWS_REGION`, `AWS_DEFAULT_REGION`, else `us-east-1`"),
       String<RemoteOptions>("profile", &RemoteOptions::s3_profile,
                             "the profile of the shared credentials file")

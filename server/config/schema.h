@@ -180,7 +180,9 @@ class Section {
   absl::Status RefuseGroup(const YamlFields& y, const YAML::Node& n, const std::string& field,
                            const std::string& group, const std::string& why) const {
     for (const FieldSpec<T>& f : fields_) {
-      if (f.group == group && n[f.key]) return y.Error(YamlFields::Join(field, f.key), n[f.key], why);
+      if (f.group == group && n[f.key]) {
+        return y.Error(YamlFields::Join(field, f.key), n[f.key], why);
+      }
     }
     return absl::OkStatus();
   }
