@@ -8,10 +8,6 @@ namespace conveyor {
 
 namespace {
 
-// Largest output side we accept; far above any training resolution, small
-// enough that sizes and byte counts never overflow.
-constexpr int kMaxOutputSide = 16384;
-
 bool Finite(double v) { return std::isfinite(v); }
 
 }  // namespace
@@ -143,8 +139,9 @@ absl::Status ValidateAudioSpec(const TransformSpec& spec) {
     return bad("audio.sample_rate", absl::StrCat("must be in [", kMinAudioSampleRate, ", ",
                                                  kMaxAudioSampleRate, "], got ", a.sample_rate));
   }
-  if (a.channels != 1 && a.channels != 2) {
-    return bad("audio.channels", absl::StrCat("must be 1 or 2, got ", a.channels));
+  if (a.channels < 1 || a.channels > kMaxAudioChannels) {
+    return bad("audio.channels",
+               absl::StrCat("must be within [1, ", kMaxAudioChannels, "], got ", a.channels));
   }
   if (a.clip_samples < 1 || a.clip_samples > kMaxAudioClipSamples) {
     return bad("audio.clip_samples", absl::StrCat("must be in [1, ", kMaxAudioClipSamples,

@@ -80,6 +80,7 @@ struct AudioSpec {
   bool operator==(const AudioSpec&) const = default;
 };
 // Bounds of the audio fields (ValidateTransformSpec).
+inline constexpr int kMaxAudioChannels = 2;
 inline constexpr int kMinAudioSampleRate = 1000;
 inline constexpr int kMaxAudioSampleRate = 384000;
 inline constexpr int64_t kMaxAudioClipSamples = int64_t{1} << 24;
@@ -117,6 +118,11 @@ struct TransformSpec {
   VideoSpec video;
   AudioSpec audio;
 };
+
+// Largest output side (height, width, resize_size) accepted; far above any
+// training resolution, small enough that sizes and byte counts never
+// overflow.
+inline constexpr int kMaxOutputSide = 16384;
 
 // Smallest max_decode_memory accepted: every image needs some row buffers.
 inline constexpr uint64_t kMinDecodeMemory = 1ull << 20;

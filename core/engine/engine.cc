@@ -39,9 +39,10 @@ uint64_t Nanos(absl::Duration d) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   EngineOptions o = options;
-  if (o.num_threads < 0 || o.num_threads > 1024) {
+  if (o.num_threads < 0 || o.num_threads > kMaxEngineThreads) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("num_threads %d must be within [0, 1024] (0: one per core)", o.num_threads));
+        absl::StrFormat("num_threads %d must be within [0, %d] (0: one per core)", o.num_threads,
+                        kMaxEngineThreads));
   }
   RETURN_IF_ERROR(ValidateRetry(o));
   if (o.num_threads == 0) o.num_threads = std::max(1u, std::thread::hardware_concurrency());

@@ -22,6 +22,9 @@
 
 namespace conveyor {
 
+// Largest worker pool an engine accepts (EngineOptions::num_threads).
+inline constexpr int kMaxEngineThreads = 1024;
+
 struct EngineOptions {
   int num_threads = 0;               // 0: the number of cores
   uint32_t fetch_queue_capacity = 0; // fetched-but-not-decoded samples per stream; 0: 2×threads (≥ 4)

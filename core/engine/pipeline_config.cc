@@ -21,9 +21,10 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "pipeline %s: max_failure_rate %g must be within [0, 1]", c.name, c.max_failure_rate));
   }
-  if (c.max_batch_size == 0 || c.max_batch_size > 65536) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pipeline %s: max_batch_size %d must be within [1, 65536]", c.name, c.max_batch_size));
+  if (c.max_batch_size == 0 || c.max_batch_size > kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pipeline %s: max_batch_size %d must be within [1, %d]", c.name,
+                        c.max_batch_size, kMaxBatchSize));
   }
   if (c.max_file_bytes == 0) {
     return absl::InvalidArgumentError(

@@ -36,6 +36,9 @@ enum class ErrorPolicy {
 
 const char* ToString(ErrorPolicy p);
 
+// Largest max_batch_size a pipeline accepts.
+inline constexpr uint32_t kMaxBatchSize = 65536;
+
 struct PipelineConfig {
   std::string name;
   std::shared_ptr<const DatasetIndex> dataset;

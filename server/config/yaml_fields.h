@@ -1,5 +1,5 @@
 // YamlFields: typed, checked reads of the fields of one YAML document, for
-// conveyord's config schema (server/config/config.cc). Every read names the field
+// conveyord's config schema (server/config/schema.h). Every read names the field
 // and the line in its error: "FILE: field PATH: reason (line N)", where PATH
 // is the dotted path the caller passes ("pipelines.imagenet.size[0]").
 // Paths are resolved lexically against a base folder; nothing here touches
