@@ -19,6 +19,7 @@
 #include "core/decode/sample_decoder.h"
 #include "core/engine/stats.h"
 #include "core/engine/stream.h"
+#include "core/engine/stream_plan.h"
 
 namespace conveyor {
 
@@ -70,9 +71,14 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Opens a stream on `pipeline` with its own slot arena of
-  // options.num_slots × BatchLayout::For(...).slot_bytes bytes.
+  // plan.arena_bytes. Errors of the options as PlanStream's.
   absl::StatusOr<std::unique_ptr<Stream>> OpenStream(std::shared_ptr<const PipelineConfig> pipeline,
                                                      const StreamOptions& options);
+  // The same from a plan already made (the service plans a stream to check
+  // it against its budget first). REQUIRES: `plan` is PlanStream's for this
+  // pipeline.
+  absl::StatusOr<std::unique_ptr<Stream>> OpenStream(std::shared_ptr<const PipelineConfig> pipeline,
+                                                     StreamPlan plan);
 
   EngineStats Stats() const;
   SchedulerStats scheduler_stats() const;
