@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   c.retry.initial_backoff_ns = Nanos(eo.fetch_retry_initial_backoff);
   c.retry.max_backoff_ns = Nanos(eo.fetch_retry_max_backoff);
   c.retry.deadline_ns = Nanos(eo.fetch_retry_deadline);
+  c.file_reader = eo.file_reader;
   ASSIGN_OR_RETURN(std::unique_ptr<SlotArena> arena,
                    SlotArena::Create(c.plan.options.num_slots, c.plan.layout.slot_bytes,
                                      c.plan.options.shareable_memory,

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/data/file_reader.h"
 #include "core/engine/pipeline_config.h"
 #include "core/decode/sample_decoder.h"
 #include "core/engine/stats.h"
@@ -50,6 +51,11 @@ struct EngineOptions {
   // MediaDecoder (the decoder of the pipeline's kind, core/decode/media_decoder.h).
   // Other decoders (synthetic ones for benchmarks) plug in here.
   SampleDecoderFactory decoder_factory;
+
+  // Reads the files of pipelines without a source of their own (the
+  // default FileSampleSource, core/data/file_reader.h). Null: plain pread.
+  // Tests pass a reader that injects faults.
+  std::shared_ptr<const FileReader> file_reader;
 };
 
 // The scheduler's own cost, summed over workers since the engine started:

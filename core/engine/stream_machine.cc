@@ -56,7 +56,8 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
       default_source_(config_.pipeline->source != nullptr
                           ? nullptr
                           : std::make_unique<FileSampleSource>(config_.pipeline->dataset,
-                                                               config_.pipeline->max_file_bytes)),
+                                                               config_.pipeline->max_file_bytes,
+                                                               config_.file_reader)),
       created_ns_(MonotonicNanos()),
       mu_(*mu) {
   source_ = ChooseSource(*config_.pipeline, default_source_);

@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "core/base/mutex.h"
+#include "core/data/file_reader.h"
 #include "core/engine/batch_layout.h"
 #include "core/engine/stream_plan.h"
 #include "core/engine/pipeline_config.h"
@@ -141,6 +142,7 @@ class StreamMachine {
     uint64_t fetch_bytes = 0;  // EngineOptions::fetch_queue_bytes
     uint32_t decode_limit = 0;
     RetryPolicy retry;
+    std::shared_ptr<const FileReader> file_reader;  // EngineOptions::file_reader
   };
 
   // REQUIRES: *mu outlives the machine (it is the scheduler's mutex).
