@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/posix_error.h"
-#include "core/data/read_fault_hook.h"
 #include "core/base/unique_fd.h"
 
 namespace conveyor {
@@ -38,7 +37,7 @@ absl::Status LinkRefused(const std::string& shown) {
 
 // fstat, the regular-file check, the size limit and the read, on an open fd.
 absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
-                          std::vector<uint8_t>* out) {
+                          std::vector<uint8_t>* out, const FileReader& reader) {
   struct stat st;
   if (fstat(fd, &st) != 0) return PosixError(absl::StrCat("fstat ", shown), errno);
   if (!S_ISREG(st.st_mode)) {
@@ -50,7 +49,12 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s: file of %d bytes exceeds the %d-byte limit (max_file_bytes)", shown, size, max_bytes));
   }
-  ReadFault fault = internal::TakeReadFault(shown);  // tests only: see read_fault_hook.h
+  reader.BeginRead(fd, shown);
+  struct Ended {  // EndRead on every way out
+    const FileReader& reader;
+    int fd;
+    ~Ended() { reader.EndRead(fd); }
+  } ended{reader, fd};
   const size_t kept = out->capacity();
   // A failed read gives back what it grew the buffer by: callers keep
   // buffers between samples and bound them only after a successful read.
@@ -62,8 +66,8 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
   out->resize(size);  // capacity is kept between calls: no churn once grown
   uint64_t done = 0;
   while (done < size) {
-    const ssize_t n = internal::PreadWithFault(fd, out->data() + done, size - done,
-                                               static_cast<off_t>(done), &fault);
+    const ssize_t n =
+        reader.Pread(fd, out->data() + done, size - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return failed(PosixError(absl::StrCat("read ", shown), errno));
@@ -128,6 +132,16 @@ int OpenByComponents(int dir_fd, const std::string& rel, bool* link) {
 
 }  // namespace
 
+ssize_t PreadFileReader::Pread(int fd, void* buf, size_t count, off_t offset) const {
+  return ::pread(fd, buf, count, offset);
+}
+
+const FileReader& DefaultFileReader() {
+  // Never destroyed: threads may still read while the process exits.
+  static const PreadFileReader* const reader = new PreadFileReader();
+  return *reader;
+}
+
 const char* FileTypeName(mode_t mode) {
   switch (mode & S_IFMT) {
     case S_IFREG:
@@ -153,15 +167,16 @@ void SetOpenat2MissingForTesting(bool missing) {
   g_openat2_missing.store(missing, std::memory_order_relaxed);
 }
 
-absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out) {
+absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out,
+                           const FileReader& reader) {
   UniqueFd fd(::open(path.c_str(), kOpenFlags));
   if (!fd) return PosixError(absl::StrCat("open ", path), errno);
-  return ReadOpenFile(fd.get(), path, max_bytes, out);
+  return ReadOpenFile(fd.get(), path, max_bytes, out, reader);
 }
 
 absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
                              std::string_view relative_path, uint64_t max_bytes,
-                             std::vector<uint8_t>* out) {
+                             std::vector<uint8_t>* out, const FileReader& reader) {
   const std::string rel(relative_path);  // NUL-terminated for the kernel
   int fd = -1;
   bool link = false;
@@ -198,7 +213,7 @@ absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
     return PosixError(absl::StrCat("open ", shown), err);
   }
   UniqueFd owned(fd);
-  return ReadOpenFile(fd, Shown(shown_root, relative_path), max_bytes, out);
+  return ReadOpenFile(fd, Shown(shown_root, relative_path), max_bytes, out, reader);
 }
 
 }  // namespace conveyor

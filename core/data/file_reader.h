@@ -15,8 +15,10 @@
 // them; errors of the file (ENOENT, EACCES, ...) and the checks below are the
 // sample's.
 //
-// Tests inject read errors, short counts and slow reads through the seam in
-// core/data/read_fault_hook.h (one atomic load per read when unused).
+// The reads themselves go through a FileReader (below): PreadFileReader in
+// production; tests pass a wrapper that injects read errors, short counts,
+// early ends and slow reads (tests/support/fault_injecting_reader.h). There
+// is no process-wide hook: a reader is passed where the reads happen.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +32,36 @@
 
 namespace conveyor {
 
+// How the whole-file readers read an open regular file: the seam under
+// their read loop (short counts, EINTR, a file that shrinks are the loop's
+// to handle, whatever the reader answers). For each file read, BeginRead
+// once after open and fstat, then Pread until the file is read or fails,
+// then EndRead before the fd is closed, all on the reading thread; the fd
+// is open (so unique in the process) from BeginRead to EndRead.
+//
+// Thread-safety: implementations are called concurrently from every thread
+// that reads files and must be safe for concurrent use.
+class FileReader {
+ public:
+  virtual ~FileReader() = default;
+  // A read of `fd`, a regular file named `shown` (as errors name it:
+  // "<dataset root>/<relative path>" or the path given), begins.
+  virtual void BeginRead(int /*fd*/, std::string_view /*shown*/) const {}
+  // As pread(2): bytes read, 0 at the end of the file, -1 with errno set.
+  virtual ssize_t Pread(int fd, void* buf, size_t count, off_t offset) const = 0;
+  // The read of `fd` ended, whether it succeeded or not.
+  virtual void EndRead(int /*fd*/) const {}
+};
+
+// Production: pread(2), nothing else.
+class PreadFileReader final : public FileReader {
+ public:
+  ssize_t Pread(int fd, void* buf, size_t count, off_t offset) const override;
+};
+
+// The process's PreadFileReader (stateless; lives for the process).
+const FileReader& DefaultFileReader();
+
 // Errors: PosixError for open/fstat/pread failures; InvalidArgument when the
 // path is not a regular file (never blocks on one); ResourceExhausted (not a
 // system error) when it is larger than max_bytes, refused before reading;
@@ -38,7 +70,9 @@ namespace conveyor {
 // buffer). On error *out is empty and no larger than it was before the call
 // (what it grew by for this file is freed), so a buffer kept between samples
 // grows only through reads that succeeded.
-absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out);
+// The reads go through `reader`.
+absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vector<uint8_t>* out,
+                           const FileReader& reader = DefaultFileReader());
 
 // Like ReadWholeFile for `relative_path` (no leading '/', no ".." component:
 // DatasetIndex's rules) below the directory `dir_fd`, without following any
@@ -51,7 +85,8 @@ absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vec
 // an error of the sample. `shown_root` only names the file in errors.
 absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
                              std::string_view relative_path, uint64_t max_bytes,
-                             std::vector<uint8_t>* out);
+                             std::vector<uint8_t>* out,
+                             const FileReader& reader = DefaultFileReader());
 
 // "regular file", "directory", "symbolic link", "FIFO", "socket",
 // "character device", "block device" or "unknown type" for st_mode.

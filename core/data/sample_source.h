@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "core/data/dataset_index.h"
+#include "core/data/file_reader.h"
 
 namespace conveyor {
 
@@ -50,17 +51,21 @@ class SampleSource {
 // following any symbolic link below the root (ReadFileBeneath): a link, a
 // FIFO or any other non-regular file is an error of the sample naming why,
 // never read and never waited on; files over max_file_bytes are refused
-// (ResourceExhausted, an error of the sample).
+// (ResourceExhausted, an error of the sample). The reads go through
+// `reader` (core/data/file_reader.h): null is plain pread; tests pass one
+// that injects faults.
 class FileSampleSource final : public SampleSource {
  public:
   // REQUIRES: dataset != nullptr.
-  FileSampleSource(std::shared_ptr<const DatasetIndex> dataset, uint64_t max_file_bytes)
-      : dataset_(std::move(dataset)), max_file_bytes_(max_file_bytes) {}
+  FileSampleSource(std::shared_ptr<const DatasetIndex> dataset, uint64_t max_file_bytes,
+                   std::shared_ptr<const FileReader> reader = nullptr)
+      : dataset_(std::move(dataset)), max_file_bytes_(max_file_bytes), reader_(std::move(reader)) {}
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
 
  private:
   const std::shared_ptr<const DatasetIndex> dataset_;
   const uint64_t max_file_bytes_;
+  const std::shared_ptr<const FileReader> reader_;
 };
 
 }  // namespace conveyor

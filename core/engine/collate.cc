@@ -71,7 +71,7 @@ BatchWork* StreamMachine::PositionDone(BatchWork* b, Outbox* out) {
 }
 
 void StreamMachine::CompactBatch(const BatchWork& b) const {
-  CompactSamples(config_.layout, arena_->slot(b.slot), b.failed);
+  CompactSamples(config_.plan.layout, arena_->slot(b.slot), b.failed);
 }
 
 void StreamMachine::FinishCompaction(BatchWork* b, uint64_t busy_ns, Outbox* out) {

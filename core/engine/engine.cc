@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
-#include "core/data/sampler.h"
 #include "core/engine/scheduler.h"
 #include "core/base/status_macros.h"
 #include "core/engine/stream_machine.h"
@@ -70,19 +69,17 @@ SchedulerStats Engine::scheduler_stats() const { return scheduler_->scheduler_st
 absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
     std::shared_ptr<const PipelineConfig> pipeline, const StreamOptions& options) {
   if (pipeline == nullptr) return absl::InvalidArgumentError("no pipeline given");
-  RETURN_IF_ERROR(ValidateStreamOptions(*pipeline, options));
-  ASSIGN_OR_RETURN(const uint64_t total_batches, TotalBatches(*pipeline, options));
+  ASSIGN_OR_RETURN(StreamPlan plan, PlanStream(*pipeline, options));
+  return OpenStream(std::move(pipeline), std::move(plan));
+}
 
+absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
+    std::shared_ptr<const PipelineConfig> pipeline, StreamPlan plan) {
+  if (pipeline == nullptr) return absl::InvalidArgumentError("no pipeline given");
   StreamMachine::Config c;
   c.id = scheduler_->NextStreamId();
   c.pipeline = pipeline;
-  c.options = options;
-  c.layout = BatchLayout::For(pipeline->transform, options.batch_size);
-  c.first_epoch_samples = SamplesPerRank(SamplerOptionsFor(*pipeline, options, options.first_epoch));
-  SamplerOptions full = SamplerOptionsFor(*pipeline, options, options.first_epoch);
-  full.offset = 0;
-  c.samples_per_epoch = SamplesPerRank(full);
-  c.total_batches = total_batches;
+  c.plan = std::move(plan);
   const EngineOptions& eo = scheduler_->options();
   c.fetch_capacity = eo.fetch_queue_capacity;
   c.fetch_limit = eo.fetch_concurrency;
@@ -92,9 +89,10 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   c.retry.initial_backoff_ns = Nanos(eo.fetch_retry_initial_backoff);
   c.retry.max_backoff_ns = Nanos(eo.fetch_retry_max_backoff);
   c.retry.deadline_ns = Nanos(eo.fetch_retry_deadline);
+  c.file_reader = eo.file_reader;
   ASSIGN_OR_RETURN(std::unique_ptr<SlotArena> arena,
-                   SlotArena::Create(options.num_slots, c.layout.slot_bytes,
-                                     options.shareable_memory,
+                   SlotArena::Create(c.plan.options.num_slots, c.plan.layout.slot_bytes,
+                                     c.plan.options.shareable_memory,
                                      absl::StrFormat("conveyor-stream-%d", c.id)));
   auto state = std::make_shared<StreamMachine>(std::move(c), std::move(arena), scheduler_->mu());
   scheduler_->Register(state);

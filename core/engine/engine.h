@@ -15,10 +15,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/data/file_reader.h"
 #include "core/engine/pipeline_config.h"
 #include "core/decode/sample_decoder.h"
 #include "core/engine/stats.h"
 #include "core/engine/stream.h"
+#include "core/engine/stream_plan.h"
 
 namespace conveyor {
 
@@ -52,6 +54,11 @@ struct EngineOptions {
   // MediaDecoder (the decoder of the pipeline's kind, core/decode/media_decoder.h).
   // Other decoders (synthetic ones for benchmarks) plug in here.
   SampleDecoderFactory decoder_factory;
+
+  // Reads the files of pipelines without a source of their own (the
+  // default FileSampleSource, core/data/file_reader.h). Null: plain pread.
+  // Tests pass a reader that injects faults.
+  std::shared_ptr<const FileReader> file_reader;
 };
 
 // The scheduler's own cost, summed over workers since the engine started:
@@ -73,9 +80,14 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Opens a stream on `pipeline` with its own slot arena of
-  // options.num_slots × BatchLayout::For(...).slot_bytes bytes.
+  // plan.arena_bytes. Errors of the options as PlanStream's.
   absl::StatusOr<std::unique_ptr<Stream>> OpenStream(std::shared_ptr<const PipelineConfig> pipeline,
                                                      const StreamOptions& options);
+  // The same from a plan already made (the service plans a stream to check
+  // it against its budget first). REQUIRES: `plan` is PlanStream's for this
+  // pipeline.
+  absl::StatusOr<std::unique_ptr<Stream>> OpenStream(std::shared_ptr<const PipelineConfig> pipeline,
+                                                     StreamPlan plan);
 
   EngineStats Stats() const;
   SchedulerStats scheduler_stats() const;

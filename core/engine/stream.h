@@ -76,6 +76,7 @@ struct BatchInfo {
 
 class Scheduler;
 class StreamMachine;
+struct StreamPlan;
 
 class Stream {
  public:
@@ -91,6 +92,8 @@ class Stream {
   const StreamOptions& options() const;
   const BatchLayout& layout() const;
   const SlotArena& arena() const;
+  // The stream's geometry and effective options (core/engine/stream_plan.h).
+  const StreamPlan& plan() const;
   uint64_t samples_per_epoch() const;  // this rank's, in a full epoch
 
   enum class Poll { kBatch, kNotReady, kEnd, kError };
@@ -124,22 +127,5 @@ class Stream {
   std::shared_ptr<Scheduler> scheduler_;
   std::shared_ptr<StreamMachine> state_;
 };
-
-// REQUIRES: a valid pipeline. InvalidArgument / OutOfRange naming the field.
-// Besides each field's own range, every number the stream derives from them
-// must fit 64 bits: the epochs [first_epoch, first_epoch + num_epochs) (an
-// endless stream must start below 2^63), the total batch count (batches of
-// the first epoch + (num_epochs − 1) × batches of a full epoch), and the
-// arena (num_slots × the page-rounded slot size).
-absl::Status ValidateStreamOptions(const PipelineConfig& pipeline, const StreamOptions& options);
-
-// Batches a stream of these options emits in all (0: endless), computed with
-// checked arithmetic. Errors as ValidateStreamOptions.
-absl::StatusOr<uint64_t> TotalBatches(const PipelineConfig& pipeline, const StreamOptions& options);
-
-// The sampler's view of `epoch` of a stream (the epoch offset applies to the
-// stream's first epoch only).
-SamplerOptions SamplerOptionsFor(const PipelineConfig& pipeline, const StreamOptions& options,
-                                 uint64_t epoch);
 
 }  // namespace conveyor

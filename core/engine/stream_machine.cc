@@ -56,7 +56,8 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
       default_source_(config_.pipeline->source != nullptr
                           ? nullptr
                           : std::make_unique<FileSampleSource>(config_.pipeline->dataset,
-                                                               config_.pipeline->max_file_bytes)),
+                                                               config_.pipeline->max_file_bytes,
+                                                               config_.file_reader)),
       created_ns_(MonotonicNanos()),
       mu_(*mu) {
   source_ = ChooseSource(*config_.pipeline, default_source_);
@@ -69,18 +70,17 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
   free_buffers_.reserve(num_buffers);
   for (uint32_t i = num_buffers; i > 0; --i) free_buffers_.push_back(i - 1);
   // Slots are handed out lowest first.
-  const uint32_t n = config_.options.num_slots;
+  const uint32_t n = config_.plan.options.num_slots;
   free_slots_.reserve(n);
   for (uint32_t i = n; i > 0; --i) free_slots_.push_back(i - 1);
   consumer_holds_.assign(n, 0);
-  next_epoch_ = config_.options.first_epoch;
+  next_epoch_ = config_.plan.options.first_epoch;
   for (int i = 0; i < kNumStages; ++i) stages_[i].name = ToString(static_cast<Stage>(i));
 }
 
 uint64_t StreamMachine::BatchesInEpoch(uint64_t epoch) const {
-  const uint64_t n = epoch == config_.options.first_epoch ? config_.first_epoch_samples
-                                                          : config_.samples_per_epoch;
-  return n / config_.options.batch_size + (n % config_.options.batch_size != 0);
+  const StreamPlan& plan = config_.plan;
+  return epoch == plan.options.first_epoch ? plan.first_epoch_batches : plan.batches_per_epoch;
 }
 
 bool StreamMachine::CanLeave() const {
@@ -94,12 +94,13 @@ bool StreamMachine::CanLeave() const {
 // ---------------------------------------------------------------- picking
 
 void StreamMachine::StartBatches() {
-  const StreamOptions& o = config_.options;
+  const StreamOptions& o = config_.plan.options;
   while (!terminal_ && !free_slots_.empty() && !AllStarted()) {
     auto it = plans_.find(next_epoch_);
     if (it == plans_.end()) return;  // a sample task must plan this epoch first
     const bool first = next_epoch_ == o.first_epoch;
-    const uint64_t epoch_samples = first ? config_.first_epoch_samples : config_.samples_per_epoch;
+    const uint64_t epoch_samples =
+        first ? config_.plan.first_epoch_samples : config_.plan.samples_per_epoch;
     const uint64_t base_offset = first ? o.epoch_offset : 0;
     const uint64_t in_epoch = BatchesInEpoch(next_epoch_);
     auto b = std::make_unique<BatchWork>();
@@ -122,7 +123,7 @@ void StreamMachine::StartBatches() {
     ++next_sequence_;
     if (++next_in_epoch_ == in_epoch) {
       next_in_epoch_ = 0;
-      ++next_epoch_;  // ValidateStreamOptions: the stream's epochs fit uint64
+      ++next_epoch_;  // PlanStream: the stream's epochs fit uint64
     }
     // Plans of epochs no open batch uses any more are dropped.
     while (!plans_.empty() && plans_.begin()->first < open_.front()->epoch) {
@@ -132,7 +133,7 @@ void StreamMachine::StartBatches() {
 }
 
 bool StreamMachine::HasEpoch(uint64_t epoch) const {
-  const StreamOptions& o = config_.options;
+  const StreamOptions& o = config_.plan.options;
   return epoch != kNever && epoch >= o.first_epoch &&
          (o.num_epochs == 0 || epoch - o.first_epoch < o.num_epochs);
 }
@@ -146,10 +147,10 @@ uint64_t StreamMachine::EpochToPlan() const {
   // two plans are held; resume is unaffected (nothing but hints use it).
   const uint64_t after = next_epoch_ + 1;
   if (next_epoch_ == kNever || !HasEpoch(after) || plans_.count(after)) return kNever;
-  const uint64_t samples = next_epoch_ == config_.options.first_epoch
-                               ? config_.first_epoch_samples
-                               : config_.samples_per_epoch;
-  const uint64_t started = next_in_epoch_ * config_.options.batch_size;
+  const uint64_t samples = next_epoch_ == config_.plan.options.first_epoch
+                               ? config_.plan.first_epoch_samples
+                               : config_.plan.samples_per_epoch;
+  const uint64_t started = next_in_epoch_ * config_.plan.options.batch_size;
   return started + kPrefetchLookahead >= samples ? after : kNever;
 }
 
@@ -244,7 +245,7 @@ void StreamMachine::TakeSample(Task* t) {
 }
 
 void StreamMachine::RunSample(Task* t) const {
-  auto plan = PlanRank(SamplerOptionsFor(*config_.pipeline, config_.options, t->epoch));
+  auto plan = PlanRank(SamplerOptionsFor(*config_.pipeline, config_.plan.options, t->epoch));
   if (plan.ok()) {
     t->plan = std::make_shared<const EpochPlan>(std::move(*plan));
   } else {
@@ -302,7 +303,7 @@ void StreamMachine::AnnounceAfter(const BatchWork& b, uint32_t position) const {
   std::array<uint64_t, kPrefetchLookahead> upcoming;
   const EpochPlan& plan = *b.plan;
   const size_t next = b.first + position + 1;
-  const bool every_sample = config_.options.world_size == 1;
+  const bool every_sample = config_.plan.options.world_size == 1;
   size_t announced = 0;
   if (next < plan.size()) {
     announced = std::min(kPrefetchLookahead, plan.size() - next);
@@ -387,10 +388,10 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   const BatchWork* b = t->batch;
   const std::vector<uint8_t>& buf = buffers_[t->buffer];
   const uint64_t index = b->sample_index(t->position);
-  const BatchLayout& l = config_.layout;
+  const BatchLayout& l = config_.plan.layout;
   uint8_t* slot = arena_->slot(b->slot);
   uint8_t* dst = slot + l.images_offset + t->position * l.sample_bytes;
-  Rng rng = Rng::ForKeys(config_.options.seed, b->epoch, index);
+  Rng rng = Rng::ForKeys(config_.plan.options.seed, b->epoch, index);
   t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()),
                            config_.pipeline->transform, rng, dst);
   // A buffer that grew for a large file is not kept at that size: streams
@@ -480,10 +481,10 @@ void StreamMachine::SnapshotStages(uint64_t now, std::array<StageStats, kNumStag
   decode.in_flight = decode_inflight_;
   StageStats& collate = (*out)[StageIndex(Stage::kCollate)];
   collate.queue_size = open_.size();
-  collate.queue_capacity = config_.options.num_slots;
+  collate.queue_capacity = config_.plan.options.num_slots;
   StageStats& deliver = (*out)[StageIndex(Stage::kDeliver)];
   deliver.queue_size = ready_.size();
-  deliver.queue_capacity = config_.options.num_slots;
+  deliver.queue_capacity = config_.plan.options.num_slots;
 }
 
 StreamStats StreamMachine::Stats(uint64_t now) {
@@ -493,7 +494,7 @@ StreamStats StreamMachine::Stats(uint64_t now) {
   st.batches_emitted = emitted_;
   st.samples_emitted = samples_emitted_;
   st.samples_failed = samples_failed_;
-  st.slots_total = config_.options.num_slots;
+  st.slots_total = config_.plan.options.num_slots;
   st.slots_held_by_consumer = slots_held_;
   st.consumers_waiting = consumers_waiting_;
   st.elapsed_ns = now - created_ns_;
@@ -504,7 +505,7 @@ StreamStats StreamMachine::Stats(uint64_t now) {
 void StreamMachine::CheckInvariants() const {
 #ifndef NDEBUG
   mu_.AssertHeld();
-  const size_t slots = config_.options.num_slots;
+  const size_t slots = config_.plan.options.num_slots;
   // Every slot is in exactly one place.
   std::vector<uint8_t> seen(slots, 0);
   auto mark = [&](uint32_t slot) {
@@ -534,7 +535,7 @@ void StreamMachine::CheckInvariants() const {
   // A terminal stream queues no work.
   assert(!terminal_ || (fetched_.empty() && retries_.empty()));
   // Batches are emitted in order, never more than the stream has.
-  assert(config_.total_batches == 0 || emitted_ <= config_.total_batches);
+  assert(config_.plan.total_batches == 0 || emitted_ <= config_.plan.total_batches);
 #endif
 }
 

@@ -41,8 +41,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "core/engine/batch_layout.h"
 #include "core/base/mutex.h"
+#include "core/data/file_reader.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/stream_plan.h"
 #include "core/engine/pipeline_config.h"
 #include "core/decode/sample_decoder.h"
 #include "core/data/sampler.h"
@@ -133,16 +135,14 @@ class StreamMachine {
   struct Config {
     uint64_t id = 0;
     std::shared_ptr<const PipelineConfig> pipeline;
-    StreamOptions options;
-    BatchLayout layout;
-    uint64_t samples_per_epoch = 0;    // this rank's, full epoch
-    uint64_t first_epoch_samples = 0;  // this rank's, first epoch after epoch_offset
-    uint64_t total_batches = 0;        // 0: endless
+    // The stream's geometry and its effective options (core/engine/stream_plan.h).
+    StreamPlan plan;
     uint32_t fetch_capacity = 0;
     uint32_t fetch_limit = 0;
     uint64_t fetch_bytes = 0;  // EngineOptions::fetch_queue_bytes
     uint32_t decode_limit = 0;
     RetryPolicy retry;
+    std::shared_ptr<const FileReader> file_reader;  // EngineOptions::file_reader
   };
 
   // REQUIRES: *mu outlives the machine (it is the scheduler's mutex).
@@ -231,10 +231,10 @@ class StreamMachine {
   };
 
   bool AllStarted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return config_.total_batches != 0 && next_sequence_ >= config_.total_batches;
+    return config_.plan.total_batches != 0 && next_sequence_ >= config_.plan.total_batches;
   }
   bool Finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return config_.total_batches != 0 && emitted_ >= config_.total_batches;
+    return config_.plan.total_batches != 0 && emitted_ >= config_.plan.total_batches;
   }
   StageStats& stage(Stage s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stages_[static_cast<int>(s)];

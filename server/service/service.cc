@@ -1,7 +1,6 @@
 #include "server/service/service.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <set>
 
@@ -10,8 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/engine/batch_layout.h"
-#include "core/data/sampler.h"
 #include "core/engine/stats.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
@@ -271,10 +268,10 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   return r;
 }
 
-absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req,
-                                                 const ClientIdentity& client,
-                                                 const PipelineConfig& p, StreamOptions* o,
-                                                 Transport** transport) const {
+absl::StatusOr<StreamPlan> ConveyorService::PlanRequest(const v1::OpenStream& req,
+                                                         const ClientIdentity& client,
+                                                         const PipelineConfig& p,
+                                                         Transport** transport) const {
   if (req.credits() == 0 || req.credits() > kMaxCredits) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "credits must be within [1, %d] (batches the client may hold unreleased), got %d",
@@ -285,50 +282,27 @@ absl::Status ConveyorService::BuildStreamOptions(const v1::OpenStream& req,
     return absl::InvalidArgumentError(
         absl::StrFormat("rank %d must be below world_size %d", req.rank(), world));
   }
-  if (req.num_epochs() > std::numeric_limits<uint64_t>::max() - req.first_epoch()) {
-    return absl::InvalidArgumentError("first_epoch + num_epochs overflows");
-  }
 
   ASSIGN_OR_RETURN(*transport, transports_->Choose(req, client));
 
-  o->batch_size = req.batch_size();
-  o->seed = req.seed();
-  o->first_epoch = req.first_epoch();
-  o->num_epochs = req.num_epochs();
-  o->rank = req.rank();
-  o->world_size = world;
-  o->shuffle = req.has_shuffle() ? req.shuffle() : true;
-  o->drop_last = req.drop_last();
-  o->num_slots = req.credits();
-  o->epoch_offset = 0;
-  o->shareable_memory = (*transport)->shares_memory();
-
-  if (req.has_resume()) {
-    // The offset counts samples of the epoch's global order, whatever the
-    // world size it was saved at: resuming at another world size (elastic)
-    // deals the rest of the epoch out over the new ranks.
-    const v1::ResumePosition& r = req.resume();
-    const uint64_t last = o->num_epochs == 0 ? std::numeric_limits<uint64_t>::max()
-                                             : o->first_epoch + o->num_epochs;  // exclusive
-    if (r.epoch() < o->first_epoch || r.epoch() >= last) {
-      return absl::OutOfRangeError(
-          o->num_epochs == 0
-              ? absl::StrFormat("resume epoch %d is before first_epoch %d", r.epoch(),
-                                o->first_epoch)
-              : absl::StrFormat("resume epoch %d is outside the stream's epochs [%d, %d)",
-                                r.epoch(), o->first_epoch, last));
-    }
-    if (o->num_epochs != 0) o->num_epochs = last - r.epoch();
-    o->first_epoch = r.epoch();
-    o->epoch_offset = r.offset();
-  }
-  absl::Status st = ValidateStreamOptions(p, *o);
-  if (absl::IsOutOfRange(st) && req.has_resume()) {
-    return absl::OutOfRangeError(absl::StrFormat("resume offset %d of epoch %d: %s",
-                                                 req.resume().offset(), req.resume().epoch(),
-                                                 st.message()));
-  }
-  return st;
+  StreamOptions o;
+  o.batch_size = req.batch_size();
+  o.seed = req.seed();
+  o.first_epoch = req.first_epoch();
+  o.num_epochs = req.num_epochs();
+  o.rank = req.rank();
+  o.world_size = world;
+  o.shuffle = req.has_shuffle() ? req.shuffle() : true;
+  o.drop_last = req.drop_last();
+  o.num_slots = req.credits();
+  o.epoch_offset = 0;
+  o.shareable_memory = (*transport)->shares_memory();
+  // The offset counts samples of the epoch's global order, whatever the
+  // world size it was saved at: resuming at another world size (elastic)
+  // deals the rest of the epoch out over the new ranks.
+  std::optional<ResumePosition> resume;
+  if (req.has_resume()) resume = ResumePosition{req.resume().epoch(), req.resume().offset()};
+  return PlanStream(p, o, resume);
 }
 
 absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::OpenStream& req,
@@ -344,14 +318,13 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
         absl::StrFormat("%s may not open pipeline '%s'", client.Describe(),
                         EscapeText(req.pipeline(), kClientStringCap)));
   }
-  StreamOptions so;
   Transport* transport = nullptr;
-  RETURN_IF_ERROR(BuildStreamOptions(req, client, *pipeline, &so, &transport));
-  const BatchLayout layout = BatchLayout::For(pipeline->transform, so.batch_size);
-  RETURN_IF_ERROR(transport->CheckLayout(layout));
+  ASSIGN_OR_RETURN(StreamPlan plan, PlanRequest(req, client, *pipeline, &transport));
+  RETURN_IF_ERROR(transport->CheckLayout(plan.layout));
+  const StreamOptions& so = plan.options;
 
   // Reserve budget and a stream place before allocating anything.
-  const uint64_t bytes = SlotArena::MappedBytes(so.num_slots, layout.slot_bytes);
+  const uint64_t bytes = plan.arena_bytes;
   const std::string client_key = client.LimitKey();
   {
     MutexLock lock(&mu_);
@@ -366,7 +339,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
           "stream needs %s of slot memory (%d slots x %s) but only %s of the %s memory_budget is "
           "free (%d streams hold %s); lower credits or batch_size, retry later, or raise "
           "memory_budget",
-          Bytes(bytes), so.num_slots, Bytes(bytes / so.num_slots), Bytes(free_bytes),
+          Bytes(bytes), so.num_slots, Bytes(plan.slot_bytes), Bytes(free_bytes),
           Bytes(options_.memory_budget), reserved_streams_, Bytes(reserved_bytes_)));
     }
     // The client's own share: checked last, so that the daemon-wide
@@ -382,7 +355,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
     per_client_.Release(client_key, so.num_slots, bytes);
   };
 
-  absl::StatusOr<std::unique_ptr<Stream>> opened = engine_->OpenStream(pipeline, so);
+  absl::StatusOr<std::unique_ptr<Stream>> opened = engine_->OpenStream(pipeline, plan);
   if (!opened.ok()) {
     unreserve();
     return opened.status();
@@ -402,8 +375,8 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   op.set_region_bytes(stream->arena().total_bytes());
   op.set_slot_bytes(stream->arena().slot_bytes());
   op.set_num_slots(static_cast<uint32_t>(stream->arena().num_slots()));
-  op.set_samples_per_epoch(stream->samples_per_epoch());
-  op.set_batches_per_epoch((stream->samples_per_epoch() + so.batch_size - 1) / so.batch_size);
+  op.set_samples_per_epoch(plan.samples_per_epoch);
+  op.set_batches_per_epoch(plan.batches_per_epoch);
   *op.mutable_pipeline() = PipelineInfoOf(*pipeline);
   session->transport_->DescribeIn(&op);
 

@@ -1,8 +1,9 @@
 // ConveyorService: the daemon's service logic with no transport in it — it
 // owns the engine and the pipelines (a set a config reload may replace:
 // each stream keeps the definition it opened with; server/service/pipeline_registry.h),
-// validates stream requests, accounts the
-// slot-memory budget, the stream limit and each client's share of them
+// validates stream requests (planning each stream once with PlanStream,
+// core/engine/stream_plan.h, whose figures the budget, StreamOpened and the
+// engine all use), accounts the slot-memory budget, the stream limit and each client's share of them
 // (server/service/client_limits.h), keeps the registry of open streams (for stats,
 // the fd hand-over's owner check and shutdown), and — with a watchdog
 // thread when stream_idle_timeout is set — ends streams whose client holds
@@ -38,6 +39,7 @@
 #include "core/base/mutex.h"
 #include "core/engine/pipeline_config.h"
 #include "core/engine/stream.h"
+#include "core/engine/stream_plan.h"
 #include "server/access/identity.h"
 #include "server/service/client_limits.h"
 #include "server/service/delivery_counters.h"
@@ -195,11 +197,12 @@ class ConveyorService {
                   std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
                   std::unique_ptr<Engine> engine, std::unique_ptr<TransportSet> transports);
 
-  // Checks the request, chooses its transport and turns it into stream
-  // options (validation that needs no lock).
-  absl::Status BuildStreamOptions(const v1::OpenStream& request, const ClientIdentity& client,
-                                  const PipelineConfig& pipeline, StreamOptions* options,
-                                  Transport** transport) const;
+  // Checks the request, chooses its transport and plans the stream
+  // (core/engine/stream_plan.h: validation, resume, geometry; no lock).
+  absl::StatusOr<StreamPlan> PlanRequest(const v1::OpenStream& request,
+                                         const ClientIdentity& client,
+                                         const PipelineConfig& pipeline,
+                                         Transport** transport) const;
   void Unregister(uint64_t stream_id, const std::string& client_key, uint32_t credits,
                   uint64_t reserved_bytes);
   // The idle watchdog's thread (options_.stream_idle_timeout > 0).

@@ -321,7 +321,7 @@ TEST_CASE("client numbers whose products or sums overflow are refused naming the
     auto s = engine->OpenStream(p, so);
     CHECK((absl::IsOutOfRange(s.status()) || absl::IsInvalidArgument(s.status())));
     CHECK(std::string(s.status().message()).find(field) != std::string::npos);
-    CHECK(absl::IsOutOfRange(ValidateStreamOptions(*p, so)) ==
+    CHECK(absl::IsOutOfRange(PlanStream(*p, so).status()) ==
           absl::IsOutOfRange(s.status()));
   };
   StreamOptions so;

@@ -1,6 +1,7 @@
 // Faults of the file reader, through the real engine over real files: a
-// ReadFaultHook (core/data/read_fault_hook.h) makes chosen reads of the real
-// FileSampleSource fail with an errno, return short counts, end early or
+// FaultInjectingReader (tests/support/fault_injecting_reader.h), given to the
+// engine as its file reader, makes chosen reads of the real FileSampleSource
+// fail with an errno, return short counts, end early or
 // take long; files are deleted for real. What must hold: errors of the
 // system are retried and the samples delivered as in a clean run; when they
 // persist the stream ends with UNAVAILABLE naming the file; errors of the
@@ -20,13 +21,16 @@
 
 #include "core/engine/engine.h"
 #include "core/data/file_reader.h"
-#include "core/data/read_fault_hook.h"
+#include "tests/support/fault_injecting_reader.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {
 namespace {
 
 using testing::Collected;
+using testing::Errno;
+using testing::FaultInjectingReader;
+using testing::ReadFault;
 using testing::Drain;
 using testing::MakeEngine;
 using testing::MakeImageFolder;
@@ -34,78 +38,18 @@ using testing::MakePipeline;
 using testing::RunOnce;
 using testing::TempDir;
 
-// Faults planned per file: reads of a path ending in a planned suffix get
-// the plan's fault, the first `times` of them (every one when times < 0).
-class PlannedFaults final : public ReadFaultHook {
- public:
-  void Plan(const std::string& suffix, ReadFault fault, int times = -1) {
-    std::lock_guard<std::mutex> l(mu_);
-    plans_.push_back(Entry{suffix, fault, times});
-  }
-  // Applies to every read not matched by a plan.
-  void PlanAll(ReadFault fault) {
-    std::lock_guard<std::mutex> l(mu_);
-    all_ = fault;
-  }
-
-  ReadFault OnRead(std::string_view path) override {
-    std::lock_guard<std::mutex> l(mu_);
-    const std::string p(path);
-    ++reads_[p];
-    for (Entry& e : plans_) {
-      if (p.size() < e.suffix.size() || p.compare(p.size() - e.suffix.size(), e.suffix.size(),
-                                                  e.suffix) != 0) {
-        continue;
-      }
-      if (e.times == 0) break;
-      if (e.times > 0) --e.times;
-      ++injected_;
-      return e.fault;
-    }
-    return all_;
-  }
-
-  int reads_of(const std::string& suffix) const {
-    std::lock_guard<std::mutex> l(mu_);
-    int n = 0;
-    for (const auto& [p, count] : reads_) {
-      if (p.size() >= suffix.size() &&
-          p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        n += count;
-      }
-    }
-    return n;
-  }
-  int injected() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return injected_;
-  }
-
- private:
-  struct Entry {
-    std::string suffix;
-    ReadFault fault;
-    int times;
-  };
-  mutable std::mutex mu_;
-  std::vector<Entry> plans_;
-  ReadFault all_;
-  std::map<std::string, int> reads_;
-  int injected_ = 0;
-};
-
-ReadFault Errno(int e) {
-  ReadFault f;
-  f.error_number = e;
-  return f;
-}
-
 EngineOptions FastRetries(uint32_t attempts = 8) {
   EngineOptions o;
   o.fetch_retry_max_attempts = attempts;
   o.fetch_retry_initial_backoff = absl::Microseconds(200);
   o.fetch_retry_max_backoff = absl::Milliseconds(2);
   o.fetch_retry_deadline = absl::Seconds(60);
+  return o;
+}
+
+// `o` with the engine's files read through `reader`.
+EngineOptions Through(std::shared_ptr<const FileReader> reader, EngineOptions o = EngineOptions()) {
+  o.file_reader = std::move(reader);
   return o;
 }
 
@@ -136,22 +80,21 @@ TEST_CASE("read faults: transient EIO, ENOMEM, EMFILE and EAGAIN of the reader a
   const Collected want = RunOnce(p, 2, Epochs(2), FastRetries());
   REQUIRE(want.end.ok());
 
-  PlannedFaults faults;
+  auto faults = std::make_shared<FaultInjectingReader>();
   const std::vector<std::pair<int, int>> plan = {{EIO, 2}, {ENOMEM, 3}, {EMFILE, 1}, {EAGAIN, 2}};
   int planned = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
     // Every epoch reads each file once: two epochs take 2 × times faults.
-    faults.Plan("/" + std::string(p->dataset->relative_path(i * 5)), Errno(plan[i].first),
+    faults->Plan("/" + std::string(p->dataset->relative_path(i * 5)), Errno(plan[i].first),
                 2 * plan[i].second);
     planned += 2 * plan[i].second;
   }
-  ScopedReadFaultHook hooked(&faults);
-  const Collected got = RunOnce(p, 2, Epochs(2), FastRetries());
+  const Collected got = RunOnce(p, 2, Epochs(2), Through(faults, FastRetries()));
   CheckSameAsClean(got, want);
-  CHECK(faults.injected() == planned);
+  CHECK(faults->injected() == planned);
   for (size_t i = 0; i < plan.size(); ++i) {
     const std::string rel(p->dataset->relative_path(i * 5));
-    CHECK(faults.reads_of("/" + rel) == 2 * plan[i].second + 2);
+    CHECK(faults->reads_of("/" + rel) == 2 * plan[i].second + 2);
   }
 }
 
@@ -163,24 +106,24 @@ TEST_CASE("read faults: short counts and an interrupted read deliver the same by
   const Collected want = RunOnce(p, 2, Epochs(1));
   REQUIRE(want.end.ok());
 
-  PlannedFaults faults;
+  auto faults = std::make_shared<FaultInjectingReader>();
   ReadFault short_counts;
   short_counts.max_bytes_per_call = 13;
-  faults.PlanAll(short_counts);
+  faults->PlanAll(short_counts);
   ReadFault interrupted = Errno(EINTR);  // the first pread fails with EINTR, then short counts
   interrupted.max_bytes_per_call = 13;
-  faults.Plan("/" + std::string(p->dataset->relative_path(3)), interrupted);
-  ScopedReadFaultHook hooked(&faults);
-  CheckSameAsClean(RunOnce(p, 2, Epochs(1)), want);
+  faults->Plan("/" + std::string(p->dataset->relative_path(3)), interrupted);
+  CheckSameAsClean(RunOnce(p, 2, Epochs(1), Through(faults)), want);
+  CHECK(faults->injected() == 1);
 
   // The reader itself: the bytes equal the file's.
   const std::filesystem::path file = dir.Sub(std::string(p->dataset->relative_path(3)));
-  std::vector<uint8_t> via_hook, direct;
-  REQUIRE(ReadWholeFile(file.string(), 1 << 20, &via_hook).ok());
-  SetReadFaultHookForTesting(nullptr);
+  std::vector<uint8_t> via_faults, direct;
+  REQUIRE(ReadWholeFile(file.string(), 1 << 20, &via_faults, *faults).ok());
+  CHECK(faults->injected() == 2);
   REQUIRE(ReadWholeFile(file.string(), 1 << 20, &direct).ok());
-  CHECK(via_hook.size() == std::filesystem::file_size(file));
-  CHECK(via_hook == direct);
+  CHECK(via_faults.size() == std::filesystem::file_size(file));
+  CHECK(via_faults == direct);
 }
 
 TEST_CASE("read faults: slow reads reorder nothing and lose nothing", "[read_faults]") {
@@ -190,13 +133,14 @@ TEST_CASE("read faults: slow reads reorder nothing and lose nothing", "[read_fau
   const Collected want = RunOnce(p, 2, Epochs(2, 5));
   REQUIRE(want.end.ok());
 
-  PlannedFaults faults;
+  auto faults = std::make_shared<FaultInjectingReader>();
   ReadFault slow;
   slow.delay = absl::Milliseconds(40);
-  for (uint64_t i : {0, 4, 9, 17}) faults.Plan("/" + std::string(p->dataset->relative_path(i)), slow);
-  ScopedReadFaultHook hooked(&faults);
-  CheckSameAsClean(RunOnce(p, 2, Epochs(2, 5)), want);
-  CHECK(faults.injected() == 8);
+  for (uint64_t i : {0, 4, 9, 17}) {
+    faults->Plan("/" + std::string(p->dataset->relative_path(i)), slow);
+  }
+  CheckSameAsClean(RunOnce(p, 2, Epochs(2, 5), Through(faults)), want);
+  CHECK(faults->injected() == 8);
 }
 
 TEST_CASE("read faults: a persistent EIO ends the stream with UNAVAILABLE naming the file",
@@ -208,18 +152,17 @@ TEST_CASE("read faults: a persistent EIO ends the stream with UNAVAILABLE naming
   p->max_failure_rate = 1.0;
   const uint64_t victim = 6;  // batch 1 without shuffle
   const std::string rel(p->dataset->relative_path(victim));
-  PlannedFaults faults;
-  faults.Plan("/" + rel, Errno(EIO));
-  ScopedReadFaultHook hooked(&faults);
+  auto faults = std::make_shared<FaultInjectingReader>();
+  faults->Plan("/" + rel, Errno(EIO));
   StreamOptions so = Epochs(1);
   so.shuffle = false;
-  const Collected c = RunOnce(p, 2, so, FastRetries(4));
+  const Collected c = RunOnce(p, 2, so, Through(faults, FastRetries(4)));
   REQUIRE(absl::IsUnavailable(c.end));
   const std::string msg(c.end.message());
   CHECK(msg.find(rel) != std::string::npos);
   CHECK(msg.find("EIO") != std::string::npos);
   CHECK(msg.find("4 attempt") != std::string::npos);
-  CHECK(faults.reads_of("/" + rel) == 4);
+  CHECK(faults->reads_of("/" + rel) == 4);
   for (const BatchInfo& b : c.batches) {  // what came is whole: no silent gap
     CHECK(b.failures.empty());
     CHECK(b.num_samples == 4);
@@ -235,14 +178,13 @@ TEST_CASE("read faults: a file that shrinks while it is read is a failure of the
   p->max_failure_rate = 1.0;
   const std::string rel(p->dataset->relative_path(2));
   const uint64_t size = std::filesystem::file_size(dir.Sub(rel));
-  PlannedFaults faults;
+  auto faults = std::make_shared<FaultInjectingReader>();
   ReadFault truncated;
   truncated.end_after_bytes = static_cast<int64_t>(size / 2);
-  faults.Plan("/" + rel, truncated);
-  ScopedReadFaultHook hooked(&faults);
+  faults->Plan("/" + rel, truncated);
   StreamOptions so = Epochs(1, 5);
   so.shuffle = false;
-  const Collected c = RunOnce(p, 2, so, FastRetries());
+  const Collected c = RunOnce(p, 2, so, Through(faults, FastRetries()));
   REQUIRE(c.end.ok());
   REQUIRE(c.batches.size() == 2);
   REQUIRE(c.batches[0].failures.size() == 1);
@@ -254,7 +196,7 @@ TEST_CASE("read faults: a file that shrinks while it is read is a failure of the
   CHECK(f.reason.find("changed size while being read") != std::string::npos);
   CHECK(f.reason.find(std::to_string(size / 2) + " of " + std::to_string(size)) !=
         std::string::npos);
-  CHECK(faults.reads_of("/" + rel) == 1);  // an error of the file: not retried
+  CHECK(faults->reads_of("/" + rel) == 1);  // an error of the file: not retried
 }
 
 // Delivered and failed indices of each epoch.
@@ -290,22 +232,21 @@ TEST_CASE("read faults: under mixed faults every sample of every epoch is delive
   const uint64_t deleted = 8, shrinking = 15;
   std::filesystem::remove(dir.Sub(std::string(p->dataset->relative_path(deleted))));
 
-  PlannedFaults faults;
+  auto faults = std::make_shared<FaultInjectingReader>();
   ReadFault short_counts;
   short_counts.max_bytes_per_call = 100;
-  faults.PlanAll(short_counts);
+  faults->PlanAll(short_counts);
   ReadFault half;
   half.end_after_bytes = 200;
-  faults.Plan("/" + std::string(p->dataset->relative_path(shrinking)), half);
-  faults.Plan("/" + std::string(p->dataset->relative_path(1)), Errno(EIO), 3);
-  faults.Plan("/" + std::string(p->dataset->relative_path(2)), Errno(ENOMEM), 2);
-  faults.Plan("/" + std::string(p->dataset->relative_path(12)), Errno(EMFILE), 4);
+  faults->Plan("/" + std::string(p->dataset->relative_path(shrinking)), half);
+  faults->Plan("/" + std::string(p->dataset->relative_path(1)), Errno(EIO), 3);
+  faults->Plan("/" + std::string(p->dataset->relative_path(2)), Errno(ENOMEM), 2);
+  faults->Plan("/" + std::string(p->dataset->relative_path(12)), Errno(EMFILE), 4);
   ReadFault slow;
   slow.delay = absl::Milliseconds(20);
-  faults.Plan("/" + std::string(p->dataset->relative_path(20)), slow);
-  ScopedReadFaultHook hooked(&faults);
+  faults->Plan("/" + std::string(p->dataset->relative_path(20)), slow);
 
-  const Collected c = RunOnce(p, 3, Epochs(3), FastRetries());
+  const Collected c = RunOnce(p, 3, Epochs(3), Through(faults, FastRetries()));
   REQUIRE(c.end.ok());
   const auto epochs = Account(c);
   REQUIRE(epochs.size() == 3);
@@ -414,16 +355,16 @@ TEST_CASE("read faults: a failed read gives back the memory it grew its buffer b
   const ReadFault eio = Errno(EIO);  // the first pread, after the buffer grew to the size
 
   for (const ReadFault& fault : {truncated, eio}) {
-    PlannedFaults faults;
-    faults.Plan("large.bin", fault);
-    ScopedReadFaultHook hooked(&faults);
-    std::vector<uint8_t> buffer(4096);  // a small buffer kept from an earlier sample
+    auto faults = std::make_shared<FaultInjectingReader>();
+    faults->Plan("large.bin", fault);
+      std::vector<uint8_t> buffer(4096);  // a small buffer kept from an earlier sample
     const size_t kept = buffer.capacity();
-    const absl::Status s = ReadWholeFile(path, kSize, &buffer);
+    const absl::Status s = ReadWholeFile(path, kSize, &buffer, *faults);
     INFO(s);
     REQUIRE_FALSE(s.ok());
     CHECK(s.message().find(path) != std::string::npos);
     CHECK(buffer.capacity() <= kept);
+    CHECK(faults->injected() == 1);
   }
   // A successful read keeps what it grew (the engine decides what to keep).
   std::vector<uint8_t> buffer;

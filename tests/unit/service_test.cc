@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -207,6 +208,93 @@ TEST_CASE("service: a stream counts as open until its session is gone, not only 
   session->reset();
   CHECK(t.service->GetStats().streams_open() == 0);
   CHECK(t.BytesInUse() == 0);
+}
+
+TEST_CASE("service: StreamOpened tells the stream's plan, the budget holds its arena, and the "
+          "engine delivers the batches it tells",
+          "[service][plan]") {
+  ServiceFixture t;  // 6 samples
+  struct Case {
+    uint32_t batch, rank, world;
+    bool drop_last;
+    bool resumed;
+    uint64_t resume_epoch, resume_offset;
+  };
+  for (const Case& c : std::vector<Case>{{4, 0, 1, false, false, 0, 0},
+                                         {2, 1, 4, false, false, 0, 0},
+                                         {2, 1, 4, true, false, 0, 0},
+                                         {4, 0, 1, false, true, 1, 0},
+                                         {2, 0, 2, false, true, 2, 3},
+                                         {4, 1, 2, true, true, 3, 1}}) {
+    INFO("batch " << c.batch << " rank " << c.rank << "/" << c.world << " drop_last "
+                  << c.drop_last << " resume " << c.resumed << " " << c.resume_epoch << ":"
+                  << c.resume_offset);
+    v1::OpenStream r = Request(c.batch);
+    r.set_first_epoch(1);
+    r.set_num_epochs(3);  // epochs 1, 2, 3
+    r.set_rank(c.rank);
+    r.set_world_size(c.world);
+    r.set_drop_last(c.drop_last);
+    if (c.resumed) {
+      r.mutable_resume()->set_epoch(c.resume_epoch);
+      r.mutable_resume()->set_offset(c.resume_offset);
+    }
+    auto session = t.service->OpenStream(r, kTcpPeer);
+    REQUIRE(session.ok());
+    Stream& stream = (*session)->stream();
+    const v1::StreamOpened& op = (*session)->opened();
+
+    // The same request planned in core.
+    StreamOptions so;
+    so.batch_size = c.batch;
+    so.first_epoch = 1;
+    so.num_epochs = 3;
+    so.rank = c.rank;
+    so.world_size = c.world;
+    so.drop_last = c.drop_last;
+    so.shuffle = false;
+    so.num_slots = r.credits();
+    std::optional<ResumePosition> resume;
+    if (c.resumed) resume = ResumePosition{c.resume_epoch, c.resume_offset};
+    auto plan = PlanStream(stream.pipeline(), so, resume);
+    REQUIRE(plan.ok());
+    CHECK(op.samples_per_epoch() == plan->samples_per_epoch);
+    CHECK(op.batches_per_epoch() == plan->batches_per_epoch);
+    CHECK(op.slot_bytes() == plan->slot_bytes);
+    CHECK(op.num_slots() == r.credits());
+    CHECK(op.region_bytes() == plan->arena_bytes);
+    CHECK(t.BytesInUse() == plan->arena_bytes);
+    CHECK(stream.plan().total_batches == plan->total_batches);
+    // By hand, from the dataset's 6 samples.
+    const uint64_t per_rank = c.drop_last ? 6 / c.world : (6 + c.world - 1) / c.world;
+    CHECK(op.samples_per_epoch() == per_rank);
+    CHECK(op.batches_per_epoch() == (per_rank + c.batch - 1) / c.batch);
+
+    // What the engine delivers: full epochs of batches_per_epoch batches,
+    // the resumed epoch's rest, plan->total_batches in all.
+    std::map<uint64_t, uint64_t> batches;
+    uint64_t total = 0;
+    for (;;) {
+      auto next = stream.Next(absl::Seconds(30));
+      REQUIRE(next.ok());
+      if (!next->has_value()) break;
+      ++batches[(*next)->epoch];
+      ++total;
+      REQUIRE(stream.Release((*next)->slot).ok());
+    }
+    CHECK(total == plan->total_batches);
+    const uint64_t first = c.resumed ? c.resume_epoch : 1;
+    CHECK(batches.size() == 4 - first);
+    for (const auto& [epoch, n] : batches) {
+      if (epoch != first || !c.resumed || c.resume_offset == 0) {
+        CHECK(n == op.batches_per_epoch());
+      } else {
+        CHECK(n == plan->first_epoch_batches);
+      }
+    }
+    session->reset();
+    CHECK(t.BytesInUse() == 0);
+  }
 }
 
 TEST_CASE("service: transports are chosen by peer and request", "[service]") {
