@@ -25,7 +25,8 @@ namespace {
 double CpuSeconds() {
   rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 double Median(std::vector<double> v) {
@@ -49,9 +50,10 @@ int Usage() {
 
 // One endless stream; counts the images delivered between warm-up's end and
 // warm-up + seconds. Returns main's exit code.
-int RunTimed(conveyor::Engine& engine, const std::shared_ptr<const conveyor::PipelineConfig>& pipeline,
-             uint32_t batch, uint32_t credits, bool shared, int threads, double seconds,
-             double warmup_seconds, bool json) {
+int RunTimed(conveyor::Engine& engine,
+             const std::shared_ptr<const conveyor::PipelineConfig>& pipeline, uint32_t batch,
+             uint32_t credits, bool shared, int threads, double seconds, double warmup_seconds,
+             bool json) {
   conveyor::StreamOptions so;
   so.batch_size = batch;
   so.seed = 1;
@@ -74,7 +76,8 @@ int RunTimed(conveyor::Engine& engine, const std::shared_ptr<const conveyor::Pip
   while (true) {
     auto next = (*stream)->Next();
     if (!next.ok() || !next->has_value()) {
-      std::cerr << (next.ok() ? absl::InternalError("endless stream ended") : next.status()) << "\n";
+      std::cerr << (next.ok() ? absl::InternalError("endless stream ended") : next.status())
+                << "\n";
       return 1;
     }
     const auto now = Clock::now();
@@ -91,10 +94,11 @@ int RunTimed(conveyor::Engine& engine, const std::shared_ptr<const conveyor::Pip
       const double wall = std::chrono::duration<double>(now - t0).count();
       const double cpu = CpuSeconds() - cpu0;
       if (json) {
-        std::printf("{\"threads\": %d, \"images\": %llu, \"seconds\": %.3f, "
-                    "\"images_per_s\": %.2f, \"cpu_ms_per_image\": %.4f, \"failed\": %llu}\n",
-                    threads, static_cast<unsigned long long>(images), wall, images / wall,
-                    images ? 1000.0 * cpu / images : 0.0, static_cast<unsigned long long>(failed));
+        std::printf(
+            "{\"threads\": %d, \"images\": %llu, \"seconds\": %.3f, "
+            "\"images_per_s\": %.2f, \"cpu_ms_per_image\": %.4f, \"failed\": %llu}\n",
+            threads, static_cast<unsigned long long>(images), wall, images / wall,
+            images ? 1000.0 * cpu / images : 0.0, static_cast<unsigned long long>(failed));
       } else {
         std::printf("%d threads, %.1f s: %llu images, %.1f images/s, %.3f CPU-ms/image\n", threads,
                     wall, static_cast<unsigned long long>(images), images / wall,
@@ -120,20 +124,34 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : "0"; };
-    if (a == "--root") root = next();
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--batch-size") batch = std::stoul(next());
-    else if (a == "--epochs") epochs = std::stoi(next());
-    else if (a == "--warmup-epochs") warmup = std::stoi(next());
-    else if (a == "--size") size = std::stoi(next());
-    else if (a == "--credits") credits = std::stoul(next());
-    else if (a == "--augment") augment = next();
-    else if (a == "--no-dct-scaling") dct = false;
-    else if (a == "--shared-memory") shared = true;
-    else if (a == "--json") json = true;
-    else if (a == "--seconds") seconds = std::stod(next());
-    else if (a == "--warmup-seconds") warmup_seconds = std::stod(next());
-    else return Usage();
+    if (a == "--root")
+      root = next();
+    else if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--batch-size")
+      batch = std::stoul(next());
+    else if (a == "--epochs")
+      epochs = std::stoi(next());
+    else if (a == "--warmup-epochs")
+      warmup = std::stoi(next());
+    else if (a == "--size")
+      size = std::stoi(next());
+    else if (a == "--credits")
+      credits = std::stoul(next());
+    else if (a == "--augment")
+      augment = next();
+    else if (a == "--no-dct-scaling")
+      dct = false;
+    else if (a == "--shared-memory")
+      shared = true;
+    else if (a == "--json")
+      json = true;
+    else if (a == "--seconds")
+      seconds = std::stod(next());
+    else if (a == "--warmup-seconds")
+      warmup_seconds = std::stod(next());
+    else
+      return Usage();
   }
   if (root.empty() || epochs < 1 || seconds < 0 || warmup_seconds < 0) return Usage();
 
@@ -155,8 +173,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  if (seconds > 0) return RunTimed(**engine, pipeline, batch, credits, shared, threads, seconds,
-                                    warmup_seconds, json);
+  if (seconds > 0)
+    return RunTimed(**engine, pipeline, batch, credits, shared, threads, seconds, warmup_seconds,
+                    json);
 
   std::vector<double> ips, cpu_ms;
   uint64_t failed = 0;
@@ -186,7 +205,8 @@ int main(int argc, char** argv) {
       failed += (*next)->failures.size();
       (void)(*stream)->Release((*next)->slot);
     }
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = CpuSeconds() - cpu0;
     if (e < warmup) continue;
     ips.push_back(images / wall);
@@ -197,12 +217,13 @@ int main(int argc, char** argv) {
     }
   }
   if (json) {
-    std::printf("{\"threads\": %d, \"images\": %zu, \"epochs\": %d, \"images_per_s\": %.2f, "
-                "\"images_per_s_min\": %.2f, \"images_per_s_max\": %.2f, "
-                "\"cpu_ms_per_image\": %.4f, \"failed\": %llu}\n",
-                threads, pipeline->dataset->size(), epochs, Median(ips),
-                *std::min_element(ips.begin(), ips.end()), *std::max_element(ips.begin(), ips.end()),
-                Median(cpu_ms), static_cast<unsigned long long>(failed));
+    std::printf(
+        "{\"threads\": %d, \"images\": %zu, \"epochs\": %d, \"images_per_s\": %.2f, "
+        "\"images_per_s_min\": %.2f, \"images_per_s_max\": %.2f, "
+        "\"cpu_ms_per_image\": %.4f, \"failed\": %llu}\n",
+        threads, pipeline->dataset->size(), epochs, Median(ips),
+        *std::min_element(ips.begin(), ips.end()), *std::max_element(ips.begin(), ips.end()),
+        Median(cpu_ms), static_cast<unsigned long long>(failed));
   } else {
     std::printf("median over %d epochs, %d threads: %.1f images/s, %.3f CPU-ms/image\n", epochs,
                 threads, Median(ips), Median(cpu_ms));

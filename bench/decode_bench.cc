@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/base/rng.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/jpeg_decoder.h"
 #include "core/decode/resize.h"
-#include "core/base/rng.h"
 #include "core/decode/sample_transformer.h"
 #include "core/decode/transform_spec.h"
 
@@ -77,10 +77,10 @@ class NaiveTransformer {
     const conveyor::CropBox box = conveyor::RandomResizedCropBox(h->width, h->height, spec, rng);
     rng.Bernoulli(spec.flip_probability);
     if (!decoder_.DecodeImage(1, &image_).ok()) return false;
-    conveyor::ResampleAxis x{box.width, 0, static_cast<double>(box.width), spec.output_width, 0,
-                             spec.output_width};
-    conveyor::ResampleAxis y{box.height, 0, static_cast<double>(box.height), spec.output_height,
-                             0, spec.output_height};
+    conveyor::ResampleAxis x{box.width,         0, static_cast<double>(box.width),
+                             spec.output_width, 0, spec.output_width};
+    conveyor::ResampleAxis y{box.height,         0, static_cast<double>(box.height),
+                             spec.output_height, 0, spec.output_height};
     const size_t stride = static_cast<size_t>(image_.width) * 3;
     return conveyor::ResizeRgb(image_.pixels.data() + box.top * stride + box.left * 3, box.width,
                                box.height, stride, x, y, out)
@@ -195,9 +195,10 @@ int main(int argc, char** argv) {
       cpu_ms.push_back(cm);
     }
   }
-  std::printf("median: %.3f ms/image wall (%.0f images/s), %.3f CPU-ms/image "
-              "(best round %.3f CPU-ms/image); errors: %d\n",
-              Median(wall_ms), 1e3 / Median(wall_ms), Median(cpu_ms),
-              *std::min_element(cpu_ms.begin(), cpu_ms.end()), errors);
+  std::printf(
+      "median: %.3f ms/image wall (%.0f images/s), %.3f CPU-ms/image "
+      "(best round %.3f CPU-ms/image); errors: %d\n",
+      Median(wall_ms), 1e3 / Median(wall_ms), Median(cpu_ms),
+      *std::min_element(cpu_ms.begin(), cpu_ms.end()), errors);
   return errors == 0 ? 0 : 1;
 }

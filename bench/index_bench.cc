@@ -23,19 +23,19 @@
 #include <string>
 #include <vector>
 
-#include "core/data/dataset_index.h"
 #include "core/base/rng.h"
+#include "core/data/dataset_index.h"
 
 namespace {
 
 struct Args {
   uint64_t entries = 1281167;  // ImageNet-1k train
   uint32_t classes = 1000;
-  std::string list;            // list file; generated (and kept) when it does not exist
+  std::string list;  // list file; generated (and kept) when it does not exist
   std::string image_folder;
-  bool keep = false;           // keep the generated file
+  bool keep = false;  // keep the generated file
   int repeats = 3;
-  bool help = false;           // --help: usage printed, nothing to run
+  bool help = false;  // --help: usage printed, nothing to run
 };
 
 // Value of a "Key:   123 kB" line of /proc/self/status, in bytes.
@@ -87,9 +87,10 @@ bool ParseArgs(int argc, char** argv, Args* args) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: %s [--entries N] [--classes C] [--list FILE] [--keep] "
-                  "[--image-folder DIR] [--repeats K]\n",
-                  argv[0]);
+      std::printf(
+          "usage: %s [--entries N] [--classes C] [--list FILE] [--keep] "
+          "[--image-folder DIR] [--repeats K]\n",
+          argv[0]);
       args->help = true;
       return true;
     }
@@ -154,7 +155,8 @@ int main(int argc, char** argv) {
     const int64_t hwm0 = ProcStatusBytes("VmHWM");
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::shared_ptr<const conveyor::DatasetIndex>> index = load();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!index.ok()) {
       std::fprintf(stderr, "load failed: %s\n", index.status().ToString().c_str());
       rc = 1;

@@ -43,7 +43,8 @@ ProcUsage ProcessUsage() {
   rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   ProcUsage u;
-  u.cpu_s = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  u.cpu_s =
+      ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   u.voluntary = static_cast<double>(ru.ru_nvcsw);
   u.involuntary = static_cast<double>(ru.ru_nivcsw);
   return u;
@@ -122,15 +123,24 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : "0"; };
-    if (a == "--threads") threads_arg = next();
-    else if (a == "--stage") stage = next();
-    else if (a == "--stage-us") stage_us = std::stoi(next());
-    else if (a == "--streams") streams = std::stoi(next());
-    else if (a == "--batch-size") batch = std::stoul(next());
-    else if (a == "--credits") credits = std::stoul(next());
-    else if (a == "--seconds") seconds = std::stod(next());
-    else if (a == "--json") json = true;
-    else return Usage();
+    if (a == "--threads")
+      threads_arg = next();
+    else if (a == "--stage")
+      stage = next();
+    else if (a == "--stage-us")
+      stage_us = std::stoi(next());
+    else if (a == "--streams")
+      streams = std::stoi(next());
+    else if (a == "--batch-size")
+      batch = std::stoul(next());
+    else if (a == "--credits")
+      credits = std::stoul(next());
+    else if (a == "--seconds")
+      seconds = std::stod(next());
+    else if (a == "--json")
+      json = true;
+    else
+      return Usage();
   }
   if (stage != "noop" && stage != "spin") return Usage();
   const uint64_t stage_ns = stage == "spin" ? static_cast<uint64_t>(stage_us) * 1000 : 0;
@@ -238,7 +248,8 @@ int main(int argc, char** argv) {
     const double hold_us = r.sched.lock_hold_ns / 1e3 / tasks;
     if (json) {
       std::printf(
-          "  {\"threads\": %d, \"cores\": %u, \"stage\": \"%s\", \"stage_us\": %d, \"streams\": %d, "
+          "  {\"threads\": %d, \"cores\": %u, \"stage\": \"%s\", \"stage_us\": %d, \"streams\": "
+          "%d, "
           "\"tasks_per_s\": %.0f, \"samples_per_s\": %.0f, \"cpu_us_per_task\": %.2f, "
           "\"cpu_us_per_sample\": %.2f, \"overhead_us_per_sample\": %.2f, "
           "\"lock_wait_us_per_task\": %.3f, \"lock_hold_us_per_task\": %.3f, "

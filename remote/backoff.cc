@@ -17,9 +17,7 @@ uint64_t BackoffPolicy::DelayNs(uint32_t retry, uint64_t random) const {
   return half + random % span;
 }
 
-bool IsRetryableHttpStatus(long status) {
-  return status >= 500 || status == 429 || status == 408;
-}
+bool IsRetryableHttpStatus(long status) { return status >= 500 || status == 429 || status == 408; }
 
 bool IsRetryableCurlCode(int code) {
   switch (static_cast<CURLcode>(code)) {
@@ -34,10 +32,8 @@ bool IsRetryableCurlCode(int code) {
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
-    case CURLE_AGAIN:
-      return true;
-    default:
-      return false;
+    case CURLE_AGAIN: return true;
+    default: return false;
   }
 }
 

@@ -74,8 +74,8 @@ int CurlEpollDriver::OnSocket(CURL* /*easy*/, curl_socket_t s, int what, void* s
     return 0;
   }
   epoll_event ev{};
-  ev.events = ((what & CURL_POLL_IN) != 0 ? EPOLLIN : 0u) |
-              ((what & CURL_POLL_OUT) != 0 ? EPOLLOUT : 0u);
+  ev.events =
+      ((what & CURL_POLL_IN) != 0 ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) != 0 ? EPOLLOUT : 0u);
   ev.data.u64 = static_cast<uint32_t>(s);
   const int first = socket_data == nullptr ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
   if (::epoll_ctl(self->epoll_.get(), first, s, &ev) != 0) {
@@ -120,7 +120,8 @@ void CurlEpollDriver::Drive(uint64_t deadline_ns) {
   const uint64_t now = MonotonicNanos();
   const uint64_t due = timer_set_ ? std::min(deadline_ns, timer_due_ns_) : deadline_ns;
   const int timeout_ms =
-      due <= now ? 0 : static_cast<int>(std::min<uint64_t>((due - now + 999'999) / 1'000'000, INT_MAX));
+      due <= now ? 0
+                 : static_cast<int>(std::min<uint64_t>((due - now + 999'999) / 1'000'000, INT_MAX));
   epoll_event events[kMaxEvents];
   const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
   int running = 0;

@@ -35,7 +35,6 @@ class CurlEpollDriver {
     ~SocketHandler() = default;
   };
 
-
   // Installs the socket and timer callbacks on `multi` (which must outlive
   // the driver and have no transfers yet). Internal naming the failing call
   // when epoll or the eventfd cannot be made.

@@ -50,12 +50,12 @@ struct Http1Client::Connection {
   bool reused = false;    // it carried an answer before this request
   bool reusable = true;   // false: close it after this answer
   Http1Get* get = nullptr;
-  size_t sent = 0;            // bytes of get->head sent
-  std::vector<char> in;       // the answer's head (and the body bytes after it)
+  size_t sent = 0;       // bytes of get->head sent
+  std::vector<char> in;  // the answer's head (and the body bytes after it)
   size_t in_len = 0;
-  bool keep_alive = true;     // what the answer's head said
-  uint64_t length = 0;        // the body's announced length
-  uint64_t got = 0;           // body bytes received
+  bool keep_alive = true;  // what the answer's head said
+  uint64_t length = 0;     // the body's announced length
+  uint64_t got = 0;        // body bytes received
   // A 2xx body's destinations (PlanBody) and where the next byte goes.
   std::vector<Http1Get::Piece> plan;
   size_t piece = 0;
@@ -120,9 +120,10 @@ void Http1Client::Connect(Http1Get* get) {
   c->get = get;
   c->in.resize(kMaxHeadBytes);
   connections_[c->fd.get()] = std::move(owned);
-  const int rc = ::connect(c->fd.get(), reinterpret_cast<const sockaddr*>(&get->address),
-                           get->address_len);
-  if (rc != 0 && errno != EINPROGRESS) return Fail(c, Http1Get::Result::kFailed, ErrnoText("connect", errno));
+  const int rc =
+      ::connect(c->fd.get(), reinterpret_cast<const sockaddr*>(&get->address), get->address_len);
+  if (rc != 0 && errno != EINPROGRESS)
+    return Fail(c, Http1Get::Result::kFailed, ErrnoText("connect", errno));
   c->state = rc == 0 ? Connection::State::kSending : Connection::State::kConnecting;
   c->watching = rc == 0 ? EPOLLIN : EPOLLOUT;
   if (!driver_->Watch(c->fd.get(), c->watching, /*added=*/false)) {
@@ -134,7 +135,8 @@ void Http1Client::Connect(Http1Get* get) {
 void Http1Client::Send(Connection* c) {
   const std::string& head = c->get->head;
   while (c->sent < head.size()) {
-    const ssize_t n = ::send(c->fd.get(), head.data() + c->sent, head.size() - c->sent, MSG_NOSIGNAL);
+    const ssize_t n =
+        ::send(c->fd.get(), head.data() + c->sent, head.size() - c->sent, MSG_NOSIGNAL);
     if (n > 0) {
       c->sent += static_cast<size_t>(n);
       continue;
@@ -211,7 +213,8 @@ void Http1Client::ReadHead(Connection* c) {
                                  : "the server closed the connection within the answer's head");
     }
     c->in_len += static_cast<size_t>(n);
-    const ResponseHead h = ParseResponseHead(std::string_view(c->in.data(), c->in_len), kMaxHeadBytes);
+    const ResponseHead h =
+        ParseResponseHead(std::string_view(c->in.data(), c->in_len), kMaxHeadBytes);
     if (h.parse == ResponseHead::Parse::kIncomplete) continue;
     if (h.parse != ResponseHead::Parse::kOk) {
       return Fail(c, Http1Get::Result::kUnsupported, h.why);
@@ -343,7 +346,8 @@ void Http1Client::ReadBody(Connection* c) {
 
 void Http1Client::ReadErrorBody(Connection* c) {
   while (c->got < c->length) {
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(c->length - c->got, scratch_.size()));
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(c->length - c->got, scratch_.size()));
     const ssize_t n = ::recv(c->fd.get(), scratch_.data(), want, 0);
     switch (CheckBodyRecv(c, n)) {
       case BodyRecv::kAgain: continue;
@@ -409,8 +413,8 @@ void Http1Client::ExpireDeadlines(uint64_t now_ns) {
     Connection* c = owned.get();
     if (c->get == nullptr) continue;
     const bool connecting = c->state == Connection::State::kConnecting;
-    const uint64_t due =
-        connecting ? std::min(c->get->connect_deadline_ns, c->get->deadline_ns) : c->get->deadline_ns;
+    const uint64_t due = connecting ? std::min(c->get->connect_deadline_ns, c->get->deadline_ns)
+                                    : c->get->deadline_ns;
     if (due <= now_ns) {
       late.emplace_back(c, connecting ? "connecting timed out" : "the answer timed out");
     } else {

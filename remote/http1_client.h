@@ -38,12 +38,12 @@ namespace conveyor::remote {
 // client is destroyed.
 struct Http1Get {
   // Inputs.
-  sockaddr_storage address{};   // the server (the address libcurl reached it at)
+  sockaddr_storage address{};  // the server (the address libcurl reached it at)
   socklen_t address_len = 0;
-  std::string pool;             // connection pool key: the address as text
-  std::string head;             // the request head, ending with an empty line
-  bool range_asked = false;     // a 200 (range ignored) is then kUnsupported
-  uint64_t max_body = 0;        // a 2xx body longer than this is kTooLarge, unread
+  std::string pool;          // connection pool key: the address as text
+  std::string head;          // the request head, ending with an empty line
+  bool range_asked = false;  // a 200 (range ignored) is then kUnsupported
+  uint64_t max_body = 0;     // a 2xx body longer than this is kTooLarge, unread
   // Where a 2xx body goes. With no pieces, all of it into *body (resized to
   // the announced length). Else piece after piece, in order: the bytes of a
   // piece with a destination go there (resized to the bytes of the piece
@@ -56,7 +56,7 @@ struct Http1Get {
   };
   std::vector<uint8_t>* body = nullptr;
   std::vector<Piece> pieces;
-  uint64_t connect_deadline_ns = 0;      // MonotonicNanos
+  uint64_t connect_deadline_ns = 0;  // MonotonicNanos
   uint64_t deadline_ns = 0;
 
   // Outputs, valid once finished.
@@ -70,8 +70,8 @@ struct Http1Get {
   Result result = Result::kOk;
   int status = 0;
   uint64_t content_length = 0;
-  std::string error;                 // kFailed / kTimedOut / kUnsupported: what happened
-  std::vector<uint8_t> error_body;   // a non-2xx answer's body, its first 4 KiB
+  std::string error;                // kFailed / kTimedOut / kUnsupported: what happened
+  std::vector<uint8_t> error_body;  // a non-2xx answer's body, its first 4 KiB
 };
 
 class Http1Client final : public CurlEpollDriver::SocketHandler {

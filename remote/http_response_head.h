@@ -21,8 +21,8 @@ struct ResponseHead {
     kMalformed,    // not HTTP: the connection is broken (`why` says how)
   };
   Parse parse = Parse::kIncomplete;
-  const char* why = "";    // kUnsupported / kMalformed: a static string
-  size_t head_bytes = 0;   // kOk: bytes up to and including the blank line
+  const char* why = "";   // kUnsupported / kMalformed: a static string
+  size_t head_bytes = 0;  // kOk: bytes up to and including the blank line
   int status = 0;
   uint64_t content_length = 0;
   bool keep_alive = true;  // false: the server closes the connection after this answer

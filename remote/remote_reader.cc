@@ -19,8 +19,8 @@
 #include "absl/strings/str_format.h"
 #include "core/base/mutex.h"
 #include "core/base/posix_error.h"
-#include "core/engine/stats.h"
 #include "core/base/text_escape.h"
+#include "core/engine/stats.h"
 #include "remote/backoff.h"
 #include "remote/curl_epoll_driver.h"
 #include "remote/http1_client.h"
@@ -202,7 +202,8 @@ void Store(Request* r, std::string_view chunk) {
     } else {
       if (part.body.capacity() < part.length) part.body.reserve(static_cast<size_t>(part.length));
       const size_t take = static_cast<size_t>(std::min<uint64_t>(chunk.size(), part_end - at));
-      part.body.insert(part.body.end(), chunk.begin(), chunk.begin() + static_cast<ptrdiff_t>(take));
+      part.body.insert(part.body.end(), chunk.begin(),
+                       chunk.begin() + static_cast<ptrdiff_t>(take));
       chunk.remove_prefix(take);
       at += take;
     }
@@ -272,7 +273,8 @@ class RemoteReader::Impl {
   Impl(const RemoteOptions& options, const S3Config& s3) : options_(options), s3_(s3) {
     policy_.max_attempts = std::max<uint32_t>(1, options.max_attempts);
     policy_.initial_ns = uint64_t{options.initial_backoff_ms} * 1'000'000;
-    policy_.max_ns = std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
+    policy_.max_ns =
+        std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
     s3_host_ = AuthorityOf(s3_.endpoint);
     direct_ = options.direct_http && !ProxyConfigured();
   }
@@ -303,8 +305,8 @@ class RemoteReader::Impl {
     if (multi_ != nullptr) curl_multi_cleanup(multi_);
   }
 
-  absl::StatusOr<RequestPtr> NewRequest(std::string_view object, uint64_t offset,
-                                        uint64_t length, uint64_t max_bytes, bool head) const {
+  absl::StatusOr<RequestPtr> NewRequest(std::string_view object, uint64_t offset, uint64_t length,
+                                        uint64_t max_bytes, bool head) const {
     absl::StatusOr<ObjectUrl> url = ParseObjectUrl(object);
     if (!url.ok()) return url.status();
     auto r = std::make_shared<Request>();
@@ -480,9 +482,9 @@ class RemoteReader::Impl {
   struct DirectHost {
     sockaddr_storage address{};
     socklen_t address_len = 0;
-    std::string pool;          // the address as text: the client's pool key
+    std::string pool;  // the address as text: the client's pool key
     uint64_t learned_ns = 0;
-    bool refused = false;      // it sent an answer the direct client leaves to libcurl
+    bool refused = false;  // it sent an answer the direct client leaves to libcurl
   };
 
   void Loop() {
@@ -552,7 +554,8 @@ class RemoteReader::Impl {
     active_.clear();
     for (auto& [get, r] : direct_active_) left_over.push_back(r);
     direct_active_.clear();  // (their sockets close with the client)
-    for (auto& [name, h] : hosts_) left_over.insert(left_over.end(), h.queue.begin(), h.queue.end());
+    for (auto& [name, h] : hosts_)
+      left_over.insert(left_over.end(), h.queue.begin(), h.queue.end());
     left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
     MutexLock lock(&mu_);
     left_over.insert(left_over.end(), submissions_.begin(), submissions_.end());
@@ -583,7 +586,8 @@ class RemoteReader::Impl {
     }
     while (!h->queue.empty() && h->active < options_.max_connections_per_host) {
       if (rate > 0 && h->tokens < 1) {
-        *wake_ns = std::min(*wake_ns, now + static_cast<uint64_t>((1 - h->tokens) / rate * 1e9) + 1);
+        *wake_ns =
+            std::min(*wake_ns, now + static_cast<uint64_t>((1 - h->tokens) / rate * 1e9) + 1);
         return;
       }
       if (rate > 0) h->tokens -= 1;
@@ -714,7 +718,8 @@ class RemoteReader::Impl {
     }
     sockaddr_storage address{};
     socklen_t len = 0;
-    if (auto* v4 = reinterpret_cast<sockaddr_in*>(&address); inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+    if (auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+        inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
       v4->sin_family = AF_INET;
       v4->sin_port = htons(static_cast<uint16_t>(port));
       len = sizeof(sockaddr_in);
@@ -801,9 +806,10 @@ class RemoteReader::Impl {
         // same attempt.
         DirectHost& d = direct_hosts_[r->host];
         if (!d.refused) {
-          spdlog::info("remote: {}: the direct HTTP client leaves its answers to libcurl from "
-                       "now on: {}",
-                       EscapeText(r->host), g->error);
+          spdlog::info(
+              "remote: {}: the direct HTTP client leaves its answers to libcurl from "
+              "now on: {}",
+              EscapeText(r->host), g->error);
         }
         d.refused = true;
         --r->attempt;
@@ -811,8 +817,7 @@ class RemoteReader::Impl {
         return;
       }
       case Http1Get::Result::kFailed:
-      case Http1Get::Result::kTimedOut:
-        return Conclude(r, g->error, /*retryable=*/true, rng);
+      case Http1Get::Result::kTimedOut: return Conclude(r, g->error, /*retryable=*/true, rng);
       case Http1Get::Result::kTooLarge:
         r->http_status = g->status;
         r->too_large = true;
@@ -856,12 +861,13 @@ class RemoteReader::Impl {
         return;
       }
       return Complete(r, MarkSystemError(absl::UnavailableError(absl::StrCat(
-                             verb, r->name, ": host ", EscapeText(r->host), " failed ",
-                             r->attempt, " attempts, the last with: ", r->last_error))));
+                             verb, r->name, ": host ", EscapeText(r->host), " failed ", r->attempt,
+                             " attempts, the last with: ", r->last_error))));
     }
     if (failed) {
-      return Complete(r, MarkSystemError(absl::UnavailableError(absl::StrCat(
-                             verb, r->name, ": host ", EscapeText(r->host), ": ", transport_error))));
+      return Complete(r,
+                      MarkSystemError(absl::UnavailableError(absl::StrCat(
+                          verb, r->name, ": host ", EscapeText(r->host), ": ", transport_error))));
     }
     const long s = r->http_status;
     if (s >= 400) {
@@ -873,7 +879,8 @@ class RemoteReader::Impl {
         case 410: return Complete(r, absl::NotFoundError(what));
         case 401:
         case 403: return Complete(r, absl::PermissionDeniedError(what));
-        case 416: return Complete(r, absl::OutOfRangeError(absl::StrCat(what, " (range past the end)")));
+        case 416:
+          return Complete(r, absl::OutOfRangeError(absl::StrCat(what, " (range past the end)")));
         default: return Complete(r, absl::FailedPreconditionError(what));
       }
     }
@@ -885,8 +892,7 @@ class RemoteReader::Impl {
     if (!r->head && r->length != kWhole && r->received != r->length && r->parts.empty()) {
       return Complete(r, absl::OutOfRangeError(absl::StrCat(
                              verb, r->name, ": bytes [", r->offset, ", ", r->offset + r->length,
-                             ") asked, the object holds only ", r->received,
-                             " of them")));
+                             ") asked, the object holds only ", r->received, " of them")));
     }
     Complete(r, absl::OkStatus());
   }
@@ -968,10 +974,10 @@ class RemoteReader::Impl {
   // The I/O thread's own.
   std::map<std::string, Host> hosts_;
   std::unordered_map<CURL*, RequestPtr> active_;
-  std::vector<RequestPtr> delayed_;  // retries waiting for their time
-  std::vector<CURL*> idle_easy_;     // easy handles kept for reuse (AcquireEasy)
+  std::vector<RequestPtr> delayed_;     // retries waiting for their time
+  std::vector<CURL*> idle_easy_;        // easy handles kept for reuse (AcquireEasy)
   std::unique_ptr<Http1Client> http1_;  // the direct client (plain http:// GETs)
-  bool direct_ = true;                  // it is used (options, no proxy); set before the thread starts
+  bool direct_ = true;  // it is used (options, no proxy); set before the thread starts
   std::unordered_map<Http1Get*, RequestPtr> direct_active_;
   std::unordered_map<std::string, DirectHost> direct_hosts_;
 
@@ -987,7 +993,7 @@ class RemoteReader::Impl {
   mutable std::vector<RequestPtr> submissions_ ABSL_GUARDED_BY(mu_);
   // Prefetched requests not claimed yet, by key.
   mutable std::unordered_map<std::string, RequestPtr> pending_ ABSL_GUARDED_BY(mu_);
-  mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;   // done, unclaimed
+  mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // done, unclaimed
   mutable uint64_t prefetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;  // started, not done, unclaimed
   mutable uint64_t avg_object_bytes_ ABSL_GUARDED_BY(mu_) = 128 << 10;
   // Claimed requests not done yet: a reader waits (or is about to) for each.
@@ -1078,7 +1084,8 @@ bool RemoteReader::PrefetchRun(std::string_view object, std::span<const Range> p
 RemoteReader::Counters RemoteReader::counters() const { return impl_->counters(); }
 
 absl::StatusOr<std::shared_ptr<RemoteReader>> MakeRemoteRangeReader(const RemoteOptions& options) {
-  absl::StatusOr<S3Config> s3 = ResolveS3Config(options, [](const char* n) { return std::getenv(n); });
+  absl::StatusOr<S3Config> s3 =
+      ResolveS3Config(options, [](const char* n) { return std::getenv(n); });
   if (!s3.ok()) return s3.status();
   return RemoteReader::Create(options, *s3);
 }

@@ -52,7 +52,8 @@ bool ReadProfile(const std::string& path, const std::string& profile,
 std::string S3Config::Describe() const {
   std::string key_hint;
   if (access_key_id.size() > 4) {
-    key_hint = absl::StrCat(" (key …", EscapeText(access_key_id.substr(access_key_id.size() - 4)), ")");
+    key_hint =
+        absl::StrCat(" (key …", EscapeText(access_key_id.substr(access_key_id.size() - 4)), ")");
   }
   return absl::StrCat("endpoint ", EscapeText(endpoint), path_style ? "" : " (virtual-hosted)",
                       ", region ", EscapeText(region), ", credentials from ",
@@ -75,8 +76,8 @@ absl::StatusOr<S3Config> ResolveS3Config(const RemoteOptions& options,
   }
   while (absl::EndsWith(c.endpoint, "/")) c.endpoint.pop_back();
   if (!absl::StartsWith(c.endpoint, "http://") && !absl::StartsWith(c.endpoint, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "S3 endpoint '", EscapeText(c.endpoint), "' must start with http:// or https://"));
+    return absl::InvalidArgumentError(absl::StrCat("S3 endpoint '", EscapeText(c.endpoint),
+                                                   "' must start with http:// or https://"));
   }
 
   const std::string env_key = Env(getenv, "AWS_ACCESS_KEY_ID");
@@ -103,8 +104,8 @@ absl::StatusOr<S3Config> ResolveS3Config(const RemoteOptions& options,
   if (file.empty() || !ReadProfile(file, profile, &values, &found)) {
     if (file_asked || profile_asked) {
       return absl::NotFoundError(absl::StrCat("cannot read the S3 credentials file '",
-                                              EscapeText(file), "' (profile '",
-                                              EscapeText(profile), "')"));
+                                              EscapeText(file), "' (profile '", EscapeText(profile),
+                                              "')"));
     }
     c.credentials_from = "none (unsigned requests)";
     return c;
@@ -122,8 +123,7 @@ absl::StatusOr<S3Config> ResolveS3Config(const RemoteOptions& options,
   c.session_token = values["aws_session_token"];
   if (c.access_key_id.empty() || c.secret_access_key.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("S3 credentials file '", EscapeText(file), "' profile '",
-                     EscapeText(profile),
+        absl::StrCat("S3 credentials file '", EscapeText(file), "' profile '", EscapeText(profile),
                      "' needs both aws_access_key_id and aws_secret_access_key"));
   }
   c.credentials_from = absl::StrCat(file, " [", profile, "]");

@@ -23,10 +23,10 @@
 namespace conveyor::remote {
 
 struct S3Config {
-  std::string endpoint;  // scheme://host[:port], no trailing '/'
+  std::string endpoint;    // scheme://host[:port], no trailing '/'
   bool path_style = true;  // endpoint/bucket/key (false: bucket.host/key on AWS)
   std::string region;
-  std::string access_key_id;      // "" = unsigned requests
+  std::string access_key_id;  // "" = unsigned requests
   std::string secret_access_key;
   std::string session_token;
   std::string credentials_from;  // "environment", "FILE [profile]" or "none"
@@ -40,8 +40,7 @@ struct S3Config {
 // Errors name the credentials file and the profile (never a value): an
 // unreadable file that was asked for, a named profile that is missing, a
 // profile with a key id but no secret.
-absl::StatusOr<S3Config> ResolveS3Config(
-    const RemoteOptions& options,
-    const std::function<const char*(const char*)>& getenv);
+absl::StatusOr<S3Config> ResolveS3Config(const RemoteOptions& options,
+                                         const std::function<const char*(const char*)>& getenv);
 
 }  // namespace conveyor::remote

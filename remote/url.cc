@@ -67,8 +67,7 @@ absl::StatusOr<ObjectUrl> ParseObjectUrl(std::string_view url) {
   } else if (scheme == "s3") {
     out.scheme = ObjectUrl::Scheme::kS3;
   } else {
-    return bad(absl::StrCat("unknown scheme '", EscapeText(scheme),
-                            "' (http, https or s3)"));
+    return bad(absl::StrCat("unknown scheme '", EscapeText(scheme), "' (http, https or s3)"));
   }
   const std::string_view rest = url.substr(sep + 3);
   if (HasSpaceOrControl(rest)) return bad("holds a space or a control byte");
@@ -89,7 +88,8 @@ absl::StatusOr<ObjectUrl> ParseObjectUrl(std::string_view url) {
   const size_t at = out.authority.rfind('@');
   if (at != std::string::npos) out.authority.erase(0, at + 1);
   if (HostOf(out.authority).empty()) return bad("no host");
-  out.path = authority_end == std::string_view::npos ? "/" : std::string(rest.substr(authority_end));
+  out.path =
+      authority_end == std::string_view::npos ? "/" : std::string(rest.substr(authority_end));
   if (out.path.front() != '/') out.path.insert(0, "/");
   return out;
 }

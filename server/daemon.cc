@@ -112,10 +112,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   // the credentials the unix listener records for their connection, TCP
   // clients by their address; then tokens and TLS certificates refine both.
   d->unix_connections_ = std::make_unique<UnixConnections>();
-  absl::StatusOr<Access> access = BuildAccess(
-      config.listen, config.access,
-      std::make_unique<PeerCredentialsIdentifier>(d->unix_connections_.get(), unix_path,
-                                                          std::make_unique<ClientIdentifier>()));
+  absl::StatusOr<Access> access =
+      BuildAccess(config.listen, config.access,
+                  std::make_unique<PeerCredentialsIdentifier>(
+                      d->unix_connections_.get(), unix_path, std::make_unique<ClientIdentifier>()));
   if (!access.ok()) return access.status();
 
   // threads: 0 means the CPUs this process may use, not the machine's.
@@ -132,7 +132,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const int threads = (*engine)->num_threads();
 
   if (const std::string data = DataSocketAddress(config.listen); !data.empty()) {
-    absl::StatusOr<std::unique_ptr<DataSocketServer>> ds = DataSocketServer::Start(data, &config.listen.tls);
+    absl::StatusOr<std::unique_ptr<DataSocketServer>> ds =
+        DataSocketServer::Start(data, &config.listen.tls);
     if (!ds.ok()) return ds.status();
     d->data_server_ = *std::move(ds);
   }
@@ -141,8 +142,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   so.memory_budget = config.memory_budget;
   so.max_streams = config.max_streams;
   so.per_client = config.per_client;
-  so.stream_idle_timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(config.stream_idle_timeout_seconds * 1000));
+  so.stream_idle_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.stream_idle_timeout_seconds * 1000));
   const uint64_t max_message_bytes = MaxMessageBytes(pipelines);
   d->max_message_bytes_ = max_message_bytes;
   // The transports in AUTO's order of preference: shared memory on the
@@ -201,8 +202,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   // without the .proto. It tells what the .proto in the repository tells.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   d->identifier_ = std::move(access->identifier);
-  d->grpc_service_ =
-      std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
+  d->grpc_service_ = std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
   // The unix socket is not gRPC's: the daemon's UnixListener accepts it,
   // checks each peer's credentials and hands allowed connections to the
@@ -314,8 +314,8 @@ void Daemon::Shutdown() {
       spdlog::warn("cannot remove the port file {}: {}", port_file_, ec.message());
   }
   metrics_server_.reset();  // no scrape reads the service any more
-  service_.reset();  // joins the engine's workers
-  data_server_.reset();  // drops what ended streams had not flushed yet
+  service_.reset();         // joins the engine's workers
+  data_server_.reset();     // drops what ended streams had not flushed yet
   if (serving)
     spdlog::info("shut down in {:.0f} ms",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -386,9 +386,9 @@ int DaemonMain(int argc, char** argv) {
   // Once a stop signal came, shutdown gets shutdown_timeout_seconds (gRPC's
   // drain) plus this grace before the process exits anyway.
   constexpr double kStuckShutdownGraceSeconds = 10;
-  SignalWaiter signals(std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::duration<double>(config->shutdown_timeout_seconds +
-                                    kStuckShutdownGraceSeconds)));
+  SignalWaiter signals(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
+          config->shutdown_timeout_seconds + kStuckShutdownGraceSeconds)));
 
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Start(*config, *std::move(pipelines), flags->port_file);

@@ -3,7 +3,8 @@
 // default health service, metrics endpoint — and takes them down in order:
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
-//   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline (shutdown_timeout_seconds)
+//   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline
+//   (shutdown_timeout_seconds)
 //   4. the fd socket stops, socket files are removed, the metrics endpoint
 //      (if any) stops, the engine joins.
 // gRPC server reflection is on (grpcurl lists and calls the service).
@@ -62,7 +63,7 @@ class Daemon {
   // The largest message the gRPC server sends (MaxMessageBytes of the
   // pipelines it started with); fixed for the daemon's life.
   uint64_t max_message_bytes() const { return max_message_bytes_; }
-  int data_port() const;                      // 0 without a data socket
+  int data_port() const;  // 0 without a data socket
   ConveyorService& service() const { return *service_; }
 
  private:

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/service/service.h"
 #include "server/ops/systemd_notify.h"
+#include "server/service/service.h"
 
 namespace conveyor::server {
 
@@ -28,8 +28,7 @@ ServiceFigures FiguresOf(const ConveyorService& service) {
   return f;
 }
 
-std::string StatusText(const ServiceFigures& f, double images_per_second,
-                       const std::string& note) {
+std::string StatusText(const ServiceFigures& f, double images_per_second, const std::string& note) {
   return absl::StrFormat("%d stream%s open, %.0f images/s, %d pipeline%s%s", f.streams_open,
                          f.streams_open == 1 ? "" : "s", images_per_second, f.pipelines,
                          f.pipelines == 1 ? "" : "s", note.empty() ? "" : "; " + note);
@@ -51,9 +50,9 @@ std::string ServiceNotifier::Status() {
   const Clock::time_point now = Clock::now();
   MutexLock lock(&mu_);
   const double seconds = std::chrono::duration<double>(now - last_at_).count();
-  const double rate =
-      seconds > 0 && f.images_total >= last_images_ ? (f.images_total - last_images_) / seconds
-                                                    : 0.0;
+  const double rate = seconds > 0 && f.images_total >= last_images_
+                          ? (f.images_total - last_images_) / seconds
+                          : 0.0;
   last_images_ = f.images_total;
   last_at_ = now;
   return absl::StrCat("STATUS=", StatusText(f, rate, note_));

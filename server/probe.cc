@@ -14,8 +14,7 @@ namespace conveyor::server {
 absl::Status Probe(const std::string& target, double timeout_seconds) {
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  std::unique_ptr<grpc::health::v1::Health::Stub> stub =
-      grpc::health::v1::Health::NewStub(channel);
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
@@ -29,10 +28,9 @@ absl::Status Probe(const std::string& target, double timeout_seconds) {
   if (response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
     return absl::OkStatus();
   }
-  return absl::UnavailableError(
-      absl::StrCat(target, ": not serving (",
-                   grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()),
-                   ")"));
+  return absl::UnavailableError(absl::StrCat(
+      target, ": not serving (",
+      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()), ")"));
 }
 
 }  // namespace conveyor::server

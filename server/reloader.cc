@@ -34,8 +34,7 @@ absl::Status ConfigReloader::Reload() {
   spdlog::info("SIGHUP: reloading {}", EscapeText(flags_.config));
   absl::Status st = TryReload();
   if (!st.ok()) {
-    spdlog::error("config reload refused, the running config stays: {}",
-                  EscapeText(st.message()));
+    spdlog::error("config reload refused, the running config stays: {}", EscapeText(st.message()));
     summary_ = "last reload refused (see the log), running config unchanged";
   }
   return st;
@@ -50,8 +49,8 @@ absl::Status ConfigReloader::TryReload() {
   }
   if (std::vector<std::string> fields = ChangedRestartFields(running_, next); !fields.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        flags_.config, ": changes settings a running daemon cannot change: ",
-        absl::StrJoin(fields, ", "),
+        flags_.config,
+        ": changes settings a running daemon cannot change: ", absl::StrJoin(fields, ", "),
         "; restart conveyord to apply them (or undo them to reload the pipelines)"));
   }
   ASSIGN_OR_RETURN(PipelineList pipelines, LoadPipelines(next));
@@ -61,11 +60,12 @@ absl::Status ConfigReloader::TryReload() {
     if (MaxMessageBytes({p}) > max_message_bytes_) too_large.push_back(p->name);
   }
   if (!too_large.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        flags_.config, ": pipelines ", List(too_large),
-        " produce batches larger than the largest message this daemon sends (",
-        max_message_bytes_ >> 20, " MiB, fixed at start by the pipelines it started with); "
-        "restart conveyord to serve them"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(flags_.config, ": pipelines ", List(too_large),
+                     " produce batches larger than the largest message this daemon sends (",
+                     max_message_bytes_ >> 20,
+                     " MiB, fixed at start by the pipelines it started with); "
+                     "restart conveyord to serve them"));
   }
 
   const PipelineChanges changes = ComparePipelines(running_, next);
@@ -81,11 +81,10 @@ absl::Status ConfigReloader::TryReload() {
   spdlog::info(
       "config reloaded from {}: pipelines added {}, removed {}, changed {}, unchanged {}; "
       "{} open stream(s) finish on the definition they opened with",
-      EscapeText(flags_.config), List(changes.added), List(changes.removed),
-      List(changes.changed), List(changes.unchanged), keeping);
-  summary_ = absl::StrCat("last reload: ", changes.added.size(), " added, ",
-                          changes.removed.size(), " removed, ", changes.changed.size(),
-                          " changed");
+      EscapeText(flags_.config), List(changes.added), List(changes.removed), List(changes.changed),
+      List(changes.unchanged), keeping);
+  summary_ = absl::StrCat("last reload: ", changes.added.size(), " added, ", changes.removed.size(),
+                          " removed, ", changes.changed.size(), " changed");
   return absl::OkStatus();
 }
 

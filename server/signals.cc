@@ -62,8 +62,8 @@ void SignalWaiter::Run() {
       if (sigwait(&signals, &sig) != 0) continue;
     } else {
       const auto left = stop_deadline - std::chrono::steady_clock::now();
-      const int64_t ns = std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
+      const int64_t ns =
+          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
       const timespec wait = {static_cast<time_t>(ns / 1000000000),
                              static_cast<long>(ns % 1000000000)};
       sig = sigtimedwait(&signals, nullptr, &wait);

@@ -59,18 +59,31 @@ const char* conveyor_last_error(void) { return last_error.c_str(); }
 const char* conveyor_status_name(int status) {
   if (status == CONVEYOR_END_OF_STREAM) return "END_OF_STREAM";
   if (status < 0 || status > 16) return "UNKNOWN_STATUS";
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",  "DEADLINE_EXCEEDED",
-      "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",
-      "UNAVAILABLE", "DATA_LOSS",       "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   return kNames[status];
 }
 
 int conveyor_connect(const char* address, const char* token, conveyor_client** out) {
   return Guard([&] {
     if (address == nullptr || out == nullptr) {
-      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_connect: address and out are required");
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "conveyor_connect: address and out are required");
     }
     cc::ClientOptions options;
     if (token != nullptr) options.token = token;

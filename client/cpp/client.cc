@@ -14,8 +14,7 @@ constexpr int kMaxMessageBytes = 1 << 30;
 absl::StatusOr<Client> Client::Create(std::string_view address, ClientOptions options) {
   for (char c : options.token) {
     if (c <= ' ' || c > '~') {
-      return absl::InvalidArgumentError(
-          "a token is one line of printable ASCII without spaces");
+      return absl::InvalidArgumentError("a token is one line of printable ASCII without spaces");
     }
   }
   Client client;
@@ -30,8 +29,7 @@ absl::StatusOr<Client> Client::Create(std::string_view address, ClientOptions op
   return client;
 }
 
-absl::StatusOr<std::vector<v1::PipelineInfo>> Client::ListPipelines(
-    absl::Duration timeout) const {
+absl::StatusOr<std::vector<v1::PipelineInfo>> Client::ListPipelines(absl::Duration timeout) const {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   if (!token_.empty()) context.AddMetadata("authorization", "Bearer " + token_);

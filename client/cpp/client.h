@@ -2,7 +2,8 @@
 // which streams of batches are opened (stream.h says how a stream and its
 // batch leases behave).
 //
-//   ASSIGN_OR_RETURN(auto client, conveyor::client::Client::Create("unix:///run/conveyor/conveyor.sock"));
+//   ASSIGN_OR_RETURN(auto client,
+//   conveyor::client::Client::Create("unix:///run/conveyor/conveyor.sock"));
 //   conveyor::client::StreamOptions o;
 //   o.pipeline = "imagenet-train"; o.batch_size = 256; o.seed = 0;
 //   ASSIGN_OR_RETURN(auto stream, client.OpenStream(o));

@@ -37,8 +37,8 @@ absl::StatusOr<MappedRegion> MappedRegion::Map(int fd, uint64_t size) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return PosixError("fstat of the stream's memfd", errno);
   if (static_cast<uint64_t>(st.st_size) < size) {
-    return absl::FailedPreconditionError(absl::StrCat("the memfd holds ", st.st_size,
-                                                      " bytes, the daemon announced ", size));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the memfd holds ", st.st_size, " bytes, the daemon announced ", size));
   }
   void* data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return PosixError("mmap of the stream's memfd", errno);

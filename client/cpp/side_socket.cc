@@ -19,9 +19,7 @@ constexpr uint8_t kAccepted = 0;
 constexpr uint8_t kRefused = 1;
 constexpr uint8_t kBusy = 2;
 
-absl::Status Unavailable(absl::Status posix) {
-  return absl::UnavailableError(posix.message());
-}
+absl::Status Unavailable(absl::Status posix) { return absl::UnavailableError(posix.message()); }
 
 absl::Status SetTimeouts(int fd, absl::Duration recv, absl::Duration send) {
   const timeval r = absl::ToTimeval(recv);
@@ -46,7 +44,8 @@ absl::Status SendRequest(int fd, uint64_t stream_id, absl::string_view secret,
   while (sent < sizeof(request)) {
     const ssize_t n = ::send(fd, request + sent, sizeof(request) - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Unavailable(PosixError(absl::StrCat(where, ": sending the handshake"), errno));
+    if (n < 0)
+      return Unavailable(PosixError(absl::StrCat(where, ": sending the handshake"), errno));
     sent += static_cast<size_t>(n);
   }
   return absl::OkStatus();
@@ -62,8 +61,8 @@ absl::Status CheckStatusByte(int status, absl::string_view where, uint64_t strea
         absl::StrCat(where, ": the daemon is out of resources (file descriptors); retry"));
   }
   if (status == kRefused) {
-    return absl::FailedPreconditionError(absl::StrCat(where, ": the daemon refused stream ",
-                                                      stream_id, " (gone, or wrong secret)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the daemon refused stream ", stream_id, " (gone, or wrong secret)"));
   }
   return absl::InternalError(absl::StrCat(where, ": unknown status byte ", status));
 }
@@ -84,8 +83,8 @@ absl::StatusOr<UniqueFd> ReceiveRegionFd(const std::string& fd_socket, uint64_t 
   if (!sock) return PosixError("socket(AF_UNIX)", errno);
   RETURN_IF_ERROR(SetTimeouts(sock.get(), timeout, timeout));
   if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return Unavailable(PosixError(absl::StrCat("connecting to the daemon's fd socket ", fd_socket),
-                                  errno));
+    return Unavailable(
+        PosixError(absl::StrCat("connecting to the daemon's fd socket ", fd_socket), errno));
   }
   RETURN_IF_ERROR(SendRequest(sock.get(), stream_id, secret, where));
 
@@ -181,10 +180,10 @@ absl::Status ReadFull(int fd, uint8_t* out, size_t length, absl::string_view whe
           absl::StrCat(where, " closed after ", got, " of ", length, " bytes of a batch"));
     }
     const int e = errno;
-    return Unavailable(PosixError(
-        absl::StrCat(where, (e == EAGAIN || e == EWOULDBLOCK) ? ": timed out" : "", " after ", got,
-                     " of ", length, " bytes of a batch"),
-        e));
+    return Unavailable(
+        PosixError(absl::StrCat(where, (e == EAGAIN || e == EWOULDBLOCK) ? ": timed out" : "",
+                                " after ", got, " of ", length, " bytes of a batch"),
+                   e));
   }
   return absl::OkStatus();
 }

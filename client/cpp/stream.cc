@@ -66,8 +66,8 @@ struct StreamCall {
   std::unique_ptr<ReaderWriter> rw;
 
   // Constant once the stream is open (the batches' memory).
-  MappedRegion region;     // SHARED_MEMORY
-  UniqueFd data_socket;    // DATA_SOCKET
+  MappedRegion region;   // SHARED_MEMORY
+  UniqueFd data_socket;  // DATA_SOCKET
   // DATA_SOCKET: one buffer per slot, read into only by the Stream's thread
   // and only while the slot is not held.
   std::map<uint32_t, std::vector<uint8_t>> slot_buffers;
@@ -119,14 +119,10 @@ absl::StatusOr<uint64_t> ImageBytes(const v1::Batch& batch) {
 
 size_t DTypeBytes(v1::DType dtype) {
   switch (dtype) {
-    case v1::UINT8:
-      return 1;
-    case v1::FLOAT16:
-      return 2;
-    case v1::FLOAT32:
-      return 4;
-    default:
-      return 0;
+    case v1::UINT8: return 1;
+    case v1::FLOAT16: return 2;
+    case v1::FLOAT32: return 4;
+    default: return 0;
   }
 }
 
@@ -225,10 +221,10 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
     return FromGrpc(status, what);
   }
   if (!first.has_opened()) {
-    return Annotate(ProtocolError(absl::StrCat("the first server message is of kind ",
-                                               static_cast<int>(first.kind_case()),
-                                               ", not StreamOpened")),
-                    what);
+    return Annotate(
+        ProtocolError(absl::StrCat("the first server message is of kind ",
+                                   static_cast<int>(first.kind_case()), ", not StreamOpened")),
+        what);
   }
   stream->opened_ = std::move(*first.mutable_opened());
   const v1::StreamOpened& op = stream->opened_;
@@ -253,8 +249,7 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
       call->data_socket = std::move(*sock);
       break;
     }
-    case v1::INLINE:
-      break;
+    case v1::INLINE: break;
     default:
       return Annotate(ProtocolError(absl::StrCat("the daemon chose transport ",
                                                  static_cast<int>(op.transport()))),
@@ -273,8 +268,7 @@ absl::StatusOr<std::optional<BatchLease>> Stream::Next() {
         "stream ", opened_.stream_id(), " of pipeline ", pipeline_, ": holding all ", credits_,
         " credits: release a batch (destroy its BatchLease) before taking another"));
   }
-  const std::string what =
-      absl::StrCat("stream ", opened_.stream_id(), " of pipeline ", pipeline_);
+  const std::string what = absl::StrCat("stream ", opened_.stream_id(), " of pipeline ", pipeline_);
   v1::ServerMessage msg;
   while (true) {
     if (!call_->rw->Read(&msg)) {
@@ -291,9 +285,7 @@ absl::StatusOr<std::optional<BatchLease>> Stream::Next() {
         if (!lease.ok()) return Fail(Annotate(lease.status(), what));
         return std::optional<BatchLease>(std::move(*lease));
       }
-      case v1::ServerMessage::kEpochEnd:
-        epoch_ends_.push_back(msg.epoch_end());
-        continue;
+      case v1::ServerMessage::kEpochEnd: epoch_ends_.push_back(msg.epoch_end()); continue;
       case v1::ServerMessage::kEnd:
         end_ = msg.end();
         finished_ = true;
@@ -313,9 +305,9 @@ absl::StatusOr<BatchLease> Stream::Take(v1::Batch batch) {
   if (static_cast<uint32_t>(batch.labels_size()) != n ||
       static_cast<uint32_t>(batch.sample_indices_size()) != n ||
       (!batch.shape().empty() && batch.shape(0) != n)) {
-    return ProtocolError(absl::StrCat("batch ", batch.sequence(), " of ", n,
-                                      " samples has ", batch.labels_size(), " labels, ",
-                                      batch.sample_indices_size(), " indices"));
+    return ProtocolError(absl::StrCat("batch ", batch.sequence(), " of ", n, " samples has ",
+                                      batch.labels_size(), " labels, ", batch.sample_indices_size(),
+                                      " indices"));
   }
   const uint32_t slot = batch.slot();
   {
@@ -352,8 +344,8 @@ absl::StatusOr<BatchLease> Stream::Take(v1::Batch batch) {
     default:  // INLINE
       if (batch.images().size() != bytes) {
         return ProtocolError(absl::StrCat("batch ", batch.sequence(), ": ", batch.images().size(),
-                                          " inline bytes do not match its shape and dtype (",
-                                          bytes, " bytes)"));
+                                          " inline bytes do not match its shape and dtype (", bytes,
+                                          " bytes)"));
       }
       lease.inline_images_ = std::make_unique<std::string>(std::move(*batch.mutable_images()));
       batch.clear_images();

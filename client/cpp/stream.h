@@ -58,8 +58,8 @@ struct StreamCall;  // the gRPC call, the memory and the held slots (stream.cc)
 // Where a stream starts again (ResumePosition of the proto).
 struct ResumeState {
   uint64_t epoch = 0;
-  uint64_t offset = 0;       // samples of the epoch's global order all ranks consumed
-  uint32_t world_size = 1;   // the world size it was saved at (informational)
+  uint64_t offset = 0;      // samples of the epoch's global order all ranks consumed
+  uint32_t world_size = 1;  // the world size it was saved at (informational)
 };
 
 // An OpenStream request (see the proto for each field's range).
@@ -71,7 +71,7 @@ struct StreamOptions {
   uint64_t num_epochs = 1;  // 0: endless
   uint32_t rank = 0;
   uint32_t world_size = 1;
-  uint32_t credits = 4;     // batches the caller may hold unreleased
+  uint32_t credits = 4;  // batches the caller may hold unreleased
   bool shuffle = true;
   bool drop_last = false;
   // TRANSPORT_AUTO: shared memory on a unix socket, the data socket over TCP

@@ -34,7 +34,7 @@ class AcceptBackoff {
   void Accepted();
 
   bool in_episode() const { return failures_ != 0; }
-  uint64_t failures() const { return failures_; }  // in this episode
+  uint64_t failures() const { return failures_; }   // in this episode
   Clock::duration pause() const { return pause_; }  // the last one; zero outside an episode
 
  private:

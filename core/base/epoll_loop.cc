@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<EpollLoop>> EpollLoop::Create(std::string name) {
   if (!wake) return PosixError(absl::StrCat(name, ": eventfd"), errno);
   UniqueFd epoll(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll) return PosixError(absl::StrCat(name, ": epoll_create1"), errno);
-  std::unique_ptr<EpollLoop> loop(new EpollLoop(std::move(name), std::move(epoll), std::move(wake)));
+  std::unique_ptr<EpollLoop> loop(
+      new EpollLoop(std::move(name), std::move(epoll), std::move(wake)));
   if (absl::Status st = loop->Control(EPOLL_CTL_ADD, loop->wake_fd_.get(), EPOLLIN,
                                       EventKey(EventTag::kWake, 0), "epoll_ctl ADD of the eventfd");
       !st.ok()) {

@@ -20,11 +20,10 @@ LoopListener::LoopListener(std::string name, EpollLoop* loop, UniqueFd listen_fd
 
 absl::StatusOr<std::unique_ptr<LoopListener>> LoopListener::Create(std::string name,
                                                                    EpollLoop* loop,
-                                                                   UniqueFd listen_fd,
-                                                                   uint64_t key,
+                                                                   UniqueFd listen_fd, uint64_t key,
                                                                    OnConnection on_connection) {
-  std::unique_ptr<LoopListener> l(new LoopListener(std::move(name), loop, std::move(listen_fd),
-                                                   key, std::move(on_connection)));
+  std::unique_ptr<LoopListener> l(
+      new LoopListener(std::move(name), loop, std::move(listen_fd), key, std::move(on_connection)));
   if (absl::Status st = loop->Add(l->listen_fd_.get(), EPOLLIN, key); !st.ok()) return st;
   return l;
 }

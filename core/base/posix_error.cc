@@ -17,16 +17,16 @@ constexpr char kSystemErrorUrl[] = "type.conveyor.dev/system-error";
 
 bool IsSystemErrno(int e) {
   switch (e) {
-    case EMFILE:     // the process is out of file descriptors
-    case ENFILE:     // the machine is
+    case EMFILE:  // the process is out of file descriptors
+    case ENFILE:  // the machine is
     case ENOMEM:
     case ENOBUFS:
-    case EIO:        // the device failed, not the file's content
+    case EIO:  // the device failed, not the file's content
     case EAGAIN:
     case EINTR:
     case EBUSY:
     case ETIMEDOUT:
-    case ESTALE:     // NFS handle went stale
+    case ESTALE:  // NFS handle went stale
     case ENOLCK:
     case ENOLINK:
     case ECOMM:
@@ -36,10 +36,8 @@ bool IsSystemErrno(int e) {
     case ECONNRESET:
     case ECONNABORTED:
     case EHOSTUNREACH:
-    case EHOSTDOWN:
-      return true;
-    default:
-      return false;
+    case EHOSTDOWN: return true;
+    default: return false;
   }
 }
 

@@ -13,11 +13,11 @@
 #define CONVEYOR_STATUS_CONCAT_INNER_(a, b) a##b
 #define CONVEYOR_STATUS_CONCAT_(a, b) CONVEYOR_STATUS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                   \
-  do {                                                          \
+#define RETURN_IF_ERROR(expr)                                       \
+  do {                                                              \
     if (::absl::Status _conveyor_st = (expr); !_conveyor_st.ok()) { \
-      return _conveyor_st;                                      \
-    }                                                           \
+      return _conveyor_st;                                          \
+    }                                                               \
   } while (0)
 
 #define CONVEYOR_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

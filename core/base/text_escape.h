@@ -41,8 +41,7 @@ namespace conveyor {
 // Cap for client-supplied strings echoed in statuses or logged.
 inline constexpr size_t kClientStringCap = 256;
 
-std::string EscapeText(std::string_view in,
-                       size_t max_bytes = std::numeric_limits<size_t>::max());
+std::string EscapeText(std::string_view in, size_t max_bytes = std::numeric_limits<size_t>::max());
 // The same for absl's string_view (status messages), which this abseil does
 // not alias to std::string_view, and for the types both accept.
 inline std::string EscapeText(absl::string_view in,

@@ -48,8 +48,8 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern,
       const std::string_view a = body.substr(0, dots), b = body.substr(dots + 2);
       uint64_t lo = 0, hi = 0;
       if (!ParseDecimal(a, &lo) || !ParseDecimal(b, &hi)) {
-        return error(absl::StrCat("range '{", std::string(body),
-                                  "}' must be {A..B} with decimal numbers"));
+        return error(
+            absl::StrCat("range '{", std::string(body), "}' must be {A..B} with decimal numbers"));
       }
       if (lo > hi) return error(absl::StrCat("range '{", std::string(body), "}' is reversed"));
       if (hi - lo >= max_results) {
@@ -61,9 +61,8 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern,
       size_t start = 0;
       for (;;) {
         const size_t comma = body.find(',', start);
-        alternatives.emplace_back(body.substr(start, comma == std::string_view::npos
-                                                         ? std::string_view::npos
-                                                         : comma - start));
+        alternatives.emplace_back(body.substr(
+            start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
         if (comma == std::string_view::npos) break;
         start = comma + 1;
       }

@@ -20,7 +20,6 @@ namespace conveyor {
 
 // InvalidArgument naming the problem (unbalanced or nested brace, empty
 // group, bad range, reversed range, more than `max_results` names).
-absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern,
-                                                      size_t max_results);
+absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern, size_t max_results);
 
 }  // namespace conveyor

@@ -17,10 +17,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/data/file_reader.h"
 #include "core/base/posix_error.h"
 #include "core/base/text_escape.h"
 #include "core/base/unique_fd.h"
+#include "core/data/file_reader.h"
 
 namespace conveyor {
 namespace {
@@ -86,8 +86,7 @@ absl::StatusOr<std::string> ReadListFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat("list file '", path, "' is a directory"));
   }
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("list file '", path,
-                                                   "' is not a regular file (",
+    return absl::InvalidArgumentError(absl::StrCat("list file '", path, "' is not a regular file (",
                                                    FileTypeName(st.st_mode), ")"));
   }
   std::string data;
@@ -122,12 +121,9 @@ enum class EntryType { kDirectory, kOther };
 // following a symbolic link (a link is kOther, whatever it points to).
 EntryType TypeOf(int dir_fd, const struct dirent* entry) {
   switch (entry->d_type) {
-    case DT_DIR:
-      return EntryType::kDirectory;
-    case DT_UNKNOWN:
-      break;  // the file system gave no type: ask, without following links
-    default:
-      return EntryType::kOther;
+    case DT_DIR: return EntryType::kDirectory;
+    case DT_UNKNOWN: break;  // the file system gave no type: ask, without following links
+    default: return EntryType::kOther;
   }
   struct stat st;
   if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return EntryType::kOther;
@@ -234,16 +230,12 @@ uint64_t IgnoredEntries::total() const {
 
 const char* IgnoredEntries::ReasonText(Reason reason) {
   switch (reason) {
-    case kHidden:
-      return "hidden (name starts with '.')";
-    case kNoImageExtension:
-      return "without an image extension";
+    case kHidden: return "hidden (name starts with '.')";
+    case kNoImageExtension: return "without an image extension";
     case kNotAFolderAtRoot:
       return "directly under the root but not a folder (files, links, special files)";
-    case kNestedFolder:
-      return "folders inside class folders (not descended into)";
-    case kNumReasons:
-      break;
+    case kNestedFolder: return "folders inside class folders (not descended into)";
+    case kNumReasons: break;
   }
   return "unknown";
 }
@@ -364,8 +356,8 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
       IgnoredEntries::kNotAFolderAtRoot, IgnoredEntries::kNotAFolderAtRoot, &ignored);
   if (!classes.ok()) return classes.status();
   if (classes->empty()) {
-    return absl::NotFoundError(
-        absl::StrCat("dataset root '", root, "' has no class folders (expected root/<class>/<file>)"));
+    return absl::NotFoundError(absl::StrCat(
+        "dataset root '", root, "' has no class folders (expected root/<class>/<file>)"));
   }
 
   std::unique_ptr<DatasetIndex> index(new DatasetIndex());
@@ -380,11 +372,11 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
       return absl::InvalidArgumentError(absl::StrCat("too many class folders in '", root, "'"));
     }
     const std::string class_dir = absl::StrCat(root, "/", class_name);
-    absl::StatusOr<std::vector<std::string>> files =
-        ListDirectory(index->root_fd_.get(), class_name.c_str(), class_dir, EntryType::kOther,
-                      [extensions](std::string_view name) { return HasExtension(name, extensions); },
-                      class_name + "/", IgnoredEntries::kNoImageExtension,
-                      IgnoredEntries::kNestedFolder, &ignored);
+    absl::StatusOr<std::vector<std::string>> files = ListDirectory(
+        index->root_fd_.get(), class_name.c_str(), class_dir, EntryType::kOther,
+        [extensions](std::string_view name) { return HasExtension(name, extensions); },
+        class_name + "/", IgnoredEntries::kNoImageExtension, IgnoredEntries::kNestedFolder,
+        &ignored);
     if (!files.ok()) return files.status();
     for (const std::string& file : *files) {
       path.assign(class_name);
@@ -395,12 +387,11 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
     }
   }
   if (labels.empty()) {
-    return absl::NotFoundError(absl::StrCat("dataset root '", root, "' has ", classes->size(),
-                                            " class folders but no ",
-                                            extensions.data() == ImageExtensions().data()
-                                                ? std::string("image files")
-                                                : absl::StrCat("files with an extension in (",
-                                                               JoinExtensions(extensions), ")")));
+    return absl::NotFoundError(absl::StrCat(
+        "dataset root '", root, "' has ", classes->size(), " class folders but no ",
+        extensions.data() == ImageExtensions().data()
+            ? std::string("image files")
+            : absl::StrCat("files with an extension in (", JoinExtensions(extensions), ")")));
   }
   index->class_names_ = *std::move(classes);
   index->ignored_ = std::move(ignored);
@@ -423,7 +414,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
   // One pass to count lines so the label array is sized exactly.
   const std::string& buf = *data;
   size_t lines = 1;
-  for (const char* p = buf.data(), *end = buf.data() + buf.size();
+  for (const char *p = buf.data(), *end = buf.data() + buf.size();
        (p = static_cast<const char*>(std::memchr(p, '\n', end - p))) != nullptr; ++p) {
     ++lines;
   }
@@ -435,8 +426,8 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
   size_t line_number = 0;
   while (line_start < buf.size()) {
     ++line_number;
-    const char* nl =
-        static_cast<const char*>(std::memchr(buf.data() + line_start, '\n', buf.size() - line_start));
+    const char* nl = static_cast<const char*>(
+        std::memchr(buf.data() + line_start, '\n', buf.size() - line_start));
     const size_t line_end = nl == nullptr ? buf.size() : static_cast<size_t>(nl - buf.data());
     std::string_view line(buf.data() + line_start, line_end - line_start);
     const size_t next_start = line_end + 1;

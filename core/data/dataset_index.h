@@ -34,9 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/base/unique_fd.h"
 #include "core/data/front_coded_paths.h"
 #include "core/data/media_extensions.h"
-#include "core/base/unique_fd.h"
 
 namespace conveyor {
 
@@ -102,8 +102,7 @@ class DatasetIndex {
   // folder or no image at all, and the errno-derived status when a directory
   // cannot be read.
   static absl::StatusOr<std::shared_ptr<const DatasetIndex>> LoadImageFolder(
-      const std::string& root,
-      std::span<const std::string_view> extensions = ImageExtensions());
+      const std::string& root, std::span<const std::string_view> extensions = ImageExtensions());
 
   // Loads a list file: one `relative/path<TAB>label` per line, label a
   // non-negative decimal integer that fits int32. Lines ending in "\r\n" are
@@ -155,8 +154,7 @@ class DatasetIndex {
   // REQUIRES: i < size().
   int32_t label(size_t i) const {
     switch (label_width_) {
-      case 1:
-        return label_bytes_[i];
+      case 1: return label_bytes_[i];
       case 2: {
         uint16_t v;
         std::memcpy(&v, label_bytes_.data() + 2 * i, sizeof(v));
@@ -196,9 +194,9 @@ class DatasetIndex {
   // All constant after construction.
   std::string root_;
   UniqueFd root_fd_;
-  FrontCodedPaths paths_;              // size() relative paths
-  std::vector<uint8_t> label_bytes_;   // size() labels of label_width_ bytes each
-  uint8_t label_width_ = 4;            // 1, 2 or 4: the fewest that hold the largest label
+  FrontCodedPaths paths_;             // size() relative paths
+  std::vector<uint8_t> label_bytes_;  // size() labels of label_width_ bytes each
+  uint8_t label_width_ = 4;           // 1, 2 or 4: the fewest that hold the largest label
   std::vector<std::string> class_names_;
   size_t num_classes_ = 0;
   IgnoredEntries ignored_;

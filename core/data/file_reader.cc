@@ -66,8 +66,7 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
   out->resize(size);  // capacity is kept between calls: no churn once grown
   uint64_t done = 0;
   while (done < size) {
-    const ssize_t n =
-        reader.Pread(fd, out->data() + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = reader.Pread(fd, out->data() + done, size - done, static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return failed(PosixError(absl::StrCat("read ", shown), errno));
@@ -144,22 +143,14 @@ const FileReader& DefaultFileReader() {
 
 const char* FileTypeName(mode_t mode) {
   switch (mode & S_IFMT) {
-    case S_IFREG:
-      return "regular file";
-    case S_IFDIR:
-      return "directory";
-    case S_IFLNK:
-      return "symbolic link";
-    case S_IFIFO:
-      return "FIFO";
-    case S_IFSOCK:
-      return "socket";
-    case S_IFCHR:
-      return "character device";
-    case S_IFBLK:
-      return "block device";
-    default:
-      return "unknown type";
+    case S_IFREG: return "regular file";
+    case S_IFDIR: return "directory";
+    case S_IFLNK: return "symbolic link";
+    case S_IFIFO: return "FIFO";
+    case S_IFSOCK: return "socket";
+    case S_IFCHR: return "character device";
+    case S_IFBLK: return "block device";
+    default: return "unknown type";
   }
 }
 

@@ -65,7 +65,7 @@ class FrontCodedPaths {
   size_t MemoryBytes() const;
 
  private:
-  std::string data_;                   // the encoded blocks back to back
+  std::string data_;                    // the encoded blocks back to back
   std::vector<uint64_t> block_starts_;  // offset in data_ of each block
   size_t count_ = 0;
 };

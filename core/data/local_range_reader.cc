@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/data/file_reader.h"
 #include "core/base/posix_error.h"
 #include "core/base/unique_fd.h"
+#include "core/data/file_reader.h"
 
 namespace conveyor {
 namespace {
@@ -47,9 +47,8 @@ absl::Status LocalRangeReader::ReadRange(std::string_view path_view, uint64_t of
   uint64_t size = 0;
   if (absl::Status s = OpenRegular(path, &fd, &size); !s.ok()) return s;
   if (offset > size || length > size - offset) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("%s: bytes [%d, %d) asked of a file of %d bytes", path, offset,
-                        offset + length, size));
+    return absl::OutOfRangeError(absl::StrFormat("%s: bytes [%d, %d) asked of a file of %d bytes",
+                                                 path, offset, offset + length, size));
   }
   out->resize(length);  // capacity is kept between calls
   uint64_t done = 0;
@@ -61,9 +60,9 @@ absl::Status LocalRangeReader::ReadRange(std::string_view path_view, uint64_t of
       return PosixError(absl::StrCat("read ", path), errno);
     }
     if (n == 0) {  // the file shrank after fstat
-      return absl::OutOfRangeError(absl::StrFormat(
-          "%s: file ended at byte %d, inside bytes [%d, %d) (changed while read?)", path,
-          offset + done, offset, offset + length));
+      return absl::OutOfRangeError(
+          absl::StrFormat("%s: file ended at byte %d, inside bytes [%d, %d) (changed while read?)",
+                          path, offset + done, offset, offset + length));
     }
     done += static_cast<uint64_t>(n);
   }

@@ -16,12 +16,9 @@ std::span<const std::string_view> AudioExtensions() { return kAudio; }
 
 std::span<const std::string_view> ExtensionsFor(MediaKind kind) {
   switch (kind) {
-    case MediaKind::kImage:
-      break;
-    case MediaKind::kVideo:
-      return kVideo;
-    case MediaKind::kAudio:
-      return kAudio;
+    case MediaKind::kImage: break;
+    case MediaKind::kVideo: return kVideo;
+    case MediaKind::kAudio: return kAudio;
   }
   return kImage;
 }

@@ -11,8 +11,7 @@ absl::Status FileSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) c
         absl::StrCat(dataset_->FullPath(index), ": the dataset root could not be opened"));
   }
   return ReadFileBeneath(dataset_->root_fd(), dataset_->root(), dataset_->relative_path(index),
-                         max_file_bytes_, out,
-                         reader_ != nullptr ? *reader_ : DefaultFileReader());
+                         max_file_bytes_, out, reader_ != nullptr ? *reader_ : DefaultFileReader());
 }
 
 }  // namespace conveyor

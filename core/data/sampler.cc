@@ -51,7 +51,8 @@ class MappedArray {
     }
     return MappedArray(static_cast<T*>(p), bytes);
   }
-  MappedArray(MappedArray&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_) {}
+  MappedArray(MappedArray&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_) {}
   MappedArray& operator=(MappedArray&&) = delete;
   MappedArray(const MappedArray&) = delete;
   ~MappedArray() {
@@ -111,9 +112,9 @@ absl::Status ValidateSamplerOptions(const SamplerOptions& o) {
                                                    ") must be < world_size (", o.world_size, ")"));
   }
   if (o.drop_last && o.dataset_size < o.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SamplerOptions.drop_last with dataset_size (", o.dataset_size, ") < world_size (",
-        o.world_size, ") leaves every rank without samples"));
+    return absl::InvalidArgumentError(absl::StrCat("SamplerOptions.drop_last with dataset_size (",
+                                                   o.dataset_size, ") < world_size (", o.world_size,
+                                                   ") leaves every rank without samples"));
   }
   if (o.order != nullptr && o.order->size() != o.dataset_size) {
     return absl::InvalidArgumentError(absl::StrCat("SamplerOptions.order permutes ",
@@ -121,15 +122,15 @@ absl::Status ValidateSamplerOptions(const SamplerOptions& o) {
                                                    o.dataset_size, ")"));
   }
   if (o.offset >= o.dataset_size) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "resume offset (", o.offset, ") is at or past the end of the epoch (", o.dataset_size,
-        " samples): resume at the next epoch with offset 0"));
+    return absl::OutOfRangeError(
+        absl::StrCat("resume offset (", o.offset, ") is at or past the end of the epoch (",
+                     o.dataset_size, " samples): resume at the next epoch with offset 0"));
   }
   if (o.drop_last && o.dataset_size - o.offset < o.world_size) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "resume offset (", o.offset, ") leaves ", o.dataset_size - o.offset,
-        " samples, fewer than world_size (", o.world_size,
-        ") with drop_last: the epoch is over, resume at the next epoch"));
+    return absl::OutOfRangeError(
+        absl::StrCat("resume offset (", o.offset, ") leaves ", o.dataset_size - o.offset,
+                     " samples, fewer than world_size (", o.world_size,
+                     ") with drop_last: the epoch is over, resume at the next epoch"));
   }
   return absl::OkStatus();
 }

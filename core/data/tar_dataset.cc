@@ -64,9 +64,8 @@ std::string CommonFolder(const std::vector<std::string>& paths) {
       continue;
     }
     // Shorten `common` to whole components that prefix `folder`.
-    while (!common.empty() &&
-           !(folder.compare(0, common.size(), common) == 0 &&
-             (folder.size() == common.size() || folder[common.size()] == '/'))) {
+    while (!common.empty() && !(folder.compare(0, common.size(), common) == 0 &&
+                                (folder.size() == common.size() || folder[common.size()] == '/'))) {
       common.resize(common.rfind('/'));
     }
   }
@@ -116,16 +115,17 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
         continue;
       }
       if (!names.insert(member.name).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(shard, ": offset ", member.header_offset, ": member '",
-                         EscapeText(member.name), "' appears twice in the shard"));
+        return absl::InvalidArgumentError(absl::StrCat(shard, ": offset ", member.header_offset,
+                                                       ": member '", EscapeText(member.name),
+                                                       "' appears twice in the shard"));
       }
       auto [it, fresh] = by_key.emplace(key, groups.size());
       if (fresh) groups.push_back(Group{key});
       Group& g = groups[it->second];
       if (ext == label_key) {
         g.label = static_cast<int>(m);
-      } else if (const int rank = ImageRank(ext); rank >= 0 && (g.image < 0 || rank < g.image_rank)) {
+      } else if (const int rank = ImageRank(ext);
+                 rank >= 0 && (g.image < 0 || rank < g.image_rank)) {
         g.image = static_cast<int>(m);
         g.image_rank = rank;
       }
@@ -147,8 +147,8 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
       if (!ParseLabel(label.data, &value)) {
         return absl::InvalidArgumentError(absl::StrCat(
             shard, ": offset ", label.header_offset, ": label member '", EscapeText(label.name),
-            "' does not hold a non-negative integer that fits int32: '",
-            EscapeText(label.data, 64), "'"));
+            "' does not hold a non-negative integer that fits int32: '", EscapeText(label.data, 64),
+            "'"));
       }
       const TarMember& image = scan.members[g.image];
       d->locations_.push_back(Location{static_cast<uint32_t>(s), image.offset, image.size});

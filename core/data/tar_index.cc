@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/data/dataset_index.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
+#include "core/data/dataset_index.h"
 
 namespace conveyor {
 namespace {
@@ -146,8 +146,8 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
                                 const std::function<bool(std::string_view name)>& want_data) {
   ASSIGN_OR_RETURN(const uint64_t size, reader.Size(shard));
   auto error = [&](uint64_t at, std::string_view reason) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: offset %d: %s", std::string(shard), at,
-                                                      std::string(reason)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: offset %d: %s", std::string(shard), at, std::string(reason)));
   };
   Chunks chunks(reader, shard, size, limits.chunk_bytes);
   TarScan scan;
@@ -188,10 +188,10 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
     if (regular && pending.size) data_size = *pending.size;
     const uint64_t data_offset = pos + kBlock;
     if (data_size > size - data_offset) {
-      return error(pos, absl::StrFormat(
-                            "entry of %d bytes runs past the end of the shard (%d bytes): "
-                            "truncated shard or bad size field",
-                            data_size, size));
+      return error(pos,
+                   absl::StrFormat("entry of %d bytes runs past the end of the shard (%d bytes): "
+                                   "truncated shard or bad size field",
+                                   data_size, size));
     }
     switch (type) {
       case 'L': {  // GNU long name of the next entry
@@ -216,8 +216,7 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
         break;
       }
       case 'K':  // GNU long link name, 'g': pax global header: nothing we use
-      case 'g':
-        break;
+      case 'g': break;
       default: {
         std::string name;
         if (pending.name) {

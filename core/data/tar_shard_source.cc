@@ -25,9 +25,9 @@ TarShardSource::TarShardSource(std::shared_ptr<const TarDataset> dataset,
 absl::Status TarShardSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
   const TarDataset::Location& at = dataset_->location(index);
   if (at.size > max_file_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: member of %d bytes exceeds the %d-byte limit (max_file_bytes)",
-        EscapeText(dataset_->index()->FullPath(index)), at.size, max_file_bytes_));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: member of %d bytes exceeds the %d-byte limit (max_file_bytes)",
+                        EscapeText(dataset_->index()->FullPath(index)), at.size, max_file_bytes_));
   }
   absl::Status st = reader_->ReadRange(dataset_->shards()[at.shard], at.offset, at.size, out);
   hinted_.Clear(index);

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/decode/ffmpeg/error.h"
 #include "core/decode/ffmpeg/memory_input.h"
-#include "core/base/status_macros.h"
 
 extern "C" {
 #include <libavutil/channel_layout.h>
@@ -33,9 +33,9 @@ constexpr int kMaxInputChannels = 64;
 absl::Status NotExact(absl::string_view why) { return absl::AbortedError(why); }
 
 absl::Status OverTime(const TransformSpec& spec) {
-  return absl::DeadlineExceededError(absl::StrCat(
-      "audio: decoding took more than max_decode_seconds (", spec.max_decode_seconds,
-      " s of CPU)"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("audio: decoding took more than max_decode_seconds (", spec.max_decode_seconds,
+                   " s of CPU)"));
 }
 
 int64_t MulDivFloor(int64_t a, int64_t b, int64_t c) {
@@ -75,8 +75,8 @@ struct AudioClipDecoder::Source {
   // Each stream's duration as its header declared it (before any probing
   // estimated one); 0 when it declared none.
   std::vector<int64_t> header_durations;
-  bool eof_sent = false;    // the decoder was sent its drain packet
-  int64_t next_pos = -1;    // seek path: where the next frame must start
+  bool eof_sent = false;  // the decoder was sent its drain packet
+  int64_t next_pos = -1;  // seek path: where the next frame must start
   AvDecodeBudget budget;
 };
 
@@ -84,8 +84,8 @@ AudioClipDecoder::AudioClipDecoder() : frame_(av_frame_alloc()), packet_(av_pack
 
 AudioClipDecoder::~AudioClipDecoder() { av_channel_layout_uninit(&swr_key_.in_layout); }
 
-absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes,
-                                          const TransformSpec& spec, Source* s) {
+absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                                          Source* s) {
   AvMemoryInput::Options options;
   options.budget = s->budget;
   ASSIGN_OR_RETURN(s->input, AvMemoryInput::Open(bytes, "audio", options));
@@ -134,9 +134,9 @@ absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes,
     declared = static_cast<double>(fmt->duration) / AV_TIME_BASE;
   }
   if (declared > spec.audio.max_duration_seconds) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("audio: the file declares ", declared, " s, more than max_duration_seconds (",
-                     spec.audio.max_duration_seconds, " s)"));
+    return absl::ResourceExhaustedError(absl::StrCat("audio: the file declares ", declared,
+                                                     " s, more than max_duration_seconds (",
+                                                     spec.audio.max_duration_seconds, " s)"));
   }
   s->codec.reset(avcodec_alloc_context3(codec));
   if (s->codec == nullptr) return AvError(AVERROR(ENOMEM), "audio: decoder");
@@ -165,11 +165,10 @@ absl::Status AudioClipDecoder::SetUpResampler(const TransformSpec& spec, const A
                                                    " channels at ", frame->sample_rate, " Hz"));
   }
   const int out_channels = spec.audio.channels;
-  const bool same = swr_ != nullptr && swr_key_.in_rate == frame->sample_rate &&
-                    swr_key_.in_format == frame->format &&
-                    SameLayout(swr_key_.in_layout, in_layout) &&
-                    swr_key_.out_rate == spec.audio.sample_rate &&
-                    swr_key_.out_channels == out_channels;
+  const bool same =
+      swr_ != nullptr && swr_key_.in_rate == frame->sample_rate &&
+      swr_key_.in_format == frame->format && SameLayout(swr_key_.in_layout, in_layout) &&
+      swr_key_.out_rate == spec.audio.sample_rate && swr_key_.out_channels == out_channels;
   if (same) {
     av_channel_layout_uninit(&in_layout);
     // Re-initialising clears the state of the last sample; the filter bank
@@ -226,9 +225,9 @@ absl::Status AudioClipDecoder::SetUpResampler(const TransformSpec& spec, const A
 absl::Status AudioClipDecoder::Reserve(const TransformSpec& spec, int64_t more) {
   const int64_t need = buffered_ + more;
   if (need > static_cast<int64_t>(spec.audio.max_samples) + more) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("audio: resampled to more than max_samples (", spec.audio.max_samples,
-                     ") samples per channel"));
+    return absl::ResourceExhaustedError(absl::StrCat("audio: resampled to more than max_samples (",
+                                                     spec.audio.max_samples,
+                                                     ") samples per channel"));
   }
   for (auto& plane : planes_) {
     if (static_cast<int64_t>(plane.size()) < need) {
@@ -261,9 +260,9 @@ absl::Status AudioClipDecoder::Feed(const TransformSpec& spec, const AVFrame* fr
   if (got < 0) return AvError(got, "audio: resampling");
   buffered_ += got;
   if (buffered_ > static_cast<int64_t>(spec.audio.max_samples)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("audio: resampled to more than max_samples (", spec.audio.max_samples,
-                     ") samples per channel"));
+    return absl::ResourceExhaustedError(absl::StrCat("audio: resampled to more than max_samples (",
+                                                     spec.audio.max_samples,
+                                                     ") samples per channel"));
   }
   return absl::OkStatus();
 }
@@ -305,9 +304,9 @@ absl::Status AudioClipDecoder::Pump(const TransformSpec& spec, Source* s, int64_
       decoded_in_ += f->nb_samples;
       if (decoded_in_ > static_cast<int64_t>(spec.audio.max_samples)) {
         av_frame_unref(f);
-        return absl::ResourceExhaustedError(
-            absl::StrCat("audio: decoded more than max_samples (", spec.audio.max_samples,
-                         ") samples per channel"));
+        return absl::ResourceExhaustedError(absl::StrCat("audio: decoded more than max_samples (",
+                                                         spec.audio.max_samples,
+                                                         ") samples per channel"));
       }
       if (f->sample_rate > 0 &&
           static_cast<double>(decoded_in_) / f->sample_rate > spec.audio.max_duration_seconds) {
@@ -341,14 +340,13 @@ absl::Status AudioClipDecoder::Pump(const TransformSpec& spec, Source* s, int64_
       int offset = 0;
       if (feed_from >= 0) {
         // Seek path: place the frame by its pts, in input samples.
-        const int64_t pts = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp
-                                                                       : f->pts;
+        const int64_t pts =
+            f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
         if (pts == AV_NOPTS_VALUE) {
           av_frame_unref(f);
           return NotExact("a frame without pts");
         }
-        const int64_t pos =
-            av_rescale_q(pts, s->stream->time_base, AVRational{1, f->sample_rate});
+        const int64_t pos = av_rescale_q(pts, s->stream->time_base, AVRational{1, f->sample_rate});
         if ((s->next_pos < 0 && pos > feed_from) || (s->next_pos >= 0 && pos != s->next_pos)) {
           av_frame_unref(f);
           return NotExact("frames are not contiguous from the seek point");
@@ -428,15 +426,15 @@ absl::Status AudioClipDecoder::RunSeeking(const TransformSpec& spec, Source* s, 
   const int64_t n_in = s->stream->duration;
   const auto max_samples = static_cast<int64_t>(spec.audio.max_samples);
   if (n_in > max_samples) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "audio: the file declares ", n_in, " samples per channel, more than max_samples (",
-        max_samples, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("audio: the file declares ", n_in,
+                     " samples per channel, more than max_samples (", max_samples, ")"));
   }
   // What swr gives for the whole stream (flushed): ceil(n_in * r_out / r_in).
   const int64_t n_out = MulDivCeil(n_in, r_out, r_in);
   if (n_out > max_samples) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "audio: resampled to more than max_samples (", max_samples, ") samples per channel"));
+    return absl::ResourceExhaustedError(absl::StrCat("audio: resampled to more than max_samples (",
+                                                     max_samples, ") samples per channel"));
   }
   const int64_t l = spec.audio.clip_samples;
   const int64_t start = AudioWindowStart(spec, n_out, rng);
@@ -467,8 +465,7 @@ absl::Status AudioClipDecoder::RunSeeking(const TransformSpec& spec, Source* s, 
   return absl::OkStatus();
 }
 
-absl::Status AudioClipDecoder::RunWhole(const TransformSpec& spec, Source* s, Rng rng,
-                                        float* out) {
+absl::Status AudioClipDecoder::RunWhole(const TransformSpec& spec, Source* s, Rng rng, float* out) {
   StartSample(spec);
   bool complete = false;
   RETURN_IF_ERROR(Pump(spec, s, -1, -1, &complete));

@@ -112,10 +112,10 @@ class AudioClipDecoder final : public SampleDecoder {
   AvPacketPtr packet_;
   SwrContextPtr swr_;
   ResamplerKey swr_key_;
-  bool swr_ready_ = false;         // swr_ configured for this sample's input
+  bool swr_ready_ = false;                  // swr_ configured for this sample's input
   std::vector<std::vector<float>> planes_;  // resampled output, one per channel
-  int64_t buffered_ = 0;           // samples per channel in planes_
-  int64_t decoded_in_ = 0;         // input samples per channel decoded this sample
+  int64_t buffered_ = 0;                    // samples per channel in planes_
+  int64_t decoded_in_ = 0;                  // input samples per channel decoded this sample
   Trace trace_;
 };
 

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/decode/ffmpeg/error.h"
 #include "core/base/thread_cpu_clock.h"
+#include "core/decode/ffmpeg/error.h"
 
 extern "C" {
 #include <libavutil/log.h>
@@ -51,8 +51,23 @@ void QuietFfmpegLog() {
 // Pixel formats converted here directly (exactly as Pillow converts them);
 // the rest go through libswscale.
 enum class Packing {
-  kRgb, kBgr, kRgbx, kBgrx, kXrgb, kXbgr, kGray, kGrayAlpha, kPal, kMonoBlack, kMonoWhite,
-  kRgb16, kRgba16, kGray16, kGrayAlpha16, kYuv420, kOther
+  kRgb,
+  kBgr,
+  kRgbx,
+  kBgrx,
+  kXrgb,
+  kXbgr,
+  kGray,
+  kGrayAlpha,
+  kPal,
+  kMonoBlack,
+  kMonoWhite,
+  kRgb16,
+  kRgba16,
+  kGray16,
+  kGrayAlpha16,
+  kYuv420,
+  kOther
 };
 
 struct PixelLayout {
@@ -64,10 +79,14 @@ PixelLayout LayoutOf(AVPixelFormat f) {
   switch (f) {
     case AV_PIX_FMT_RGB24: return {Packing::kRgb};
     case AV_PIX_FMT_BGR24: return {Packing::kBgr};
-    case AV_PIX_FMT_RGBA: case AV_PIX_FMT_RGB0: return {Packing::kRgbx};
-    case AV_PIX_FMT_BGRA: case AV_PIX_FMT_BGR0: return {Packing::kBgrx};
-    case AV_PIX_FMT_ARGB: case AV_PIX_FMT_0RGB: return {Packing::kXrgb};
-    case AV_PIX_FMT_ABGR: case AV_PIX_FMT_0BGR: return {Packing::kXbgr};
+    case AV_PIX_FMT_RGBA:
+    case AV_PIX_FMT_RGB0: return {Packing::kRgbx};
+    case AV_PIX_FMT_BGRA:
+    case AV_PIX_FMT_BGR0: return {Packing::kBgrx};
+    case AV_PIX_FMT_ARGB:
+    case AV_PIX_FMT_0RGB: return {Packing::kXrgb};
+    case AV_PIX_FMT_ABGR:
+    case AV_PIX_FMT_0BGR: return {Packing::kXbgr};
     case AV_PIX_FMT_GRAY8: return {Packing::kGray};
     case AV_PIX_FMT_YA8: return {Packing::kGrayAlpha};
     case AV_PIX_FMT_PAL8: return {Packing::kPal};
@@ -81,7 +100,8 @@ PixelLayout LayoutOf(AVPixelFormat f) {
     case AV_PIX_FMT_GRAY16LE: return {Packing::kGray16, 1};
     case AV_PIX_FMT_YA16BE: return {Packing::kGrayAlpha16, 0};
     case AV_PIX_FMT_YA16LE: return {Packing::kGrayAlpha16, 1};
-    case AV_PIX_FMT_YUV420P: case AV_PIX_FMT_YUVA420P: return {Packing::kYuv420};
+    case AV_PIX_FMT_YUV420P:
+    case AV_PIX_FMT_YUVA420P: return {Packing::kYuv420};
     default: return {};
   }
 }
@@ -91,9 +111,7 @@ void ConvertRow(const PixelLayout& layout, const uint8_t* row, const uint32_t* p
                 int n, uint8_t* out) {
   const int hb = layout.high_byte;
   switch (layout.packing) {
-    case Packing::kRgb:
-      std::memcpy(out, row + 3 * x0, 3 * static_cast<size_t>(n));
-      return;
+    case Packing::kRgb: std::memcpy(out, row + 3 * x0, 3 * static_cast<size_t>(n)); return;
     case Packing::kBgr:
       for (int i = 0; i < n; ++i) {
         const uint8_t* s = row + 3 * (x0 + i);
@@ -173,8 +191,7 @@ void ConvertRow(const PixelLayout& layout, const uint8_t* row, const uint32_t* p
       }
       return;
     case Packing::kYuv420:  // converted by ConvertYuv420Row
-    case Packing::kOther:
-      return;
+    case Packing::kOther: return;
   }
 }
 
@@ -219,8 +236,7 @@ struct FfmpegImageDecoder::Codec {
   AvCodecContextPtr context;
 };
 
-FfmpegImageDecoder::FfmpegImageDecoder()
-    : frame_(av_frame_alloc()), packet_(av_packet_alloc()) {
+FfmpegImageDecoder::FfmpegImageDecoder() : frame_(av_frame_alloc()), packet_(av_packet_alloc()) {
   QuietFfmpegLog();
 }
 
@@ -244,7 +260,8 @@ absl::StatusOr<ImageProbe> FfmpegImageDecoder::ReadHeader(std::span<const uint8_
   if (index < 0) return absl::InvalidArgumentError(absl::StrCat("no FFmpeg decoder for ", format));
   absl::StatusOr<ImageProbe> probe = ProbeImage(bytes, format);
   if (!probe.ok()) return probe.status();
-  const uint64_t pixels = static_cast<uint64_t>(probe->width) * static_cast<uint64_t>(probe->height);
+  const uint64_t pixels =
+      static_cast<uint64_t>(probe->width) * static_cast<uint64_t>(probe->height);
   if (pixels > limits.max_pixels) {
     return absl::InvalidArgumentError(absl::StrFormat("%s image %dx%d exceeds max_pixels %d",
                                                       format, probe->width, probe->height,
@@ -361,11 +378,11 @@ absl::Status FfmpegImageDecoder::DecodeRegion(const PixelRegion& region, RowSink
 
 absl::Status FfmpegImageDecoder::ConvertRows(const PixelRegion& region, RowSink sink) {
   const int w = frame_->width, h = frame_->height;
-  if (region.x0 < 0 || region.x1 > w || region.x0 >= region.x1 || region.y0 < 0 ||
-      region.y1 > h || region.y0 >= region.y1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1, region.y0,
-        region.y1, w, h));
+  if (region.x0 < 0 || region.x1 > w || region.x0 >= region.x1 || region.y0 < 0 || region.y1 > h ||
+      region.y0 >= region.y1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1,
+                        region.y0, region.y1, w, h));
   }
   PixelLayout layout = LayoutOf(static_cast<AVPixelFormat>(frame_->format));
   const uint8_t* base = frame_->data[0];

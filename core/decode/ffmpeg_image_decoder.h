@@ -89,11 +89,11 @@ class FfmpegImageDecoder {
   int64_t cpu_deadline_ns_ = 0;
   AvFramePtr frame_;
   AvPacketPtr packet_;
-  AvBufferPtr packet_buffer_;  // the file's bytes plus FFmpeg's input padding
-  SwsContextPtr sws_;          // for formats converted by libswscale (YUV)
+  AvBufferPtr packet_buffer_;       // the file's bytes plus FFmpeg's input padding
+  SwsContextPtr sws_;               // for formats converted by libswscale (YUV)
   std::unique_ptr<uint8_t[]> rgb_;  // libswscale's whole-image RGB output
   size_t rgb_capacity_ = 0;
-  std::unique_ptr<uint8_t[]> batch_;      // converted rows of one batch (+ slack)
+  std::unique_ptr<uint8_t[]> batch_;  // converted rows of one batch (+ slack)
   size_t batch_capacity_ = 0;
 };
 

@@ -24,9 +24,8 @@ const char* ImageFormatName(std::span<const uint8_t> b) {
     return "PNM (PPM/PGM/PBM)";
   }
   if (StartsWith(b, "ftyp", 4, 4)) {
-    if (StartsWith(b, "avif", 4, 8) || StartsWith(b, "avis", 4, 8) ||
-        StartsWith(b, "heic", 4, 8) || StartsWith(b, "heix", 4, 8) ||
-        StartsWith(b, "mif1", 4, 8) || StartsWith(b, "msf1", 4, 8)) {
+    if (StartsWith(b, "avif", 4, 8) || StartsWith(b, "avis", 4, 8) || StartsWith(b, "heic", 4, 8) ||
+        StartsWith(b, "heix", 4, 8) || StartsWith(b, "mif1", 4, 8) || StartsWith(b, "msf1", 4, 8)) {
       return "AVIF/HEIF";
     }
   }

@@ -66,10 +66,10 @@ absl::Status WalkPngChunks(std::span<const uint8_t> b, Visit visit) {
     if (length > 0x7FFFFFFFu) return Corrupt("PNG", "chunk length over 2^31");
     const uint8_t* type = b.data() + at + 4;
     if (b.size() - at - 12 < length) {
-      return Truncated("PNG", absl::StrFormat("%s chunk of %d bytes cut at byte %d",
-                                              std::string(reinterpret_cast<const char*>(type), 4)
-                                                  .c_str(),
-                                              length, b.size()));
+      return Truncated("PNG",
+                       absl::StrFormat("%s chunk of %d bytes cut at byte %d",
+                                       std::string(reinterpret_cast<const char*>(type), 4).c_str(),
+                                       length, b.size()));
     }
     for (int i = 0; i < 4; ++i) {
       const uint8_t c = type[i];
@@ -100,11 +100,26 @@ absl::StatusOr<ImageProbe> ProbePng(std::span<const uint8_t> b) {
   int channels = 0;
   bool depth_ok = false;
   switch (color) {
-    case 0: channels = 1; depth_ok = depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16; break;
-    case 2: channels = 3; depth_ok = depth == 8 || depth == 16; break;
-    case 3: channels = 1; depth_ok = depth == 1 || depth == 2 || depth == 4 || depth == 8; break;
-    case 4: channels = 2; depth_ok = depth == 8 || depth == 16; break;
-    case 6: channels = 4; depth_ok = depth == 8 || depth == 16; break;
+    case 0:
+      channels = 1;
+      depth_ok = depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16;
+      break;
+    case 2:
+      channels = 3;
+      depth_ok = depth == 8 || depth == 16;
+      break;
+    case 3:
+      channels = 1;
+      depth_ok = depth == 1 || depth == 2 || depth == 4 || depth == 8;
+      break;
+    case 4:
+      channels = 2;
+      depth_ok = depth == 8 || depth == 16;
+      break;
+    case 6:
+      channels = 4;
+      depth_ok = depth == 8 || depth == 16;
+      break;
     default: break;
   }
   if (!depth_ok || ihdr[10] != 0 || ihdr[11] != 0 || ihdr[12] > 1) {
@@ -190,8 +205,8 @@ absl::StatusOr<ImageProbe> ProbeWebp(std::span<const uint8_t> b) {
   const uint8_t* c = b.data() + 12;
   const uint64_t chunk = Le32(c + 4);
   if (12 + 8 + chunk > riff + 8) {
-    return Corrupt("WebP", absl::StrFormat("first chunk of %d bytes outside the RIFF size %d",
-                                           chunk, riff));
+    return Corrupt(
+        "WebP", absl::StrFormat("first chunk of %d bytes outside the RIFF size %d", chunk, riff));
   }
   const uint8_t* d = c + 8;
   if (std::memcmp(c, "VP8 ", 4) == 0) {
@@ -251,8 +266,8 @@ absl::StatusOr<ImageProbe> ProbeBmp(std::span<const uint8_t> b) {
     const uint64_t row = (static_cast<uint64_t>(w) * bpp + 31) / 32 * 4;
     const uint64_t need = offset + row * static_cast<uint64_t>(h);
     if (need > b.size()) {
-      return Truncated("BMP", absl::StrFormat("%dx%d at %d bits needs %d bytes, the file has %d",
-                                              w, h, bpp, need, b.size()));
+      return Truncated("BMP", absl::StrFormat("%dx%d at %d bits needs %d bytes, the file has %d", w,
+                                              h, bpp, need, b.size()));
     }
   }
   return p;
@@ -340,32 +355,32 @@ absl::Status CheckPngInflate(std::span<const uint8_t> bytes, const ImageProbe& p
   uint64_t produced = 0;
   bool done = false;
   absl::Status verdict = absl::OkStatus();
-  absl::Status walked = WalkPngChunks(bytes, [&](const uint8_t* type, const uint8_t* data,
-                                                 uint32_t length) {
-    if (done || std::memcmp(type, "IDAT", 4) != 0) return;
-    z.next_in = const_cast<uint8_t*>(data);
-    z.avail_in = length;
-    while (z.avail_in > 0 && !done) {
-      z.next_out = window;
-      z.avail_out = sizeof(window);
-      const int rc = inflate(&z, Z_NO_FLUSH);
-      produced += sizeof(window) - z.avail_out;
-      if (produced > allowed) {
-        verdict = absl::InvalidArgumentError(absl::StrFormat(
-            "PNG %dx%d: the IDAT stream inflates to more than the image's %d bytes (a "
-            "decompression bomb)",
-            probe.width, probe.height, raw));
-        done = true;
-      } else if (rc != Z_OK) {
-        done = true;  // end of stream, or corrupt data: the decoder reports it
-      } else if (cpu_deadline_ns != 0 && ThreadCpuNs() > cpu_deadline_ns) {
-        verdict = absl::ResourceExhaustedError(absl::StrFormat(
-            "decoding took more than max_decode_seconds (%g s of CPU; PNG IDAT stream)",
-            max_cpu_seconds));
-        done = true;
-      }
-    }
-  });
+  absl::Status walked =
+      WalkPngChunks(bytes, [&](const uint8_t* type, const uint8_t* data, uint32_t length) {
+        if (done || std::memcmp(type, "IDAT", 4) != 0) return;
+        z.next_in = const_cast<uint8_t*>(data);
+        z.avail_in = length;
+        while (z.avail_in > 0 && !done) {
+          z.next_out = window;
+          z.avail_out = sizeof(window);
+          const int rc = inflate(&z, Z_NO_FLUSH);
+          produced += sizeof(window) - z.avail_out;
+          if (produced > allowed) {
+            verdict = absl::InvalidArgumentError(absl::StrFormat(
+                "PNG %dx%d: the IDAT stream inflates to more than the image's %d bytes (a "
+                "decompression bomb)",
+                probe.width, probe.height, raw));
+            done = true;
+          } else if (rc != Z_OK) {
+            done = true;  // end of stream, or corrupt data: the decoder reports it
+          } else if (cpu_deadline_ns != 0 && ThreadCpuNs() > cpu_deadline_ns) {
+            verdict = absl::ResourceExhaustedError(absl::StrFormat(
+                "decoding took more than max_decode_seconds (%g s of CPU; PNG IDAT stream)",
+                max_cpu_seconds));
+            done = true;
+          }
+        }
+      });
   if (!walked.ok()) return walked;
   return verdict;
 }

@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "core/decode/image_format.h"
 #include "core/base/thread_cpu_clock.h"
+#include "core/decode/image_format.h"
 
 namespace conveyor {
 
@@ -46,8 +46,7 @@ constexpr int kColumnMargin = 1;
 // decoder lost sync with the data.
 bool IsCorruptDataWarning(int code, bool decoding_scans) {
   switch (code) {
-    case JWRN_EXTRANEOUS_DATA:
-      return decoding_scans;
+    case JWRN_EXTRANEOUS_DATA: return decoding_scans;
     case JWRN_JPEG_EOF:
     case JWRN_HIT_MARKER:
     case JWRN_HUFF_BAD_CODE:
@@ -56,10 +55,8 @@ bool IsCorruptDataWarning(int code, bool decoding_scans) {
 #endif
     case JWRN_MUST_RESYNC:
     case JWRN_NOT_SEQUENTIAL:
-    case JWRN_BOGUS_PROGRESSION:
-      return true;
-    default:
-      return false;
+    case JWRN_BOGUS_PROGRESSION: return true;
+    default: return false;
   }
 }
 
@@ -198,7 +195,6 @@ struct JpegDecoder::State {
   }
 
  public:
-
   static State* From(j_common_ptr c) { return static_cast<State*>(c->client_data); }
 
   [[noreturn]] static void ErrorExit(j_common_ptr c) {
@@ -268,22 +264,20 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
                                                    const DecodeLimits& limits) {
   const uint64_t max_pixels = limits.max_pixels;
   state_->image = ImageInProgress();  // drops a header read but never decoded
-  state_->Recreate();                  // every image starts from a clean decompressor
+  state_->Recreate();                 // every image starts from a clean decompressor
   if (!state_->created) return absl::InternalError("libjpeg decompressor could not be created");
   state_->max_memory = limits.max_memory;
   state_->max_cpu_seconds = limits.max_cpu_seconds;
   state_->progress_calls = 0;
-  state_->cpu_deadline_ns =
-      limits.max_cpu_seconds > 0
-          ? ThreadCpuNs() + static_cast<int64_t>(limits.max_cpu_seconds * 1e9)
-          : 0;
+  state_->cpu_deadline_ns = limits.max_cpu_seconds > 0
+                                ? ThreadCpuNs() + static_cast<int64_t>(limits.max_cpu_seconds * 1e9)
+                                : 0;
   // The backstop: libjpeg's memory manager refuses large arrays beyond this
   // (it has no backing store, so an array that does not fit is an error).
   state_->cinfo.mem->max_memory_to_use =
-      limits.max_memory == 0
-          ? 0
-          : static_cast<long>(std::min<uint64_t>(limits.max_memory,
-                                                 std::numeric_limits<long>::max()));
+      limits.max_memory == 0 ? 0
+                             : static_cast<long>(std::min<uint64_t>(
+                                   limits.max_memory, std::numeric_limits<long>::max()));
   if (bytes.empty()) return absl::InvalidArgumentError("empty input (0 bytes)");
   if (bytes.size() < 2 || bytes[0] != 0xFF || bytes[1] != 0xD8) {
     // Named by its magic bytes; file content is never echoed (it may be
@@ -296,7 +290,8 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
   JpegHeader header;
   ImageInProgress image(&state_->cinfo);  // aborted on every return but the last
   if (!ReadHeaderLibjpeg(&header)) return LibjpegError("corrupt JPEG header");
-  const uint64_t pixels = static_cast<uint64_t>(header.width) * static_cast<uint64_t>(header.height);
+  const uint64_t pixels =
+      static_cast<uint64_t>(header.width) * static_cast<uint64_t>(header.height);
   if (pixels > max_pixels) {
     return absl::InvalidArgumentError(absl::StrFormat("image %dx%d exceeds max_pixels %d",
                                                       header.width, header.height, max_pixels));
@@ -309,8 +304,7 @@ absl::StatusOr<JpegHeader> JpegDecoder::ReadHeader(std::span<const uint8_t> byte
           "max_decode_memory (%.1f MiB)",
           header.width, header.height,
           header.progressive ? "progressive" : (MultiScan() ? "multi-scan" : "baseline"),
-          header.components, header.components == 1 ? "" : "s", Mib(need),
-          Mib(limits.max_memory)));
+          header.components, header.components == 1 ? "" : "s", Mib(need), Mib(limits.max_memory)));
     }
   }
   // The scan data starts where libjpeg stopped reading; an intact file has an
@@ -377,24 +371,12 @@ bool JpegDecoder::ReadHeaderLibjpeg(JpegHeader* header) {
   header->progressive = cinfo->progressive_mode != 0;
   header->arithmetic = cinfo->arith_code != 0;
   switch (cinfo->jpeg_color_space) {
-    case JCS_GRAYSCALE:
-      header->color = JpegColor::kGray;
-      break;
-    case JCS_YCbCr:
-      header->color = JpegColor::kYCbCr;
-      break;
-    case JCS_RGB:
-      header->color = JpegColor::kRgb;
-      break;
-    case JCS_CMYK:
-      header->color = JpegColor::kCmyk;
-      break;
-    case JCS_YCCK:
-      header->color = JpegColor::kYcck;
-      break;
-    default:
-      header->color = JpegColor::kOther;
-      break;
+    case JCS_GRAYSCALE: header->color = JpegColor::kGray; break;
+    case JCS_YCbCr: header->color = JpegColor::kYCbCr; break;
+    case JCS_RGB: header->color = JpegColor::kRgb; break;
+    case JCS_CMYK: header->color = JpegColor::kCmyk; break;
+    case JCS_YCCK: header->color = JpegColor::kYcck; break;
+    default: header->color = JpegColor::kOther; break;
   }
   return true;
 }
@@ -411,9 +393,9 @@ absl::Status JpegDecoder::DecodeRegion(const PixelRegion& region, int scale_deno
   const int sh = ScaledSize(static_cast<int>(state_->cinfo.image_height), scale_denom);
   if (region.x0 < 0 || region.y0 < 0 || region.x1 > sw || region.y1 > sh ||
       region.x0 >= region.x1 || region.y0 >= region.y1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1, region.y0,
-        region.y1, sw, sh));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1,
+                        region.y0, region.y1, sw, sh));
   }
   if (!DecodeRegionLibjpeg(region, scale_denom, sink)) return LibjpegError("corrupt JPEG data");
   return absl::OkStatus();

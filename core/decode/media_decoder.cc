@@ -10,8 +10,8 @@ namespace conveyor {
 MediaDecoder::MediaDecoder() = default;
 MediaDecoder::~MediaDecoder() = default;
 
-absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
-                               Rng& rng, uint8_t* out) {
+absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                               uint8_t* out) {
   switch (spec.kind) {
     case MediaKind::kImage:
       if (image_ == nullptr) image_ = std::make_unique<SampleTransformer>();

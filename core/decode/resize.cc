@@ -115,17 +115,17 @@ template <int kGroups>
 __attribute__((target("avx2"), always_inline)) inline void HorizontalRowAvx2Impl(
     const uint8_t* src, uint8_t* dst, int out_size, const int32_t* start, const int32_t* groups,
     const int16_t* vec, int max_groups) {
-  const __m256i shuffle = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
-                                           -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1,
-                                           -1, -1, -1);
+  const __m256i shuffle =
+      _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 6, -1, 9, -1, 7,
+                       -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
   const __m256i half = _mm256_set1_epi32(kHalf);
   const size_t vstride = static_cast<size_t>(max_groups) * 32;
   int xx = 0;
   for (; xx + 2 <= out_size; xx += 2) {
     const HorizontalSums a =
         HorizontalTaps<kGroups>(src + start[xx], vec + xx * vstride, groups[xx], shuffle);
-    const HorizontalSums b = HorizontalTaps<kGroups>(
-        src + start[xx + 1], vec + (xx + 1) * vstride, groups[xx + 1], shuffle);
+    const HorizontalSums b = HorizontalTaps<kGroups>(src + start[xx + 1], vec + (xx + 1) * vstride,
+                                                     groups[xx + 1], shuffle);
     // Per pixel lo + (hi << 15), then fold: [A.lane0 + A.lane1 | B.lane0 + B.lane1].
     const __m256i sa = _mm256_add_epi32(a.lo, _mm256_slli_epi32(a.hi, kLoBits));
     const __m256i sb = _mm256_add_epi32(b.lo, _mm256_slli_epi32(b.hi, kLoBits));
@@ -145,8 +145,8 @@ __attribute__((target("avx2"), always_inline)) inline void HorizontalRowAvx2Impl
         _mm_add_epi32(_mm256_castsi256_si128(a.lo), _mm256_extracti128_si256(a.lo, 1));
     const __m128i hi =
         _mm_add_epi32(_mm256_castsi256_si128(a.hi), _mm256_extracti128_si256(a.hi, 1));
-    __m128i sum = _mm_add_epi32(_mm_add_epi32(lo, _mm_slli_epi32(hi, kLoBits)),
-                                _mm_set1_epi32(kHalf));
+    __m128i sum =
+        _mm_add_epi32(_mm_add_epi32(lo, _mm_slli_epi32(hi, kLoBits)), _mm_set1_epi32(kHalf));
     sum = _mm_srai_epi32(sum, kPrecisionBits);
     const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(sum, sum), sum);
     const int32_t v = _mm_cvtsi128_si32(packed);
@@ -162,26 +162,20 @@ __attribute__((target("avx2"), always_inline)) inline void HorizontalRowAvx2Impl
 // `start` holds each pixel's first tap as a byte offset (3 * pixel).
 __attribute__((target("avx2"))) void HorizontalRowAvx2(const uint8_t* src, uint8_t* dst,
                                                        int out_size, const int32_t* start,
-                                                       const int32_t* groups,
-                                                       const int16_t* vec, int max_groups) {
+                                                       const int32_t* groups, const int16_t* vec,
+                                                       int max_groups) {
   switch (max_groups) {
-    case 1:
-      HorizontalRowAvx2Impl<1>(src, dst, out_size, start, groups, vec, max_groups);
-      break;
-    case 2:
-      HorizontalRowAvx2Impl<2>(src, dst, out_size, start, groups, vec, max_groups);
-      break;
-    default:
-      HorizontalRowAvx2Impl<0>(src, dst, out_size, start, groups, vec, max_groups);
-      break;
+    case 1: HorizontalRowAvx2Impl<1>(src, dst, out_size, start, groups, vec, max_groups); break;
+    case 2: HorizontalRowAvx2Impl<2>(src, dst, out_size, start, groups, vec, max_groups); break;
+    default: HorizontalRowAvx2Impl<0>(src, dst, out_size, start, groups, vec, max_groups); break;
   }
 }
 
 // 32 output bytes per step, int32 lanes: acc += row * w with vpmulld; rows of
 // tmp are padded to a multiple of 32 bytes, so the tail needs no special case.
 __attribute__((target("avx2"))) void VerticalRowAvx2(const uint8_t* tmp, size_t tmp_stride,
-                                                     int first, int count, const int32_t* k,
-                                                     int n, uint8_t* dst) {
+                                                     int first, int count, const int32_t* k, int n,
+                                                     uint8_t* dst) {
   const __m256i half = _mm256_set1_epi32(kHalf);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const uint8_t* base = tmp + static_cast<size_t>(first) * tmp_stride;
@@ -208,8 +202,7 @@ __attribute__((target("avx2"))) void VerticalRowAvx2(const uint8_t* tmp, size_t 
     a3 = _mm256_srai_epi32(a3, kPrecisionBits);
     // packs/packus work per 128-bit lane; the permute restores byte order.
     const __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(a0, a1), _mm256_packs_epi32(a2, a3));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x),
-                        _mm256_permutevar8x32_epi32(b, order));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x), _mm256_permutevar8x32_epi32(b, order));
   }
 }
 
@@ -371,8 +364,8 @@ void Resampler::PushRows(const uint8_t* rows, size_t stride, int count) {
       std::memcpy(dst, rows + 3 * static_cast<size_t>(hfilter_.src_index[0] - hfilter_.src_begin),
                   row_bytes);
     } else if (simd_) {
-      HorizontalRowAvx2(rows, dst, hfilter_.out_size, hbyte_.data(), hgroups_.data(),
-                        hvec_.data(), hmax_groups_);
+      HorizontalRowAvx2(rows, dst, hfilter_.out_size, hbyte_.data(), hgroups_.data(), hvec_.data(),
+                        hmax_groups_);
     } else {
       HorizontalRowScalar(rows, dst, hfilter_, hstart_.data());
     }
@@ -418,7 +411,8 @@ absl::Status ResizeRgb(const uint8_t* src, int width, int height, size_t stride,
   }
   resampler.PushRows(buf.data(), row_bytes, rows);
   const size_t out_row = static_cast<size_t>(x.out_size) * 3;
-  resampler.Finish([&](int yy, const uint8_t* rgb) { std::memcpy(out + yy * out_row, rgb, out_row); });
+  resampler.Finish(
+      [&](int yy, const uint8_t* rgb) { std::memcpy(out + yy * out_row, rgb, out_row); });
   return absl::OkStatus();
 }
 

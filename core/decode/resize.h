@@ -51,11 +51,11 @@ absl::Status ValidateResampleAxis(const ResampleAxis& axis);
 // The fixed-point filter of one axis.
 struct AxisFilter {
   int out_size = 0;
-  int ksize = 0;                 // coefficient slots per output (Pillow's ksize)
-  std::vector<int> first;        // per output: first source index read
-  std::vector<int> count;        // per output: number of taps
-  std::vector<int32_t> coeffs;   // out_size * ksize weights in Q22
-  int src_begin = 0;             // union of all taps: [src_begin, src_end)
+  int ksize = 0;                // coefficient slots per output (Pillow's ksize)
+  std::vector<int> first;       // per output: first source index read
+  std::vector<int> count;       // per output: number of taps
+  std::vector<int32_t> coeffs;  // out_size * ksize weights in Q22
+  int src_begin = 0;            // union of all taps: [src_begin, src_end)
   int src_end = 0;
   // Every output copies exactly one source pixel (weight 1.0): src_index.
   bool identity = false;

@@ -111,9 +111,8 @@ constexpr DeinterleaveMasks kDeinterleave;
 
 // Splits a packed RGB row into three planes (mirrored when flipping), 16
 // pixels per step with SSSE3 shuffles; the tail is scalar.
-__attribute__((target("avx2"))) void DeinterleaveRowSimd(const uint8_t* rgb, int width,
-                                                         bool flip, uint8_t* r, uint8_t* g,
-                                                         uint8_t* b) {
+__attribute__((target("avx2"))) void DeinterleaveRowSimd(const uint8_t* rgb, int width, bool flip,
+                                                         uint8_t* r, uint8_t* g, uint8_t* b) {
   uint8_t* planes[3] = {r, g, b};
   const int f = flip ? 1 : 0;
   int x = 0;
@@ -252,9 +251,9 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
                                          int scale_denom, uint8_t* out) {
   int d = jpeg_ ? scale_denom : 1;
   if (d == 0) {
-    d = spec.dct_scaling ? ChooseScaleDenom(crop.width, crop.height, spec.output_width,
-                                            spec.output_height)
-                         : 1;
+    d = spec.dct_scaling
+            ? ChooseScaleDenom(crop.width, crop.height, spec.output_width, spec.output_height)
+            : 1;
   }
   trace_.crop = crop;
   trace_.flip = flip;
@@ -303,7 +302,8 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
     case DType::kUint8:
       if (!planar && !flip) {
         const size_t row = static_cast<size_t>(w) * 3;
-        resampler_.Finish([&](int yy, const uint8_t* rgb) { std::memcpy(out + yy * row, rgb, row); });
+        resampler_.Finish(
+            [&](int yy, const uint8_t* rgb) { std::memcpy(out + yy * row, rgb, row); });
       } else if (planar && resampler_.simd()) {
         const size_t plane = static_cast<size_t>(w) * h;
         resampler_.Finish([&](int yy, const uint8_t* rgb) {

@@ -7,12 +7,11 @@
 //
 // Both decoders hand the same crop/resize/flip/convert code rows of RGB.
 // Only what the output needs is decoded (JPEG) or converted (the others): the
-// crop's columns and rows (see JpegDecoder), at the smallest DCT scale 1/d (d in 1, 2, 4, 8) that keeps the
-// crop at least as large as the output when spec.dct_scaling is set. At
-// d = 1 the result equals torchvision on a PIL image byte for byte (decode as
-// PIL, Pillow's resampler bit-exact, same flip, float32 normalisation computed
-// as torchvision does); at d > 1 it differs by the DCT-domain downscale (see
-// "Decode accuracy" in bench/README.md for measured figures).
+// crop's columns and rows (see JpegDecoder), at the smallest DCT scale 1/d (d in 1, 2, 4, 8) that
+// keeps the crop at least as large as the output when spec.dct_scaling is set. At d = 1 the result
+// equals torchvision on a PIL image byte for byte (decode as PIL, Pillow's resampler bit-exact,
+// same flip, float32 normalisation computed as torchvision does); at d > 1 it differs by the
+// DCT-domain downscale (see "Decode accuracy" in bench/README.md for measured figures).
 //
 // The engine's default SampleDecoder (core/decode/sample_decoder.h).
 //
@@ -28,12 +27,12 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "core/base/rng.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/ffmpeg_image_decoder.h"
 #include "core/decode/jpeg_decoder.h"
 #include "core/decode/resize.h"
 #include "core/decode/sample_decoder.h"
-#include "core/base/rng.h"
 #include "core/decode/transform_spec.h"
 
 namespace conveyor {
@@ -50,15 +49,15 @@ class SampleTransformer final : public SampleDecoder {
  public:
   // What the last successful Run did; for tests, tools and statistics.
   struct Trace {
-    int image_width = 0;   // full-resolution image
+    int image_width = 0;  // full-resolution image
     int image_height = 0;
-    CropBox crop;          // train: the crop box in full-resolution pixels
-    bool fallback = false; // train: RandomResizedCrop used its centre fallback
-    EvalWindow window;     // eval: the resize + centre-crop window
+    CropBox crop;           // train: the crop box in full-resolution pixels
+    bool fallback = false;  // train: RandomResizedCrop used its centre fallback
+    EvalWindow window;      // eval: the resize + centre-crop window
     bool flip = false;
-    int scale_denom = 1;   // DCT scale 1/scale_denom used for decoding (JPEG only)
+    int scale_denom = 1;      // DCT scale 1/scale_denom used for decoding (JPEG only)
     const char* format = "";  // ImageFormatName of the image
-    PixelRegion decoded;   // region decoded, in scaled-image pixels
+    PixelRegion decoded;      // region decoded, in scaled-image pixels
   };
 
   SampleTransformer();
@@ -96,8 +95,8 @@ class SampleTransformer final : public SampleDecoder {
 
  private:
   absl::Status Start(std::span<const uint8_t> bytes, const TransformSpec& spec);
-  absl::Status RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip,
-                        int scale_denom, uint8_t* out);
+  absl::Status RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip, int scale_denom,
+                        uint8_t* out);
   absl::Status RunEval(const TransformSpec& spec, uint8_t* out);
   // Plans the resampler, decodes the region it reads and writes the output.
   absl::Status Execute(const ResampleAxis& x, int x_origin, const ResampleAxis& y, int y_origin,

@@ -14,12 +14,9 @@ bool Finite(double v) { return std::isfinite(v); }
 
 size_t ElementSize(DType dtype) {
   switch (dtype) {
-    case DType::kUint8:
-      return 1;
-    case DType::kFloat32:
-      return 4;
-    case DType::kFloat16:
-      return 2;
+    case DType::kUint8: return 1;
+    case DType::kFloat32: return 4;
+    case DType::kFloat16: return 2;
   }
   return 0;
 }
@@ -35,8 +32,7 @@ std::vector<int64_t> SampleShape(const TransformSpec& spec) {
       return spec.layout == Layout::kNCHW ? std::vector<int64_t>{t, 3, h, w}
                                           : std::vector<int64_t>{t, h, w, 3};
     }
-    case MediaKind::kAudio:
-      return {spec.audio.channels, spec.audio.clip_samples};
+    case MediaKind::kAudio: return {spec.audio.channels, spec.audio.clip_samples};
   }
   return {};
 }
@@ -49,78 +45,60 @@ size_t SampleBytes(const TransformSpec& spec) {
 
 const char* ToString(MediaKind k) {
   switch (k) {
-    case MediaKind::kImage:
-      return "image";
-    case MediaKind::kVideo:
-      return "video";
-    case MediaKind::kAudio:
-      return "audio";
+    case MediaKind::kImage: return "image";
+    case MediaKind::kVideo: return "video";
+    case MediaKind::kAudio: return "audio";
   }
   return "unknown";
 }
 
 const char* ToString(ClipStart c) {
   switch (c) {
-    case ClipStart::kRandom:
-      return "random";
-    case ClipStart::kCenter:
-      return "center";
-    case ClipStart::kStart:
-      return "start";
+    case ClipStart::kRandom: return "random";
+    case ClipStart::kCenter: return "center";
+    case ClipStart::kStart: return "start";
   }
   return "unknown";
 }
 
 const char* ToString(AugmentMode m) {
   switch (m) {
-    case AugmentMode::kTrain:
-      return "train";
-    case AugmentMode::kEval:
-      return "eval";
+    case AugmentMode::kTrain: return "train";
+    case AugmentMode::kEval: return "eval";
   }
   return "unknown";
 }
 
 const char* ToString(Layout l) {
   switch (l) {
-    case Layout::kNCHW:
-      return "NCHW";
-    case Layout::kNHWC:
-      return "NHWC";
+    case Layout::kNCHW: return "NCHW";
+    case Layout::kNHWC: return "NHWC";
   }
   return "unknown";
 }
 
 const char* ToString(DType d) {
   switch (d) {
-    case DType::kUint8:
-      return "uint8";
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat16:
-      return "float16";
+    case DType::kUint8: return "uint8";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
   }
   return "unknown";
 }
 
 const char* ToString(AudioCrop c) {
   switch (c) {
-    case AudioCrop::kAuto:
-      return "auto";
-    case AudioCrop::kRandom:
-      return "random";
-    case AudioCrop::kCentre:
-      return "centre";
+    case AudioCrop::kAuto: return "auto";
+    case AudioCrop::kRandom: return "random";
+    case AudioCrop::kCentre: return "centre";
   }
   return "unknown";
 }
 
 const char* ToString(AudioPadding p) {
   switch (p) {
-    case AudioPadding::kEnd:
-      return "end";
-    case AudioPadding::kBoth:
-      return "both";
+    case AudioPadding::kEnd: return "end";
+    case AudioPadding::kBoth: return "both";
   }
   return "unknown";
 }
@@ -144,8 +122,8 @@ absl::Status ValidateAudioSpec(const TransformSpec& spec) {
                absl::StrCat("must be within [1, ", kMaxAudioChannels, "], got ", a.channels));
   }
   if (a.clip_samples < 1 || a.clip_samples > kMaxAudioClipSamples) {
-    return bad("audio.clip_samples", absl::StrCat("must be in [1, ", kMaxAudioClipSamples,
-                                                  "], got ", a.clip_samples));
+    return bad("audio.clip_samples",
+               absl::StrCat("must be in [1, ", kMaxAudioClipSamples, "], got ", a.clip_samples));
   }
   if (a.max_samples == 0) return bad("audio.max_samples", "must be > 0");
   if (!Finite(a.max_duration_seconds) || !(a.max_duration_seconds > 0)) {
@@ -173,12 +151,12 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
     return bad("kind", "is not image, video or audio");
   }
   if (spec.output_height <= 0 || spec.output_height > kMaxOutputSide) {
-    return bad("output_height", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
-                                             spec.output_height));
+    return bad("output_height",
+               absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", spec.output_height));
   }
   if (spec.output_width <= 0 || spec.output_width > kMaxOutputSide) {
-    return bad("output_width", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
-                                            spec.output_width));
+    return bad("output_width",
+               absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", spec.output_width));
   }
   for (int c = 0; c < 3; ++c) {
     if (!Finite(spec.mean[c])) return bad("mean", absl::StrCat("[", c, "] is not finite"));
@@ -188,22 +166,20 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
   }
   if (!Finite(spec.scale_min) || !Finite(spec.scale_max) || !(spec.scale_min > 0) ||
       !(spec.scale_min <= spec.scale_max)) {
-    return bad("scale_min/scale_max",
-               absl::StrCat("must satisfy 0 < scale_min <= scale_max, got ", spec.scale_min, ", ",
-                            spec.scale_max));
+    return bad("scale_min/scale_max", absl::StrCat("must satisfy 0 < scale_min <= scale_max, got ",
+                                                   spec.scale_min, ", ", spec.scale_max));
   }
   if (!Finite(spec.ratio_min) || !Finite(spec.ratio_max) || !(spec.ratio_min > 0) ||
       !(spec.ratio_min <= spec.ratio_max)) {
-    return bad("ratio_min/ratio_max",
-               absl::StrCat("must satisfy 0 < ratio_min <= ratio_max, got ", spec.ratio_min, ", ",
-                            spec.ratio_max));
+    return bad("ratio_min/ratio_max", absl::StrCat("must satisfy 0 < ratio_min <= ratio_max, got ",
+                                                   spec.ratio_min, ", ", spec.ratio_max));
   }
   if (!(spec.flip_probability >= 0 && spec.flip_probability <= 1)) {
     return bad("flip_probability", absl::StrCat("must be in [0, 1], got ", spec.flip_probability));
   }
   if (spec.resize_size <= 0 || spec.resize_size > kMaxOutputSide) {
-    return bad("resize_size", absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ",
-                                           spec.resize_size));
+    return bad("resize_size",
+               absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", spec.resize_size));
   }
   if (spec.mode == AugmentMode::kEval &&
       (spec.resize_size < spec.output_height || spec.resize_size < spec.output_width)) {
@@ -228,12 +204,12 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
       return bad("dtype", "must be uint8 for video pipelines (clips are uint8 only)");
     }
     if (v.clip_frames < 1 || v.clip_frames > kMaxClipFrames) {
-      return bad("clip_frames", absl::StrCat("must be in [1, ", kMaxClipFrames, "], got ",
-                                             v.clip_frames));
+      return bad("clip_frames",
+                 absl::StrCat("must be in [1, ", kMaxClipFrames, "], got ", v.clip_frames));
     }
     if (v.frame_stride < 1 || v.frame_stride > kMaxFrameStride) {
-      return bad("frame_stride", absl::StrCat("must be in [1, ", kMaxFrameStride, "], got ",
-                                              v.frame_stride));
+      return bad("frame_stride",
+                 absl::StrCat("must be in [1, ", kMaxFrameStride, "], got ", v.frame_stride));
     }
     if (!Finite(v.fps) || v.fps < 0 || v.fps > kMaxClipFps) {
       return bad("fps", absl::StrCat("must be 0 (use frame_stride) or in (0, ", kMaxClipFps,
@@ -248,8 +224,8 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
     }
     if (v.max_frames_decoded < v.clip_frames || v.max_frames_decoded > (1 << 24)) {
       return bad("max_frames_decoded",
-                 absl::StrCat("must be in [clip_frames (", v.clip_frames, "), ", 1 << 24,
-                              "], got ", v.max_frames_decoded));
+                 absl::StrCat("must be in [clip_frames (", v.clip_frames, "), ", 1 << 24, "], got ",
+                              v.max_frames_decoded));
     }
     if (!Finite(v.max_duration_seconds) || !(v.max_duration_seconds > 0) ||
         v.max_duration_seconds > 1e7) {

@@ -66,8 +66,8 @@ enum class AudioPadding {
 
 // Audio clips (kind audio): the decoder's parameters (core/decode/audio_clip_decoder.h).
 struct AudioSpec {
-  int sample_rate = 16000;     // resampled to this (Hz)
-  int channels = 1;            // C: mixed or upmixed to this many channels (1 or 2)
+  int sample_rate = 16000;       // resampled to this (Hz)
+  int channels = 1;              // C: mixed or upmixed to this many channels (1 or 2)
   int64_t clip_samples = 16000;  // L: samples per channel of one clip
   AudioCrop crop = AudioCrop::kAuto;
   AudioPadding padding = AudioPadding::kEnd;

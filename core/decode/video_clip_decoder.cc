@@ -5,10 +5,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/decode/ffmpeg/display_orientation.h"
 #include "core/decode/ffmpeg/error.h"
 #include "core/decode/ffmpeg/memory_input.h"
-#include "core/base/status_macros.h"
 
 extern "C" {
 #include <libavutil/pixdesc.h>
@@ -44,8 +44,8 @@ const int* YuvCoefficients(AVColorSpace cs) {
 void FlipRows(uint8_t* const planes[3], int width, int height, bool planar) {
   for (int y = 0; y < height; ++y) {
     if (planar) {
-      for (int p = 0; p < 3; ++p) std::reverse(planes[p] + size_t(y) * width,
-                                               planes[p] + size_t(y + 1) * width);
+      for (int p = 0; p < 3; ++p)
+        std::reverse(planes[p] + size_t(y) * width, planes[p] + size_t(y + 1) * width);
     } else {
       uint8_t* row = planes[0] + size_t(y) * width * 3;
       for (int a = 0, b = width - 1; a < b; ++a, --b) {
@@ -79,7 +79,8 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
         absl::StrCat("video: decoding took longer than max_decode_seconds (",
                      spec.max_decode_seconds, " s of CPU)"));
   };
-  absl::StatusOr<std::unique_ptr<AvMemoryInput>> opened = AvMemoryInput::Open(bytes, kWhat, options);
+  absl::StatusOr<std::unique_ptr<AvMemoryInput>> opened =
+      AvMemoryInput::Open(bytes, kWhat, options);
   if (!opened.ok()) {
     if (absl::IsDeadlineExceeded(opened.status())) return over_time();
     return opened.status();
@@ -180,12 +181,8 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     case ClipStart::kRandom:
       s = static_cast<int64_t>(rng.Below(static_cast<uint64_t>(starts)));
       break;
-    case ClipStart::kCenter:
-      s = (starts - 1) / 2;
-      break;
-    case ClipStart::kStart:
-      s = 0;
-      break;
+    case ClipStart::kCenter: s = (starts - 1) / 2; break;
+    case ClipStart::kStart: s = 0; break;
   }
   std::vector<int64_t>& idx = trace_.frame_indices;
   idx.resize(T);
@@ -257,7 +254,8 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     if (spec.mode == AugmentMode::kTrain) {
       CropBox& crop = trace_.crop;  // the box, its origin on the chroma grid
       crop = box;
-      if (const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(static_cast<AVPixelFormat>(f->format))) {
+      if (const AVPixFmtDescriptor* d =
+              av_pix_fmt_desc_get(static_cast<AVPixelFormat>(f->format))) {
         crop.left &= ~((1 << d->log2_chroma_w) - 1);
         crop.top &= ~((1 << d->log2_chroma_h) - 1);
       }
@@ -278,15 +276,22 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     // change (at most once per clip; sws_getCachedContext alone rebuilt it
     // every frame: it compares flags that its initialisation changes for RGB
     // output).
-    const SwsKey key{src_w, src_h, f->format, dst_w, dst_h, static_cast<int>(dst_fmt),
-                     static_cast<int>(f->colorspace), static_cast<int>(f->color_range)};
+    const SwsKey key{src_w,
+                     src_h,
+                     f->format,
+                     dst_w,
+                     dst_h,
+                     static_cast<int>(dst_fmt),
+                     static_cast<int>(f->colorspace),
+                     static_cast<int>(f->color_range)};
     if (sws_ == nullptr || !(key == sws_key_)) {
       sws_key_ = SwsKey{};
       sws_.reset(sws_getContext(src_w, src_h, static_cast<AVPixelFormat>(f->format), dst_w, dst_h,
                                 dst_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr));
       if (sws_ == nullptr) {
-        return SampleError(absl::StrCat("cannot convert frames of pixel format ",
-                                        av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
+        return SampleError(
+            absl::StrCat("cannot convert frames of pixel format ",
+                         av_get_pix_fmt_name(static_cast<AVPixelFormat>(f->format))));
       }
       // As FFmpeg's scale filter: the frame's matrix and range.
       int* inv_table = nullptr;
@@ -308,7 +313,8 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
     } else {
       const size_t plane = size_t(dst_w) * dst_h;
       scratch_.resize(3 * plane);
-      for (int p = 0; p < 3; ++p) target[p] = planar ? scratch_.data() + p * plane : scratch_.data();
+      for (int p = 0; p < 3; ++p)
+        target[p] = planar ? scratch_.data() + p * plane : scratch_.data();
     }
     if (planar) {  // GBRP's planes: G, B, R
       dst[0] = target[1];
@@ -344,12 +350,12 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   auto take = [&](AVFrame* f, bool* done, bool* restart) -> absl::Status {
     if (++trace_.frames_decoded > v.max_frames_decoded) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("video: the clip needs more than max_frames_decoded (",
-                       v.max_frames_decoded, ") decoded frames"));
+          absl::StrCat("video: the clip needs more than max_frames_decoded (", v.max_frames_decoded,
+                       ") decoded frames"));
     }
     if (f->width != stored_width || f->height != stored_height) {
-      return SampleError(absl::StrCat("frame size changed from ", stored_width, "x",
-                                      stored_height, " to ", f->width, "x", f->height));
+      return SampleError(absl::StrCat("frame size changed from ", stored_width, "x", stored_height,
+                                      " to ", f->width, "x", f->height));
     }
     int64_t ts = f->best_effort_timestamp;
     if (ts == AV_NOPTS_VALUE) ts = f->pts;
@@ -445,11 +451,12 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
         rc = avcodec_receive_frame(ctx.get(), frame_.get());
         if (rc == AVERROR(EAGAIN)) break;
         if (rc == AVERROR_EOF) {
-          return absl::DataLossError(absl::StrCat(
-              "video: the stream ended before frame ", idx[next], " of ", n,
-              " decoded (corrupt or truncated file)"));
+          return absl::DataLossError(absl::StrCat("video: the stream ended before frame ",
+                                                  idx[next], " of ", n,
+                                                  " decoded (corrupt or truncated file)"));
         }
-        if (rc < 0) return AvError(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
+        if (rc < 0)
+          return AvError(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
         absl::Status st = take(frame_.get(), &done, &restart);
         av_frame_unref(frame_.get());
         RETURN_IF_ERROR(st);

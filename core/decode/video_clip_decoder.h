@@ -44,8 +44,8 @@
 // video.max_frames_decoded frames decoded per clip, video.max_duration_seconds
 // of video, and max_decode_seconds of this thread's CPU time
 // (core/decode/ffmpeg/decode_budget.h: the demuxer's interrupt callback and reader plus
-// a check per packet; a wall-clock backstop at 10x the budget). FFmpeg's own threads are off (thread_count 1): the
-// engine's workers are the parallelism.
+// a check per packet; a wall-clock backstop at 10x the budget). FFmpeg's own threads are off
+// (thread_count 1): the engine's workers are the parallelism.
 //
 // Thread-safety: not thread-safe; one per worker thread. Frame, packet and
 // scaler state are kept between samples.
@@ -56,9 +56,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/decode/crop_box.h"
 #include "core/decode/ffmpeg/display_orientation.h"
 #include "core/decode/ffmpeg/handles.h"
-#include "core/decode/crop_box.h"
 #include "core/decode/sample_decoder.h"
 
 namespace conveyor {
@@ -67,9 +67,9 @@ class VideoClipDecoder final : public SampleDecoder {
  public:
   // What the last successful Run did (tests, tools).
   struct Trace {
-    int width = 0;   // displayed frame size (after the rotation metadata)
+    int width = 0;  // displayed frame size (after the rotation metadata)
     int height = 0;
-    DisplayOrientation orientation;  // applied to each frame (autorotate)
+    DisplayOrientation orientation;      // applied to each frame (autorotate)
     int64_t frames_in_video = 0;         // frames listed by the demuxer
     std::vector<int64_t> frame_indices;  // clip frame k = video frame frame_indices[k]
     std::vector<int64_t> frame_pts;      // their timestamps (stream time base)

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "core/engine/stream_machine.h"
 #include "core/base/text_escape.h"
+#include "core/engine/stream_machine.h"
 
 namespace conveyor {
 
@@ -42,8 +42,8 @@ absl::Status ApplyFailurePolicy(const PipelineConfig& p, uint64_t samples_seen,
     return absl::DataLossError(absl::StrFormat(
         "pipeline %s: %d of %d samples failed (%.1f%%), above max_failure_rate %.1f%%; last: "
         "sample %d (%s): %s",
-        p.name, samples_failed, samples_seen, 100 * rate, 100 * p.max_failure_rate,
-        f.sample_index, f.path, f.reason));
+        p.name, samples_failed, samples_seen, 100 * rate, 100 * p.max_failure_rate, f.sample_index,
+        f.path, f.reason));
   }
   return absl::OkStatus();
 }

@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
-#include "core/engine/scheduler.h"
 #include "core/base/status_macros.h"
+#include "core/engine/scheduler.h"
 #include "core/engine/stream_machine.h"
 
 namespace conveyor {
@@ -31,7 +31,8 @@ absl::Status ValidateRetry(const EngineOptions& o) {
 }
 
 uint64_t Nanos(absl::Duration d) {
-  return d == absl::InfiniteDuration() ? ~uint64_t{0} : static_cast<uint64_t>(absl::ToInt64Nanoseconds(d));
+  return d == absl::InfiniteDuration() ? ~uint64_t{0}
+                                       : static_cast<uint64_t>(absl::ToInt64Nanoseconds(d));
 }
 
 }  // namespace

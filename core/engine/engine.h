@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/data/file_reader.h"
-#include "core/engine/pipeline_config.h"
 #include "core/decode/sample_decoder.h"
+#include "core/engine/pipeline_config.h"
 #include "core/engine/stats.h"
 #include "core/engine/stream.h"
 #include "core/engine/stream_plan.h"
@@ -28,10 +28,11 @@ namespace conveyor {
 inline constexpr int kMaxEngineThreads = 1024;
 
 struct EngineOptions {
-  int num_threads = 0;               // 0: the number of cores
-  uint32_t fetch_queue_capacity = 0; // fetched-but-not-decoded samples per stream; 0: 2×threads (≥ 4)
-  uint32_t fetch_concurrency = 4;    // fetch tasks running at once per stream
-  uint32_t decode_concurrency = 0;   // decode tasks running at once per stream; 0: threads
+  int num_threads = 0;  // 0: the number of cores
+  uint32_t fetch_queue_capacity =
+      0;  // fetched-but-not-decoded samples per stream; 0: 2×threads (≥ 4)
+  uint32_t fetch_concurrency = 4;   // fetch tasks running at once per stream
+  uint32_t decode_concurrency = 0;  // decode tasks running at once per stream; 0: threads
   // Bytes of fetched samples a stream may hold (waiting for decode or being
   // decoded): no fetch starts while the stream holds this much, so at most
   // fetch_queue_bytes + fetch_concurrency × max_file_bytes are held.
@@ -45,7 +46,7 @@ struct EngineOptions {
   // been tried fetch_retry_max_attempts times, or fetch_retry_deadline has
   // passed since its first failure, the stream fails with UNAVAILABLE naming
   // the file and the errno (a retryable status for the client).
-  uint32_t fetch_retry_max_attempts = 8;                                 // ≥ 1; 1: no retry
+  uint32_t fetch_retry_max_attempts = 8;                                // ≥ 1; 1: no retry
   absl::Duration fetch_retry_initial_backoff = absl::Milliseconds(10);  // ≥ 0
   absl::Duration fetch_retry_max_backoff = absl::Seconds(1);            // ≥ initial
   absl::Duration fetch_retry_deadline = absl::Seconds(30);              // > 0

@@ -9,13 +9,12 @@ const char* ToString(ErrorPolicy p) { return p == ErrorPolicy::kSkip ? "skip" : 
 absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
   if (c.name.empty()) return absl::InvalidArgumentError("pipeline name: must not be empty");
   if (c.dataset == nullptr || c.dataset->size() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("pipeline %s: dataset is empty", c.name));
+    return absl::InvalidArgumentError(absl::StrFormat("pipeline %s: dataset is empty", c.name));
   }
   if (c.order != nullptr && c.order->size() != c.dataset->size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "pipeline %s: its epoch order permutes %d samples, its dataset has %d", c.name,
-        c.order->size(), c.dataset->size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("pipeline %s: its epoch order permutes %d samples, its dataset has %d",
+                        c.name, c.order->size(), c.dataset->size()));
   }
   if (!(c.max_failure_rate >= 0.0 && c.max_failure_rate <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -31,8 +30,7 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
         absl::StrFormat("pipeline %s: max_file_bytes must be positive", c.name));
   }
   if (absl::Status s = ValidateTransformSpec(c.transform); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("pipeline %s: %s", c.name, s.message()));
+    return absl::InvalidArgumentError(absl::StrFormat("pipeline %s: %s", c.name, s.message()));
   }
   return absl::OkStatus();
 }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
-#include "core/decode/media_decoder.h"
 #include "core/base/status_macros.h"
+#include "core/decode/media_decoder.h"
 
 namespace conveyor {
 
@@ -94,9 +94,8 @@ void Scheduler::WakeOne() {
 }
 
 void Scheduler::WorkerLoop() {
-  std::unique_ptr<SampleDecoder> decoder = options_.decoder_factory
-                                               ? options_.decoder_factory()
-                                               : std::make_unique<MediaDecoder>();
+  std::unique_ptr<SampleDecoder> decoder =
+      options_.decoder_factory ? options_.decoder_factory() : std::make_unique<MediaDecoder>();
   Outbox out;
   Task t;
   bool completed_pending = false;  // t ran and waits to be completed
@@ -234,8 +233,7 @@ Stream::Poll Scheduler::TryNext(StreamMachine* s, BatchInfo* batch, absl::Status
   return p;
 }
 
-absl::StatusOr<std::optional<BatchInfo>> Scheduler::Next(StreamMachine* s,
-                                                         absl::Duration timeout) {
+absl::StatusOr<std::optional<BatchInfo>> Scheduler::Next(StreamMachine* s, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   Outbox out;  // the caller's handle keeps s alive: nothing to retire late
   MutexLock lock(&mu_);
@@ -251,7 +249,8 @@ absl::StatusOr<std::optional<BatchInfo>> Scheduler::Next(StreamMachine* s,
       case Stream::Poll::kError: return err;
       case Stream::Poll::kNotReady: break;
     }
-    if (!s->WaitForNews(deadline)) return absl::DeadlineExceededError("no batch within the timeout");
+    if (!s->WaitForNews(deadline))
+      return absl::DeadlineExceededError("no batch within the timeout");
   }
 }
 

@@ -36,8 +36,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/engine/engine.h"
 #include "core/base/mutex.h"
+#include "core/engine/engine.h"
 #include "core/engine/stream_machine.h"
 
 namespace conveyor {

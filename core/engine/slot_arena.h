@@ -26,8 +26,7 @@ class SlotArena {
   // REQUIRES: num_slots > 0, slot_bytes > 0. slot_bytes is rounded up to the
   // page size. `shareable` chooses a memfd (fd() valid) over private memory.
   static absl::StatusOr<std::unique_ptr<SlotArena>> Create(size_t num_slots, size_t slot_bytes,
-                                                           bool shareable,
-                                                           const std::string& name);
+                                                           bool shareable, const std::string& name);
   // Bytes Create(num_slots, slot_bytes, ...) maps: slots rounded up to whole
   // pages. For budgeting before creating.
   static uint64_t MappedBytes(size_t num_slots, size_t slot_bytes);

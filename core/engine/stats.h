@@ -34,12 +34,12 @@ struct StageStats {
   // `failures` split by the absl status code of each failure (index: the
   // code's number, 0-16): a bounded set of reasons for metrics.
   std::array<uint64_t, 17> failures_by_code{};
-  uint64_t busy_ns = 0;          // summed task time of workers in this stage
-  uint64_t wait_input_ns = 0;    // time with no input to work on (starved)
-  uint64_t wait_output_ns = 0;   // time with input but no space to put output
-  uint64_t queue_size = 0;       // items waiting in front of this stage now
-  uint64_t queue_capacity = 0;   // bound of that queue (0: not a queue)
-  uint64_t in_flight = 0;        // tasks of this stage running now
+  uint64_t busy_ns = 0;         // summed task time of workers in this stage
+  uint64_t wait_input_ns = 0;   // time with no input to work on (starved)
+  uint64_t wait_output_ns = 0;  // time with input but no space to put output
+  uint64_t queue_size = 0;      // items waiting in front of this stage now
+  uint64_t queue_capacity = 0;  // bound of that queue (0: not a queue)
+  uint64_t in_flight = 0;       // tasks of this stage running now
 };
 
 struct StreamStats {

@@ -24,9 +24,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/data/sampler.h"
 #include "core/engine/batch_layout.h"
 #include "core/engine/pipeline_config.h"
-#include "core/data/sampler.h"
 #include "core/engine/slot_arena.h"
 #include "core/engine/stats.h"
 
@@ -60,7 +60,7 @@ struct SampleFailure {
 };
 
 struct BatchInfo {
-  uint64_t sequence = 0;        // 0, 1, 2, … over the whole stream
+  uint64_t sequence = 0;  // 0, 1, 2, … over the whole stream
   uint64_t epoch = 0;
   uint64_t batch_in_epoch = 0;  // k
   uint64_t position = 0;        // this rank's samples of `epoch` covered through this batch
@@ -69,8 +69,8 @@ struct BatchInfo {
   // took its batch k: the resume point (StreamOptions::epoch_offset).
   uint64_t offset = 0;
   uint32_t slot = 0;
-  uint32_t num_samples = 0;     // images in the slot (batch_size less failures, or a short last batch)
-  bool end_of_epoch = false;    // the last batch of its epoch
+  uint32_t num_samples = 0;  // images in the slot (batch_size less failures, or a short last batch)
+  bool end_of_epoch = false;  // the last batch of its epoch
   std::vector<SampleFailure> failures;
 };
 

@@ -442,9 +442,8 @@ void StreamMachine::Fail(absl::Status why, Outbox* out) {
 // ---------------------------------------------------------------- statistics
 
 void StreamMachine::UpdateClocks(uint64_t now) {
-  auto set = [&](Stage st, StageClock::State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    clocks_[StageIndex(st)].Set(state, now);
-  };
+  auto set = [&](Stage st, StageClock::State state)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { clocks_[StageIndex(st)].Set(state, now); };
   const bool fetchable = Fetchable() != nullptr || !retries_.empty();
   const bool done = terminal_ || AllStarted();
   set(Stage::kSample, plan_pending_ ? StageClock::kActive : StageClock::kStarved);
@@ -456,8 +455,8 @@ void StreamMachine::UpdateClocks(uint64_t now) {
   } else {
     set(Stage::kFetch, StageClock::kActive);
   }
-  set(Stage::kDecode, fetched_.empty() && decode_inflight_ == 0 ? StageClock::kStarved
-                                                                : StageClock::kActive);
+  set(Stage::kDecode,
+      fetched_.empty() && decode_inflight_ == 0 ? StageClock::kStarved : StageClock::kActive);
   // Collate waits for output space when no slot is free and none is being
   // filled: every slot is ready or held by the consumer (backpressure).
   if (!done && free_slots_.empty() && (open_.empty() || !ready_.empty())) {

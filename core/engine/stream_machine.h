@@ -43,14 +43,14 @@
 #include "absl/status/status.h"
 #include "core/base/mutex.h"
 #include "core/data/file_reader.h"
-#include "core/engine/batch_layout.h"
-#include "core/engine/stream_plan.h"
-#include "core/engine/pipeline_config.h"
-#include "core/decode/sample_decoder.h"
 #include "core/data/sampler.h"
+#include "core/decode/sample_decoder.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/pipeline_config.h"
 #include "core/engine/slot_arena.h"
 #include "core/engine/stats.h"
 #include "core/engine/stream.h"
+#include "core/engine/stream_plan.h"
 
 namespace conveyor {
 
@@ -69,8 +69,8 @@ struct BatchWork {
   uint64_t first = 0;  // index into *plan of the batch's first sample
   uint32_t size = 0;   // samples assigned
   uint32_t slot = 0;
-  uint32_t next_fetch = 0;  // next position to fetch
-  uint32_t done = 0;        // positions finished (written or failed)
+  uint32_t next_fetch = 0;      // next position to fetch
+  uint32_t done = 0;            // positions finished (written or failed)
   std::vector<uint8_t> failed;  // per position
   std::vector<std::pair<uint32_t, SampleFailure>> failures;  // (position, failure)
   uint64_t position_after = 0;
@@ -95,9 +95,9 @@ struct Task {
   BatchWork* batch = nullptr;
   uint32_t position = 0;
   uint32_t buffer = 0;
-  uint32_t attempt = 0;          // fetch: earlier attempts that hit a system error
-  uint64_t first_failure_ns = 0; // fetch: when the first of them failed
-  uint64_t epoch = 0;            // sample: the epoch to plan
+  uint32_t attempt = 0;           // fetch: earlier attempts that hit a system error
+  uint64_t first_failure_ns = 0;  // fetch: when the first of them failed
+  uint64_t epoch = 0;             // sample: the epoch to plan
   // Results, filled by Run.
   absl::Status status;
   std::shared_ptr<const EpochPlan> plan;
@@ -249,7 +249,8 @@ class StreamMachine {
   uint64_t EpochToPlan() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Announces to the source (SampleSource::Prefetch) the samples after
   // `position` of `b`, up to the prefetch window, into the next epoch.
-  void AnnounceAfter(const BatchWork& b, uint32_t position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnnounceAfter(const BatchWork& b, uint32_t position) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the stream delivers `epoch` (streams are whole epochs).
   bool HasEpoch(uint64_t epoch) const;
   void TakeSample(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -298,15 +299,15 @@ class StreamMachine {
 
   // ---- guarded by mu_
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
-  bool terminal_ ABSL_GUARDED_BY(mu_) = false;  // failed or cancelled: no new work
+  bool terminal_ ABSL_GUARDED_BY(mu_) = false;       // failed or cancelled: no new work
   bool consumer_gone_ ABSL_GUARDED_BY(mu_) = false;  // the Stream handle is gone
-  absl::Status error_ ABSL_GUARDED_BY(mu_);      // why it is terminal
+  absl::Status error_ ABSL_GUARDED_BY(mu_);          // why it is terminal
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // next batch to start
   uint64_t next_epoch_ ABSL_GUARDED_BY(mu_) = 0;     // its epoch
   uint64_t next_in_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // its batch_in_epoch
   uint64_t emitted_ ABSL_GUARDED_BY(mu_) = 0;        // batches emitted
   uint64_t samples_emitted_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;   // of emitted batches, failed included
+  uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;  // of emitted batches, failed included
   uint64_t samples_failed_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, std::shared_ptr<const EpochPlan>> plans_ ABSL_GUARDED_BY(mu_);
   bool plan_pending_ ABSL_GUARDED_BY(mu_) = false;

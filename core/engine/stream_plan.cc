@@ -18,9 +18,9 @@ uint64_t BatchesFor(uint64_t samples, uint32_t batch_size) {
 absl::Status CheckFields(const PipelineConfig& p, const StreamOptions& o) {
   if (o.batch_size == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
   if (o.batch_size > p.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "batch_size %d exceeds pipeline %s's max_batch_size %d", o.batch_size, p.name,
-        p.max_batch_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch_size %d exceeds pipeline %s's max_batch_size %d", o.batch_size,
+                        p.name, p.max_batch_size));
   }
   if (o.num_slots == 0) return absl::InvalidArgumentError("credits (num_slots) must be at least 1");
   return absl::OkStatus();
@@ -40,9 +40,9 @@ absl::Status CheckEpochs(const StreamOptions& o) {
   }
   uint64_t end = 0;
   if (__builtin_add_overflow(o.first_epoch, o.num_epochs, &end)) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "first_epoch %d + num_epochs %d overflows the 64-bit epoch number", o.first_epoch,
-        o.num_epochs));
+    return absl::OutOfRangeError(
+        absl::StrFormat("first_epoch %d + num_epochs %d overflows the 64-bit epoch number",
+                        o.first_epoch, o.num_epochs));
   }
   return absl::OkStatus();
 }
@@ -52,15 +52,14 @@ absl::Status CheckEpochs(const StreamOptions& o) {
 absl::Status ApplyResume(const ResumePosition& r, StreamOptions* o) {
   if (o->num_epochs == 0) {
     if (r.epoch < o->first_epoch) {
-      return absl::OutOfRangeError(absl::StrFormat("resume epoch %d is before first_epoch %d",
-                                                   r.epoch, o->first_epoch));
+      return absl::OutOfRangeError(
+          absl::StrFormat("resume epoch %d is before first_epoch %d", r.epoch, o->first_epoch));
     }
   } else {
     const uint64_t end = o->first_epoch + o->num_epochs;  // exclusive; fits (CheckEpochs)
     if (r.epoch < o->first_epoch || r.epoch >= end) {
       return absl::OutOfRangeError(absl::StrFormat(
-          "resume epoch %d is outside the stream's epochs [%d, %d)", r.epoch, o->first_epoch,
-          end));
+          "resume epoch %d is outside the stream's epochs [%d, %d)", r.epoch, o->first_epoch, end));
     }
     o->num_epochs = end - r.epoch;
   }
@@ -122,9 +121,9 @@ absl::StatusOr<StreamPlan> PlanStream(const PipelineConfig& p, const StreamOptio
   plan.layout = BatchLayout::For(p.transform, o.batch_size);
   plan.slot_bytes = SlotArena::MappedBytes(1, plan.layout.slot_bytes);
   if (__builtin_mul_overflow(plan.slot_bytes, uint64_t{o.num_slots}, &plan.arena_bytes)) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "credits (num_slots) %d x %d bytes per slot overflows 64 bits", o.num_slots,
-        plan.slot_bytes));
+    return absl::OutOfRangeError(
+        absl::StrFormat("credits (num_slots) %d x %d bytes per slot overflows 64 bits", o.num_slots,
+                        plan.slot_bytes));
   }
   return plan;
 }

@@ -40,13 +40,13 @@ struct StreamPlan {
   // request's range, epoch_offset = the resume offset).
   StreamOptions options;
   BatchLayout layout;
-  uint64_t slot_bytes = 0;   // one slot as mapped (layout.slot_bytes rounded up to pages)
-  uint64_t arena_bytes = 0;  // options.num_slots × slot_bytes: the stream's slot memory
+  uint64_t slot_bytes = 0;           // one slot as mapped (layout.slot_bytes rounded up to pages)
+  uint64_t arena_bytes = 0;          // options.num_slots × slot_bytes: the stream's slot memory
   uint64_t samples_per_epoch = 0;    // this rank's, in a full epoch
   uint64_t batches_per_epoch = 0;    // ... in batches (the last one may be short)
   uint64_t first_epoch_samples = 0;  // this rank's in the first epoch, after epoch_offset
   uint64_t first_epoch_batches = 0;
-  uint64_t total_batches = 0;        // over the whole stream; 0: endless
+  uint64_t total_batches = 0;  // over the whole stream; 0: endless
 };
 
 // The plan of a stream of `options` on `pipeline` (REQUIRES: a valid

@@ -44,12 +44,13 @@ absl::StatusOr<Access> BuildAccess(const ListenConfig& listen, const AccessConfi
 void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tcp_port) {
   const TlsConfig& tls = listen.tls;
   const size_t tokens = access.tokens.size();
-  spdlog::info("listening on TCP {} (port {}){}{}", listen.tcp, tcp_port,
-               !tls.enabled()              ? ""
-               : tls.require_client_cert   ? ", TLS, client certificates required"
-               : !tls.client_ca.empty()    ? ", TLS, client certificates verified when sent"
-                                           : ", TLS",
-               tokens == 0 ? "" : absl::StrCat(", bearer tokens required (", tokens, " configured)"));
+  spdlog::info(
+      "listening on TCP {} (port {}){}{}", listen.tcp, tcp_port,
+      !tls.enabled()            ? ""
+      : tls.require_client_cert ? ", TLS, client certificates required"
+      : !tls.client_ca.empty()  ? ", TLS, client certificates verified when sent"
+                                : ", TLS",
+      tokens == 0 ? "" : absl::StrCat(", bearer tokens required (", tokens, " configured)"));
   if (tokens > 0) {
     spdlog::info("access: {} bearer token(s); unix socket clients {}", tokens,
                  access.require_token_on_unix ? "need one too" : "need none");

@@ -1,8 +1,8 @@
 #include "server/access/peer_credentials_identifier.h"
 
-#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/base/text_escape.h"
 
 namespace conveyor::server {

@@ -24,8 +24,8 @@ std::string TakeOpenSslErrors() {
 namespace {
 
 absl::Status Bad(const char* field, const std::string& path, const char* what) {
-  return absl::InvalidArgumentError(absl::StrCat("field ", field, ": '", path, "': ", what, " (",
-                                                 TakeOpenSslErrors(), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("field ", field, ": '", path, "': ", what, " (", TakeOpenSslErrors(), ")"));
 }
 
 }  // namespace
@@ -60,9 +60,9 @@ absl::StatusOr<SslCtxPtr> MakeServerSslContext(const TlsConfig& tls) {
     }
     STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(tls.client_ca.c_str());
     if (names != nullptr) SSL_CTX_set_client_CA_list(ctx.get(), names);  // takes ownership
-    SSL_CTX_set_verify(ctx.get(),
-                       SSL_VERIFY_PEER | (tls.require_client_cert ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0),
-                       nullptr);
+    SSL_CTX_set_verify(
+        ctx.get(),
+        SSL_VERIFY_PEER | (tls.require_client_cert ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), nullptr);
   }
   ERR_clear_error();
   return ctx;
@@ -103,9 +103,10 @@ void ReloadingTlsContext::ReloadIfChanged() {
     // Half-written files are common mid-renewal: keep serving with the old
     // context, and try again when the files change again.
     if (!failing_) {
-      spdlog::warn("data socket: the renewed TLS files cannot be used yet ({}); keeping the "
-                   "previous certificate",
-                   std::string(ctx.status().message()));
+      spdlog::warn(
+          "data socket: the renewed TLS files cannot be used yet ({}); keeping the "
+          "previous certificate",
+          std::string(ctx.status().message()));
       failing_ = true;
     }
     stamps_ = now;

@@ -103,7 +103,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeTlsServerCredential
   } else {
     options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   }
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::experimental::TlsServerCredentials(options);
+  std::shared_ptr<grpc::ServerCredentials> creds =
+      grpc::experimental::TlsServerCredentials(options);
   if (creds == nullptr) {
     return absl::InternalError("gRPC could not build TLS server credentials from listen.tls");
   }

@@ -67,8 +67,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& field, const std::s
     }
   }
   if (token.size() < kMinTokenBytes) {
-    return bad(absl::StrCat("holds a token of ", token.size(), " bytes; at least ",
-                            kMinTokenBytes, " are needed (e.g. openssl rand -hex 32)"));
+    return bad(absl::StrCat("holds a token of ", token.size(), " bytes; at least ", kMinTokenBytes,
+                            " are needed (e.g. openssl rand -hex 32)"));
   }
   return token;
 }
@@ -91,9 +91,9 @@ absl::StatusOr<std::unique_ptr<TokenIdentifier>> TokenIdentifier::Create(
     OPENSSL_cleanse(secret->data(), secret->size());
     for (const Token& other : tokens) {
       if (other.digest == t.digest) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "field ", field, ": '", spec.file, "' holds the same token as token '", other.name,
-            "' (every token must be different)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("field ", field, ": '", spec.file, "' holds the same token as token '",
+                         other.name, "' (every token must be different)"));
       }
     }
     tokens.push_back(std::move(t));
@@ -129,7 +129,8 @@ absl::StatusOr<ClientIdentity> TokenIdentifier::Authenticate(
     return absl::UnauthenticatedError(
         "the authorization metadata is not of the form 'Bearer TOKEN'");
   }
-  const Digest presented = DigestOf(absl::StripLeadingAsciiWhitespace(value.substr(sizeof(kBearer) - 1)));
+  const Digest presented =
+      DigestOf(absl::StripLeadingAsciiWhitespace(value.substr(sizeof(kBearer) - 1)));
   // Every token is compared, whatever matched before: the time taken tells
   // nothing of which token (if any) matched.
   const Token* match = nullptr;

@@ -114,8 +114,11 @@ absl::StatusOr<uid_t> LookUpUser(const std::string& name) {
   std::vector<char> buf(16384);
   const int e = ::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
   if (found == nullptr) {
-    if (e != 0) return PosixError(absl::StrCat("cannot look up user '", EscapeText(name, kClientStringCap), "'"), e);
-    return absl::NotFoundError(absl::StrCat("no user named '", EscapeText(name, kClientStringCap), "'"));
+    if (e != 0)
+      return PosixError(
+          absl::StrCat("cannot look up user '", EscapeText(name, kClientStringCap), "'"), e);
+    return absl::NotFoundError(
+        absl::StrCat("no user named '", EscapeText(name, kClientStringCap), "'"));
   }
   return pw.pw_uid;
 }
@@ -126,8 +129,11 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
   std::vector<char> buf(65536);
   const int e = ::getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found);
   if (found == nullptr) {
-    if (e != 0) return PosixError(absl::StrCat("cannot look up group '", EscapeText(name, kClientStringCap), "'"), e);
-    return absl::NotFoundError(absl::StrCat("no group named '", EscapeText(name, kClientStringCap), "'"));
+    if (e != 0)
+      return PosixError(
+          absl::StrCat("cannot look up group '", EscapeText(name, kClientStringCap), "'"), e);
+    return absl::NotFoundError(
+        absl::StrCat("no group named '", EscapeText(name, kClientStringCap), "'"));
   }
   return gr.gr_gid;
 }
@@ -137,10 +143,14 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
 absl::StatusOr<UnixAccessPolicy> ResolveUnixAccess(const ListenConfig& l) {
   std::set<uid_t> allowed_uids, operator_uids;
   std::set<gid_t> allowed_gids, operator_gids;
-  RETURN_IF_ERROR(ResolveIds(l.allowed_uids, "listen.allowed_uids", "user", LookUpUser, &allowed_uids));
-  RETURN_IF_ERROR(ResolveIds(l.allowed_gids, "listen.allowed_gids", "group", LookUpGroup, &allowed_gids));
-  RETURN_IF_ERROR(ResolveIds(l.operator_uids, "listen.operator_uids", "user", LookUpUser, &operator_uids));
-  RETURN_IF_ERROR(ResolveIds(l.operator_gids, "listen.operator_gids", "group", LookUpGroup, &operator_gids));
+  RETURN_IF_ERROR(
+      ResolveIds(l.allowed_uids, "listen.allowed_uids", "user", LookUpUser, &allowed_uids));
+  RETURN_IF_ERROR(
+      ResolveIds(l.allowed_gids, "listen.allowed_gids", "group", LookUpGroup, &allowed_gids));
+  RETURN_IF_ERROR(
+      ResolveIds(l.operator_uids, "listen.operator_uids", "user", LookUpUser, &operator_uids));
+  RETURN_IF_ERROR(
+      ResolveIds(l.operator_gids, "listen.operator_gids", "group", LookUpGroup, &operator_gids));
   return UnixAccessPolicy(std::move(allowed_uids), std::move(allowed_gids),
                           std::move(operator_uids), std::move(operator_gids), ::geteuid());
 }

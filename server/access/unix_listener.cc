@@ -42,10 +42,9 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Start(const std::str
   std::unique_ptr<UnixListener> l(new UnixListener(path, *std::move(loop), std::move(policy),
                                                    connections, std::move(on_accept)));
   UnixListener* raw = l.get();
-  absl::StatusOr<std::unique_ptr<LoopListener>> listener =
-      LoopListener::Create("unix socket", raw->loop_.get(), *std::move(listening),
-                           EventKey(EventTag::kListen, 0),
-                           [raw](UniqueFd conn) { raw->Admit(std::move(conn)); });
+  absl::StatusOr<std::unique_ptr<LoopListener>> listener = LoopListener::Create(
+      "unix socket", raw->loop_.get(), *std::move(listening), EventKey(EventTag::kListen, 0),
+      [raw](UniqueFd conn) { raw->Admit(std::move(conn)); });
   if (!listener.ok()) return fail(listener.status());
   l->listener_ = *std::move(listener);
   l->thread_ = std::thread([raw] { raw->Run(); });
@@ -88,8 +87,7 @@ void UnixListener::Admit(UniqueFd conn) {
     return;  // closes it before gRPC sees a byte
   }
   if (!connections_->Add(conn.get(), peer->credentials, policy_.IsOperator(*peer))) {
-    spdlog::warn("unix socket: connection of pid {} closed: cannot stat it",
-                 peer->credentials.pid);
+    spdlog::warn("unix socket: connection of pid {} closed: cannot stat it", peer->credentials.pid);
     return;
   }
   on_accept_(std::move(conn));

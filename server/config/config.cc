@@ -31,16 +31,15 @@ const Section<DaemonConfig>& PerClientSection() {
   using schema::Size;
   using schema::Uint;
   static const Section<DaemonConfig> kSection({
-      Uint<DaemonConfig>("max_streams",
-                         [](DaemonConfig& c) -> auto& { return c.per_client.max_streams; }, 0,
-                         kMaxStreams, "streams one client may have open at once (0: no limit)"),
-      Uint<DaemonConfig>("max_credits",
-                         [](DaemonConfig& c) -> auto& { return c.per_client.max_credits; }, 0,
-                         kMaxCreditsPerClient,
-                         "credits one client may hold over its open streams (0: no limit)"),
-      Size<DaemonConfig>("max_memory",
-                         [](DaemonConfig& c) -> auto& { return c.per_client.max_bytes; }, 0,
-                         "slot memory one client may reserve (0: no limit)", MemoryOf),
+      Uint<DaemonConfig>(
+          "max_streams", [](DaemonConfig & c) -> auto& { return c.per_client.max_streams; }, 0,
+          kMaxStreams, "streams one client may have open at once (0: no limit)"),
+      Uint<DaemonConfig>(
+          "max_credits", [](DaemonConfig & c) -> auto& { return c.per_client.max_credits; }, 0,
+          kMaxCreditsPerClient, "credits one client may hold over its open streams (0: no limit)"),
+      Size<DaemonConfig>(
+          "max_memory", [](DaemonConfig & c) -> auto& { return c.per_client.max_bytes; }, 0,
+          "slot memory one client may reserve (0: no limit)", MemoryOf),
   });
   return kSection;
 }
@@ -48,7 +47,7 @@ const Section<DaemonConfig>& PerClientSection() {
 const Section<DaemonConfig>& MetricsSection() {
   static const Section<DaemonConfig> kSection({
       schema::String<DaemonConfig>(
-          "listen", [](DaemonConfig& c) -> auto& { return c.metrics.listen; },
+          "listen", [](DaemonConfig & c) -> auto& { return c.metrics.listen; },
           "the HTTP listener of the Prometheus endpoint `/metrics`")
           .WithType("`IPV4:PORT` or `[IPV6]:PORT`")
           .WithDefault("none (off)")
@@ -73,8 +72,9 @@ const Section<DaemonConfig>& DaemonSection() {
       Manual<DaemonConfig>("listen", "map", "none", "where the daemon listens")
           .WithSubRows(ListenDocs()),
       Manual<DaemonConfig>("access", "map", "none", "bearer tokens").WithSubRows(AccessDocs()),
-      Uint<DaemonConfig>("threads", [](DaemonConfig& c) -> auto& { return c.engine.num_threads; },
-                         0, kMaxEngineThreads, "engine worker threads (0: one per CPU usable)"),
+      Uint<DaemonConfig>(
+          "threads", [](DaemonConfig & c) -> auto& { return c.engine.num_threads; }, 0,
+          kMaxEngineThreads, "engine worker threads (0: one per CPU usable)"),
       Size<DaemonConfig>("memory_budget", &DaemonConfig::memory_budget, kMinMemoryBudget,
                          "slot memory for all open streams together", MemoryOf)
           .WithDefault("25% of RAM (or of the cgroup memory limit), at most 16 GiB, at least "
@@ -86,22 +86,23 @@ const Section<DaemonConfig>& DaemonSection() {
                            "a stream holding slots while nothing moves is ended (0: never)"),
       Manual<DaemonConfig>("per_client", "map", "none", "what one client may hold")
           .WithSubRows(PerClientSection().Docs()),
-      Custom<DaemonConfig>(
-          "allowed_roots", "list of paths", "none (any path)",
-          "folders that datasets may come from",
-          [](const YamlFields& y, const YAML::Node& ar, const std::string& field,
-             DaemonConfig* c) -> absl::Status {
-            if (!ar.IsSequence()) {
-              return y.Error(field, ar, absl::StrCat("expected a list of directories, got ",
-                                                     DescribeNode(ar)));
-            }
-            for (size_t i = 0; i < ar.size(); ++i) {
-              std::string p;
-              RETURN_IF_ERROR(y.ReadPath(ar[i], absl::StrCat(field, "[", i, "]"), &p));
-              c->allowed_roots.push_back(p);
-            }
-            return absl::OkStatus();
-          }),
+      Custom<DaemonConfig>("allowed_roots", "list of paths", "none (any path)",
+                           "folders that datasets may come from",
+                           [](const YamlFields& y, const YAML::Node& ar, const std::string& field,
+                              DaemonConfig* c) -> absl::Status {
+                             if (!ar.IsSequence()) {
+                               return y.Error(field, ar,
+                                              absl::StrCat("expected a list of directories, got ",
+                                                           DescribeNode(ar)));
+                             }
+                             for (size_t i = 0; i < ar.size(); ++i) {
+                               std::string p;
+                               RETURN_IF_ERROR(
+                                   y.ReadPath(ar[i], absl::StrCat(field, "[", i, "]"), &p));
+                               c->allowed_roots.push_back(p);
+                             }
+                             return absl::OkStatus();
+                           }),
       String<DaemonConfig>("log_level", &DaemonConfig::log_level, "the least severe level logged")
           .WithCheck([](const DaemonConfig& c) { return ValidateLogLevel(c.log_level); }),
       String<DaemonConfig>("log_format", &DaemonConfig::log_format,
@@ -114,8 +115,7 @@ const Section<DaemonConfig>& DaemonSection() {
                            kMaxShutdownSeconds, "how long calls may take to finish at shutdown"),
       Manual<DaemonConfig>("engine", "map", "none", "per-stream limits of the engine")
           .WithSubRows(EngineDocs()),
-      Manual<DaemonConfig>("remote", "map", "none", "HTTP(S)/S3 reads")
-          .WithSubRows(RemoteDocs()),
+      Manual<DaemonConfig>("remote", "map", "none", "HTTP(S)/S3 reads").WithSubRows(RemoteDocs()),
       Manual<DaemonConfig>("pipelines", "map name → pipeline", "required",
                            "the pipelines clients may open (at least one)")
           .WithSubRows({}, /*own=*/true),
@@ -239,9 +239,9 @@ absl::Status ValidateDaemonFields(const DaemonConfig& c) {
 absl::StatusOr<DaemonConfig> ParseConfig(const std::string& yaml, const std::string& file_name,
                                          const std::string& base_dir, const SystemInfo& system) {
   if (base_dir.empty() || base_dir[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file_name, ": the folder relative paths resolve against must be absolute, got '",
-                     base_dir, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_name, ": the folder relative paths resolve against must be absolute, got '", base_dir,
+        "'"));
   }
   DaemonConfig c;
   c.source = file_name;

@@ -67,8 +67,8 @@ struct DaemonConfig {
   // A stream whose client holds slots without releasing any while nothing
   // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.
   double stream_idle_timeout_seconds = 300.0;
-  remote::RemoteOptions remote;  // the `remote` section: HTTP(S)/S3 reads
-  ClientLimits per_client;  // per_client.*: what one client may hold; 0 = no limit
+  remote::RemoteOptions remote;         // the `remote` section: HTTP(S)/S3 reads
+  ClientLimits per_client;              // per_client.*: what one client may hold; 0 = no limit
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
   SystemInfo system;                    // the machine "N%" sizes were taken of
 };

@@ -46,8 +46,7 @@ std::vector<DatasetPath> DatasetPaths(const PipelineSpec& spec) {
 std::string OutsideAllowedRoots(const std::string& path, const std::string& real,
                                 const std::vector<std::string>& allowed_roots) {
   return absl::StrCat("'", path, "'", real != path ? absl::StrCat(" (really '", real, "')") : "",
-                      " lies outside the allowed roots [", absl::StrJoin(allowed_roots, ", "),
-                      "]");
+                      " lies outside the allowed roots [", absl::StrJoin(allowed_roots, ", "), "]");
 }
 
 bool PathIsUnder(const std::string& path, const std::string& root) {

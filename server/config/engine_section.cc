@@ -20,8 +20,8 @@ constexpr double kMinRetryDeadlineSeconds = 0.001;
 constexpr double kMaxRetryDeadlineSeconds = 86400;
 
 // A duration written as whole milliseconds.
-FieldSpec<EngineOptions> Millis(std::string key, absl::Duration EngineOptions::*member,
-                                uint64_t hi, std::string doc) {
+FieldSpec<EngineOptions> Millis(std::string key, absl::Duration EngineOptions::*member, uint64_t hi,
+                                std::string doc) {
   return schema::Custom<EngineOptions>(
       std::move(key), UintType(0, hi),
       Quoted(absl::StrCat(absl::ToInt64Milliseconds(EngineOptions{}.*member))), std::move(doc),
@@ -78,13 +78,13 @@ absl::Status ParseEngine(const YamlFields& y, const YAML::Node& n, EngineOptions
   // Errors of the system (out of fds, EIO, ...) while fetching a sample are
   // retried with backoff, then the stream ends with UNAVAILABLE.
   if (e->fetch_retry_max_backoff < e->fetch_retry_initial_backoff) {
-    return y.Error("engine.fetch_retry_max_backoff_ms",
-                   n["fetch_retry_max_backoff_ms"] ? n["fetch_retry_max_backoff_ms"]
-                                                   : n["fetch_retry_initial_backoff_ms"],
-                   absl::StrCat("must be at least fetch_retry_initial_backoff_ms (",
-                                absl::ToInt64Milliseconds(e->fetch_retry_initial_backoff),
-                                " ms), got ",
-                                absl::ToInt64Milliseconds(e->fetch_retry_max_backoff), " ms"));
+    return y.Error(
+        "engine.fetch_retry_max_backoff_ms",
+        n["fetch_retry_max_backoff_ms"] ? n["fetch_retry_max_backoff_ms"]
+                                        : n["fetch_retry_initial_backoff_ms"],
+        absl::StrCat("must be at least fetch_retry_initial_backoff_ms (",
+                     absl::ToInt64Milliseconds(e->fetch_retry_initial_backoff), " ms), got ",
+                     absl::ToInt64Milliseconds(e->fetch_retry_max_backoff), " ms"));
   }
   return absl::OkStatus();
 }

@@ -20,21 +20,19 @@ constexpr size_t kMaxIdLength = 256;
 FieldSpec<ListenConfig> IdList(std::string key, std::vector<std::string> ListenConfig::*member,
                                const char* what, std::string doc) {
   return schema::Custom<ListenConfig>(
-      std::move(key), absl::StrCat("list of ", what, " names or numbers"), "none",
-      std::move(doc),
+      std::move(key), absl::StrCat("list of ", what, " names or numbers"), "none", std::move(doc),
       [member](const YamlFields& y, const YAML::Node& n, const std::string& field,
                ListenConfig* out) -> absl::Status {
         if (!n.IsSequence()) {
-          return y.Error(field, n, absl::StrCat("expected a list of names or numbers, got ",
-                                                DescribeNode(n)));
+          return y.Error(
+              field, n, absl::StrCat("expected a list of names or numbers, got ", DescribeNode(n)));
         }
         for (size_t i = 0; i < n.size(); ++i) {
           const std::string item = absl::StrCat(field, "[", i, "]");
           std::string v;
           RETURN_IF_ERROR(y.ReadString(n[i], item, &v));
-          const bool printable = std::all_of(v.begin(), v.end(), [](char ch) {
-            return ch > ' ' && ch < 0x7f && ch != ':';
-          });
+          const bool printable = std::all_of(
+              v.begin(), v.end(), [](char ch) { return ch > ' ' && ch < 0x7f && ch != ':'; });
           if (v.empty() || v.size() > kMaxIdLength || !printable) {
             return y.Error(item, n[i], "expected a user or group name or number");
           }
@@ -82,21 +80,20 @@ const Section<ListenConfig>& ListenSection() {
   using schema::Manual;
   using schema::String;
   static const Section<ListenConfig> kSection({
-      Custom<ListenConfig>(
-          "unix", "path", Quoted(kDefaultUnixSocket),
-          "the unix socket of the gRPC service (`\"\"`: none); at most 104 bytes",
-          [](const YamlFields& y, const YAML::Node& n, const std::string& field,
-             ListenConfig* l) -> absl::Status {
-            std::string s;
-            RETURN_IF_ERROR(y.ReadString(n, field, &s));
-            l->unix_path = s.empty() ? "" : ResolvePath(y.base_dir(), s);
-            if (!l->unix_path.empty()) {
-              if (absl::Status st = ValidateUnixPath(l->unix_path); !st.ok()) {
-                return y.Error(field, n, std::string(st.message()));
-              }
-            }
-            return absl::OkStatus();
-          }),
+      Custom<ListenConfig>("unix", "path", Quoted(kDefaultUnixSocket),
+                           "the unix socket of the gRPC service (`\"\"`: none); at most 104 bytes",
+                           [](const YamlFields& y, const YAML::Node& n, const std::string& field,
+                              ListenConfig* l) -> absl::Status {
+                             std::string s;
+                             RETURN_IF_ERROR(y.ReadString(n, field, &s));
+                             l->unix_path = s.empty() ? "" : ResolvePath(y.base_dir(), s);
+                             if (!l->unix_path.empty()) {
+                               if (absl::Status st = ValidateUnixPath(l->unix_path); !st.ok()) {
+                                 return y.Error(field, n, std::string(st.message()));
+                               }
+                             }
+                             return absl::OkStatus();
+                           }),
       Custom<ListenConfig>(
           "unix_mode", "octal string", "`\"0660\"`",
           "permissions of the socket and its `.fd` sibling (owner rw, nothing for others)",

@@ -10,14 +10,14 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/posix_error.h"
+#include "core/base/status_macros.h"
+#include "core/base/text_escape.h"
 #include "core/data/dataset_index.h"
 #include "core/data/local_range_reader.h"
 #include "core/data/shard_order.h"
 #include "core/data/tar_dataset.h"
 #include "core/data/tar_shard_source.h"
-#include "core/base/posix_error.h"
-#include "core/base/text_escape.h"
-#include "core/base/status_macros.h"
 #include "remote/remote_reader.h"
 #include "remote/url_sample_source.h"
 #include "server/config/yaml_fields.h"
@@ -81,8 +81,8 @@ namespace {
 // One dataset as loaded, shared by the pipelines that name it.
 struct LoadedDataset {
   std::shared_ptr<const DatasetIndex> index;
-  std::shared_ptr<const TarDataset> tar;    // tar shards only
-  std::shared_ptr<const EpochOrder> order;  // tar shards only
+  std::shared_ptr<const TarDataset> tar;                // tar shards only
+  std::shared_ptr<const EpochOrder> order;              // tar shards only
   std::shared_ptr<const ByteRangeReader> shard_reader;  // tar shards only: local or remote
 };
 
@@ -128,9 +128,9 @@ std::string DatasetName(const DatasetSpec& d) {
     case DatasetSpec::Kind::kListFile:
     case DatasetSpec::Kind::kUrlList: return d.list;
     case DatasetSpec::Kind::kTarShards:
-      return d.shards.size() == 1 ? d.shards.front()
-                                  : absl::StrCat(d.shards.front(), " (+", d.shards.size() - 1,
-                                                 " shards)");
+      return d.shards.size() == 1
+                 ? d.shards.front()
+                 : absl::StrCat(d.shards.front(), " (+", d.shards.size() - 1, " shards)");
   }
   return "";
 }
@@ -144,8 +144,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   std::vector<std::shared_ptr<const PipelineConfig>> out;
   // One reader (one I/O thread) for every URL dataset and remote shard of this config.
   std::shared_ptr<const remote::RemoteReader> reader;
-  RemoteReaderGetter get_reader =
-      [&]() -> absl::StatusOr<std::shared_ptr<const ByteRangeReader>> {
+  RemoteReaderGetter get_reader = [&]() -> absl::StatusOr<std::shared_ptr<const ByteRangeReader>> {
     if (reader == nullptr) {
       absl::StatusOr<std::shared_ptr<remote::RemoteReader>> r =
           remote::MakeRemoteRangeReader(config.remote);
@@ -169,9 +168,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<LoadedDataset> dataset = LoadDataset(d, media, get_reader);
       if (!dataset.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field,
-                                                       DatasetField(d), ": ",
-                                                       dataset.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            config.source, ": field ", field, DatasetField(d), ": ", dataset.status().message()));
       }
       const std::shared_ptr<const DatasetIndex>& index = dataset->index;
       const double ms =
@@ -185,9 +183,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
         spdlog::warn("dataset {}: {}", EscapeText(d.root), ignored);
       }
       if (dataset->tar != nullptr && dataset->tar->ignored() > 0) {
-        spdlog::warn("dataset {}: {} tar entries belong to no sample with an image (no key, "
-                     "no image member, or not a regular file)",
-                     DatasetName(d), dataset->tar->ignored());
+        spdlog::warn(
+            "dataset {}: {} tar entries belong to no sample with an image (no key, "
+            "no image member, or not a regular file)",
+            DatasetName(d), dataset->tar->ignored());
       }
       it = loaded.emplace(key, *std::move(dataset)).first;
     }
@@ -205,8 +204,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
           remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes);
       if (!source.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", field,
-                                                       ".urls: ", source.status().message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(config.source, ": field ", field, ".urls: ", source.status().message()));
       }
       pc->source = *std::move(source);
     }

@@ -44,29 +44,29 @@ const Section<AudioSpec>& AudioSection() {
             RETURN_IF_ERROR(y.ReadDouble(n, field, kMinClipSeconds, kMaxClipSeconds, &seconds));
             const double samples = std::round(seconds * a->sample_rate);
             if (samples < 1 || samples > static_cast<double>(kMaxAudioClipSamples)) {
-              return y.Error(field, n,
-                             absl::StrCat("gives ", absl::StrFormat("%.0f", samples),
-                                          " samples at ", a->sample_rate, " Hz; must be 1 to ",
-                                          kMaxAudioClipSamples));
+              return y.Error(
+                  field, n,
+                  absl::StrCat("gives ", absl::StrFormat("%.0f", samples), " samples at ",
+                               a->sample_rate, " Hz; must be 1 to ", kMaxAudioClipSamples));
             }
             a->clip_samples = static_cast<int64_t>(samples);
             return absl::OkStatus();
           }),
-      Enum<AudioSpec>("crop", &AudioSpec::crop,
-                      std::vector<std::pair<std::string, AudioCrop>>{
-                          {"auto", AudioCrop::kAuto},
-                          {"random", AudioCrop::kRandom},
-                          {"centre", AudioCrop::kCentre},
-                          {"center", AudioCrop::kCentre}},
-                      "where the clip lies in a longer file"),
+      Enum<AudioSpec>(
+          "crop", &AudioSpec::crop,
+          std::vector<std::pair<std::string, AudioCrop>>{{"auto", AudioCrop::kAuto},
+                                                         {"random", AudioCrop::kRandom},
+                                                         {"centre", AudioCrop::kCentre},
+                                                         {"center", AudioCrop::kCentre}},
+          "where the clip lies in a longer file"),
       Enum<AudioSpec>("padding", &AudioSpec::padding,
                       std::vector<std::pair<std::string, AudioPadding>>{
                           {"end", AudioPadding::kEnd}, {"both", AudioPadding::kBoth}},
                       "where the zeros of a shorter file go"),
       Uint<AudioSpec>("max_samples", &AudioSpec::max_samples, 1, kMaxAudioSamples,
                       "samples per channel a file may decode to"),
-      Number<AudioSpec>("max_duration_seconds", &AudioSpec::max_duration_seconds,
-                        kMinLimitSeconds, kMaxMediaDurationSeconds,
+      Number<AudioSpec>("max_duration_seconds", &AudioSpec::max_duration_seconds, kMinLimitSeconds,
+                        kMaxMediaDurationSeconds,
                         "a file declaring or decoding to a longer duration fails"),
   });
   return kSection;
@@ -80,32 +80,34 @@ const Section<PipelineSpec>& VideoSection() {
   using schema::Number;
   using schema::Uint;
   static const Section<PipelineSpec> kSection({
-      Uint<PipelineSpec>("clip_frames",
-                         [](PipelineSpec& p) -> auto& { return Video(p).clip_frames; }, 1,
-                         kMaxClipFrames, "video: frames per clip (T)"),
-      Uint<PipelineSpec>("frame_stride",
-                         [](PipelineSpec& p) -> auto& { return Video(p).frame_stride; }, 1,
-                         kMaxFrameStride, "video: every `frame_stride`-th frame"),
-      Number<PipelineSpec>("fps", [](PipelineSpec& p) -> auto& { return Video(p).fps; },
-                           kMinLimitSeconds, kMaxClipFps, "video: sample by time at this rate")
+      Uint<PipelineSpec>(
+          "clip_frames", [](PipelineSpec & p) -> auto& { return Video(p).clip_frames; }, 1,
+          kMaxClipFrames, "video: frames per clip (T)"),
+      Uint<PipelineSpec>(
+          "frame_stride", [](PipelineSpec & p) -> auto& { return Video(p).frame_stride; }, 1,
+          kMaxFrameStride, "video: every `frame_stride`-th frame"),
+      Number<PipelineSpec>(
+          "fps", [](PipelineSpec & p) -> auto& { return Video(p).fps; }, kMinLimitSeconds,
+          kMaxClipFps, "video: sample by time at this rate")
           .WithDefault("none"),
-      Enum<PipelineSpec>("clip_start", [](PipelineSpec& p) -> auto& { return Video(p).clip_start; },
-                         std::vector<std::pair<std::string, ClipStart>>{
-                             {"random", ClipStart::kRandom},
-                             {"center", ClipStart::kCenter},
-                             {"start", ClipStart::kStart}},
-                         "video: where the clip starts")
+      Enum<PipelineSpec>(
+          "clip_start", [](PipelineSpec & p) -> auto& { return Video(p).clip_start; },
+          std::vector<std::pair<std::string, ClipStart>>{{"random", ClipStart::kRandom},
+                                                         {"center", ClipStart::kCenter},
+                                                         {"start", ClipStart::kStart}},
+          "video: where the clip starts")
           .WithDefault("`random` (train), `center` (eval)"),
-      Uint<PipelineSpec>("max_frames_decoded",
-                         [](PipelineSpec& p) -> auto& { return Video(p).max_frames_decoded; }, 1,
-                         kMaxFramesDecoded,
-                         "video: frames one clip may decode (at least `clip_frames`)"),
-      Number<PipelineSpec>("max_duration_seconds",
-                           [](PipelineSpec& p) -> auto& { return Video(p).max_duration_seconds; },
-                           kMinLimitSeconds, kMaxMediaDurationSeconds,
-                           "video: longer videos are bad samples"),
-      Bool<PipelineSpec>("autorotate", [](PipelineSpec& p) -> auto& { return Video(p).autorotate; },
-                         "video: apply the stream's rotation metadata"),
+      Uint<PipelineSpec>(
+          "max_frames_decoded",
+          [](PipelineSpec & p) -> auto& { return Video(p).max_frames_decoded; }, 1,
+          kMaxFramesDecoded, "video: frames one clip may decode (at least `clip_frames`)"),
+      Number<PipelineSpec>(
+          "max_duration_seconds",
+          [](PipelineSpec & p) -> auto& { return Video(p).max_duration_seconds; }, kMinLimitSeconds,
+          kMaxMediaDurationSeconds, "video: longer videos are bad samples"),
+      Bool<PipelineSpec>(
+          "autorotate", [](PipelineSpec & p) -> auto& { return Video(p).autorotate; },
+          "video: apply the stream's rotation metadata"),
   });
   return kSection;
 }
@@ -126,8 +128,7 @@ absl::Status ParseVideo(const YamlFields& y, const std::string& f, const YAML::N
   }
   RETURN_IF_ERROR(s.ReadFields(y, n, f, p));
   if (v.max_frames_decoded < v.clip_frames) {
-    return y.Error(f + ".max_frames_decoded",
-                   n["max_frames_decoded"] ? n["max_frames_decoded"] : n,
+    return y.Error(f + ".max_frames_decoded", n["max_frames_decoded"] ? n["max_frames_decoded"] : n,
                    absl::StrCat("must be at least clip_frames (", v.clip_frames, "), got ",
                                 v.max_frames_decoded));
   }

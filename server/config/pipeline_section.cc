@@ -37,8 +37,8 @@ std::string ListType(size_t count, double lo, double hi) {
 }
 
 // mean, std: three numbers within [lo, hi].
-FieldSpec<PipelineSpec> Triple(std::string key, std::array<float, 3> TransformSpec::*m,
-                               double lo, double hi, std::string doc) {
+FieldSpec<PipelineSpec> Triple(std::string key, std::array<float, 3> TransformSpec::*m, double lo,
+                               double hi, std::string doc) {
   const std::array<float, 3> d = TransformSpec{}.*m;
   return schema::Custom<PipelineSpec>(
       std::move(key), ListType(3, lo, hi),
@@ -99,12 +99,12 @@ const Section<PipelineSpec>& PipelineSection() {
   using schema::Size;
   using schema::Uint;
   static const Section<PipelineSpec> kSection({
-      Enum<PipelineSpec>("kind", Tr(&TransformSpec::kind),
-                         std::vector<std::pair<std::string, MediaKind>>{
-                             {"image", MediaKind::kImage},
-                             {"video", MediaKind::kVideo},
-                             {"audio", MediaKind::kAudio}},
-                         "what the samples are"),
+      Enum<PipelineSpec>(
+          "kind", Tr(&TransformSpec::kind),
+          std::vector<std::pair<std::string, MediaKind>>{{"image", MediaKind::kImage},
+                                                         {"video", MediaKind::kVideo},
+                                                         {"audio", MediaKind::kAudio}},
+          "what the samples are"),
       Manual<PipelineSpec>("dataset", "map", "required", "where the samples come from")
           .WithSubRows(DatasetDocs()),
       Enum<PipelineSpec>("augment", Tr(&TransformSpec::mode),
@@ -120,22 +120,21 @@ const Section<PipelineSpec>& PipelineSection() {
                          "output width"),
       Enum<PipelineSpec>("layout", Tr(&TransformSpec::layout),
                          std::vector<std::pair<std::string, Layout>>{{"nchw", Layout::kNCHW},
-                                                                    {"nhwc", Layout::kNHWC}},
+                                                                     {"nhwc", Layout::kNHWC}},
                          "memory layout of a batch"),
-      Enum<PipelineSpec>("dtype", Tr(&TransformSpec::dtype),
-                         std::vector<std::pair<std::string, DType>>{
-                             {"uint8", DType::kUint8},
-                             {"float32", DType::kFloat32},
-                             {"float16", DType::kFloat16}},
-                         "element type; floats are normalised"),
+      Enum<PipelineSpec>(
+          "dtype", Tr(&TransformSpec::dtype),
+          std::vector<std::pair<std::string, DType>>{
+              {"uint8", DType::kUint8}, {"float32", DType::kFloat32}, {"float16", DType::kFloat16}},
+          "element type; floats are normalised"),
       Triple("mean", &TransformSpec::mean, -kMaxNormalisation, kMaxNormalisation,
              "per-channel mean (RGB) for float outputs"),
       Triple("std", &TransformSpec::std, kMinStd, kMaxNormalisation,
              "per-channel standard deviation for float outputs"),
       Range("scale", &TransformSpec::scale_min, &TransformSpec::scale_max, kMinCropBound, 1.0,
             "`train`: area fraction of the random crop"),
-      Range("ratio", &TransformSpec::ratio_min, &TransformSpec::ratio_max, kMinCropBound,
-            kMaxRatio, "`train`: aspect ratio of the random crop"),
+      Range("ratio", &TransformSpec::ratio_min, &TransformSpec::ratio_max, kMinCropBound, kMaxRatio,
+            "`train`: aspect ratio of the random crop"),
       Number<PipelineSpec>("flip_probability", Tr(&TransformSpec::flip_probability), 0, 1,
                            "`train`: chance of a horizontal flip"),
       Uint<PipelineSpec>("resize_size", Tr(&TransformSpec::resize_size), 1, kMaxOutputSide,
@@ -221,10 +220,10 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
     RETURN_IF_ERROR(s.ReadOne(y, n, f, "resize_size", p));
     if (t.mode == AugmentMode::kEval &&
         (t.resize_size < t.output_height || t.resize_size < t.output_width)) {
-      return y.Error(sub("resize_size"), n["resize_size"],
-                     absl::StrCat("must be at least the output size in eval mode (",
-                                  t.output_height, "x", t.output_width, "; no padding), got ",
-                                  t.resize_size));
+      return y.Error(
+          sub("resize_size"), n["resize_size"],
+          absl::StrCat("must be at least the output size in eval mode (", t.output_height, "x",
+                       t.output_width, "; no padding), got ", t.resize_size));
     }
   } else {
     // torchvision's convention: resize to size/0.875 (224 → 256) before the

@@ -29,13 +29,12 @@ bool SameTokens(const std::vector<TokenSpec>& a, const std::vector<TokenSpec>& b
 
 bool SameTransform(const TransformSpec& a, const TransformSpec& b) {
   return a.kind == b.kind && a.video == b.video && a.audio == b.audio && a.mode == b.mode &&
-         a.output_height == b.output_height &&
-         a.output_width == b.output_width && a.layout == b.layout && a.dtype == b.dtype &&
-         a.mean == b.mean && a.std == b.std && a.scale_min == b.scale_min &&
-         a.scale_max == b.scale_max && a.ratio_min == b.ratio_min && a.ratio_max == b.ratio_max &&
-         a.flip_probability == b.flip_probability && a.resize_size == b.resize_size &&
-         a.dct_scaling == b.dct_scaling && a.max_pixels == b.max_pixels &&
-         a.max_decode_memory == b.max_decode_memory &&
+         a.output_height == b.output_height && a.output_width == b.output_width &&
+         a.layout == b.layout && a.dtype == b.dtype && a.mean == b.mean && a.std == b.std &&
+         a.scale_min == b.scale_min && a.scale_max == b.scale_max && a.ratio_min == b.ratio_min &&
+         a.ratio_max == b.ratio_max && a.flip_probability == b.flip_probability &&
+         a.resize_size == b.resize_size && a.dct_scaling == b.dct_scaling &&
+         a.max_pixels == b.max_pixels && a.max_decode_memory == b.max_decode_memory &&
          a.max_decode_seconds == b.max_decode_seconds;
 }
 
@@ -51,8 +50,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("listen.tls.cert", la.tls.cert, lb.tls.cert);
   d.Field("listen.tls.key", la.tls.key, lb.tls.key);
   d.Field("listen.tls.client_ca", la.tls.client_ca, lb.tls.client_ca);
-  d.Field("listen.tls.require_client_cert", la.tls.require_client_cert,
-          lb.tls.require_client_cert);
+  d.Field("listen.tls.require_client_cert", la.tls.require_client_cert, lb.tls.require_client_cert);
   d.Field("listen.tls.reload_interval_seconds", la.tls.reload_interval_seconds,
           lb.tls.reload_interval_seconds);
   d.Field("listen.allow_insecure_tcp", la.allow_insecure_tcp, lb.allow_insecure_tcp);
@@ -75,8 +73,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
           eb.fetch_retry_initial_backoff);
   d.Field("engine.fetch_retry_max_backoff_ms", ea.fetch_retry_max_backoff,
           eb.fetch_retry_max_backoff);
-  d.Field("engine.fetch_retry_deadline_seconds", ea.fetch_retry_deadline,
-          eb.fetch_retry_deadline);
+  d.Field("engine.fetch_retry_deadline_seconds", ea.fetch_retry_deadline, eb.fetch_retry_deadline);
   d.Field("memory_budget", a.memory_budget, b.memory_budget);
   d.Field("max_streams", a.max_streams, b.max_streams);
   d.Field("log_level", a.log_level, b.log_level);
@@ -109,9 +106,8 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
 bool SamePipelineDefinition(const PipelineSpec& a, const PipelineSpec& b) {
   const PipelineConfig &x = a.config, &y = b.config;
   return a.dataset.kind == b.dataset.kind && a.dataset.Key() == b.dataset.Key() &&
-         x.name == y.name &&
-         SameTransform(x.transform, y.transform) && x.error_policy == y.error_policy &&
-         x.max_failure_rate == y.max_failure_rate &&
+         x.name == y.name && SameTransform(x.transform, y.transform) &&
+         x.error_policy == y.error_policy && x.max_failure_rate == y.max_failure_rate &&
          x.failure_rate_min_samples == y.failure_rate_min_samples &&
          x.max_batch_size == y.max_batch_size && x.max_file_bytes == y.max_file_bytes;
 }

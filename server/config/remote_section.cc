@@ -58,8 +58,8 @@ const Section<RemoteOptions>& RemoteSection() {
       Uint<RemoteOptions>("max_connections_per_host", &RemoteOptions::max_connections_per_host, 1,
                           kMaxConnectionsPerHost, "transfers in flight to one host at most"),
       Number<RemoteOptions>("requests_per_second_per_host",
-                            &RemoteOptions::requests_per_second_per_host, 0,
-                            kMaxRequestsPerSecond, "requests started per second per host at most")
+                            &RemoteOptions::requests_per_second_per_host, 0, kMaxRequestsPerSecond,
+                            "requests started per second per host at most")
           .WithDefault("`0` (no limit)"),
       Uint<RemoteOptions>("connect_timeout_ms", &RemoteOptions::connect_timeout_ms, 1,
                           kMaxConnectTimeoutMs, "longest wait for a connection"),
@@ -71,8 +71,8 @@ const Section<RemoteOptions>& RemoteSection() {
                           kMaxInitialBackoffMs, "wait before the first retry (doubling, jittered)"),
       Uint<RemoteOptions>("max_backoff_ms", &RemoteOptions::max_backoff_ms, 0, kMaxBackoffMs,
                           "the longest wait between retries"),
-      Size<RemoteOptions>("read_ahead_bytes", &RemoteOptions::read_ahead_bytes,
-                          kMinReadAheadBytes, "bytes of samples read ahead for the reads to come"),
+      Size<RemoteOptions>("read_ahead_bytes", &RemoteOptions::read_ahead_bytes, kMinReadAheadBytes,
+                          "bytes of samples read ahead for the reads to come"),
       Bool<RemoteOptions>("direct_http", &RemoteOptions::direct_http,
                           "plain `http://` GETs through the daemon's own HTTP/1.1 client"),
       Manual<RemoteOptions>("s3", "map", "none", "S3 endpoint, region and credentials profile")

@@ -56,8 +56,6 @@ std::string SizeType(uint64_t lo, bool percent) {
   return s;
 }
 
-std::string Quoted(const std::string& v) {
-  return v.empty() ? "none" : absl::StrCat("`", v, "`");
-}
+std::string Quoted(const std::string& v) { return v.empty() ? "none" : absl::StrCat("`", v, "`"); }
 
 }  // namespace conveyor::server

@@ -290,8 +290,8 @@ FieldSpec<T> Size(std::string key, Get get, uint64_t lo, std::string doc,
   f.type = SizeType(lo, percent_of != nullptr);
   f.default_value = Quoted(FormatSizeBound(Member(d, get)));
   f.doc = std::move(doc);
-  f.read = [get, lo, percent_of](const YamlFields& y, const YAML::Node& n,
-                                 const std::string& field, T* out) {
+  f.read = [get, lo, percent_of](const YamlFields& y, const YAML::Node& n, const std::string& field,
+                                 T* out) {
     const uint64_t whole = percent_of ? percent_of(*out) : 0;
     return y.ReadSize(n, field, lo, whole, &Member(*out, get));
   };
@@ -322,8 +322,8 @@ FieldSpec<T> Enum(std::string key, Get get, std::vector<std::pair<std::string, E
   f.doc = std::move(doc);
   std::vector<std::string> names;
   for (const auto& c : choices) names.push_back(c.first);
-  f.read = [get, choices, names](const YamlFields& y, const YAML::Node& n,
-                                 const std::string& field, T* out) -> absl::Status {
+  f.read = [get, choices, names](const YamlFields& y, const YAML::Node& n, const std::string& field,
+                                 T* out) -> absl::Status {
     int i = 0;
     if (absl::Status st = y.ReadEnum(n, field, names, &i); !st.ok()) return st;
     Member(*out, get) = choices[static_cast<size_t>(i)].second;
@@ -334,8 +334,7 @@ FieldSpec<T> Enum(std::string key, Get get, std::vector<std::pair<std::string, E
 
 // A key read by the section's parser: only its type, default and doc here.
 template <typename T>
-FieldSpec<T> Manual(std::string key, std::string type, std::string default_value,
-                    std::string doc) {
+FieldSpec<T> Manual(std::string key, std::string type, std::string default_value, std::string doc) {
   FieldSpec<T> f;
   f.key = std::move(key);
   f.type = std::move(type);
@@ -346,10 +345,10 @@ FieldSpec<T> Manual(std::string key, std::string type, std::string default_value
 
 // A key whose reader the caller writes (custom syntax).
 template <typename T>
-FieldSpec<T> Custom(std::string key, std::string type, std::string default_value,
-                    std::string doc, typename FieldSpec<T>::Reader read) {
-  FieldSpec<T> f = Manual<T>(std::move(key), std::move(type), std::move(default_value),
-                             std::move(doc));
+FieldSpec<T> Custom(std::string key, std::string type, std::string default_value, std::string doc,
+                    typename FieldSpec<T>::Reader read) {
+  FieldSpec<T> f =
+      Manual<T>(std::move(key), std::move(type), std::move(default_value), std::move(doc));
   f.read = std::move(read);
   return f;
 }

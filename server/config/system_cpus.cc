@@ -2,8 +2,8 @@
 
 #include <sched.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <vector>
@@ -81,8 +81,7 @@ double CgroupCpuQuota(const std::string& fs_root) {
       const std::vector<std::string> controllers =
           absl::StrSplit(line.substr(colon + 1, second - colon - 1), ',');
       if (std::find(controllers.begin(), controllers.end(), "cpu") == controllers.end()) continue;
-      const std::string mount = fs_root + "/sys/fs/cgroup/" +
-                                absl::StrJoin(controllers, ",");
+      const std::string mount = fs_root + "/sys/fs/cgroup/" + absl::StrJoin(controllers, ",");
       double q = ReadCfsQuota(mount + line.substr(second + 1));
       if (q <= 0) q = ReadCfsQuota(mount);  // inside a cgroup namespace
       if (q <= 0) q = ReadCfsQuota(fs_root + "/sys/fs/cgroup/cpu");

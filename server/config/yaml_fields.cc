@@ -20,14 +20,10 @@ namespace conveyor::server {
 std::string DescribeNode(const YAML::Node& n) {
   switch (n.Type()) {
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return absl::StrCat("'", n.Scalar(), "'");
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
+    case YAML::NodeType::Undefined: return "nothing";
+    case YAML::NodeType::Scalar: return absl::StrCat("'", n.Scalar(), "'");
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
   }
   return "?";
 }
@@ -148,8 +144,8 @@ absl::Status YamlFields::ReadEnum(const YAML::Node& n, const std::string& field,
 absl::Status YamlFields::ReadSize(const YAML::Node& n, const std::string& field, uint64_t lo,
                                   uint64_t percent_of, uint64_t* out) const {
   RETURN_IF_ERROR(Scalar(n, field, "a size such as 2GiB"));
-  absl::StatusOr<uint64_t> v = percent_of > 0 ? ParseByteSizeOrPercent(n.Scalar(), percent_of)
-                                              : ParseByteSize(n.Scalar());
+  absl::StatusOr<uint64_t> v =
+      percent_of > 0 ? ParseByteSizeOrPercent(n.Scalar(), percent_of) : ParseByteSize(n.Scalar());
   if (!v.ok()) return Error(field, n, std::string(v.status().message()));
   if (*v < lo) {
     return Error(field, n, absl::StrCat("must be at least ", lo, " bytes, got ", n.Scalar()));

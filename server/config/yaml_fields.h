@@ -55,8 +55,8 @@ class YamlFields {
   absl::Status ReadUint(const YAML::Node& n, const std::string& field, uint64_t lo, uint64_t hi,
                         uint64_t* out) const;
   template <typename T>
-  absl::Status ReadUintAs(const YAML::Node& n, const std::string& field, uint64_t lo,
-                          uint64_t hi, T* out) const {
+  absl::Status ReadUintAs(const YAML::Node& n, const std::string& field, uint64_t lo, uint64_t hi,
+                          T* out) const {
     uint64_t v = 0;
     if (absl::Status st = ReadUint(n, field, lo, hi, &v); !st.ok()) return st;
     *out = static_cast<T>(v);

@@ -90,8 +90,7 @@ std::unique_ptr<spdlog::formatter> JsonLogFormatter::clone() const {
   return std::make_unique<JsonLogFormatter>();
 }
 
-void JournalLogFormatter::format(const spdlog::details::log_msg& msg,
-                                 spdlog::memory_buf_t& dest) {
+void JournalLogFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) {
   const auto letter = spdlog::level::to_short_c_str(msg.level);
   Append(dest, absl::StrFormat("<%d>%s ", SyslogPriority(msg.level), letter));
   Append(dest, Payload(msg));

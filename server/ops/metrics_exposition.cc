@@ -20,8 +20,8 @@ class Writer {
  public:
   void Family(std::string_view name, std::string_view type, std::string_view help) {
     for (std::string_view part : {std::string_view("# HELP "), name, std::string_view(" "), help,
-                                  std::string_view("\n# TYPE "), name, std::string_view(" "),
-                                  type, std::string_view("\n")}) {
+                                  std::string_view("\n# TYPE "), name, std::string_view(" "), type,
+                                  std::string_view("\n")}) {
       out_.append(part);
     }
     family_ = name;
@@ -74,7 +74,7 @@ void RenderStages(const v1::GetStatsResponse& s, Writer* w) {
   for (const auto& st : stages) {
     // Sorted, so that a scrape is stable whatever the map's order.
     const std::map<std::string, uint64_t> by_reason(st.failures_by_reason().begin(),
-                                                     st.failures_by_reason().end());
+                                                    st.failures_by_reason().end());
     for (const auto& [reason, n] : by_reason) {
       w->Sample({{"stage", st.name()}, {"reason", reason}}, n);
     }

@@ -30,10 +30,14 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render)));
   // Two threads answer scrapes (Prometheus scrapes one at a time); a
   // client gets 5 s to send its request and read the answer; no files.
-  const char* options[] = {"listening_ports", address.c_str(),
-                           "num_threads", "2",
-                           "request_timeout_ms", "5000",
-                           "enable_keep_alive", "no",
+  const char* options[] = {"listening_ports",
+                           address.c_str(),
+                           "num_threads",
+                           "2",
+                           "request_timeout_ms",
+                           "5000",
+                           "enable_keep_alive",
+                           "no",
                            nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));

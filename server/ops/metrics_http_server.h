@@ -33,7 +33,7 @@ class MetricsHttpServer {
   // free one (see port()) — and serves `render`'s text at /metrics.
   // Unavailable naming `address` and civetweb's reason when it cannot.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
-                                                                   Render render);
+                                                                  Render render);
   ~MetricsHttpServer();  // stops civetweb's threads; no render runs after it
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;

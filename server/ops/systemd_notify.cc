@@ -39,9 +39,10 @@ bool NotifySystemd(const std::string& state) {
   static std::once_flag logged;
   if (std::getenv("NOTIFY_SOCKET") != nullptr) {
     std::call_once(logged, [] {
-      spdlog::warn("$NOTIFY_SOCKET is set but conveyord was built without libsystemd "
-                   "(CONVEYOR_SYSTEMD): no readiness, status or watchdog messages; run it with "
-                   "Type=exec");
+      spdlog::warn(
+          "$NOTIFY_SOCKET is set but conveyord was built without libsystemd "
+          "(CONVEYOR_SYSTEMD): no readiness, status or watchdog messages; run it with "
+          "Type=exec");
     });
   }
   return false;

@@ -9,12 +9,9 @@ namespace conveyor::server {
 
 v1::DType ToProto(DType dtype) {
   switch (dtype) {
-    case DType::kUint8:
-      return v1::UINT8;
-    case DType::kFloat32:
-      return v1::FLOAT32;
-    case DType::kFloat16:
-      return v1::FLOAT16;
+    case DType::kUint8: return v1::UINT8;
+    case DType::kFloat32: return v1::FLOAT32;
+    case DType::kFloat16: return v1::FLOAT16;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

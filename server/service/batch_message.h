@@ -7,9 +7,9 @@
 #pragma once
 
 #include "conveyor/v1/conveyor.pb.h"
+#include "core/decode/transform_spec.h"
 #include "core/engine/pipeline_config.h"
 #include "core/engine/stream.h"
-#include "core/decode/transform_spec.h"
 
 namespace conveyor::server {
 

@@ -11,14 +11,14 @@ absl::Status ClientUsage::Reserve(const std::string& key, uint32_t credits, uint
   const std::string who = EscapeText(key, kClientStringCap);
   if (limits.max_streams != 0 && now.streams + 1 > limits.max_streams) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "client %s has %d streams open, per_client.max_streams is %d; close one first",
-        who, now.streams, limits.max_streams));
+        "client %s has %d streams open, per_client.max_streams is %d; close one first", who,
+        now.streams, limits.max_streams));
   }
   if (limits.max_credits != 0 && now.credits + credits > limits.max_credits) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "client %s holds %d credits over its %d open streams and asks %d more; "
-        "per_client.max_credits is %d: lower credits or close a stream",
-        who, now.credits, now.streams, credits, limits.max_credits));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("client %s holds %d credits over its %d open streams and asks %d more; "
+                        "per_client.max_credits is %d: lower credits or close a stream",
+                        who, now.credits, now.streams, credits, limits.max_credits));
   }
   if (limits.max_bytes != 0 && now.bytes + bytes > limits.max_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(

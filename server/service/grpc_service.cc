@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
-#include "server/service/stream_call.h"
 #include "core/base/tsan_annotations.h"
+#include "server/service/stream_call.h"
 
 namespace conveyor::server {
 
@@ -37,7 +37,8 @@ constexpr size_t kMaxRequestMetadataBytes = 8 << 10;
 absl::Status CheckRequestMetadata(const grpc::CallbackServerContext& context) {
   size_t bytes = 0;
   // HTTP/2 counts 32 bytes per entry besides its name and value.
-  for (const auto& [key, value] : context.client_metadata()) bytes += key.size() + value.size() + 32;
+  for (const auto& [key, value] : context.client_metadata())
+    bytes += key.size() + value.size() + 32;
   if (bytes <= kMaxRequestMetadataBytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat("request metadata of ", bytes,
                                                    " bytes; the daemon takes at most ",
@@ -123,10 +124,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   void Cancel() override { context_->TryCancel(); }
 
   grpc::CallbackServerContext* const context_;  // valid until OnDone
-  grpc::ByteBuffer request_;   // the read in flight's (one at a time)
-  grpc::ByteBuffer response_;  // the write in flight's (one at a time)
-  grpc::Alarm alarm_;          // cancelled by its destructor
-  StreamCall call_;            // destroyed before the alarm
+  grpc::ByteBuffer request_;                    // the read in flight's (one at a time)
+  grpc::ByteBuffer response_;                   // the write in flight's (one at a time)
+  grpc::Alarm alarm_;                           // cancelled by its destructor
+  StreamCall call_;                             // destroyed before the alarm
 };
 
 }  // namespace

@@ -43,10 +43,10 @@ absl::StatusOr<std::shared_ptr<const PipelineConfig>> PipelineRegistry::Find(
   if (it != set->by_name.end()) return it->second;
   std::vector<std::string> names;
   for (const auto& p : set->list) names.push_back(p->name);
-  return absl::NotFoundError(absl::StrCat(
-      removed ? "pipeline '" : "unknown pipeline '", EscapeText(name, kClientStringCap),
-      removed ? "' was removed by a config reload" : "'",
-      "; this daemon serves: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat(removed ? "pipeline '" : "unknown pipeline '",
+                                          EscapeText(name, kClientStringCap),
+                                          removed ? "' was removed by a config reload" : "'",
+                                          "; this daemon serves: ", absl::StrJoin(names, ", ")));
 }
 
 PipelineList PipelineRegistry::List() const {

@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/engine/stats.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
+#include "core/engine/stats.h"
 #include "server/service/batch_message.h"
 #include "spdlog/spdlog.h"
 
@@ -157,9 +157,10 @@ void ConveyorService::WatchIdleStreams() {
       c.stream->Cancel(absl::DeadlineExceededError(c.message));
     }
     for (auto& [id, abort] : aborts) {
-      spdlog::warn("stream {}: its client still reads nothing after the idle timeout; call "
-                   "cancelled",
-                   id);
+      spdlog::warn(
+          "stream {}: its client still reads nothing after the idle timeout; call "
+          "cancelled",
+          id);
       abort();
     }
   }
@@ -172,8 +173,8 @@ absl::StatusOr<std::unique_ptr<ConveyorService>> ConveyorService::Create(
   if (transports == nullptr) return absl::InvalidArgumentError("no transports");
   RETURN_IF_ERROR(PipelineRegistry::Validate(pipelines));
   if (options.max_streams == 0) return absl::InvalidArgumentError("max_streams must be positive");
-  std::unique_ptr<ConveyorService> service(new ConveyorService(
-      options, std::move(pipelines), std::move(engine), std::move(transports)));
+  std::unique_ptr<ConveyorService> service(
+      new ConveyorService(options, std::move(pipelines), std::move(engine), std::move(transports)));
   if (options.stream_idle_timeout.count() > 0) {
     ConveyorService* s = service.get();
     service->watchdog_ = std::thread([s] { s->WatchIdleStreams(); });
@@ -210,8 +211,8 @@ absl::Status ConveyorService::CheckStreamOwner(uint64_t stream_id,
   const std::optional<PeerCredentials>& owner = it->second.client.credentials;
   if (!owner || owner->uid != peer.uid) {
     return absl::PermissionDeniedError(absl::StrFormat(
-        "stream %d was not opened by uid %d (pid %d); its memory goes only to its owner",
-        stream_id, peer.uid, peer.pid));
+        "stream %d was not opened by uid %d (pid %d); its memory goes only to its owner", stream_id,
+        peer.uid, peer.pid));
   }
   return absl::OkStatus();
 }
@@ -250,8 +251,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
     // A stream whose session is gone (closing) has no known owner: only
     // operators see it.
     auto owner = peers.find(s.stream_id);
-    const bool visible =
-        owner != peers.end() ? owner->second.visible : viewer.is_operator;
+    const bool visible = owner != peers.end() ? owner->second.visible : viewer.is_operator;
     if (!visible) continue;
     v1::StreamStats* o = r.add_streams();
     o->set_stream_id(s.stream_id);
@@ -269,9 +269,9 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
 }
 
 absl::StatusOr<StreamPlan> ConveyorService::PlanRequest(const v1::OpenStream& req,
-                                                         const ClientIdentity& client,
-                                                         const PipelineConfig& p,
-                                                         Transport** transport) const {
+                                                        const ClientIdentity& client,
+                                                        const PipelineConfig& p,
+                                                        Transport** transport) const {
   if (req.credits() == 0 || req.credits() > kMaxCredits) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "credits must be within [1, %d] (batches the client may hold unreleased), got %d",
@@ -363,8 +363,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   std::shared_ptr<Stream> stream(std::move(*opened));
   // From here on the session's destructor gives the reservation back.
   std::unique_ptr<Session> session(new Session(this, stream, client, bytes, so.num_slots));
-  absl::StatusOr<std::unique_ptr<StreamTransport>> stream_transport =
-      transport->Open(stream, wake);
+  absl::StatusOr<std::unique_ptr<StreamTransport>> stream_transport = transport->Open(stream, wake);
   if (!stream_transport.ok()) return stream_transport.status();
   session->transport_ = *std::move(stream_transport);
   session->delivered_ = deliveries_->Find(pipeline->name, transport->kind());

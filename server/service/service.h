@@ -3,15 +3,14 @@
 // each stream keeps the definition it opened with; server/service/pipeline_registry.h),
 // validates stream requests (planning each stream once with PlanStream,
 // core/engine/stream_plan.h, whose figures the budget, StreamOpened and the
-// engine all use), accounts the slot-memory budget, the stream limit and each client's share of them
-// (server/service/client_limits.h), keeps the registry of open streams (for stats,
-// the fd hand-over's owner check and shutdown), and — with a watchdog
-// thread when stream_idle_timeout is set — ends streams whose client holds
-// slots and moves nothing. How each stream's batches reach its
-// client is its transport's business (server/transport/transport.h): the service asks
-// the daemon's TransportSet for one per stream and keeps it in the Session.
-// The gRPC adapter (server/service/grpc_service.h) forwards to it and converts its
-// absl::Status to a gRPC status once; tests can drive it without a network.
+// engine all use), accounts the slot-memory budget, the stream limit and each client's share of
+// them (server/service/client_limits.h), keeps the registry of open streams (for stats, the fd
+// hand-over's owner check and shutdown), and — with a watchdog thread when stream_idle_timeout is
+// set — ends streams whose client holds slots and moves nothing. How each stream's batches reach
+// its client is its transport's business (server/transport/transport.h): the service asks the
+// daemon's TransportSet for one per stream and keeps it in the Session. The gRPC adapter
+// (server/service/grpc_service.h) forwards to it and converts its absl::Status to a gRPC status
+// once; tests can drive it without a network.
 //
 // Requests and replies are the proto messages of conveyor/v1 (plain data);
 // no gRPC type appears here.
@@ -35,8 +34,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "conveyor/v1/conveyor.pb.h"
-#include "core/engine/engine.h"
 #include "core/base/mutex.h"
+#include "core/engine/engine.h"
 #include "core/engine/pipeline_config.h"
 #include "core/engine/stream.h"
 #include "core/engine/stream_plan.h"

@@ -69,12 +69,8 @@ void StreamCall::OnRead(const v1::ClientMessage* message) {
     }
   } else {
     switch (message->kind_case()) {
-      case v1::ClientMessage::kOpen:
-        HandleOpen(message->open());
-        break;
-      case v1::ClientMessage::kRelease:
-        HandleRelease(message->release());
-        break;
+      case v1::ClientMessage::kOpen: HandleOpen(message->open()); break;
+      case v1::ClientMessage::kRelease: HandleRelease(message->release()); break;
       default: {
         MutexLock lock(&mu_);
         EndLocked(absl::InvalidArgumentError("empty ClientMessage (set open or release)"));
@@ -226,11 +222,8 @@ void StreamCall::PumpLocked() {
     BatchInfo batch;
     absl::Status error;
     switch (stream_->TryNext(&batch, &error)) {
-      case Stream::Poll::kNotReady:
-        return;
-      case Stream::Poll::kBatch:
-        AddBatchLocked(batch);
-        break;
+      case Stream::Poll::kNotReady: return;
+      case Stream::Poll::kBatch: AddBatchLocked(batch); break;
       case Stream::Poll::kEnd: {
         v1::ServerMessage m;
         v1::StreamEnd* e = m.mutable_end();
@@ -270,9 +263,8 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
     }
     if (end_.has_value()) return;  // cancelled meanwhile
   }
-  absl::StatusOr<std::unique_ptr<Session>> session =
-      service_->OpenStream(open, client_, [gate = gate_] { Wake(gate); },
-                           [gate = gate_] { Abort(gate); });
+  absl::StatusOr<std::unique_ptr<Session>> session = service_->OpenStream(
+      open, client_, [gate = gate_] { Wake(gate); }, [gate = gate_] { Abort(gate); });
   if (!session.ok()) {
     // The pipeline name is the client's: escaped and capped in log lines.
     spdlog::info("stream request from {} for pipeline '{}' refused: {}", client_.Describe(),
@@ -287,9 +279,9 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
   spdlog::info(
       "stream {} opened by {}: pipeline {}, batch_size {}, credits {}, {}, rank {}/{}, epochs "
       "{}+{}, epoch offset {}",
-      (*session)->id(), client_.Describe(), EscapeText(open.pipeline(), kClientStringCap), o.batch_size, o.num_slots,
-      TransportName((*session)->transport_kind()), o.rank, o.world_size, o.first_epoch,
-      o.num_epochs, o.epoch_offset);
+      (*session)->id(), client_.Describe(), EscapeText(open.pipeline(), kClientStringCap),
+      o.batch_size, o.num_slots, TransportName((*session)->transport_kind()), o.rank, o.world_size,
+      o.first_epoch, o.num_epochs, o.epoch_offset);
   Stream* stream = &(*session)->stream();
   stream->SetReadyCallback([gate = gate_] { Wake(gate); });
   MutexLock lock(&mu_);

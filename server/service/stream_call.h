@@ -115,8 +115,7 @@ class StreamCall {
   void HandleRelease(const v1::Release& release);
   // Checks a Release against the batches delivered and not released (and
   // forgets those it releases): a sequence that does not match its slot's.
-  absl::Status CheckReleaseLocked(const v1::Release& release)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckReleaseLocked(const v1::Release& release) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddBatchLocked(const BatchInfo& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ConveyorService* const service_;
@@ -139,7 +138,7 @@ class StreamCall {
   // end_ came from the stream (its end or its error), not from the call
   // (cancel, bad request, shutdown): only then may the client still read.
   bool ended_by_stream_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;         // Rpc::Finish called
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Rpc::Finish called
   bool wait_deadline_set_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_batches_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t epoch_samples_ ABSL_GUARDED_BY(mu_) = 0;

@@ -21,10 +21,8 @@ class DataSocketTransport final : public Transport {
   explicit DataSocketTransport(DataSocketServer* server) : server_(server) {}
 
   v1::Transport kind() const override { return v1::DATA_SOCKET; }
-  absl::Status CanServe(const v1::OpenStream& request,
-                        const ClientIdentity& client) const override;
-  bool OfferedByAuto(const v1::OpenStream& request,
-                     const ClientIdentity& client) const override;
+  absl::Status CanServe(const v1::OpenStream& request, const ClientIdentity& client) const override;
+  bool OfferedByAuto(const v1::OpenStream& request, const ClientIdentity& client) const override;
   absl::StatusOr<std::unique_ptr<StreamTransport>> Open(const std::shared_ptr<Stream>& stream,
                                                         std::function<void()> wake) override;
 

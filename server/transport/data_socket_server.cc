@@ -2,17 +2,17 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -71,10 +71,10 @@ struct ChannelState {
   UniqueFd fd;  // the client's connection, once it has proved the secret
   SslPtr tls;   // its TLS session (listen.tls); declared after fd: freed first
   std::deque<Chunk> queue;
-  bool closing = false;         // Channel::Close() or Abort() was called
-  bool aborted = false;         // Channel::Abort(): drop everything now
-  bool want_writable = false;   // EPOLLOUT is registered (server thread only)
-  Clock::time_point deadline;   // connect by (not connected), flush by (closing)
+  bool closing = false;        // Channel::Close() or Abort() was called
+  bool aborted = false;        // Channel::Abort(): drop everything now
+  bool want_writable = false;  // EPOLLOUT is registered (server thread only)
+  Clock::time_point deadline;  // connect by (not connected), flush by (closing)
 };
 
 }  // namespace
@@ -208,9 +208,10 @@ class DataSocketServer::Core {
       }
     }
     if (!accepted) {
-      spdlog::warn("data socket: refused {} for stream {}: unknown stream, already connected, or "
-                   "wrong secret",
-                   PeerName(fd), stream_id);
+      spdlog::warn(
+          "data socket: refused {} for stream {}: unknown stream, already connected, or "
+          "wrong secret",
+          PeerName(fd), stream_id);
       (void)SendStatusByte(fd, tls.get(), kHandshakeRefused);
       return;  // closes
     }
@@ -227,8 +228,8 @@ class DataSocketServer::Core {
     ERR_clear_error();
     const int r = SSL_write(tls, &byte, 1);
     if (r == 1) return absl::OkStatus();
-    return absl::UnavailableError(absl::StrCat("SSL_write: error ", SSL_get_error(tls, r), " ",
-                                               TakeOpenSslErrors()));
+    return absl::UnavailableError(
+        absl::StrCat("SSL_write: error ", SSL_get_error(tls, r), " ", TakeOpenSslErrors()));
   }
 
   // The client sends nothing after its request: readable means closed (or a
@@ -302,7 +303,8 @@ class DataSocketServer::Core {
         // Partial writes are on (tls_context.h): a retry after WANT_WRITE
         // passes the same bytes, from where the last write stopped.
         ERR_clear_error();
-        const int w = n == 0 ? 0 : SSL_write(tls, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
+        const int w =
+            n == 0 ? 0 : SSL_write(tls, p, static_cast<int>(std::min<size_t>(n, INT_MAX)));
         r = w;
         if (w <= 0 && n != 0) {
           const int e = SSL_get_error(tls, w);
@@ -310,9 +312,9 @@ class DataSocketServer::Core {
             would_block = true;
           } else {
             std::string why = TakeOpenSslErrors();
-            Fail(stream_id, absl::UnavailableError(absl::StrCat(
-                                "writing to the data socket over TLS failed: ",
-                                why.empty() ? absl::StrCat("SSL error ", e) : why)));
+            Fail(stream_id, absl::UnavailableError(
+                                absl::StrCat("writing to the data socket over TLS failed: ",
+                                             why.empty() ? absl::StrCat("SSL error ", e) : why)));
             break;
           }
         }
@@ -331,9 +333,8 @@ class DataSocketServer::Core {
         break;
       }
       if (r < 0) {
-        Fail(stream_id,
-             absl::UnavailableError(
-                 std::string(PosixError("writing to the data socket failed", errno).message())));
+        Fail(stream_id, absl::UnavailableError(std::string(
+                            PosixError("writing to the data socket failed", errno).message())));
         break;
       }
       MutexLock lock(&mu_);
@@ -382,9 +383,10 @@ class DataSocketServer::Core {
           const bool drained = connected && ch.queue.empty();
           if (ch.aborted || drained || now >= ch.deadline) {
             if (!ch.aborted && !drained && !ch.queue.empty()) {
-              spdlog::warn("data socket: stream {}: {} batch(es) still unread {} s after the "
-                           "stream ended; dropped",
-                           it->first, ch.queue.size(), std::chrono::seconds(kDrainTimeout).count());
+              spdlog::warn(
+                  "data socket: stream {}: {} batch(es) still unread {} s after the "
+                  "stream ended; dropped",
+                  it->first, ch.queue.size(), std::chrono::seconds(kDrainTimeout).count());
             }
             finished.push_back(std::move(ch));
             it = channels_.erase(it);
@@ -395,10 +397,10 @@ class DataSocketServer::Core {
           continue;
         }
         if (!connected && now >= ch.deadline) {
-          to_fail.emplace_back(it->first,
-                               absl::FailedPreconditionError(absl::StrCat(
-                                   "the client did not connect its data socket within ",
-                                   std::chrono::seconds(kConnectTimeout).count(), " s")));
+          to_fail.emplace_back(
+              it->first, absl::FailedPreconditionError(
+                             absl::StrCat("the client did not connect its data socket within ",
+                                          std::chrono::seconds(kConnectTimeout).count(), " s")));
         } else if (connected && !ch.queue.empty() && !ch.want_writable) {
           to_flush.push_back(it->first);
         }
@@ -474,8 +476,8 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
   UniqueFd listen_fd;
   std::string last_error = "no address";
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
-    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                         a->ai_protocol));
+    UniqueFd fd(
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd) {
       last_error = std::string(PosixError("socket", errno).message());
       continue;

@@ -3,9 +3,9 @@
 // message of the stream (StreamOpened, Batch headers with labels and shapes,
 // Release, EpochEnd, StreamEnd); only the image bytes of each batch travel on
 // a TCP connection of their own (TLS under listen.tls, see below), sent
-// straight from the batch slot with one kernel copy (plaintext) and read by the client straight into its buffer (a gRPC message of
-// 9.6 MB costs several user-space copies on each side: see README, design
-// decisions).
+// straight from the batch slot with one kernel copy (plaintext) and read by the client straight
+// into its buffer (a gRPC message of 9.6 MB costs several user-space copies on each side: see
+// README, design decisions).
 //
 // Protocol (also in conveyor.proto, StreamOpened.data_port): the client
 // connects to the daemon's host at `data_port` and makes the handshake of

@@ -74,8 +74,8 @@ void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
   // An error of the system (out of fds for the duplicate) is no refusal:
   // the client is told to retry.
   uint8_t status = fd.ok()                      ? kHandshakeAccepted
-                         : IsSystemError(fd.status()) ? kHandshakeBusy
-                                                      : kHandshakeRefused;
+                   : IsSystemError(fd.status()) ? kHandshakeBusy
+                                                : kHandshakeRefused;
   iovec iov{&status, 1};
   msghdr msg{};
   msg.msg_iov = &iov;

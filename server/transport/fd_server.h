@@ -30,9 +30,9 @@
 #include "absl/status/statusor.h"
 #include "core/base/epoll_loop.h"
 #include "core/base/unique_fd.h"
+#include "server/access/unix_access.h"
 #include "server/transport/handshake.h"
 #include "server/transport/secret.h"
-#include "server/access/unix_access.h"
 
 namespace conveyor::server {
 

@@ -34,8 +34,8 @@ std::string PeerName(int fd) {
     return absl::StrCat("pid ", cred.pid, " uid ", cred.uid);
   }
   char host[NI_MAXHOST], port[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port,
-                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "?";
   }
   return absl::StrCat(host, ":", port);
@@ -46,15 +46,16 @@ HandshakeAcceptor::HandshakeAcceptor(EpollLoop* loop, Options options, OnRequest
 
 HandshakeAcceptor::~HandshakeAcceptor() = default;
 
-absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> HandshakeAcceptor::Create(
-    EpollLoop* loop, UniqueFd listen_fd, Options options, OnRequest on_request) {
+absl::StatusOr<std::unique_ptr<HandshakeAcceptor>> HandshakeAcceptor::Create(EpollLoop* loop,
+                                                                             UniqueFd listen_fd,
+                                                                             Options options,
+                                                                             OnRequest on_request) {
   std::unique_ptr<HandshakeAcceptor> a(
       new HandshakeAcceptor(loop, std::move(options), std::move(on_request)));
   HandshakeAcceptor* raw = a.get();
-  absl::StatusOr<std::unique_ptr<LoopListener>> listener =
-      LoopListener::Create(a->options_.name, loop, std::move(listen_fd),
-                           EventKey(EventTag::kListen, 0),
-                           [raw](UniqueFd conn) { raw->Take(std::move(conn)); });
+  absl::StatusOr<std::unique_ptr<LoopListener>> listener = LoopListener::Create(
+      a->options_.name, loop, std::move(listen_fd), EventKey(EventTag::kListen, 0),
+      [raw](UniqueFd conn) { raw->Take(std::move(conn)); });
   if (!listener.ok()) return listener.status();
   a->listener_ = *std::move(listener);
   return a;
@@ -76,9 +77,10 @@ void HandshakeAcceptor::OnEvent(uint64_t key) {
 void HandshakeAcceptor::Take(UniqueFd conn) {
   if (pending_.size() >= options_.max_pending) {
     if (!refusing_) {
-      spdlog::warn("{}: {} connections have not sent their handshake; closing new ones until "
-                   "fewer wait (last from {})",
-                   options_.name, pending_.size(), PeerName(conn.get()));
+      spdlog::warn(
+          "{}: {} connections have not sent their handshake; closing new ones until "
+          "fewer wait (last from {})",
+          options_.name, pending_.size(), PeerName(conn.get()));
       refusing_ = true;
     }
     return;  // closes it
@@ -157,9 +159,10 @@ bool HandshakeAcceptor::ReadTls(int fd, Pending& p) {
       return true;
     }
     std::string why = TakeOpenSslErrors();
-    if (why.empty()) why = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL
-                               ? "the client closed the connection"
-                               : absl::StrCat("SSL error ", e);
+    if (why.empty())
+      why = e == SSL_ERROR_ZERO_RETURN || e == SSL_ERROR_SYSCALL
+                ? "the client closed the connection"
+                : absl::StrCat("SSL error ", e);
     spdlog::warn("{}: {} from {} failed: {}", options_.name, stage, PeerName(fd), why);
     return false;
   };
@@ -173,7 +176,8 @@ bool HandshakeAcceptor::ReadTls(int fd, Pending& p) {
   // The request may already sit in OpenSSL's buffer: read until it is
   // complete or the socket has no more.
   while (p.got < kHandshakeRequestBytes) {
-    const int r = SSL_read(ssl, p.request + p.got, static_cast<int>(kHandshakeRequestBytes - p.got));
+    const int r =
+        SSL_read(ssl, p.request + p.got, static_cast<int>(kHandshakeRequestBytes - p.got));
     if (r <= 0) return wait_or_fail(r, "handshake request over TLS");
     p.got += static_cast<size_t>(r);
   }

@@ -44,8 +44,8 @@
 #include "core/base/epoll_loop.h"
 #include "core/base/loop_listener.h"
 #include "core/base/unique_fd.h"
-#include "server/transport/secret.h"
 #include "server/access/tls_context.h"
+#include "server/transport/secret.h"
 
 namespace conveyor::server {
 
@@ -85,8 +85,7 @@ class HandshakeAcceptor {
   // refuses it without a word; the callee answers with the status byte
   // (through `tls`, the connection's TLS session, when there is one; null
   // without TLS).
-  using OnRequest =
-      std::function<void(UniqueFd conn, SslPtr tls, const HandshakeRequest& request)>;
+  using OnRequest = std::function<void(UniqueFd conn, SslPtr tls, const HandshakeRequest& request)>;
 
   // Adds `listen_fd` (non-blocking, listening) to `loop` (not owned;
   // outlives the acceptor) under EventKey(kListen, 0).

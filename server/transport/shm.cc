@@ -11,8 +11,8 @@ namespace conveyor::server {
 
 class ShmTransport::Stream final : public StreamTransport {
  public:
-  Stream(ShmTransport* owner, const std::shared_ptr<conveyor::Stream>& stream,
-         const Secret& secret, std::shared_ptr<std::atomic<bool>> handed_over)
+  Stream(ShmTransport* owner, const std::shared_ptr<conveyor::Stream>& stream, const Secret& secret,
+         std::shared_ptr<std::atomic<bool>> handed_over)
       : owner_(owner),
         stream_id_(stream->id()),
         stream_(stream.get()),
@@ -50,9 +50,9 @@ ShmTransport::~ShmTransport() = default;
 absl::Status ShmTransport::CanServe(const v1::OpenStream& request,
                                     const ClientIdentity& client) const {
   if (!client.is_unix()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "SHARED_MEMORY needs a connection over the daemon's unix socket; this one is ", client.Describe(),
-        " (use INLINE or AUTO over TCP)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("SHARED_MEMORY needs a connection over the daemon's unix socket; this one is ",
+                     client.Describe(), " (use INLINE or AUTO over TCP)"));
   }
   if (fd_socket_path_.empty()) {
     return absl::FailedPreconditionError("this daemon has no fd hand-over socket");

@@ -36,8 +36,7 @@ class ShmTransport final : public Transport {
   ~ShmTransport() override;  // REQUIRES: every stream transport it opened is gone
 
   v1::Transport kind() const override { return v1::SHARED_MEMORY; }
-  absl::Status CanServe(const v1::OpenStream& request,
-                        const ClientIdentity& client) const override;
+  absl::Status CanServe(const v1::OpenStream& request, const ClientIdentity& client) const override;
   bool shares_memory() const override { return true; }
   absl::StatusOr<std::unique_ptr<StreamTransport>> Open(const std::shared_ptr<Stream>& stream,
                                                         std::function<void()> wake) override;

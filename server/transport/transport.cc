@@ -10,14 +10,10 @@ bool ClientStillReads(const absl::Status& status) {
 
 const char* TransportName(v1::Transport kind) {
   switch (kind) {
-    case v1::SHARED_MEMORY:
-      return "shared_memory";
-    case v1::INLINE:
-      return "inline";
-    case v1::DATA_SOCKET:
-      return "data_socket";
-    default:
-      return "auto";
+    case v1::SHARED_MEMORY: return "shared_memory";
+    case v1::INLINE: return "inline";
+    case v1::DATA_SOCKET: return "data_socket";
+    default: return "auto";
   }
 }
 
@@ -27,8 +23,8 @@ absl::StatusOr<Transport*> TransportSet::Choose(const v1::OpenStream& request,
     for (const auto& t : transports_) {
       if (t->OfferedByAuto(request, client)) return t.get();
     }
-    return absl::FailedPreconditionError(
-        absl::StrFormat("no transport of this daemon can serve the client at %s", client.Describe()));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no transport of this daemon can serve the client at %s", client.Describe()));
   }
   for (const auto& t : transports_) {
     if (t->kind() != request.transport()) continue;
@@ -36,9 +32,8 @@ absl::StatusOr<Transport*> TransportSet::Choose(const v1::OpenStream& request,
     return t.get();
   }
   if (v1::Transport_IsValid(request.transport())) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("this daemon does not offer transport %s; use AUTO",
-                        TransportName(request.transport())));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this daemon does not offer transport %s; use AUTO", TransportName(request.transport())));
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("unknown transport %d", static_cast<int>(request.transport())));

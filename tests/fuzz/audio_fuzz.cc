@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/base/rng.h"
 #include "core/decode/audio_clip_decoder.h"
+#include "core/decode/transform_spec.h"
 #include "core/engine/batch_layout.h"
 #include "core/engine/collate.h"
-#include "core/base/rng.h"
-#include "core/decode/transform_spec.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace conveyor::fuzz {

@@ -88,8 +88,8 @@ Loop* MakeLoop() {
       [loop](UniqueFd conn, server::SslPtr /*tls: none here*/, const HandshakeRequest& request) {
         ++loop->requests;
         loop->last = request;
-        const bool ok =
-            request.stream_id == kStreamId && server::ConstantTimeEqual(request.secret, RegisteredSecret());
+        const bool ok = request.stream_id == kStreamId &&
+                        server::ConstantTimeEqual(request.secret, RegisteredSecret());
         const uint8_t answer = ok ? server::kHandshakeAccepted : server::kHandshakeRefused;
         FUZZ_CHECK(::send(conn.get(), &answer, 1, MSG_NOSIGNAL) == 1);
       });
@@ -118,7 +118,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   UniqueFd client(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   FUZZ_CHECK(static_cast<bool>(client));
-  FUZZ_CHECK(::connect(client.get(), reinterpret_cast<sockaddr*>(&loop->addr), loop->addr_len) == 0);
+  FUZZ_CHECK(::connect(client.get(), reinterpret_cast<sockaddr*>(&loop->addr), loop->addr_len) ==
+             0);
   loop->RunUntilIdle();
   uint64_t piece_seed = fuzz::HashBytes(&plan, 1);
   for (size_t sent = 0; sent < n;) {
@@ -139,8 +140,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int i = 7; i >= 0; --i) id = (id << 8) | bytes[i];
     FUZZ_CHECK(loop->last.stream_id == id);
     FUZZ_CHECK(std::memcmp(loop->last.secret.data(), bytes + 8, server::kSecretBytes) == 0);
-    const bool registered = id == fuzz::kStreamId &&
-                            std::memcmp(bytes + 8, fuzz::RegisteredSecret().data(), server::kSecretBytes) == 0;
+    const bool registered =
+        id == fuzz::kStreamId &&
+        std::memcmp(bytes + 8, fuzz::RegisteredSecret().data(), server::kSecretBytes) == 0;
     uint8_t answer = 0xff;
     FUZZ_CHECK(::recv(client.get(), &answer, 1, MSG_DONTWAIT) == 1);
     FUZZ_CHECK(answer == (registered ? server::kHandshakeAccepted : server::kHandshakeRefused));

@@ -27,8 +27,8 @@
 
 #include <curl/curl.h>
 
-#include "core/engine/stats.h"
 #include "core/base/unique_fd.h"
+#include "core/engine/stats.h"
 #include "remote/curl_epoll_driver.h"
 #include "remote/http1_client.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -64,14 +64,16 @@ Server Listen() {
 // Accepts a pending connection (replacing the current one) and reads what
 // the client sent; true once a whole request head is in.
 bool ServeRequest(Server* s) {
-  if (int fd = ::accept4(s->listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC); fd >= 0) {
+  if (int fd = ::accept4(s->listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      fd >= 0) {
     s->conn.Reset(fd);
     s->request.clear();
   }
   if (!s->conn.valid()) return false;
   char buf[4096];
   ssize_t n;
-  while ((n = ::recv(s->conn.get(), buf, sizeof buf, 0)) > 0) s->request.append(buf, static_cast<size_t>(n));
+  while ((n = ::recv(s->conn.get(), buf, sizeof buf, 0)) > 0)
+    s->request.append(buf, static_cast<size_t>(n));
   return s->request.find("\r\n\r\n") != std::string::npos;
 }
 
@@ -151,7 +153,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (get.status < 300) {
           FUZZ_CHECK(get.content_length <= max_body);
           if (in_pieces) {
-            const uint64_t total = a.size() + std::min<uint64_t>(5, get.content_length - a.size()) + b.size();
+            const uint64_t total =
+                a.size() + std::min<uint64_t>(5, get.content_length - a.size()) + b.size();
             FUZZ_CHECK(total == get.content_length);
             FUZZ_CHECK(b.empty() || a.size() == 7);
             FUZZ_CHECK(body.empty());
@@ -162,14 +165,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           FUZZ_CHECK(get.error_body.size() <= 4096);
         }
         break;
-      case Http1Get::Result::kTooLarge:
-        FUZZ_CHECK(get.content_length > max_body);
-        break;
+      case Http1Get::Result::kTooLarge: FUZZ_CHECK(get.content_length > max_body); break;
       case Http1Get::Result::kFailed:
       case Http1Get::Result::kTimedOut:
-      case Http1Get::Result::kUnsupported:
-        FUZZ_CHECK(!get.error.empty());
-        break;
+      case Http1Get::Result::kUnsupported: FUZZ_CHECK(!get.error.empty()); break;
     }
 
     // A second GET on the same client gets a plain answer right, whether
@@ -192,7 +191,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  static_cast<ssize_t>(ok.size()));
       answered = true;
     };
-    FUZZ_CHECK(DriveUntilDone(driver->get(), &client, &second, again + 3'000'000'000ull, serve_plain));
+    FUZZ_CHECK(
+        DriveUntilDone(driver->get(), &client, &second, again + 3'000'000'000ull, serve_plain));
     FUZZ_CHECK(second.result == Http1Get::Result::kOk);
     FUZZ_CHECK(std::string(second_body.begin(), second_body.end()) == "hello");
   }

@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/engine/batch_layout.h"
-#include "core/engine/collate.h"
-#include "core/decode/jpeg_decoder.h"
 #include "core/base/rng.h"
+#include "core/decode/jpeg_decoder.h"
 #include "core/decode/sample_transformer.h"
 #include "core/decode/transform_spec.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/collate.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/two_sample_batch.h"
 
@@ -38,9 +38,12 @@ bool DocumentedError(const absl::Status& st) {
 }
 
 // Magic bytes of the formats, picked by the input's first byte.
-constexpr std::string_view kMagic[] = {
-    std::string_view("\x89PNG\r\n\x1a\n", 8), "GIF89a", "RIFF", "BM",
-    std::string_view("II*\0", 4), std::string_view("MM\0*", 4)};
+constexpr std::string_view kMagic[] = {std::string_view("\x89PNG\r\n\x1a\n", 8),
+                                       "GIF89a",
+                                       "RIFF",
+                                       "BM",
+                                       std::string_view("II*\0", 4),
+                                       std::string_view("MM\0*", 4)};
 
 }  // namespace
 }  // namespace conveyor::fuzz

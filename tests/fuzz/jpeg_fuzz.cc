@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/engine/batch_layout.h"
-#include "core/engine/collate.h"
-#include "core/decode/jpeg_decoder.h"
 #include "core/base/rng.h"
+#include "core/decode/jpeg_decoder.h"
 #include "core/decode/sample_transformer.h"
 #include "core/decode/transform_spec.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/collate.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/fuzz/two_sample_batch.h"
 

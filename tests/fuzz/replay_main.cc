@@ -29,7 +29,8 @@ bool RunFile(const std::string& path) {
     std::fprintf(stderr, "replay: cannot read %s\n", path.c_str());
     return false;
   }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   std::fprintf(stderr, "replay: %s (%zu bytes)\n", path.c_str(), bytes.size());
   // A copy of exactly the input's size, so that ASan catches reads past it.
   std::unique_ptr<uint8_t[]> exact(new uint8_t[bytes.size()]);

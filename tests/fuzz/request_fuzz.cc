@@ -31,11 +31,11 @@
 #include "core/engine/engine.h"
 #include "core/engine/pipeline_config.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "server/service/service.h"
+#include "server/service/stream_call.h"
 #include "server/transport/data_socket.h"
 #include "server/transport/inline.h"
-#include "server/service/service.h"
 #include "server/transport/shm.h"
-#include "server/service/stream_call.h"
 #include "spdlog/spdlog.h"
 #include "tests/fuzz/fuzz_target.h"
 #include "tests/support/fake_stream_rpc.h"
@@ -47,13 +47,14 @@ using server::StreamCall;
 
 using FakeRpc = testing::FakeStreamRpc;
 
-
 server::ConveyorService* MakeService() {
   std::vector<DatasetIndex::Entry> entries;
   for (int i = 0; i < 6; ++i) {
-    entries.push_back({"class_" + std::to_string(i % 2) + "/img_" + std::to_string(i) + ".jpg", i % 2});
+    entries.push_back(
+        {"class_" + std::to_string(i % 2) + "/img_" + std::to_string(i) + ".jpg", i % 2});
   }
-  auto index = DatasetIndex::FromEntries("/nonexistent/conveyor-fuzz", entries, {"class_0", "class_1"});
+  auto index =
+      DatasetIndex::FromEntries("/nonexistent/conveyor-fuzz", entries, {"class_0", "class_1"});
   FUZZ_CHECK(index.ok());
   auto p = std::make_shared<PipelineConfig>();
   p->name = "test";
@@ -66,7 +67,8 @@ server::ConveyorService* MakeService() {
   auto engine = Engine::Create(eo);
   FUZZ_CHECK(engine.ok());
   std::vector<std::unique_ptr<server::Transport>> transports;
-  transports.push_back(std::make_unique<server::ShmTransport>("/nonexistent/conveyor-fuzz.sock.fd"));
+  transports.push_back(
+      std::make_unique<server::ShmTransport>("/nonexistent/conveyor-fuzz.sock.fd"));
   transports.push_back(std::make_unique<server::DataSocketTransport>(nullptr));
   transports.push_back(std::make_unique<server::InlineTransport>(16ull << 20));
   server::ServiceOptions so;
@@ -119,8 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace conveyor;
   server::ConveyorService* const service = fuzz::g_service;
   if (size == 0 || size > (1u << 20)) return 0;
-  const std::string peer =
-      (data[0] & 1) ? "unix:/run/conveyor/fuzz.sock" : "ipv4:10.0.0.1:4000";
+  const std::string peer = (data[0] & 1) ? "unix:/run/conveyor/fuzz.sock" : "ipv4:10.0.0.1:4000";
   const std::vector<v1::ClientMessage> messages = fuzz::ParseMessages(data + 1, size - 1);
 
   fuzz::FakeRpc rpc;

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/engine/batch_layout.h"
-#include "core/engine/collate.h"
 #include "core/base/rng.h"
 #include "core/decode/sample_decoder.h"
 #include "core/decode/transform_spec.h"
+#include "core/engine/batch_layout.h"
+#include "core/engine/collate.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace conveyor::fuzz {
@@ -31,7 +31,8 @@ inline TransformSpec ImageSpecFor(uint64_t h) {
   spec.mode = (h & 1) ? AugmentMode::kTrain : AugmentMode::kEval;
   spec.output_height = 8 + static_cast<int>((h >> 1) & 31);
   spec.output_width = 8 + static_cast<int>((h >> 6) & 31);
-  spec.resize_size = std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 11) & 7);
+  spec.resize_size =
+      std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 11) & 7);
   static constexpr DType kTypes[] = {DType::kUint8, DType::kFloat32, DType::kFloat16};
   spec.dtype = kTypes[((h >> 14) & 3) % 3];
   spec.layout = (h >> 16) & 1 ? Layout::kNHWC : Layout::kNCHW;

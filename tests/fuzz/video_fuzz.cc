@@ -27,7 +27,8 @@ TransformSpec SpecFor(uint64_t h) {
   spec.mode = (h & 1) ? AugmentMode::kTrain : AugmentMode::kEval;
   spec.output_height = 8 + static_cast<int>((h >> 1) & 15);
   spec.output_width = 8 + static_cast<int>((h >> 5) & 15);
-  spec.resize_size = std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 9) & 7);
+  spec.resize_size =
+      std::max(spec.output_height, spec.output_width) + static_cast<int>((h >> 9) & 7);
   spec.layout = (h >> 12) & 1 ? Layout::kNHWC : Layout::kNCHW;
   spec.video.clip_frames = 1 + static_cast<int>((h >> 13) & 3);
   if ((h >> 15) & 1) {
@@ -35,7 +36,8 @@ TransformSpec SpecFor(uint64_t h) {
   } else {
     spec.video.frame_stride = 1 + static_cast<int>((h >> 16) & 3);
   }
-  static constexpr ClipStart kStarts[] = {ClipStart::kRandom, ClipStart::kCenter, ClipStart::kStart};
+  static constexpr ClipStart kStarts[] = {ClipStart::kRandom, ClipStart::kCenter,
+                                          ClipStart::kStart};
   spec.video.clip_start = kStarts[((h >> 21) & 3) % 3];
   spec.max_pixels = 1u << 16;
   spec.video.max_frames_decoded = 64;

@@ -35,8 +35,8 @@ void NpzWriter::Add(const std::string& name, const std::string& descr,
                     const std::vector<int64_t>& shape, const void* data, size_t bytes) {
   std::string dims = absl::StrJoin(shape, ", ");
   if (shape.size() == 1) dims += ",";
-  std::string header = absl::StrFormat("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
-                                       descr, dims);
+  std::string header =
+      absl::StrFormat("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, dims);
   // magic(6) + version(2) + len(2) + header + '\n', padded to 64 bytes.
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
@@ -62,24 +62,42 @@ absl::Status NpzWriter::Write(const std::string& path) const {
     const uint32_t offset = static_cast<uint32_t>(out.size());
     const uint32_t size = static_cast<uint32_t>(e.npy.size());
     Put32(&out, 0x04034b50);
-    Put16(&out, 20); Put16(&out, 0); Put16(&out, 0); Put16(&out, 0); Put16(&out, 0);
-    Put32(&out, crc); Put32(&out, size); Put32(&out, size);
-    Put16(&out, static_cast<uint16_t>(e.name.size())); Put16(&out, 0);
+    Put16(&out, 20);
+    Put16(&out, 0);
+    Put16(&out, 0);
+    Put16(&out, 0);
+    Put16(&out, 0);
+    Put32(&out, crc);
+    Put32(&out, size);
+    Put32(&out, size);
+    Put16(&out, static_cast<uint16_t>(e.name.size()));
+    Put16(&out, 0);
     out += e.name;
     out.append(reinterpret_cast<const char*>(e.npy.data()), e.npy.size());
     Put32(&central, 0x02014b50);
-    Put16(&central, 20); Put16(&central, 20); Put16(&central, 0); Put16(&central, 0);
-    Put16(&central, 0); Put16(&central, 0);
-    Put32(&central, crc); Put32(&central, size); Put32(&central, size);
+    Put16(&central, 20);
+    Put16(&central, 20);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put32(&central, crc);
+    Put32(&central, size);
+    Put32(&central, size);
     Put16(&central, static_cast<uint16_t>(e.name.size()));
-    Put16(&central, 0); Put16(&central, 0); Put16(&central, 0); Put16(&central, 0);
-    Put32(&central, 0); Put32(&central, offset);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put16(&central, 0);
+    Put32(&central, 0);
+    Put32(&central, offset);
     central += e.name;
   }
   const uint32_t central_offset = static_cast<uint32_t>(out.size());
   out += central;
   Put32(&out, 0x06054b50);
-  Put16(&out, 0); Put16(&out, 0);
+  Put16(&out, 0);
+  Put16(&out, 0);
   Put16(&out, static_cast<uint16_t>(entries_.size()));
   Put16(&out, static_cast<uint16_t>(entries_.size()));
   Put32(&out, static_cast<uint32_t>(central.size()));

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "core/decode/audio_clip_decoder.h"
 #include "core/base/rng.h"
+#include "core/decode/audio_clip_decoder.h"
 #include "core/decode/transform_spec.h"
 
 namespace {
@@ -72,23 +72,35 @@ int main(int argc, char** argv) {
     }
     if (i + 1 >= argc) Fail("missing value for " + a);
     const std::string v = argv[++i];
-    if (a == "--out") out_path = v;
-    else if (a == "--rate") spec.audio.sample_rate = std::atoi(v.c_str());
-    else if (a == "--channels") spec.audio.channels = std::atoi(v.c_str());
-    else if (a == "--clip") spec.audio.clip_samples = std::atoll(v.c_str());
-    else if (a == "--mode") spec.mode = v == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
+    if (a == "--out")
+      out_path = v;
+    else if (a == "--rate")
+      spec.audio.sample_rate = std::atoi(v.c_str());
+    else if (a == "--channels")
+      spec.audio.channels = std::atoi(v.c_str());
+    else if (a == "--clip")
+      spec.audio.clip_samples = std::atoll(v.c_str());
+    else if (a == "--mode")
+      spec.mode = v == "eval" ? conveyor::AugmentMode::kEval : conveyor::AugmentMode::kTrain;
     else if (a == "--crop") {
       spec.audio.crop = v == "random"   ? conveyor::AudioCrop::kRandom
                         : v == "centre" ? conveyor::AudioCrop::kCentre
                                         : conveyor::AudioCrop::kAuto;
     } else if (a == "--padding") {
-      spec.audio.padding = v == "both" ? conveyor::AudioPadding::kBoth : conveyor::AudioPadding::kEnd;
-    } else if (a == "--seed") seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--index") index = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--max-samples") spec.audio.max_samples = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--max-duration") spec.audio.max_duration_seconds = std::atof(v.c_str());
-    else if (a == "--max-decode-seconds") spec.max_decode_seconds = std::atof(v.c_str());
-    else Fail("unknown option " + a);
+      spec.audio.padding =
+          v == "both" ? conveyor::AudioPadding::kBoth : conveyor::AudioPadding::kEnd;
+    } else if (a == "--seed")
+      seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--index")
+      index = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--max-samples")
+      spec.audio.max_samples = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--max-duration")
+      spec.audio.max_duration_seconds = std::atof(v.c_str());
+    else if (a == "--max-decode-seconds")
+      spec.max_decode_seconds = std::atof(v.c_str());
+    else
+      Fail("unknown option " + a);
   }
   if (inputs.empty() || out_path.empty()) Fail("usage: audio_clip_tool IN... --out OUT [options]");
   if (auto st = conveyor::ValidateTransformSpec(spec); !st.ok()) Fail(std::string(st.message()));

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::ofstream out(argv[4], std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) {
     std::fprintf(stderr, "costly_jpeg_tool: cannot write %s\n", argv[4]);

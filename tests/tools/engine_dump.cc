@@ -32,19 +32,32 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--root") root = next();
-    else if (a == "--out") out = next();
-    else if (a == "--batch-size") batch = std::stoul(next());
-    else if (a == "--seed") seed = std::stoull(next());
-    else if (a == "--epoch") epoch = std::stoull(next());
-    else if (a == "--rank") rank = std::stoul(next());
-    else if (a == "--world-size") world = std::stoul(next());
-    else if (a == "--augment") augment = next();
-    else if (a == "--layout") layout = next();
-    else if (a == "--size") size = std::stoul(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--no-shuffle") shuffle = false;
-    else return Usage();
+    if (a == "--root")
+      root = next();
+    else if (a == "--out")
+      out = next();
+    else if (a == "--batch-size")
+      batch = std::stoul(next());
+    else if (a == "--seed")
+      seed = std::stoull(next());
+    else if (a == "--epoch")
+      epoch = std::stoull(next());
+    else if (a == "--rank")
+      rank = std::stoul(next());
+    else if (a == "--world-size")
+      world = std::stoul(next());
+    else if (a == "--augment")
+      augment = next();
+    else if (a == "--layout")
+      layout = next();
+    else if (a == "--size")
+      size = std::stoul(next());
+    else if (a == "--threads")
+      threads = std::stoi(next());
+    else if (a == "--no-shuffle")
+      shuffle = false;
+    else
+      return Usage();
   }
   if (root.empty() || out.empty()) return Usage();
 
@@ -104,8 +117,8 @@ int main(int argc, char** argv) {
   }
   const int64_t n = static_cast<int64_t>(labels.size());
   const int64_t h = size, w = size;
-  std::vector<int64_t> shape = layout == "nhwc" ? std::vector<int64_t>{n, h, w, 3}
-                                                : std::vector<int64_t>{n, 3, h, w};
+  std::vector<int64_t> shape =
+      layout == "nhwc" ? std::vector<int64_t>{n, h, w, 3} : std::vector<int64_t>{n, 3, h, w};
   conveyor::testing::NpzWriter npz;
   npz.Add("images", "|u1", shape, images.data(), images.size());
   npz.Add("labels", "<i8", {n}, labels.data(), labels.size() * 8);

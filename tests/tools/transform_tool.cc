@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "core/base/rng.h"
 #include "core/decode/jpeg_decoder.h"
 #include "core/decode/resize.h"
-#include "core/base/rng.h"
 #include "core/decode/sample_transformer.h"
 #include "core/decode/transform_spec.h"
 
@@ -155,12 +155,12 @@ int main(int argc, char** argv) {
       conveyor::PixelRegion r{static_cast<int>(a.region[0]), static_cast<int>(a.region[1]),
                               static_cast<int>(a.region[2]), static_cast<int>(a.region[3])};
       const size_t row_bytes = static_cast<size_t>(r.x1 - r.x0) * 3;
-      absl::Status s = decoder.DecodeRegion(r, a.scale, [&](const uint8_t* rows, size_t stride,
-                                                            int count) {
-        for (int i = 0; i < count; ++i) {
-          result.insert(result.end(), rows + i * stride, rows + i * stride + row_bytes);
-        }
-      });
+      absl::Status s =
+          decoder.DecodeRegion(r, a.scale, [&](const uint8_t* rows, size_t stride, int count) {
+            for (int i = 0; i < count; ++i) {
+              result.insert(result.end(), rows + i * stride, rows + i * stride + row_bytes);
+            }
+          });
       if (!s.ok()) Fail(std::string(s.message()));
       std::printf("{\"width\": %d, \"height\": %d}\n", r.x1 - r.x0, r.y1 - r.y0);
     } else {

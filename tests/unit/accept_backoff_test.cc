@@ -33,7 +33,7 @@ TEST_CASE("accept backoff: the pause doubles from 10 ms up to 500 ms", "[accept_
   CHECK(!b.in_episode());
   std::vector<Clock::duration> pauses;
   for (int i = 0; i < 9; ++i) pauses.push_back(b.Failed(EMFILE));
-  const std::vector<Clock::duration> expected = {10ms, 20ms, 40ms, 80ms, 160ms,
+  const std::vector<Clock::duration> expected = {10ms,  20ms,  40ms,  80ms, 160ms,
                                                  320ms, 500ms, 500ms, 500ms};
   CHECK(pauses == expected);
   CHECK(b.in_episode());
@@ -64,8 +64,8 @@ struct BoundSocket {
     REQUIRE(fd.valid());
     addr.sun_family = AF_UNIX;
     static int counter = 0;
-    const std::string name =
-        "conveyor-accept-backoff-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
+    const std::string name = "conveyor-accept-backoff-test-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(++counter);
     std::memcpy(addr.sun_path + 1, name.data(), name.size());
     len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
     REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) == 0);

@@ -5,13 +5,13 @@
 // across codecs and rates are in tests/python/test_audio_clip_decoder.py.
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "core/decode/audio_clip_decoder.h"
 #include "core/base/rng.h"
+#include "core/decode/audio_clip_decoder.h"
 #include "core/decode/transform_spec.h"
 #include "tests/unit/cpu_contention.h"
 

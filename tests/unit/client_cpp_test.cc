@@ -61,8 +61,7 @@ TEST_CASE("client address: targets and data-socket hosts", "[client_cpp]") {
 
 TEST_CASE("mapped region: bounds are checked, the mapping moves and unmaps", "[client_cpp]") {
   UniqueFd fd = MarkedMemfd(4096);
-  CHECK(MappedRegion::Map(fd.get(), 8192).status().code() ==
-        absl::StatusCode::kFailedPrecondition);
+  CHECK(MappedRegion::Map(fd.get(), 8192).status().code() == absl::StatusCode::kFailedPrecondition);
   CHECK(MappedRegion::Map(fd.get(), 0).status().code() == absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<MappedRegion> region = MappedRegion::Map(fd.get(), 4096);
   REQUIRE(region.ok());
@@ -155,9 +154,9 @@ struct OneShotListener {
 TEST_CASE("data socket: handshake, batch bytes, a short read", "[client_cpp]") {
   std::optional<OneShotListener> server;
   server.emplace(std::string("\0hello", 6));
-  absl::StatusOr<UniqueFd> conn = ConnectDataSocket("127.0.0.1", server->port, 0x0102030405060708,
-                                                    SecretBytes(1), absl::Seconds(10),
-                                                    absl::Seconds(10));
+  absl::StatusOr<UniqueFd> conn =
+      ConnectDataSocket("127.0.0.1", server->port, 0x0102030405060708, SecretBytes(1),
+                        absl::Seconds(10), absl::Seconds(10));
   REQUIRE(conn.ok());
   uint8_t buf[8] = {};
   REQUIRE(ReadFull(conn->get(), buf, 5, "data socket").ok());
@@ -206,9 +205,9 @@ TEST_CASE("data socket: refusals and an absent daemon are errors", "[client_cpp]
     CHECK_THAT(std::string(closed.message()), Catch::Contains("closed the connection"));
   }
   // The listener is gone: nothing accepts on its port any more.
-  absl::Status absent = ConnectDataSocket("127.0.0.1", port, 5, SecretBytes(1), absl::Seconds(10),
-                                          absl::Seconds(10))
-                            .status();
+  absl::Status absent =
+      ConnectDataSocket("127.0.0.1", port, 5, SecretBytes(1), absl::Seconds(10), absl::Seconds(10))
+          .status();
   CHECK(absent.code() == absl::StatusCode::kUnavailable);
   CHECK(ConnectDataSocket("127.0.0.1", 0, 5, SecretBytes(1), absl::Seconds(1), absl::Seconds(1))
             .status()

@@ -46,8 +46,8 @@ TEST_CASE("the failure policy: fail_fast at once, skip above the rate after the 
   p.error_policy = ErrorPolicy::kSkip;
   p.max_failure_rate = 0.1;
   p.failure_rate_min_samples = 100;
-  CHECK(ApplyFailurePolicy(p, 50, 40, f).ok());      // too few samples to judge
-  CHECK(ApplyFailurePolicy(p, 100, 10, f).ok());     // at the rate, not above
+  CHECK(ApplyFailurePolicy(p, 50, 40, f).ok());   // too few samples to judge
+  CHECK(ApplyFailurePolicy(p, 100, 10, f).ok());  // at the rate, not above
   st = ApplyFailurePolicy(p, 100, 11, f);
   CHECK(absl::IsDataLoss(st));
   CHECK(std::string(st.message()).find("max_failure_rate") != std::string::npos);

@@ -134,8 +134,8 @@ TEST_CASE("bounds the core owns come from its constants", "[config][schema]") {
 
   REQUIRE(with(absl::StrCat("size: ", kMaxOutputSide)).ok());
   CHECK_FALSE(with(absl::StrCat("size: ", kMaxOutputSide + 1)).ok());
-  CHECK_FALSE(with(absl::StrCat("kind: audio\n    audio: {channels: ", kMaxAudioChannels + 1, "}"))
-                  .ok());
+  CHECK_FALSE(
+      with(absl::StrCat("kind: audio\n    audio: {channels: ", kMaxAudioChannels + 1, "}")).ok());
 
   const std::string minimal = "pipelines:\n  p:\n    dataset: {root: /data}\n";
   REQUIRE(Parse(absl::StrCat("threads: ", kMaxEngineThreads, "\n", minimal)).ok());
@@ -197,8 +197,9 @@ TEST_CASE("bounds and defaults are written the reference's way", "[config][schem
   CHECK(Quoted("x") == "`x`");
   const std::string md = ConfigSchemaMarkdown();
   CHECK(absl::StartsWith(md, absl::StrCat(kDaemonFieldsHeading, "\n\n| field | type |")));
-  CHECK(absl::StrContains(md, "| `audio.crop` | `auto` \\| `random` \\| `centre` (`center`) | "
-                              "`auto` |"));
+  CHECK(absl::StrContains(md,
+                          "| `audio.crop` | `auto` \\| `random` \\| `centre` (`center`) | "
+                          "`auto` |"));
 }
 
 }  // namespace

@@ -24,8 +24,8 @@
 
 #include "core/base/unique_fd.h"
 #include "server/transport/data_socket_server.h"
-#include "tests/unit/socket_test_util.h"
 #include "tests/unit/eventually.h"
+#include "tests/unit/socket_test_util.h"
 
 namespace conveyor::server {
 namespace {
@@ -253,8 +253,7 @@ TEST_CASE("data socket: a stream closed before its client connected still delive
   CHECK(t.failures == 0);
 }
 
-TEST_CASE("data socket: Abort drops what is queued, Stop ends every connection",
-          "[data_socket]") {
+TEST_CASE("data socket: Abort drops what is queued, Stop ends every connection", "[data_socket]") {
   OneChannel t(3, MakeSecret(8));
   auto weak = SendOwned(*t.channel, Pattern(1 << 20, 7));
   t.channel->Abort();  // the client went away: nobody will read it
@@ -332,8 +331,7 @@ TEST_CASE("data socket: out of file descriptors it backs off, then serves again"
 // Stop() in between had its wake-up eaten and join() waited forever (seen
 // once in CI under TSan). Many rounds widen the window; a hang fails the
 // test at the deadline instead of holding the run.
-TEST_CASE("data socket: Stop right after another wake-up always ends the thread",
-          "[data_socket]") {
+TEST_CASE("data socket: Stop right after another wake-up always ends the thread", "[data_socket]") {
   // About 7000 rounds in a Release build; the old code hung within ~4000.
   const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(6);
   testing::Notification done;
@@ -346,7 +344,8 @@ TEST_CASE("data socket: Stop right after another wake-up always ends the thread"
       channel.reset();  // Close: wakes the thread
       // Stop after a varying delay, so that some rounds land between the
       // thread's wake-up and its drain of the eventfd.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(50 * (i % 400));
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::nanoseconds(50 * (i % 400));
       while (std::chrono::steady_clock::now() < until) {
       }
       server->reset();  // Stop: wakes it again and joins
@@ -363,8 +362,7 @@ TEST_CASE("data socket: Stop right after another wake-up always ends the thread"
   CHECK(rounds > 100);
 }
 
-TEST_CASE("data socket: bad listen addresses are refused with the address named",
-          "[data_socket]") {
+TEST_CASE("data socket: bad listen addresses are refused with the address named", "[data_socket]") {
   for (const char* bad : {"127.0.0.1", "127.0.0.1:99999", "no-such-host.invalid:0"}) {
     auto server = DataSocketServer::Start(bad);
     REQUIRE_FALSE(server.ok());

@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <chrono>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -28,10 +28,10 @@
 #include <vector>
 
 #include "core/base/unique_fd.h"
-#include "server/transport/data_socket_server.h"
-#include "tests/unit/socket_test_util.h"
 #include "server/access/tls_context.h"
+#include "server/transport/data_socket_server.h"
 #include "tests/unit/eventually.h"
+#include "tests/unit/socket_test_util.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {

@@ -1,8 +1,8 @@
 // Tests of the dataset index (core/data/dataset_index.h): ImageFolder trees and
 // list files built in a temporary directory.
 #include "core/data/dataset_index.h"
-#include "tests/unit/temp_dir.h"
 #include "absl/strings/str_cat.h"
+#include "tests/unit/temp_dir.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -37,8 +37,11 @@ TEST_CASE("ImageFolder: labels from sorted class names files sorted", "[dataset]
   REQUIRE(d.num_classes() == 3);
   REQUIRE(d.size() == 5);
   CHECK(d.root() == dir.path());
-  const std::vector<std::pair<std::string, int>> expected = {
-      {"Bee/x.JpG", 0}, {"ant/10.jpeg", 1}, {"ant/2.png", 1}, {"zebra/a.JPEG", 2}, {"zebra/b.jpg", 2}};
+  const std::vector<std::pair<std::string, int>> expected = {{"Bee/x.JpG", 0},
+                                                             {"ant/10.jpeg", 1},
+                                                             {"ant/2.png", 1},
+                                                             {"zebra/a.JPEG", 2},
+                                                             {"zebra/b.jpg", 2}};
   for (size_t i = 0; i < expected.size(); ++i) {
     CHECK(d.relative_path(i) == expected[i].first);
     CHECK(d.label(i) == expected[i].second);
@@ -46,8 +49,7 @@ TEST_CASE("ImageFolder: labels from sorted class names files sorted", "[dataset]
   CHECK(d.FullPath(0) == dir.path() + "/Bee/x.JpG");
 }
 
-TEST_CASE("ImageFolder: skips non-images hidden files nested folders stray files",
-          "[dataset]") {
+TEST_CASE("ImageFolder: skips non-images hidden files nested folders stray files", "[dataset]") {
   TempDir dir;
   dir.Write("cat/ok.jpg");
   dir.Write("cat/notes.txt");
@@ -70,8 +72,7 @@ TEST_CASE("ImageFolder: skips non-images hidden files nested folders stray files
   CHECK(d.relative_path(2) == "cat/ok.jpg");
 }
 
-TEST_CASE("ImageFolder: what is left out is counted by reason with escaped examples",
-          "[dataset]") {
+TEST_CASE("ImageFolder: what is left out is counted by reason with escaped examples", "[dataset]") {
   TempDir dir;
   dir.Write("cat/ok.jpg");
   dir.Write("cat/notes.txt");
@@ -170,15 +171,14 @@ TEST_CASE("HasImageExtension is case-insensitive", "[dataset]") {
 
 TEST_CASE("List file: good file with comments blank lines CRLF", "[dataset]") {
   TempDir dir;
-  const std::string list = dir.Write(
-      "train.txt",
-      "# header comment\n"
-      "n01/a b.JPEG\t3\n"
-      "\n"
-      "   \t \n"
-      "n02/c.jpg\t0\r\n"
-      "#n03/skipped.jpg\t1\n"
-      "n02/sub/d.jpg\t12");  // no final newline
+  const std::string list = dir.Write("train.txt",
+                                     "# header comment\n"
+                                     "n01/a b.JPEG\t3\n"
+                                     "\n"
+                                     "   \t \n"
+                                     "n02/c.jpg\t0\r\n"
+                                     "#n03/skipped.jpg\t1\n"
+                                     "n02/sub/d.jpg\t12");  // no final newline
   auto index = DatasetIndex::LoadListFile(list);
   REQUIRE(index.ok());
   const DatasetIndex& d = **index;
@@ -234,8 +234,7 @@ TEST_CASE("List file: bad lines give file:line and the reason", "[dataset]") {
   }
 }
 
-TEST_CASE("List file: '..' inside a name is fine missing and empty files are errors",
-          "[dataset]") {
+TEST_CASE("List file: '..' inside a name is fine missing and empty files are errors", "[dataset]") {
   TempDir dir;
   const std::string ok = dir.Write("ok.txt", "a..b/c...jpg\t1\n");
   auto index = DatasetIndex::LoadListFile(ok);
@@ -295,7 +294,7 @@ TEST_CASE("List file: an ImageNet-like list round trips and takes ~10 bytes an e
   }
   const size_t bytes = (*index)->MemoryBytes();
   INFO("path bytes " << path_bytes << ", MemoryBytes " << bytes);
-  CHECK(bytes <= n * 12);            // the plain form took path_bytes + 12 B an entry
+  CHECK(bytes <= n * 12);  // the plain form took path_bytes + 12 B an entry
   CHECK(bytes * 2 <= path_bytes);
 }
 
@@ -327,7 +326,6 @@ TEST_CASE("FromEntries: odd bytes in names and labels of every width round trip"
     CHECK((*one)->label(1) == 0);
   }
 }
-
 
 TEST_CASE("ImageFolder: each media kind lists its own extensions", "[dataset]") {
   TempDir dir;

@@ -20,8 +20,7 @@ std::vector<std::string> Pairs(const v1::GetStatsResponse& r) {
   return out;
 }
 
-TEST_CASE("delivery counters: a cell per pipeline and transport, none for others",
-          "[metrics]") {
+TEST_CASE("delivery counters: a cell per pipeline and transport, none for others", "[metrics]") {
   DeliveryCounters c({"train"});
   REQUIRE(c.Find("train", v1::SHARED_MEMORY) != nullptr);
   CHECK(c.Find("train", v1::TRANSPORT_AUTO) == nullptr);

@@ -7,9 +7,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine/engine.h"
-#include "core/decode/sample_decoder.h"
 #include "core/data/sample_source.h"
+#include "core/decode/sample_decoder.h"
+#include "core/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {

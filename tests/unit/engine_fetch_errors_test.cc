@@ -14,10 +14,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine/engine.h"
-#include "core/data/file_reader.h"
 #include "core/base/posix_error.h"
+#include "core/data/file_reader.h"
 #include "core/data/sample_source.h"
+#include "core/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {
@@ -195,9 +195,8 @@ TEST_CASE("a stream waiting to retry holds no worker: another stream runs meanwh
   so.batch_size = 2;
   auto waiting = engine->OpenStream(stuck, so);
   REQUIRE(waiting.ok());
-  REQUIRE(WaitFor([&] {
-    return (*waiting)->Stats().stages[static_cast<int>(Stage::kFetch)].failures > 0;
-  }));
+  REQUIRE(WaitFor(
+      [&] { return (*waiting)->Stats().stages[static_cast<int>(Stage::kFetch)].failures > 0; }));
   auto other = engine->OpenStream(clean, so);
   REQUIRE(other.ok());
   const Collected c = Drain(**other);

@@ -11,9 +11,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine/engine.h"
 #include "core/data/sample_source.h"
 #include "core/data/sampler.h"
+#include "core/engine/engine.h"
 #include "core/engine/stream.h"
 #include "tests/unit/engine_test_util.h"
 
@@ -32,9 +32,9 @@ class RecordingSource final : public SampleSource {
  public:
   struct Event {
     bool read = false;
-    uint64_t index = 0;               // Read
-    std::vector<uint64_t> upcoming;   // Prefetch
-    bool every_sample = false;        // Prefetch
+    uint64_t index = 0;              // Read
+    std::vector<uint64_t> upcoming;  // Prefetch
+    bool every_sample = false;       // Prefetch
   };
   RecordingSource(std::shared_ptr<const DatasetIndex> d, uint64_t max_bytes)
       : files_(std::move(d), max_bytes) {}

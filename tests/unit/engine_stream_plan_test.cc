@@ -122,9 +122,10 @@ TEST_CASE("stream plan: short last batches, world sizes that do not divide the d
   Refused(*p, Options(1, 1, 0, 11, true), absl::StatusCode::kInvalidArgument, "drop_last");
 }
 
-TEST_CASE("stream plan: a resume position at an epoch boundary or mid-epoch moves the start and "
-          "keeps the end",
-          "[engine][plan][resume]") {
+TEST_CASE(
+    "stream plan: a resume position at an epoch boundary or mid-epoch moves the start and "
+    "keeps the end",
+    "[engine][plan][resume]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 2, 6);  // 12 samples
   auto p = MakePipeline(dir.path());
@@ -179,8 +180,7 @@ TEST_CASE("stream plan: a resume position at an epoch boundary or mid-epoch move
     CHECK(plan.options.num_epochs == 0);
     CHECK(plan.options.epoch_offset == 5);
     CHECK(plan.total_batches == 0);
-    Refused(*p, endless, absl::StatusCode::kOutOfRange, "resume epoch 1",
-            ResumePosition{1, 0});
+    Refused(*p, endless, absl::StatusCode::kOutOfRange, "resume epoch 1", ResumePosition{1, 0});
     Refused(*p, endless, absl::StatusCode::kOutOfRange, "first_epoch",
             ResumePosition{uint64_t{1} << 63, 0});
   }
@@ -288,11 +288,11 @@ TEST_CASE("stream plan: the engine delivers what the plan says, fresh and resume
            {2, 1, 2, true, ResumePosition{2, 5}},
            {4, 0, 1, false, ResumePosition{3, 9}},
        }) {
-    INFO("batch " << c.batch << " rank " << c.rank << "/" << c.world << " drop_last "
-                  << c.drop_last << " resume "
-                  << (c.resume ? std::to_string(c.resume->epoch) + ":" +
-                                     std::to_string(c.resume->offset)
-                               : "none"));
+    INFO("batch " << c.batch << " rank " << c.rank << "/" << c.world << " drop_last " << c.drop_last
+                  << " resume "
+                  << (c.resume
+                          ? std::to_string(c.resume->epoch) + ":" + std::to_string(c.resume->offset)
+                          : "none"));
     StreamOptions o = Options(c.batch, 3, c.rank, c.world, c.drop_last);
     o.first_epoch = 1;  // epochs 1, 2, 3
     const StreamPlan plan = Planned(*p, o, c.resume);

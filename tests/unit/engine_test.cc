@@ -8,8 +8,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine/engine.h"
 #include "core/data/sampler.h"
+#include "core/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {
@@ -321,8 +321,7 @@ TEST_CASE("client numbers whose products or sums overflow are refused naming the
     auto s = engine->OpenStream(p, so);
     CHECK((absl::IsOutOfRange(s.status()) || absl::IsInvalidArgument(s.status())));
     CHECK(std::string(s.status().message()).find(field) != std::string::npos);
-    CHECK(absl::IsOutOfRange(PlanStream(*p, so).status()) ==
-          absl::IsOutOfRange(s.status()));
+    CHECK(absl::IsOutOfRange(PlanStream(*p, so).status()) == absl::IsOutOfRange(s.status()));
   };
   StreamOptions so;
   so.batch_size = 1;  // 4 batches per epoch

@@ -43,7 +43,8 @@ TEST_CASE("epoll loop: a watched fd's event comes with its key and bits", "[epol
   const uint64_t key = EventKey(EventTag::kConnection, 42);
   REQUIRE(loop->Add(fd.get(), EPOLLIN, key).ok());
   std::vector<std::pair<uint64_t, uint32_t>> seen;
-  absl::StatusOr<int> n = loop->RunOnce(1000, [&](uint64_t k, uint32_t e) { seen.emplace_back(k, e); });
+  absl::StatusOr<int> n =
+      loop->RunOnce(1000, [&](uint64_t k, uint32_t e) { seen.emplace_back(k, e); });
   REQUIRE(n.ok());
   CHECK(*n == 1);
   REQUIRE(seen.size() == 1);
@@ -85,26 +86,24 @@ TEST_CASE("epoll loop: Stop from another thread ends a loop waiting without a de
   CHECK(loop->stop_requested());
 }
 
-TEST_CASE("epoll loop: Wake runs the tick, whose deadline bounds the next wait",
-          "[epoll_loop]") {
+TEST_CASE("epoll loop: Wake runs the tick, whose deadline bounds the next wait", "[epoll_loop]") {
   auto loop = MakeLoop();
   std::atomic<int> ticks{0};
   std::vector<Clock::duration> gaps;  // between ticks after the deadline was asked for
   Clock::time_point asked_at;
   absl::Status st = absl::UnknownError("not run");
   std::thread runner([&] {
-    st = loop->Run(
-        [](uint64_t, uint32_t) {},
-        [&](Clock::time_point now) -> std::optional<Clock::time_point> {
-          const int t = ++ticks;
-          if (t == 1) {  // woken by Wake(): ask to be called again in 20 ms
-            asked_at = now;
-            return now + 20ms;
-          }
-          gaps.push_back(now - asked_at);
-          loop->Stop();  // from the loop's own thread
-          return std::nullopt;
-        });
+    st = loop->Run([](uint64_t, uint32_t) {},
+                   [&](Clock::time_point now) -> std::optional<Clock::time_point> {
+                     const int t = ++ticks;
+                     if (t == 1) {  // woken by Wake(): ask to be called again in 20 ms
+                       asked_at = now;
+                       return now + 20ms;
+                     }
+                     gaps.push_back(now - asked_at);
+                     loop->Stop();  // from the loop's own thread
+                     return std::nullopt;
+                   });
   });
   loop->Wake();
   runner.join();

@@ -20,8 +20,8 @@
 #include "core/base/posix_error.h"
 #include "core/base/unique_fd.h"
 #include "server/transport/fd_server.h"
-#include "tests/unit/socket_test_util.h"
 #include "tests/unit/eventually.h"
+#include "tests/unit/socket_test_util.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {
@@ -53,21 +53,22 @@ struct Fixture {
     REQUIRE(::pwrite(region.get(), &mark, 1, 0) == 1);
     path = dir.Sub("conveyor.sock.fd");
     threads_before = testing::ThreadIds();
-    auto started = FdServer::Start(
-        path, 0600,
-        [this](uint64_t id, const Secret& secret,
-               const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
-          ++lookups;
-          last_peer_pid = peer.credentials.pid;
-          last_peer_uid = peer.credentials.uid;
-          if (id == kBusyStream) return PosixError("dup of the region memfd", EMFILE);
-          if (id != kStream || secret != MakeSecret(1)) {
-            return absl::PermissionDeniedError("unknown stream or wrong secret");
-          }
-          UniqueFd dup(::fcntl(region.get(), F_DUPFD_CLOEXEC, 0));
-          if (!dup) return absl::InternalError("dup");
-          return dup;
-        });
+    auto started =
+        FdServer::Start(path, 0600,
+                        [this](uint64_t id, const Secret& secret,
+                               const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
+                          ++lookups;
+                          last_peer_pid = peer.credentials.pid;
+                          last_peer_uid = peer.credentials.uid;
+                          if (id == kBusyStream)
+                            return PosixError("dup of the region memfd", EMFILE);
+                          if (id != kStream || secret != MakeSecret(1)) {
+                            return absl::PermissionDeniedError("unknown stream or wrong secret");
+                          }
+                          UniqueFd dup(::fcntl(region.get(), F_DUPFD_CLOEXEC, 0));
+                          if (!dup) return absl::InternalError("dup");
+                          return dup;
+                        });
     REQUIRE(started.ok());
     server = *std::move(started);
   }
@@ -129,8 +130,7 @@ TEST_CASE("fd server: the right secret gets the region, a wrong one nothing", "[
   CHECK(IsTheRegion(r.fd));
 }
 
-TEST_CASE("fd server: a silent client does not delay another client's hand-over",
-          "[fd_server]") {
+TEST_CASE("fd server: a silent client does not delay another client's hand-over", "[fd_server]") {
   Fixture t;
   UniqueFd silent = ConnectUnix(t.path);
   REQUIRE(silent.valid());

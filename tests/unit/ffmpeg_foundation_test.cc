@@ -9,11 +9,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/base/posix_error.h"
+#include "core/base/thread_cpu_clock.h"
 #include "core/decode/ffmpeg/decode_budget.h"
 #include "core/decode/ffmpeg/error.h"
 #include "core/decode/ffmpeg/memory_input.h"
-#include "core/base/posix_error.h"
-#include "core/base/thread_cpu_clock.h"
 
 namespace conveyor {
 namespace {
@@ -116,8 +116,8 @@ TEST_CASE("AvDecodeBudget counts this thread's CPU time, with a wall backstop", 
 
   // Past kWallFactor budgets of wall time it is spent, CPU or not.
   const AvDecodeBudget backstop = AvDecodeBudget::StartNow(0.01);
-  std::this_thread::sleep_for(std::chrono::milliseconds(
-      static_cast<int>(0.01 * AvDecodeBudget::kWallFactor * 1000) + 50));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(static_cast<int>(0.01 * AvDecodeBudget::kWallFactor * 1000) + 50));
   CHECK(backstop.spent());
 }
 

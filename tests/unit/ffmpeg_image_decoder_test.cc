@@ -30,7 +30,8 @@ void Chunk(std::vector<uint8_t>& png, const char* type, const std::vector<uint8_
   const size_t start = png.size();
   png.insert(png.end(), type, type + 4);
   png.insert(png.end(), data.begin(), data.end());
-  Be32(png, static_cast<uint32_t>(crc32(0, png.data() + start, static_cast<uInt>(png.size() - start))));
+  Be32(png,
+       static_cast<uint32_t>(crc32(0, png.data() + start, static_cast<uInt>(png.size() - start))));
 }
 
 std::vector<uint8_t> Deflate(const std::vector<uint8_t>& raw, int level = 6) {
@@ -59,7 +60,8 @@ std::vector<uint8_t> Pixels(int w, int h, bool noise = false) {
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
   Rng rng(7);
   for (size_t i = 0; i < px.size(); ++i) {
-    px[i] = noise ? static_cast<uint8_t>(rng.NextU64() >> 56) : static_cast<uint8_t>(i * 7 + i / 97);
+    px[i] =
+        noise ? static_cast<uint8_t>(rng.NextU64() >> 56) : static_cast<uint8_t>(i * 7 + i / 97);
   }
   return px;
 }
@@ -205,8 +207,8 @@ TEST_CASE("A WebP whose RIFF size claims more than the file is refused", "[ffmpe
 TEST_CASE("A GIF cut inside its first image is refused as truncated", "[ffmpeg_image]") {
   SampleTransformer t;
   // 2x2, global table of 2 colours, image descriptor, LZW data cut short.
-  std::vector<uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a', 2, 0, 2, 0, 0x80, 0, 0,
-                              0, 0, 0, 255, 255, 255, 0x2C, 0, 0, 0, 0, 2, 0, 2, 0, 0, 2, 5};
+  std::vector<uint8_t> gif = {'G', 'I', 'F', '8',  '9', 'a', 2, 0, 2, 0, 0x80, 0, 0, 0, 0, 0,
+                              255, 255, 255, 0x2C, 0,   0,   0, 0, 2, 0, 2,    0, 0, 2, 5};
   const absl::Status s = Run(t, gif, Identity(2));
   INFO(s.ToString());
   CHECK(absl::IsDataLoss(s));

@@ -3,8 +3,8 @@
 // strings hold, and the size it reaches on ImageNet-like paths.
 #include "core/data/front_coded_paths.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -73,9 +73,9 @@ TEST_CASE("FrontCodedPaths: any bytes and any lengths round trip exactly",
       "new\nline\ttab\rreturn",
       "\xff\xfe\x80 high bytes \xc3\xa9",
       "\xff\xfe\x81 high bytes \xc3\xa9",
-      std::string(200, '\xff'),             // lengths of 2-byte varints
+      std::string(200, '\xff'),  // lengths of 2-byte varints
       std::string(200, '\xff') + "tail",
-      std::string(20000, 'q'),              // a 3-byte varint
+      std::string(20000, 'q'),  // a 3-byte varint
       std::string(19999, 'q') + "r",
       "short again",
   };

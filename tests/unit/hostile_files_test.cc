@@ -22,9 +22,9 @@
 #include <catch2/catch.hpp>
 
 #include "core/data/dataset_index.h"
-#include "core/engine/engine.h"
 #include "core/data/file_reader.h"
 #include "core/data/sample_source.h"
+#include "core/engine/engine.h"
 #include "tests/unit/engine_test_util.h"
 
 namespace conveyor {
@@ -165,8 +165,7 @@ TEST_CASE("a FIFO in an image folder, or swapped in after indexing, is a skipped
   CHECK(Contains(ReasonFor(c, "class_1/img_1001.jpg"), "not a regular file (FIFO)"));
 }
 
-TEST_CASE("a FIFO given as list file or as a path is refused, not waited on",
-          "[hostile][fifo]") {
+TEST_CASE("a FIFO given as list file or as a path is refused, not waited on", "[hostile][fifo]") {
   TempDir dir;
   MakeFifo(dir.Sub("list.txt"));
   absl::Status list = absl::OkStatus();

@@ -69,7 +69,8 @@ TEST_CASE("service over gRPC: failing files with hostile names are named escaped
   CHECK(parsed.failures_size() == 2);
 }
 
-TEST_CASE("service: an unknown pipeline's name is echoed escaped and capped", "[service][text_escape]") {
+TEST_CASE("service: an unknown pipeline's name is echoed escaped and capped",
+          "[service][text_escape]") {
   ServiceFixture t;
   v1::OpenStream r = Request();
   r.set_pipeline(std::string(100000, 'n') + "\n");

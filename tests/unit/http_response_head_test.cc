@@ -15,8 +15,9 @@ using Parse = ResponseHead::Parse;
 ResponseHead P(const std::string& s) { return ParseResponseHead(s, 16 << 10); }
 
 TEST_CASE("ParseResponseHead reads the status, Content-Length and keep-alive", "[http1]") {
-  const std::string head = "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/100\r\n"
-                           "content-length:  10 \r\n\r\n";
+  const std::string head =
+      "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/100\r\n"
+      "content-length:  10 \r\n\r\n";
   const ResponseHead h = P(head + "0123456789");
   REQUIRE(h.parse == Parse::kOk);
   CHECK(h.status == 206);
@@ -46,8 +47,7 @@ TEST_CASE("ParseResponseHead waits for the blank line", "[http1]") {
   CHECK(P("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r").parse == Parse::kIncomplete);
 }
 
-TEST_CASE("ParseResponseHead leaves to libcurl what the direct client does not read",
-          "[http1]") {
+TEST_CASE("ParseResponseHead leaves to libcurl what the direct client does not read", "[http1]") {
   const ResponseHead chunked =
       P("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
   CHECK(chunked.parse == Parse::kUnsupported);
@@ -65,12 +65,12 @@ TEST_CASE("ParseResponseHead leaves to libcurl what the direct client does not r
 }
 
 TEST_CASE("ParseResponseHead says what is wrong with an answer that is not HTTP", "[http1]") {
-  for (const char* bad : {"SSH-2.0-OpenSSH_9.2\r\n\r\n", "<html>hello</html>",
-                          "HTTP/1.1 2x0 OK\r\n\r\n", "HTTP/1.1 200OK\r\n\r\n",
-                          "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
-                          "HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\n",
-                          "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-                          "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"}) {
+  for (const char* bad :
+       {"SSH-2.0-OpenSSH_9.2\r\n\r\n", "<html>hello</html>", "HTTP/1.1 2x0 OK\r\n\r\n",
+        "HTTP/1.1 200OK\r\n\r\n", "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"}) {
     INFO(bad);
     const ResponseHead h = P(bad);
     CHECK(h.parse == Parse::kMalformed);

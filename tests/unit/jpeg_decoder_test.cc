@@ -2,8 +2,8 @@
 // clean errors (never a crash, an exit() or a message on stderr) for bad input.
 #include "core/decode/jpeg_decoder.h"
 
-#include <stdio.h>
 #include <jpeglib.h>
+#include <stdio.h>
 
 #include <algorithm>
 #include <cstring>
@@ -57,7 +57,8 @@ std::vector<uint8_t> DecodeRegion(JpegDecoder& dec, const std::vector<uint8_t>& 
   const size_t row_bytes = static_cast<size_t>(r.x1 - r.x0) * 3;
   REQUIRE(dec.ReadHeader(bytes, 1ull << 30).ok());
   absl::Status s = dec.DecodeRegion(r, denom, [&](const uint8_t* rows, size_t stride, int count) {
-    for (int i = 0; i < count; ++i) out.insert(out.end(), rows + i * stride, rows + i * stride + row_bytes);
+    for (int i = 0; i < count; ++i)
+      out.insert(out.end(), rows + i * stride, rows + i * stride + row_bytes);
   });
   REQUIRE(s.ok());
   return out;
@@ -119,8 +120,8 @@ TEST_CASE("jpeg decoder: scaled sizes round up like libjpeg", "[jpeg]") {
 TEST_CASE("jpeg decoder: region decode equals full decode at every scale", "[jpeg]") {
   JpegDecoder dec;
   Rng rng(99);
-  for (Flavour f : {Flavour::k420, Flavour::k444, Flavour::kGray, Flavour::kCmyk,
-                    Flavour::kProgressive}) {
+  for (Flavour f :
+       {Flavour::k420, Flavour::k444, Flavour::kGray, Flavour::kCmyk, Flavour::kProgressive}) {
     const std::vector<uint8_t> bytes = Encode(301, 217, f, 7);
     for (int d : {1, 2, 4, 8}) {
       const RgbImage full = DecodeFull(dec, bytes, d);
@@ -194,7 +195,9 @@ TEST_CASE("jpeg decoder: other formats are named by their magic bytes, never ech
   CHECK(reason(std::string("II*\0\x08\0\0\0", 8)) == "not a JPEG (looks like TIFF)");
   CHECK(reason(std::string("MM\0*\0\0\0\x08", 8)) == "not a JPEG (looks like TIFF)");
   CHECK(reason("P6\n4 4\n255\n") == "not a JPEG (looks like PNM (PPM/PGM/PBM))");
-  CHECK(reason(std::string("\0\0\0\x1c" "ftypavif", 12)) == "not a JPEG (looks like AVIF/HEIF)");
+  CHECK(reason(std::string("\0\0\0\x1c"
+                           "ftypavif",
+                           12)) == "not a JPEG (looks like AVIF/HEIF)");
   CHECK(reason("%PDF-1.7") == "not a JPEG (looks like PDF)");
   CHECK(reason("PK\x03\x04....") == "not a JPEG (looks like ZIP)");
   CHECK(reason("\x1f\x8b\x08\x00") == "not a JPEG (looks like gzip)");
@@ -476,8 +479,9 @@ DecodeLimits PipelineDefaults() {
   return limits;
 }
 
-TEST_CASE("jpeg decoder: a progressive image needing more than max_memory is refused from its header",
-          "[jpeg][limits]") {
+TEST_CASE(
+    "jpeg decoder: a progressive image needing more than max_memory is refused from its header",
+    "[jpeg][limits]") {
   // 1024x1024 4:4:4 progressive: 3 x 16384 blocks of 128 bytes = 6 MiB of
   // coefficients.
   const std::vector<uint8_t> bytes = testing::Progressive444Jpeg(1024, 1024);
@@ -488,7 +492,8 @@ TEST_CASE("jpeg decoder: a progressive image needing more than max_memory is ref
   REQUIRE_FALSE(h.ok());
   CHECK(absl::IsResourceExhausted(h.status()));
   INFO(h.status().message());
-  CHECK(h.status().message().find("image 1024x1024 (progressive, 3 components) needs about 6.") == 0);
+  CHECK(h.status().message().find("image 1024x1024 (progressive, 3 components) needs about 6.") ==
+        0);
   CHECK(h.status().message().find("more than max_decode_memory (4.0 MiB)") != std::string::npos);
   // With room for it, the same file decodes, and the estimate covers the
   // coefficient buffer.
@@ -532,8 +537,8 @@ TEST_CASE("jpeg decoder: a decode over its CPU budget stops with an error naming
   limits.max_cpu_seconds = 0.05;
   const absl::Status s = TryDecode(dec, bytes, limits);
   CHECK(absl::IsResourceExhausted(s));
-  CHECK(s.message().find("decoding took more than max_decode_seconds (0.05 s of CPU; stopped in scan ") ==
-        0);
+  CHECK(s.message().find(
+            "decoding took more than max_decode_seconds (0.05 s of CPU; stopped in scan ") == 0);
   // The decoder is ready for the next image, with a fresh budget.
   const std::vector<uint8_t> good = Encode(96, 64, Flavour::kProgressive);
   CHECK(TryDecode(dec, good, limits).ok());

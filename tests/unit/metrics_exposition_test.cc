@@ -109,8 +109,7 @@ TEST_CASE("metrics: every figure in the text format, HELP and TYPE first", "[met
   CHECK(s.at(R"(conveyor_stage_failures_total{stage="decode",reason="invalid_argument"})") == "1");
   CHECK(s.at(R"(conveyor_delivered_batches_total{pipeline="train",transport="inline"})") == "2");
   CHECK(s.at(R"(conveyor_delivered_images_total{pipeline="train",transport="inline"})") == "12");
-  CHECK(s.at(R"(conveyor_delivered_bytes_total{pipeline="train",transport="inline"})") ==
-        "36864");
+  CHECK(s.at(R"(conveyor_delivered_bytes_total{pipeline="train",transport="inline"})") == "36864");
 }
 
 TEST_CASE("metrics: no stream, sample or client becomes a label", "[metrics]") {

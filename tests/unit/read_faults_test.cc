@@ -19,8 +19,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "core/engine/engine.h"
 #include "core/data/file_reader.h"
+#include "core/engine/engine.h"
 #include "tests/support/fault_injecting_reader.h"
 #include "tests/unit/engine_test_util.h"
 
@@ -28,13 +28,13 @@ namespace conveyor {
 namespace {
 
 using testing::Collected;
+using testing::Drain;
 using testing::Errno;
 using testing::FaultInjectingReader;
-using testing::ReadFault;
-using testing::Drain;
 using testing::MakeEngine;
 using testing::MakeImageFolder;
 using testing::MakePipeline;
+using testing::ReadFault;
 using testing::RunOnce;
 using testing::TempDir;
 
@@ -70,9 +70,10 @@ void CheckSameAsClean(const Collected& got, const Collected& want) {
   for (const BatchInfo& b : got.batches) CHECK(b.failures.empty());
 }
 
-TEST_CASE("read faults: transient EIO, ENOMEM, EMFILE and EAGAIN of the reader are retried and "
-          "every sample is delivered as in a clean run",
-          "[read_faults][retry]") {
+TEST_CASE(
+    "read faults: transient EIO, ENOMEM, EMFILE and EAGAIN of the reader are retried and "
+    "every sample is delivered as in a clean run",
+    "[read_faults][retry]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 3, 7);
   auto p = MakePipeline(dir.path());
@@ -86,7 +87,7 @@ TEST_CASE("read faults: transient EIO, ENOMEM, EMFILE and EAGAIN of the reader a
   for (size_t i = 0; i < plan.size(); ++i) {
     // Every epoch reads each file once: two epochs take 2 × times faults.
     faults->Plan("/" + std::string(p->dataset->relative_path(i * 5)), Errno(plan[i].first),
-                2 * plan[i].second);
+                 2 * plan[i].second);
     planned += 2 * plan[i].second;
   }
   const Collected got = RunOnce(p, 2, Epochs(2), Through(faults, FastRetries()));
@@ -221,9 +222,10 @@ std::map<uint64_t, EpochAccount> Account(const Collected& c) {
   return out;
 }
 
-TEST_CASE("read faults: under mixed faults every sample of every epoch is delivered exactly once "
-          "or reported failed exactly once",
-          "[read_faults][retry]") {
+TEST_CASE(
+    "read faults: under mixed faults every sample of every epoch is delivered exactly once "
+    "or reported failed exactly once",
+    "[read_faults][retry]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 3, 7);  // 21 samples: batches of 4 leave a short last one
   auto p = MakePipeline(dir.path());
@@ -262,9 +264,10 @@ TEST_CASE("read faults: under mixed faults every sample of every epoch is delive
   }
 }
 
-TEST_CASE("read faults: a file deleted mid-stream is a skipped sample naming it, or ends the "
-          "stream under fail_fast",
-          "[read_faults]") {
+TEST_CASE(
+    "read faults: a file deleted mid-stream is a skipped sample naming it, or ends the "
+    "stream under fail_fast",
+    "[read_faults]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 3, 7);
   auto base = MakePipeline(dir.path());
@@ -357,7 +360,7 @@ TEST_CASE("read faults: a failed read gives back the memory it grew its buffer b
   for (const ReadFault& fault : {truncated, eio}) {
     auto faults = std::make_shared<FaultInjectingReader>();
     faults->Plan("large.bin", fault);
-      std::vector<uint8_t> buffer(4096);  // a small buffer kept from an earlier sample
+    std::vector<uint8_t> buffer(4096);  // a small buffer kept from an earlier sample
     const size_t kept = buffer.capacity();
     const absl::Status s = ReadWholeFile(path, kSize, &buffer, *faults);
     INFO(s);

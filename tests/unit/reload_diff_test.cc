@@ -13,8 +13,8 @@
 
 #include "server/config/config.h"
 #include "server/config/reload_diff.h"
-#include "server/service/pipeline_registry.h"
 #include "server/notifier.h"
+#include "server/service/pipeline_registry.h"
 #include "tests/unit/temp_dir.h"
 #include "tests/unit/test_images.h"
 
@@ -48,7 +48,8 @@ allowed_roots: [/data, /mnt]
 pipelines:
   train: {dataset: {root: /mnt/train}, size: 128}
   extra: {dataset: {root: /data/extra}}
-)")).empty());
+)"))
+            .empty());
 }
 
 TEST_CASE("settings a running daemon cannot change are named", "[reload]") {
@@ -69,10 +70,10 @@ pipelines:
   train: {dataset: {root: /data/train}, size: 224}
 )");
   const std::vector<std::string> fields = ChangedRestartFields(running, next);
-  CHECK(fields == std::vector<std::string>{
-                      "listen.tcp", "threads", "engine.fetch_concurrency", "memory_budget",
-                      "max_streams", "log_level", "log_format", "metrics.listen",
-                      "stream_idle_timeout_seconds", "per_client.max_memory"});
+  CHECK(fields == std::vector<std::string>{"listen.tcp", "threads", "engine.fetch_concurrency",
+                                           "memory_budget", "max_streams", "log_level",
+                                           "log_format", "metrics.listen",
+                                           "stream_idle_timeout_seconds", "per_client.max_memory"});
 }
 
 TEST_CASE("remote settings need a restart (the reader is built at start)", "[reload]") {
@@ -164,8 +165,7 @@ TEST_CASE("the registry finds pipelines, and names those a reload removed", "[re
 
   registry.Replace({ps.Make("a")});  // back again: no longer "removed"
   CHECK(registry.Find("a").ok());
-  CHECK(std::string(registry.Find("b").status().message()).find("removed") !=
-        std::string::npos);
+  CHECK(std::string(registry.Find("b").status().message()).find("removed") != std::string::npos);
 }
 
 TEST_CASE("the registry refuses sets it cannot serve", "[reload]") {

@@ -32,10 +32,10 @@ namespace {
 class ObjectServer {
  public:
   ObjectServer(const std::string& root, std::vector<std::string> extra) {
-    std::vector<std::string> args = {CONVEYOR_PYTHON,
-                                     std::string(CONVEYOR_SOURCE_DIR) +
-                                         "/tests/integration/http_object_server.py",
-                                     "--root", root};
+    std::vector<std::string> args = {
+        CONVEYOR_PYTHON,
+        std::string(CONVEYOR_SOURCE_DIR) + "/tests/integration/http_object_server.py", "--root",
+        root};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -148,9 +148,10 @@ TEST_CASE("RemoteReader reads ranges, whole objects and sizes; 404 and 416 name 
   CHECK(reader->counters().retries == 0);
 }
 
-TEST_CASE("RemoteReader reuses its transfer handles: HEAD, range and whole reads in turn each get "
-          "what they asked",
-          "[remote_reader]") {
+TEST_CASE(
+    "RemoteReader reuses its transfer handles: HEAD, range and whole reads in turn each get "
+    "what they asked",
+    "[remote_reader]") {
   // One connection, reads one after another: every transfer reuses the
   // handle the one before it released, with that one's settings (NOBODY of a
   // HEAD, a Range, a 404) still on it unless each transfer sets its own.
@@ -233,8 +234,8 @@ TEST_CASE("RemoteReader fetches a run of parts with one request and serves each 
   st = reader->ReadRange(url, size - 5, 10, &out);
   CHECK(st.code() == absl::StatusCode::kOutOfRange);
   CHECK_THAT(std::string(st.message()),
-             Catch::Contains("/o0: bytes [") && Catch::Contains("the object ends at byte " +
-                                                                 std::to_string(size)));
+             Catch::Contains("/o0: bytes [") &&
+                 Catch::Contains("the object ends at byte " + std::to_string(size)));
   CHECK(reader->counters().readahead_bytes == 0);
   // 150 parts with gaps between them (more than one receive's worth of
   // destinations): one request, every part byte-exact.
@@ -310,7 +311,8 @@ TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right on
   o.max_attempts = 30;
   o.direct_http = direct;
   auto reader = Reader(o);
-  for (int i = 0; i < 40; i += 2) reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
+  for (int i = 0; i < 40; i += 2)
+    reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
   // Runs too: a connection cut mid-body leaves parts half filled; the retry
   // must start them over.
   const std::vector<ByteRangeReader::Range> parts = {{1000, 5000}, {6100, 3000}, {9200, 50}};
@@ -323,7 +325,8 @@ TEST_CASE("RemoteReader retries 5xx and dropped connections: every read right on
     REQUIRE(reader->ReadRange(server.Url("o" + std::to_string(i)), 100, 200, &out).ok());
     CHECK(Str(out) == objs.data[i].substr(100, 200));
     for (const auto& p : parts) {
-      REQUIRE(reader->ReadRange(server.Url("o" + std::to_string(i)), p.offset, p.length, &out).ok());
+      REQUIRE(
+          reader->ReadRange(server.Url("o" + std::to_string(i)), p.offset, p.length, &out).ok());
       CHECK(Str(out) == objs.data[i].substr(p.offset, p.length));
     }
   }
@@ -342,9 +345,10 @@ int ServerStat(RemoteReader& reader, const ObjectServer& server, const std::stri
   return std::stoi(json.substr(at + name.size() + 4));
 }
 
-TEST_CASE("RemoteReader's direct client sends a request again on a new connection when the "
-          "server closed the reused one, as the same attempt",
-          "[remote_reader]") {
+TEST_CASE(
+    "RemoteReader's direct client sends a request again on a new connection when the "
+    "server closed the reused one, as the same attempt",
+    "[remote_reader]") {
   // The server closes each connection unanswered at its second request, as
   // a server does that drops an idle keep-alive connection just as a request
   // arrives. One attempt per read: a counted failure would fail the read.
@@ -383,9 +387,10 @@ TEST_CASE("RemoteReader's direct client leaves a host that sends chunked bodies 
   CHECK(reader->counters().retries == 0);
 }
 
-TEST_CASE("RemoteReader's direct client gives up on an answer that does not come within "
-          "request_timeout_ms: retried, then UNAVAILABLE naming the host",
-          "[remote_reader]") {
+TEST_CASE(
+    "RemoteReader's direct client gives up on an answer that does not come within "
+    "request_timeout_ms: retried, then UNAVAILABLE naming the host",
+    "[remote_reader]") {
   Objects objs(2);
   ObjectServer server(objs.dir.path(), {"--stall-after", "1"});
   RemoteOptions o = FastRetries();
@@ -393,13 +398,14 @@ TEST_CASE("RemoteReader's direct client gives up on an answer that does not come
   o.max_attempts = 2;
   auto reader = Reader(o);
   std::vector<uint8_t> out;
-  REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());  // libcurl's: learns the address
+  REQUIRE(
+      reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());  // libcurl's: learns the address
   const absl::Status st = reader->ReadWhole(server.Url("o1"), 1 << 20, &out);
   CHECK(st.code() == absl::StatusCode::kUnavailable);
   CHECK(IsSystemError(st));
-  CHECK_THAT(std::string(st.message()),
-             Catch::Contains("/o1") && Catch::Contains("127.0.0.1:") &&
-                 Catch::Contains("2 attempts") && Catch::Contains("timed out"));
+  CHECK_THAT(std::string(st.message()), Catch::Contains("/o1") && Catch::Contains("127.0.0.1:") &&
+                                            Catch::Contains("2 attempts") &&
+                                            Catch::Contains("timed out"));
   CHECK(reader->counters().direct_requests == 2);
   CHECK(reader->counters().retries == 1);
 }
@@ -414,7 +420,8 @@ TEST_CASE("RemoteReader: an unreachable host is retried, then UNAVAILABLE naming
   absl::Status st = reader->ReadWhole("http://127.0.0.1:1/x.jpg", 1 << 20, &out);
   CHECK(st.code() == absl::StatusCode::kUnavailable);
   CHECK(IsSystemError(st));
-  CHECK_THAT(std::string(st.message()), Catch::Contains("127.0.0.1:1") && Catch::Contains("3 attempts"));
+  CHECK_THAT(std::string(st.message()),
+             Catch::Contains("127.0.0.1:1") && Catch::Contains("3 attempts"));
   CHECK(reader->counters().retries == 2);
 }
 
@@ -430,7 +437,7 @@ TEST_CASE("RemoteReader keeps hundreds of transfers in flight from no worker thr
   }
   // Every request sleeps 1.5 s in the server: they overlap or this never holds.
   CHECK(testing::Eventually([&] { return reader->counters().max_in_flight >= 150; },
-                   std::chrono::seconds(60)));
+                            std::chrono::seconds(60)));
   std::vector<uint8_t> out;
   for (int i = 0; i < 200; ++i) {
     REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());

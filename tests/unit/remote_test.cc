@@ -4,8 +4,8 @@
 #ifdef CONVEYOR_HAVE_SERVER
 #include <curl/curl.h>
 
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -98,9 +98,9 @@ TEST_CASE("Backoff doubles up to its cap, jittered within [base/2, base]", "[rem
 TEST_CASE("Retryable failures: 5xx, 429, 408, resets, timeouts; not 4xx", "[remote]") {
   for (long s : {500L, 502L, 503L, 504L, 429L, 408L}) CHECK(IsRetryableHttpStatus(s));
   for (long s : {200L, 206L, 400L, 401L, 403L, 404L, 416L}) CHECK_FALSE(IsRetryableHttpStatus(s));
-  for (CURLcode c : {CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT, CURLE_RECV_ERROR,
-                     CURLE_SEND_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE,
-                     CURLE_COULDNT_RESOLVE_HOST}) {
+  for (CURLcode c :
+       {CURLE_COULDNT_CONNECT, CURLE_OPERATION_TIMEDOUT, CURLE_RECV_ERROR, CURLE_SEND_ERROR,
+        CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_COULDNT_RESOLVE_HOST}) {
     CHECK(IsRetryableCurlCode(c));
   }
   for (CURLcode c : {CURLE_OK, CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL,

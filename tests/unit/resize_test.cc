@@ -48,8 +48,8 @@ TEST_CASE("resize: matches Pillow on a 4-pixel row", "[resize]") {
   CHECK(Resize(row, 4, 1, Axis(4, 3), Axis(1, 1)) ==
         std::vector<uint8_t>{30, 40, 50, 150, 160, 170, 235, 242, 66});
   CHECK(Resize(row, 4, 1, Axis(4, 7), Axis(1, 1)) ==
-        std::vector<uint8_t>{0,   10,  20,  36,  46,  56,  93,  103, 113, 150, 160,
-                             170, 204, 213, 204, 232, 239, 79,  250, 255, 0});
+        std::vector<uint8_t>{0,   10,  20,  36,  46,  56,  93, 103, 113, 150, 160,
+                             170, 204, 213, 204, 232, 239, 79, 250, 255, 0});
   CHECK(Resize(row, 4, 1, Axis(4, 2, 0.5, 3.25), Axis(1, 1)) ==
         std::vector<uint8_t>{66, 76, 86, 195, 204, 158});
 }

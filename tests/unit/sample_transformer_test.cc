@@ -175,9 +175,9 @@ TEST_CASE("sample transformer: float16 conversion rounds to nearest even", "[tra
   CHECK(FloatToHalf(65520.0f) == 0x7C00);
   CHECK(FloatToHalf(std::numeric_limits<float>::infinity()) == 0x7C00);
   CHECK((FloatToHalf(std::numeric_limits<float>::quiet_NaN()) & 0x7FFF) > 0x7C00);
-  CHECK(FloatToHalf(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
-  CHECK(FloatToHalf(std::ldexp(1.0f, -25)) == 0x0000);  // tie -> even (0)
-  CHECK(FloatToHalf(std::ldexp(3.0f, -26)) == 0x0001);  // 0.75 ulp -> 1
+  CHECK(FloatToHalf(std::ldexp(1.0f, -24)) == 0x0001);         // smallest subnormal
+  CHECK(FloatToHalf(std::ldexp(1.0f, -25)) == 0x0000);         // tie -> even (0)
+  CHECK(FloatToHalf(std::ldexp(3.0f, -26)) == 0x0001);         // 0.75 ulp -> 1
   CHECK(FloatToHalf(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie -> even
   CHECK(FloatToHalf(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);  // tie -> even (up)
   // Against the compiler's _Float16 conversion (round to nearest even) over a
@@ -209,10 +209,10 @@ TEST_CASE("sample transformer: bad input and bad specs are errors then it carrie
   spec.std[1] = 0;
   CHECK(absl::IsInvalidArgument(t.Run(jpeg, spec, rng, out.data())));
   spec = TransformSpec();
-  CHECK(absl::IsInvalidArgument(
-      t.RunCrop(jpeg, spec, CropBox{0, 0, 91, 10}, false, 0, out.data())));
-  CHECK(absl::IsInvalidArgument(
-      t.RunCrop(jpeg, spec, CropBox{0, 0, 10, 10}, false, 3, out.data())));
+  CHECK(
+      absl::IsInvalidArgument(t.RunCrop(jpeg, spec, CropBox{0, 0, 91, 10}, false, 0, out.data())));
+  CHECK(
+      absl::IsInvalidArgument(t.RunCrop(jpeg, spec, CropBox{0, 0, 10, 10}, false, 3, out.data())));
   CHECK(t.Run(jpeg, spec, rng, out.data()).ok());
 }
 

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <map>
 #include <numeric>
-#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -69,10 +69,9 @@ TEST_CASE("EpochPermutation is deterministic and pinned by a golden vector", "[s
   const std::vector<uint64_t> a = EpochPermutation(1000, 1234, 0, true);
   const std::vector<uint64_t> b = EpochPermutation(1000, 1234, 0, true);
   REQUIRE(a == b);
-  // Computed once (and cross-checked by an independent Python port) from this implementation (SplitMix64 Rng::ForKeys(seed,
-  // epoch, "SAMPLER1"), Lemire Below, Fisher-Yates from the back). A change
-  // here breaks resume and reproducibility across versions: don't update it
-  // casually.
+  // Computed once (and cross-checked by an independent Python port) from this implementation
+  // (SplitMix64 Rng::ForKeys(seed, epoch, "SAMPLER1"), Lemire Below, Fisher-Yates from the back). A
+  // change here breaks resume and reproducibility across versions: don't update it casually.
   const std::vector<uint64_t> golden = {750, 547, 259, 551, 471, 388, 589, 389, 352, 726, 416, 399};
   REQUIRE(std::vector<uint64_t>(a.begin(), a.begin() + golden.size()) == golden);
 }
@@ -225,7 +224,12 @@ TEST_CASE("resume at the same world size continues each rank exactly", "[sampler
 TEST_CASE("elastic resume delivers the rest of the epoch once across new ranks",
           "[sampler][resume]") {
   // (N, W, consumed per rank, W'): 4 -> 2 and 2 -> 3, divisible and not.
-  struct Case { uint64_t n; uint32_t w; uint64_t p; uint32_t w2; };
+  struct Case {
+    uint64_t n;
+    uint32_t w;
+    uint64_t p;
+    uint32_t w2;
+  };
   for (Case c : {Case{40, 4, 3, 2}, Case{48, 2, 5, 3}, Case{41, 4, 2, 2}, Case{50, 2, 7, 3}}) {
     std::multiset<uint64_t> seen;
     for (uint32_t r = 0; r < c.w; ++r) {
@@ -351,8 +355,8 @@ TEST_CASE("PlanRank holds exactly RankIndices' indices", "[sampler]") {
               for (size_t k = 0; k < indices->size(); ++k) REQUIRE((*plan)[k] == (*indices)[k]);
               std::vector<uint64_t> copied(indices->size() - indices->size() / 2);
               plan->CopyTo(indices->size() / 2, copied);
-              CHECK(std::equal(copied.begin(), copied.end(),
-                               indices->begin() + indices->size() / 2));
+              CHECK(
+                  std::equal(copied.begin(), copied.end(), indices->begin() + indices->size() / 2));
             }
           }
         }

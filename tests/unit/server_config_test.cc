@@ -19,14 +19,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
+#include "server/access/token_identifier.h"
 #include "server/config/byte_size.h"
 #include "server/config/config.h"
 #include "server/config/loader.h"
-#include "server/flags.h"
 #include "server/config/system_cpus.h"
 #include "server/config/system_memory.h"
-#include "server/access/token_identifier.h"
 #include "server/config/yaml_fields.h"
+#include "server/flags.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor::server {
@@ -281,7 +281,8 @@ remote:
                 {"field remote.max_connections_per_host"});
   ExpectRefused("remote: {requests_per_second_per_host: -1}\n" + std::string(kMinimal),
                 {"field remote.requests_per_second_per_host"});
-  ExpectRefused("remote: {max_attempts: 0}\n" + std::string(kMinimal), {"field remote.max_attempts"});
+  ExpectRefused("remote: {max_attempts: 0}\n" + std::string(kMinimal),
+                {"field remote.max_attempts"});
   ExpectRefused("remote: {initial_backoff_ms: 100, max_backoff_ms: 50}\n" + std::string(kMinimal),
                 {"field remote.max_backoff_ms", "at least remote.initial_backoff_ms"});
   ExpectRefused("remote: {read_ahead_bytes: 1KiB}\n" + std::string(kMinimal),
@@ -309,7 +310,8 @@ TEST_CASE("dataset.urls: a URL list, alone", "[config]") {
 TEST_CASE("LoadPipelines reads a URL list and refuses a bad URL naming its entry", "[config]") {
   TempDir dir;
   std::ofstream(dir.path() + "/urls.tsv") << "http://127.0.0.1:1/a.jpg\t0\ns3://bucket/b.jpg\t1\n";
-  std::ofstream(dir.path() + "/bad.tsv") << "http://127.0.0.1:1/a.jpg\t0\nhttp://u:pw@/x?sig=S\t1\n";
+  std::ofstream(dir.path() + "/bad.tsv")
+      << "http://127.0.0.1:1/a.jpg\t0\nhttp://u:pw@/x?sig=S\t1\n";
   auto c = ParseConfig("pipelines:\n  good: {dataset: {urls: urls.tsv}}\n", "t.yaml", dir.path(),
                        kMachine);
   REQUIRE(c.ok());
@@ -334,8 +336,8 @@ TEST_CASE("LoadPipelines reads a URL list and refuses a bad URL naming its entry
 
 TEST_CASE("fetch retry limits are checked against each other and their ranges", "[config]") {
   ExpectRefused("engine: {fetch_retry_max_backoff_ms: 5}\n" + std::string(kMinimal),
-                {"field engine.fetch_retry_max_backoff_ms", "at least fetch_retry_initial_backoff_ms",
-                 "(10 ms), got 5 ms"});
+                {"field engine.fetch_retry_max_backoff_ms",
+                 "at least fetch_retry_initial_backoff_ms", "(10 ms), got 5 ms"});
   ExpectRefused("engine: {fetch_retry_max_attempts: 0}\n" + std::string(kMinimal),
                 {"field engine.fetch_retry_max_attempts"});
   ExpectRefused("engine: {fetch_retry_deadline_seconds: 0}\n" + std::string(kMinimal),
@@ -493,9 +495,13 @@ TEST_CASE("parsing touches no file system; loading checks the disk and names the
   const std::string gone = dir.Sub("not-yet");  // nothing exists below it
   const std::string yaml = "allowed_roots: [" + gone + "]\n" +
                            "pipelines:\n"
-                           "  folder: {dataset: {root: " + gone + "/train}}\n"
-                           "  listed: {dataset: {list: " + gone + "/list.txt}}\n";
-  absl::StatusOr<DaemonConfig> c = ParseConfig(yaml, "test.yaml", dir.Sub("no/such/base"), kMachine);
+                           "  folder: {dataset: {root: " +
+                           gone +
+                           "/train}}\n"
+                           "  listed: {dataset: {list: " +
+                           gone + "/list.txt}}\n";
+  absl::StatusOr<DaemonConfig> c =
+      ParseConfig(yaml, "test.yaml", dir.Sub("no/such/base"), kMachine);
   REQUIRE(c.ok());
   CHECK(c->pipelines[0].dataset.root == gone + "/train");
   CHECK(c->pipelines[1].dataset.list == gone + "/list.txt");
@@ -666,31 +672,31 @@ access:
   CHECK(none->access.tokens.empty());
   CHECK_FALSE(none->access.require_token_on_unix);
 
-  ExpectRefused("access: {tokens: [{name: t, file: /t, pipelines: [a, c]}]}\n" +
-                    std::string(kTwoPipelines),
-                {"field access.tokens[0].pipelines[1]: no pipeline named 'c'"});
+  ExpectRefused(
+      "access: {tokens: [{name: t, file: /t, pipelines: [a, c]}]}\n" + std::string(kTwoPipelines),
+      {"field access.tokens[0].pipelines[1]: no pipeline named 'c'"});
   ExpectRefused("access: {tokens: [{file: /t}]}\n" + std::string(kTwoPipelines),
                 {"field access.tokens[0]: missing `name`"});
   ExpectRefused("access: {tokens: [{name: t}]}\n" + std::string(kTwoPipelines),
                 {"field access.tokens[0]: missing `file`"});
   ExpectRefused("access: {tokens: [{name: 't x', file: /t}]}\n" + std::string(kTwoPipelines),
                 {"field access.tokens[0].name: a token name is"});
-  ExpectRefused("access: {tokens: [{name: t, file: /t}, {name: t, file: /u}]}\n" +
-                    std::string(kTwoPipelines),
-                {"field access.tokens[1].name: duplicate token name 't'"});
-  ExpectRefused("access: {tokens: [{name: t, file: /t}, {name: u, file: /t}]}\n" +
-                    std::string(kTwoPipelines),
-                {"field access.tokens[1].file: '/t' is the file of another token too"});
+  ExpectRefused(
+      "access: {tokens: [{name: t, file: /t}, {name: t, file: /u}]}\n" + std::string(kTwoPipelines),
+      {"field access.tokens[1].name: duplicate token name 't'"});
+  ExpectRefused(
+      "access: {tokens: [{name: t, file: /t}, {name: u, file: /t}]}\n" + std::string(kTwoPipelines),
+      {"field access.tokens[1].file: '/t' is the file of another token too"});
   ExpectRefused("access: {tokens: [{name: t, file: /t, secret: x}]}\n" + std::string(kTwoPipelines),
                 {"field access.tokens[0].secret: unknown field"});
   ExpectRefused("access: {tokens: {name: t}}\n" + std::string(kTwoPipelines),
                 {"field access.tokens: expected a list"});
-  ExpectRefused("access: {tokens: [{name: t, file: /t, pipelines: a}]}\n" +
-                    std::string(kTwoPipelines),
-                {"field access.tokens[0].pipelines: expected a list of pipeline names"});
-  ExpectRefused("access: {tokens: [{name: t, file: /t, operator: maybe}]}\n" +
-                    std::string(kTwoPipelines),
-                {"field access.tokens[0].operator"});
+  ExpectRefused(
+      "access: {tokens: [{name: t, file: /t, pipelines: a}]}\n" + std::string(kTwoPipelines),
+      {"field access.tokens[0].pipelines: expected a list of pipeline names"});
+  ExpectRefused(
+      "access: {tokens: [{name: t, file: /t, operator: maybe}]}\n" + std::string(kTwoPipelines),
+      {"field access.tokens[0].operator"});
   ExpectRefused("access: {require_token_on_unix: true}\n" + std::string(kTwoPipelines),
                 {"field access.require_token_on_unix: needs access.tokens"});
 }
@@ -711,26 +717,30 @@ listen:
   CHECK(c->listen.tls.reload_interval_seconds == 5);
   CHECK_FALSE(Parse(kMinimal)->listen.tls.enabled());
   CHECK(Parse(kMinimal)->listen.tls.reload_interval_seconds == 60);
-  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, reload_interval_seconds: "
-                "0}}\n" + std::string(kMinimal),
-                {"field listen.tls.reload_interval_seconds"});
+  ExpectRefused(
+      "listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, reload_interval_seconds: "
+      "0}}\n" +
+          std::string(kMinimal),
+      {"field listen.tls.reload_interval_seconds"});
 
   ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c}}\n" + std::string(kMinimal),
                 {"field listen.tls: needs both `cert` and `key`"});
-  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, require_client_cert: "
-                "true}}\n" + std::string(kMinimal),
-                {"field listen.tls.require_client_cert: needs listen.tls.client_ca"});
-  ExpectRefused("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, ca: /a}}\n" +
-                    std::string(kMinimal),
-                {"field listen.tls.ca: unknown field"});
+  ExpectRefused(
+      "listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, require_client_cert: "
+      "true}}\n" +
+          std::string(kMinimal),
+      {"field listen.tls.require_client_cert: needs listen.tls.client_ca"});
+  ExpectRefused(
+      "listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k, ca: /a}}\n" + std::string(kMinimal),
+      {"field listen.tls.ca: unknown field"});
   // Unused without TCP (the unix socket never uses TLS); --tcp may add it.
   CHECK(Parse("listen: {tls: {cert: /c, key: /k}}\n" + std::string(kMinimal)).ok());
   // The data socket speaks TLS too: an explicit data_tcp is fine, and the
   // default (the TCP host, a free port) applies.
   {
-    absl::StatusOr<DaemonConfig> c = Parse(
-        "listen: {tcp: '127.0.0.1:1', data_tcp: '127.0.0.1:2', tls: {cert: /c, key: /k}}\n" +
-        std::string(kMinimal));
+    absl::StatusOr<DaemonConfig> c =
+        Parse("listen: {tcp: '127.0.0.1:1', data_tcp: '127.0.0.1:2', tls: {cert: /c, key: /k}}\n" +
+              std::string(kMinimal));
     REQUIRE(c.ok());
     CHECK(DataSocketAddress(c->listen) == "127.0.0.1:2");
     c = Parse("listen: {tcp: '127.0.0.1:1', tls: {cert: /c, key: /k}}\n" + std::string(kMinimal));
@@ -749,8 +759,8 @@ TEST_CASE("TCP off loopback needs TLS, tokens or allow_insecure_tcp", "[config]"
                   {"field listen.tcp: '", addr, "' is not a loopback address",
                    "listen.allow_insecure_tcp: true"});
   }
-  for (const char* addr : {"127.0.0.1:7070", "127.3.4.5:0", "[::1]:7070", "localhost:7070",
-                           "LOCALHOST:1"}) {
+  for (const char* addr :
+       {"127.0.0.1:7070", "127.3.4.5:0", "[::1]:7070", "localhost:7070", "LOCALHOST:1"}) {
     INFO(addr);
     CHECK(Parse(absl::StrCat("listen: {tcp: '", addr, "'}\n", kMinimal)).ok());
   }
@@ -852,8 +862,8 @@ TEST_CASE("a dataset that cannot be loaded is refused naming the field", "[confi
   absl::StatusOr<DaemonConfig> missing = LoadConfigFile(dir.Sub("nope.yaml"), kMachine);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().code() == absl::StatusCode::kNotFound);
-  CHECK(std::string(missing.status().message()).find(dir.Sub("nope.yaml") +
-                                                      ": cannot read the config file: ") == 0);
+  CHECK(std::string(missing.status().message())
+            .find(dir.Sub("nope.yaml") + ": cannot read the config file: ") == 0);
 }
 
 TEST_CASE("the data socket listens beside TCP unless turned off", "[config]") {
@@ -1054,7 +1064,6 @@ TEST_CASE("paths resolve lexically against the base folder", "[config]") {
         "f.yaml: field root: must not be empty (line 1)");
 }
 
-
 #endif  // CONVEYOR_HAVE_SERVER
 
 TEST_CASE("unix access lists and the stream idle timeout are read and checked", "[config]") {
@@ -1146,8 +1155,8 @@ TEST_CASE("dataset.shards: lists and brace patterns, label_key, shuffle_buffer")
   REQUIRE(c.ok());
   const DatasetSpec& d = c->pipelines[0].dataset;
   CHECK(d.kind == DatasetSpec::Kind::kTarShards);
-  CHECK(d.shards == std::vector<std::string>{"/srv/data/t-00.tar", "/srv/data/t-01.tar",
-                                             "/srv/data/t-02.tar"});
+  CHECK(d.shards ==
+        std::vector<std::string>{"/srv/data/t-00.tar", "/srv/data/t-01.tar", "/srv/data/t-02.tar"});
   CHECK(d.label_key == "txt");
   CHECK(d.shuffle_buffer == 64);
   auto l = Parse("pipelines:\n  p:\n    dataset: {shards: [/a/x.tar, '/b/{0..1}.tar']}\n");
@@ -1161,8 +1170,9 @@ TEST_CASE("dataset.shards: lists and brace patterns, label_key, shuffle_buffer")
 }
 
 TEST_CASE("dataset.shards: URLs are remote shards, kept as written and outside allowed_roots") {
-  auto c = Parse("allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
-                 "'http://h:8080/s-{0..1}.tar'}\n");
+  auto c = Parse(
+      "allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
+      "'http://h:8080/s-{0..1}.tar'}\n");
   REQUIRE(c.ok());
   CHECK(c->pipelines[0].dataset.shards ==
         std::vector<std::string>{"http://h:8080/s-0.tar", "http://h:8080/s-1.tar"});
@@ -1192,9 +1202,10 @@ TEST_CASE("dataset.shards: bad values are refused naming the field and the shard
                 {"field pipelines.p.dataset.shuffle_buffer"});
   ExpectRefused("pipelines:\n  p:\n    dataset: {root: /d, shuffle_buffer: 4}\n",
                 {"field pipelines.p.dataset.shuffle_buffer: only for tar shards"});
-  ExpectRefused("allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
-                "['/data/a.tar', '/mnt/b.tar']}\n",
-                {"field pipelines.p.dataset.shards: '/mnt/b.tar' lies outside the allowed roots"});
+  ExpectRefused(
+      "allowed_roots: [/data]\npipelines:\n  p:\n    dataset: {shards: "
+      "['/data/a.tar', '/mnt/b.tar']}\n",
+      {"field pipelines.p.dataset.shards: '/mnt/b.tar' lies outside the allowed roots"});
 }
 
 TEST_CASE("video pipelines: kind video and its fields", "[config]") {
@@ -1245,8 +1256,9 @@ pipelines:
   ExpectRefused(head + "    kind: video\n    fps: -1\n", {"field pipelines.v.fps"});
   ExpectRefused(head + "    kind: video\n    clip_start: middle\n",
                 {"field pipelines.v.clip_start", "middle"});
-  ExpectRefused(head + "    kind: video\n    clip_frames: 32\n    max_frames_decoded: 16\n",
-                {"field pipelines.v.max_frames_decoded: must be at least clip_frames (32), got 16"});
+  ExpectRefused(
+      head + "    kind: video\n    clip_frames: 32\n    max_frames_decoded: 16\n",
+      {"field pipelines.v.max_frames_decoded: must be at least clip_frames (32), got 16"});
   ExpectRefused(head + "    kind: video\n    max_duration_seconds: 0\n",
                 {"field pipelines.v.max_duration_seconds"});
   ExpectRefused(head + "    kind: video\n    autorotate: sideways\n",

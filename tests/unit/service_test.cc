@@ -32,9 +32,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
-#include "server/transport/fd_server.h"
-#include "server/service/grpc_service.h"
 #include "server/ops/metrics_exposition.h"
+#include "server/service/grpc_service.h"
+#include "server/transport/fd_server.h"
 #include "tests/unit/service_test_util.h"
 #include "tests/unit/socket_test_util.h"
 
@@ -127,22 +127,17 @@ Seen ReadAll(Call& call, bool until_end = false) {
   v1::ServerMessage m;
   while (call.stream->Read(&m)) {
     switch (m.kind_case()) {
-      case v1::ServerMessage::kOpened:
-        seen.opened = m.opened();
-        break;
+      case v1::ServerMessage::kOpened: seen.opened = m.opened(); break;
       case v1::ServerMessage::kBatch:
         seen.batches.push_back(m.batch());
         call.Send(ReleaseMessage(m.batch().slot()));
         break;
-      case v1::ServerMessage::kEpochEnd:
-        ++seen.epoch_ends;
-        break;
+      case v1::ServerMessage::kEpochEnd: ++seen.epoch_ends; break;
       case v1::ServerMessage::kEnd:
         seen.stream_end = true;
         if (until_end) return seen;
         break;
-      default:
-        break;
+      default: break;
     }
   }
   seen.status = call.Finish();
@@ -161,7 +156,8 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   CHECK(opened.fd_socket() == t.fd_path);
   const Secret secret = SecretOf(opened);
   auto fd_server = FdServer::Start(
-      t.fd_path, 0600, [&t](uint64_t id, const Secret& s, const UnixPeer&) { return t.shm->RegionFd(id, s); });
+      t.fd_path, 0600,
+      [&t](uint64_t id, const Secret& s, const UnixPeer&) { return t.shm->RegionFd(id, s); });
   REQUIRE(fd_server.ok());
 
   Secret wrong = secret;
@@ -210,9 +206,10 @@ TEST_CASE("service: a stream counts as open until its session is gone, not only 
   CHECK(t.BytesInUse() == 0);
 }
 
-TEST_CASE("service: StreamOpened tells the stream's plan, the budget holds its arena, and the "
-          "engine delivers the batches it tells",
-          "[service][plan]") {
+TEST_CASE(
+    "service: StreamOpened tells the stream's plan, the budget holds its arena, and the "
+    "engine delivers the batches it tells",
+    "[service][plan]") {
   ServiceFixture t;  // 6 samples
   struct Case {
     uint32_t batch, rank, world;
@@ -226,9 +223,8 @@ TEST_CASE("service: StreamOpened tells the stream's plan, the budget holds its a
                                          {4, 0, 1, false, true, 1, 0},
                                          {2, 0, 2, false, true, 2, 3},
                                          {4, 1, 2, true, true, 3, 1}}) {
-    INFO("batch " << c.batch << " rank " << c.rank << "/" << c.world << " drop_last "
-                  << c.drop_last << " resume " << c.resumed << " " << c.resume_epoch << ":"
-                  << c.resume_offset);
+    INFO("batch " << c.batch << " rank " << c.rank << "/" << c.world << " drop_last " << c.drop_last
+                  << " resume " << c.resumed << " " << c.resume_epoch << ":" << c.resume_offset);
     v1::OpenStream r = Request(c.batch);
     r.set_first_epoch(1);
     r.set_num_epochs(3);  // epochs 1, 2, 3
@@ -464,14 +460,16 @@ std::map<std::string, double> Scrape(const ConveyorService& service) {
   return out;
 }
 
-TEST_CASE("service over gRPC: its metrics count deliveries and failures by reason; counters never "
-          "go back",
-          "[service][grpc][metrics]") {
+TEST_CASE(
+    "service over gRPC: its metrics count deliveries and failures by reason; counters never "
+    "go back",
+    "[service][grpc][metrics]") {
   ServiceFixtureOptions o;
   o.corrupt_sample = true;  // 7 samples, the last not a JPEG
   ServiceFixture t(o);
   const std::map<std::string, double> before = Scrape(*t.service);
-  const std::string images = R"(conveyor_delivered_images_total{pipeline="test",transport="inline"})";
+  const std::string images =
+      R"(conveyor_delivered_images_total{pipeline="test",transport="inline"})";
   const std::string batches =
       R"(conveyor_delivered_batches_total{pipeline="test",transport="inline"})";
   const std::string bytes = R"(conveyor_delivered_bytes_total{pipeline="test",transport="inline"})";
@@ -489,8 +487,9 @@ TEST_CASE("service over gRPC: its metrics count deliveries and failures by reaso
     CHECK(after.at(images) == 6 * round);
     CHECK(after.at(batches) == 4 * round);
     CHECK(after.at(bytes) == 6 * round * 3 * 32 * 32);
-    CHECK(after.at(R"(conveyor_delivered_images_total{pipeline="test",transport="shared_memory"})") ==
-          0);
+    CHECK(
+        after.at(R"(conveyor_delivered_images_total{pipeline="test",transport="shared_memory"})") ==
+        0);
     CHECK(after.at("conveyor_streams_opened_total") == round);
     CHECK(after.at(R"(conveyor_stage_items_out_total{stage="decode"})") == 6 * round);
     // The one failure of each round is the decode stage's, by its status code.
@@ -665,8 +664,7 @@ TEST_CASE("service over gRPC: a client the identifier refuses gets its status fr
   {
     grpc::ClientContext context;
     v1::GetStatsResponse stats;
-    CHECK(t.stub->GetStats(&context, {}, &stats).error_code() ==
-          grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(t.stub->GetStats(&context, {}, &stats).error_code() == grpc::StatusCode::UNAUTHENTICATED);
   }
   Call call(t.stub.get());
   call.stream->Write(OpenMessage(Request()));
@@ -691,8 +689,7 @@ ClientIdentity UnixUser(uid_t uid, bool is_operator = false) {
   return c;
 }
 
-TEST_CASE("service: GetStats shows a client only its own streams, an operator all",
-          "[service]") {
+TEST_CASE("service: GetStats shows a client only its own streams, an operator all", "[service]") {
   ServiceFixture t;
   auto a = t.service->OpenStream(Request(), UnixUser(1000));
   auto b = t.service->OpenStream(Request(), UnixUser(1001));
@@ -719,17 +716,22 @@ TEST_CASE("service: a stream's memory goes only to the uid that opened it", "[se
   auto a = t.service->OpenStream(Request(), UnixUser(1000));
   REQUIRE(a.ok());
   CHECK(t.service->CheckStreamOwner((*a)->id(), PeerCredentials{7, 1000, 1000}).ok());
-  const absl::Status other = t.service->CheckStreamOwner((*a)->id(), PeerCredentials{8, 1001, 1000});
+  const absl::Status other =
+      t.service->CheckStreamOwner((*a)->id(), PeerCredentials{8, 1001, 1000});
   CHECK(absl::IsPermissionDenied(other));
-  CHECK(absl::IsNotFound(t.service->CheckStreamOwner((*a)->id() + 1, PeerCredentials{7, 1000, 1000})));
+  CHECK(absl::IsNotFound(
+      t.service->CheckStreamOwner((*a)->id() + 1, PeerCredentials{7, 1000, 1000})));
   // A stream of a client without credentials (TCP) hands memory to nobody.
   auto tcp = t.service->OpenStream(Request(/*batch_size=*/2), kTcpPeer);
   REQUIRE(tcp.ok());
-  CHECK(absl::IsPermissionDenied(t.service->CheckStreamOwner((*tcp)->id(), PeerCredentials{7, 0, 0})));
+  CHECK(absl::IsPermissionDenied(
+      t.service->CheckStreamOwner((*tcp)->id(), PeerCredentials{7, 0, 0})));
 }
 
-TEST_CASE("service: a client that holds its slots and releases none is cut off after "
-          "stream_idle_timeout", "[service]") {
+TEST_CASE(
+    "service: a client that holds its slots and releases none is cut off after "
+    "stream_idle_timeout",
+    "[service]") {
   ServiceFixtureOptions o;
   o.stream_idle_timeout = std::chrono::milliseconds(300);
   o.handover_grace = std::chrono::milliseconds(200);
@@ -777,7 +779,8 @@ TEST_CASE("service: a stream whose client holds nothing is not idle, however lon
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   BatchInfo b;
   absl::Status error;
-  CHECK(Eventually([&] { return (*session)->stream().TryNext(&b, &error) == Stream::Poll::kBatch; }));
+  CHECK(
+      Eventually([&] { return (*session)->stream().TryNext(&b, &error) == Stream::Poll::kBatch; }));
 }
 
 TEST_CASE("service: one client filling its per-client share does not lock another out",

@@ -18,13 +18,13 @@
 
 #include "conveyor/v1/conveyor.grpc.pb.h"
 #include "core/engine/engine.h"
-#include "server/transport/data_socket.h"
 #include "server/service/grpc_service.h"
-#include "server/transport/inline.h"
 #include "server/service/service.h"
+#include "server/transport/data_socket.h"
+#include "server/transport/inline.h"
 #include "server/transport/shm.h"
-#include "tests/unit/test_images.h"
 #include "tests/unit/eventually.h"
+#include "tests/unit/test_images.h"
 
 namespace conveyor::server {
 

@@ -25,7 +25,6 @@ namespace {
 
 using FakeRpc = testing::FakeStreamRpc;
 
-
 // Completes writes (releasing each batch) until the call has written
 // StreamEnd or finished; returns the kinds written, in order.
 std::vector<v1::ServerMessage::KindCase> DriveToEnd(StreamCall& call, FakeRpc& rpc,
@@ -58,8 +57,8 @@ TEST_CASE("stream call: one write at a time, StreamEnd, then Finish", "[stream_c
     std::vector<v1::ServerMessage> written;
     const auto kinds = DriveToEnd(call, rpc, &written);
     using K = v1::ServerMessage::KindCase;
-    CHECK(kinds == std::vector<K>{K::kOpened, K::kBatch, K::kBatch, K::kBatch, K::kEpochEnd,
-                                  K::kEnd});
+    CHECK(kinds ==
+          std::vector<K>{K::kOpened, K::kBatch, K::kBatch, K::kBatch, K::kEpochEnd, K::kEnd});
     CHECK(written[0].opened().transport() == v1::INLINE);
     CHECK(written[3].batch().images().size() == written[3].batch().images_bytes());
     CHECK(written[5].end().batches() == 3);
@@ -83,7 +82,7 @@ TEST_CASE("stream call: a failed write ends the call CANCELLED and drops the res
   v1::ClientMessage open = OpenMessage(r);
   call.OnRead(&open);
   REQUIRE(Eventually([&] { return rpc.TakeWrite().has_value(); }));  // StreamOpened
-  call.OnWriteDone(false);  // the client is gone
+  call.OnWriteDone(false);                                           // the client is gone
   REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
   CHECK(absl::IsCancelled(*rpc.finished()));
   CHECK_FALSE(rpc.misused());
@@ -91,8 +90,7 @@ TEST_CASE("stream call: a failed write ends the call CANCELLED and drops the res
   CHECK(t.BytesInUse() == 0);
 }
 
-TEST_CASE("stream call: a shared-memory stream's call waits for the hand-over",
-          "[stream_call]") {
+TEST_CASE("stream call: a shared-memory stream's call waits for the hand-over", "[stream_call]") {
   ServiceFixture t;
   FakeRpc rpc;
   StreamCall call(t.service.get(), kUnixPeer, &rpc);
@@ -261,8 +259,8 @@ TEST_CASE("stream call: Releases with the right sequences, or with none, are ser
     // Alternate: old clients send no sequence.
     with_sequence = !with_sequence;
     v1::ClientMessage release =
-        ReleaseOf(m->batch().slot(), with_sequence ? std::optional<uint64_t>(m->batch().sequence())
-                                                   : std::nullopt);
+        ReleaseOf(m->batch().slot(),
+                  with_sequence ? std::optional<uint64_t>(m->batch().sequence()) : std::nullopt);
     call.OnRead(&release);
   }
   REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));

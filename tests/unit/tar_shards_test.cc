@@ -48,7 +48,10 @@ std::string Header(const std::string& name, uint64_t size, char type = '0') {
   const std::string sz = absl::StrFormat("%011o", size);
   std::memcpy(&h[124], sz.data(), 11);
   h[156] = type;
-  std::memcpy(&h[257], "ustar\0" "00", 8);
+  std::memcpy(&h[257],
+              "ustar\0"
+              "00",
+              8);
   std::memset(&h[148], ' ', 8);
   unsigned sum = 0;
   for (unsigned char c : h) sum += c;
@@ -75,8 +78,9 @@ TEST_CASE("ScanTar lists regular members with offsets, long names and label data
   MemoryReader reader(tar);
   TarScanLimits limits;
   limits.chunk_bytes = 512;  // forces re-reads across chunks
-  auto scan = ScanTar(reader, "s.tar", limits,
-                      [](std::string_view n) { return n.size() > 4 && n.substr(n.size() - 4) == ".cls"; });
+  auto scan = ScanTar(reader, "s.tar", limits, [](std::string_view n) {
+    return n.size() > 4 && n.substr(n.size() - 4) == ".cls";
+  });
   REQUIRE(scan.ok());
   REQUIRE(scan->members.size() == 3);
   CHECK(scan->ignored == 1);
@@ -104,7 +108,8 @@ TEST_CASE("ScanTar refuses hostile archives naming shard and offset") {
   std::string bad = good;
   bad[1] ^= 1;
   refused(bad, "s.tar: offset 0: header checksum mismatch");
-  refused(Header("a.jpg", uint64_t{1} << 32) + kEnd, "offset 0: entry of 4294967296 bytes runs past");
+  refused(Header("a.jpg", uint64_t{1} << 32) + kEnd,
+          "offset 0: entry of 4294967296 bytes runs past");
   refused(Member("../x.jpg", "x") + kEnd, "offset 0: member name refused");
   refused(Member("/etc/x.jpg", "x") + kEnd, "absolute path");
   refused(Member("L", std::string(70000, 'n'), 'L') + kEnd, "GNU long name of 70000 bytes");
@@ -127,8 +132,8 @@ TEST_CASE("ExpandBraces expands ranges and lists with limits") {
   REQUIRE(two.ok());
   CHECK(*two == std::vector<std::string>{"/a/1", "/a/2", "/b/1", "/b/2"});
   CHECK(*ExpandBraces("/plain.tar", 1) == std::vector<std::string>{"/plain.tar"});
-  for (const char* bad : {"/x{1..3", "/x}", "/x{}", "/x{3..1}", "/x{a..b}", "/x{{1..2}}",
-                          "/x{0..999999999}"}) {
+  for (const char* bad :
+       {"/x{1..3", "/x}", "/x{}", "/x{3..1}", "/x{a..b}", "/x{{1..2}}", "/x{0..999999999}"}) {
     INFO(bad);
     CHECK(absl::IsInvalidArgument(ExpandBraces(bad, 1000).status()));
   }
@@ -229,7 +234,7 @@ class RecordingReader final : public ByteRangeReader {
     return true;
   }
   mutable std::vector<std::string> hints;  // single-threaded test only
-  bool refuse = false;                      // as a reader whose read-ahead budget is spent
+  bool refuse = false;                     // as a reader whose read-ahead budget is spent
 
  private:
   MemoryReader inner_;
@@ -281,21 +286,24 @@ TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards P
   CHECK(big.message().find("/s/a.tar/d/2.jpeg: member of 600 bytes") != absl::string_view::npos);
   auto no_label = TarDataset::Load({"/s/b.tar"}, MemoryReader(Member("k.jpg", "x") + kEnd),
                                    TarDatasetOptions());
-  CHECK(no_label.status().message() == "/s/b.tar: sample 'k': no '.cls' member holding its label "
-                                       "(dataset.label_key)");
-  auto twice = TarDataset::Load(
-      {"/s/c.tar"}, MemoryReader(Member("k.jpg", "x") + Member("k.jpg", "y") + kEnd),
-      TarDatasetOptions());
-  CHECK(twice.status().message() == "/s/c.tar: offset 1024: member 'k.jpg' appears twice in the "
-                                    "shard");
+  CHECK(no_label.status().message() ==
+        "/s/b.tar: sample 'k': no '.cls' member holding its label "
+        "(dataset.label_key)");
+  auto twice = TarDataset::Load({"/s/c.tar"},
+                                MemoryReader(Member("k.jpg", "x") + Member("k.jpg", "y") + kEnd),
+                                TarDatasetOptions());
+  CHECK(twice.status().message() ==
+        "/s/c.tar: offset 1024: member 'k.jpg' appears twice in the "
+        "shard");
   CHECK(absl::IsNotFound(
       TarDataset::Load({"/s/d.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
   CHECK(absl::IsInvalidArgument(
       TarDataset::Load({"rel.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
 }
 
-TEST_CASE("TarShardSource fetches a hinted member with its run when the stream reads every "
-          "sample") {
+TEST_CASE(
+    "TarShardSource fetches a hinted member with its run when the stream reads every "
+    "sample") {
   // 20 samples (image + label each) in one shard: runs of 16 are samples
   // 0-15 and 16-19.
   std::string tar;
@@ -319,8 +327,8 @@ TEST_CASE("TarShardSource fetches a hinted member with its run when the stream r
   TarShardSource source(*dataset, reader, 1000);
   const uint64_t one[] = {3};
   source.Prefetch(one, /*every_sample=*/true);
-  CHECK(reader->hints == std::vector<std::string>{run({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                                                       13, 14, 15})});
+  CHECK(reader->hints ==
+        std::vector<std::string>{run({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})});
   // Every member of that run is hinted now: nothing more until a read.
   reader->hints.clear();
   const uint64_t more[] = {0, 15, 17, 9};

@@ -30,7 +30,9 @@ class TempDir {
   // The directory, absolute and canonical.
   const std::string& path() const { return path_; }
   // path/rel.
-  std::string Sub(const std::string& rel) const { return (std::filesystem::path(path_) / rel).string(); }
+  std::string Sub(const std::string& rel) const {
+    return (std::filesystem::path(path_) / rel).string();
+  }
   // Creates path/rel (and its parent folders) holding `content`; returns its path.
   std::string Write(const std::string& rel, const std::string& content = "x") const {
     const std::filesystem::path full = std::filesystem::path(path_) / rel;

@@ -3,15 +3,15 @@
 // engine tests. Not thread-safe (tests call it from the main thread).
 #pragma once
 
-#include <stdio.h>
 #include <jpeglib.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,15 +36,14 @@ inline std::vector<uint8_t> CompressJpeg(
   cinfo.image_width = w;
   cinfo.image_height = h;
   cinfo.input_components = components;
-  cinfo.in_color_space =
-      components == 1 ? JCS_GRAYSCALE : (components == 4 ? JCS_CMYK : JCS_RGB);
+  cinfo.in_color_space = components == 1 ? JCS_GRAYSCALE : (components == 4 ? JCS_CMYK : JCS_RGB);
   jpeg_set_defaults(&cinfo);
   jpeg_set_quality(&cinfo, quality, TRUE);
   if (configure) configure(&cinfo);
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<JSAMPROW>(
-        &pixels[static_cast<size_t>(cinfo.next_scanline) * w * components]);
+    JSAMPROW row =
+        const_cast<JSAMPROW>(&pixels[static_cast<size_t>(cinfo.next_scanline) * w * components]);
     jpeg_write_scanlines(&cinfo, &row, 1);
   }
   jpeg_finish_compress(&cinfo);
@@ -77,15 +76,15 @@ inline void WriteFile(const std::filesystem::path& p, const std::vector<uint8_t>
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-
 // root/class_<c>/img_<i>.jpg with sizes varying around (w, h).
-inline void MakeImageFolder(const std::filesystem::path& root, int classes, int per_class, int w = 96,
-                            int h = 72) {
+inline void MakeImageFolder(const std::filesystem::path& root, int classes, int per_class,
+                            int w = 96, int h = 72) {
   for (int c = 0; c < classes; ++c) {
     for (int i = 0; i < per_class; ++i) {
       const int ww = w + (i % 3) * 8, hh = h + (c % 2) * 8;
-      WriteFile(root / ("class_" + std::to_string(c)) / ("img_" + std::to_string(1000 + i) + ".jpg"),
-                EncodeNoiseJpeg(ww, hh, static_cast<uint64_t>(c * 1000 + i)));
+      WriteFile(
+          root / ("class_" + std::to_string(c)) / ("img_" + std::to_string(1000 + i) + ".jpg"),
+          EncodeNoiseJpeg(ww, hh, static_cast<uint64_t>(c * 1000 + i)));
     }
   }
 }

@@ -10,9 +10,10 @@ namespace {
 using namespace std::string_literals;
 
 TEST_CASE("EscapeText keeps valid text, multi-byte characters included", "[text_escape]") {
-  for (const std::string s : {""s, "class_a/img 001.jpg"s, "caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.jpg"s,
-                              "emoji \xf0\x9f\x98\x80.jpg"s, "edge \xf4\x8f\xbf\xbf \xef\xbf\xbd"s,
-                              "back\\slash \\x41"s}) {
+  for (const std::string s :
+       {""s, "class_a/img 001.jpg"s, "caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.jpg"s,
+        "emoji \xf0\x9f\x98\x80.jpg"s, "edge \xf4\x8f\xbf\xbf \xef\xbf\xbd"s,
+        "back\\slash \\x41"s}) {
     INFO(s);
     CHECK(EscapeText(s) == s);
     CHECK(IsValidUtf8(s));
@@ -21,22 +22,21 @@ TEST_CASE("EscapeText keeps valid text, multi-byte characters included", "[text_
 
 TEST_CASE("EscapeText escapes each invalid byte as \\xNN", "[text_escape]") {
   CHECK(EscapeText("bad\xff\xfe.jpg") == "bad\\xff\\xfe.jpg");
-  CHECK(EscapeText("\x80stray") == "\\x80stray");                    // lone continuation
-  CHECK(EscapeText("\xc3") == "\\xc3");                              // truncated 2-byte
-  CHECK(EscapeText("\xe6\x97.jpg") == "\\xe6\\x97.jpg");             // truncated 3-byte
-  CHECK(EscapeText("\xf0\x9f\x98") == "\\xf0\\x9f\\x98");            // truncated 4-byte
-  CHECK(EscapeText("\xc0\xaf") == "\\xc0\\xaf");                     // overlong '/'
-  CHECK(EscapeText("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");            // overlong '/', 3 bytes
-  CHECK(EscapeText("\xf0\x80\x80\xaf") == "\\xf0\\x80\\x80\\xaf");   // overlong, 4 bytes
-  CHECK(EscapeText("\xed\xa0\x80") == "\\xed\\xa0\\x80");            // surrogate U+D800
-  CHECK(EscapeText("\xed\xbf\xbf") == "\\xed\\xbf\\xbf");            // surrogate U+DFFF
-  CHECK(EscapeText("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");   // above U+10FFFF
+  CHECK(EscapeText("\x80stray") == "\\x80stray");                   // lone continuation
+  CHECK(EscapeText("\xc3") == "\\xc3");                             // truncated 2-byte
+  CHECK(EscapeText("\xe6\x97.jpg") == "\\xe6\\x97.jpg");            // truncated 3-byte
+  CHECK(EscapeText("\xf0\x9f\x98") == "\\xf0\\x9f\\x98");           // truncated 4-byte
+  CHECK(EscapeText("\xc0\xaf") == "\\xc0\\xaf");                    // overlong '/'
+  CHECK(EscapeText("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");           // overlong '/', 3 bytes
+  CHECK(EscapeText("\xf0\x80\x80\xaf") == "\\xf0\\x80\\x80\\xaf");  // overlong, 4 bytes
+  CHECK(EscapeText("\xed\xa0\x80") == "\\xed\\xa0\\x80");           // surrogate U+D800
+  CHECK(EscapeText("\xed\xbf\xbf") == "\\xed\\xbf\\xbf");           // surrogate U+DFFF
+  CHECK(EscapeText("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
   CHECK(EscapeText("\xf8\x88\x80\x80\x80") == "\\xf8\\x88\\x80\\x80\\x80");  // 5-byte form
   CHECK(EscapeText("\xc3\xa9\xc3") == "\xc3\xa9\\xc3");  // valid kept before a truncated one
 }
 
-TEST_CASE("EscapeText escapes control characters so names cannot forge lines",
-          "[text_escape]") {
+TEST_CASE("EscapeText escapes control characters so names cannot forge lines", "[text_escape]") {
   CHECK(EscapeText("a\nb\rc\td") == "a\\nb\\rc\\td");
   CHECK(EscapeText("x\n2026-01-01 00:00:00.000 E forged") ==
         "x\\n2026-01-01 00:00:00.000 E forged");

@@ -82,7 +82,8 @@ TEST_CASE("missing and wrong tokens are UNAUTHENTICATED and never quoted", "[tok
     CHECK(c.status().code() == absl::StatusCode::kUnauthenticated);
     const std::string msg(c.status().message());
     INFO(msg);
-    if (auth && auth->size() > 16) CHECK(msg.find(auth->substr(auth->size() - 16)) == std::string::npos);
+    if (auth && auth->size() > 16)
+      CHECK(msg.find(auth->substr(auth->size() - 16)) == std::string::npos);
     return msg;
   };
   CHECK(refused(kTcp, std::nullopt).find("requires a bearer token on TCP") != std::string::npos);

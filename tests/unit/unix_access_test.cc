@@ -34,7 +34,7 @@ TEST_CASE("unix access: empty lists admit anyone; root and the daemon's uid alwa
   const UnixAccessPolicy closed({1000}, {50}, {}, {}, kDaemonUid);
   CHECK(closed.Allows(Peer(1000, 1000)));
   CHECK_FALSE(closed.Allows(Peer(1001, 1001)));
-  CHECK(closed.Allows(Peer(1001, 50)));          // primary group listed
+  CHECK(closed.Allows(Peer(1001, 50)));             // primary group listed
   CHECK(closed.Allows(Peer(1001, 1001, {7, 50})));  // a supplementary group listed
   CHECK(closed.Allows(Peer(0, 0)));
   CHECK(closed.Allows(Peer(kDaemonUid, kDaemonUid)));

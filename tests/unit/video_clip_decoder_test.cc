@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <optional>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,10 +29,10 @@ bool HaveFfmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; 
 std::vector<uint8_t> MakeVideo(const TempDir& dir, const std::string& name, int frames, int gop,
                                const std::string& size = "96x64") {
   const std::string path = dir.Sub(name);
-  const std::string cmd = absl::StrCat(
-      "ffmpeg -v error -y -f lavfi -i testsrc2=size=", size, ":rate=25 -frames:v ", frames,
-      " -c:v libx264 -pix_fmt yuv420p -bf 0 -g ", gop, " -keyint_min ", gop,
-      " -sc_threshold 0 ", path);
+  const std::string cmd =
+      absl::StrCat("ffmpeg -v error -y -f lavfi -i testsrc2=size=", size, ":rate=25 -frames:v ",
+                   frames, " -c:v libx264 -pix_fmt yuv420p -bf 0 -g ", gop, " -keyint_min ", gop,
+                   " -sc_threshold 0 ", path);
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream in(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
@@ -191,8 +191,8 @@ TEST_CASE("video: rotation metadata is applied as ffmpeg's autorotate, train cro
         const std::string raw = dir.Sub("ref.rgb");
         const std::string cmd = absl::StrCat(
             "ffmpeg -v error -y ", autorotate ? "" : "-noautorotate ", "-i ", path,
-            " -vf crop=", t.crop.width, ":", t.crop.height, ":", t.crop.left, ":", t.crop.top, ":exact=1",
-            ",scale=", W, ":", H, ":flags=bilinear", t.flip ? ",hflip" : "",
+            " -vf crop=", t.crop.width, ":", t.crop.height, ":", t.crop.left, ":", t.crop.top,
+            ":exact=1", ",scale=", W, ":", H, ":flags=bilinear", t.flip ? ",hflip" : "",
             " -fps_mode passthrough -pix_fmt rgb24 -f rawvideo ", raw);
         REQUIRE(std::system(cmd.c_str()) == 0);
         std::ifstream ref_in(raw, std::ios::binary);
@@ -200,10 +200,10 @@ TEST_CASE("video: rotation metadata is applied as ffmpeg's autorotate, train cro
         const size_t frame = size_t(H) * W * 3;
         REQUIRE(ref.size() == 24 * frame);
         for (int k = 0; k < 3; ++k) {
-          INFO("rotate " << degrees << " autorotate " << autorotate << " seed " << seed
-                         << " box " << t.crop.width << "x" << t.crop.height << "+" << t.crop.left
-                         << "+" << t.crop.top << " flip " << t.flip
-                         << " clip frame " << k << " = video frame " << t.frame_indices[k]);
+          INFO("rotate " << degrees << " autorotate " << autorotate << " seed " << seed << " box "
+                         << t.crop.width << "x" << t.crop.height << "+" << t.crop.left << "+"
+                         << t.crop.top << " flip " << t.flip << " clip frame " << k
+                         << " = video frame " << t.frame_indices[k]);
           CHECK(std::equal(out.begin() + k * frame, out.begin() + (k + 1) * frame,
                            ref.begin() + t.frame_indices[k] * frame));
         }

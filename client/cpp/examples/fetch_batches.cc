@@ -68,8 +68,10 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
   Args a;
   std::optional<uint64_t> resume_epoch, resume_offset;
   static const std::map<std::string, v1::Transport> kTransports = {
-      {"auto", v1::TRANSPORT_AUTO}, {"shared_memory", v1::SHARED_MEMORY},
-      {"data_socket", v1::DATA_SOCKET}, {"inline", v1::INLINE}};
+      {"auto", v1::TRANSPORT_AUTO},
+      {"shared_memory", v1::SHARED_MEMORY},
+      {"data_socket", v1::DATA_SOCKET},
+      {"inline", v1::INLINE}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quiet") {
@@ -83,27 +85,44 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
     const char* v = argv[++i];
     bool ok = true;
     uint64_t n = 0;
-    if (flag == "--server") a.server = v;
-    else if (flag == "--pipeline") a.stream.pipeline = v;
-    else if (flag == "--out") a.out = v;
+    if (flag == "--server")
+      a.server = v;
+    else if (flag == "--pipeline")
+      a.stream.pipeline = v;
+    else if (flag == "--out")
+      a.out = v;
     else if (flag == "--transport") {
       auto it = kTransports.find(v);
       ok = it != kTransports.end();
       if (ok) a.stream.transport = it->second;
-    } else if (flag == "--batch-size") ok = ParseNumber(v, &a.stream.batch_size);
-    else if (flag == "--seed") ok = ParseNumber(v, &a.stream.seed);
-    else if (flag == "--epoch") ok = ParseNumber(v, &a.stream.first_epoch);
-    else if (flag == "--epochs") ok = ParseNumber(v, &a.stream.num_epochs);
-    else if (flag == "--rank") ok = ParseNumber(v, &a.stream.rank);
-    else if (flag == "--world-size") ok = ParseNumber(v, &a.stream.world_size);
-    else if (flag == "--credits") ok = ParseNumber(v, &a.stream.credits);
-    else if (flag == "--batches") ok = ParseNumber(v, &a.batches);
-    else if (flag == "--hold") ok = ParseNumber(v, &a.hold);
-    else if (flag == "--pause-after") ok = ParseNumber(v, &a.pause_after);
-    else if (flag == "--warmup-batches") ok = ParseNumber(v, &a.warmup_batches);
-    else if (flag == "--seconds") ok = absl::SimpleAtod(v, &a.seconds) && a.seconds > 0 && a.seconds < 1e7;
-    else if (flag == "--resume-epoch") ok = ParseNumber(v, &n), resume_epoch = n;
-    else if (flag == "--resume-offset") ok = ParseNumber(v, &n), resume_offset = n;
+    } else if (flag == "--batch-size")
+      ok = ParseNumber(v, &a.stream.batch_size);
+    else if (flag == "--seed")
+      ok = ParseNumber(v, &a.stream.seed);
+    else if (flag == "--epoch")
+      ok = ParseNumber(v, &a.stream.first_epoch);
+    else if (flag == "--epochs")
+      ok = ParseNumber(v, &a.stream.num_epochs);
+    else if (flag == "--rank")
+      ok = ParseNumber(v, &a.stream.rank);
+    else if (flag == "--world-size")
+      ok = ParseNumber(v, &a.stream.world_size);
+    else if (flag == "--credits")
+      ok = ParseNumber(v, &a.stream.credits);
+    else if (flag == "--batches")
+      ok = ParseNumber(v, &a.batches);
+    else if (flag == "--hold")
+      ok = ParseNumber(v, &a.hold);
+    else if (flag == "--pause-after")
+      ok = ParseNumber(v, &a.pause_after);
+    else if (flag == "--warmup-batches")
+      ok = ParseNumber(v, &a.warmup_batches);
+    else if (flag == "--seconds")
+      ok = absl::SimpleAtod(v, &a.seconds) && a.seconds > 0 && a.seconds < 1e7;
+    else if (flag == "--resume-epoch")
+      ok = ParseNumber(v, &n), resume_epoch = n;
+    else if (flag == "--resume-offset")
+      ok = ParseNumber(v, &n), resume_offset = n;
     else {
       *error = "unknown flag " + flag;
       return std::nullopt;
@@ -122,22 +141,18 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
     return std::nullopt;
   }
   if (resume_epoch) {
-    a.stream.resume = conveyor::client::ResumeState{*resume_epoch, *resume_offset,
-                                                    a.stream.world_size};
+    a.stream.resume =
+        conveyor::client::ResumeState{*resume_epoch, *resume_offset, a.stream.world_size};
   }
   return a;
 }
 
 const char* TransportName(v1::Transport t) {
   switch (t) {
-    case v1::SHARED_MEMORY:
-      return "shared_memory";
-    case v1::DATA_SOCKET:
-      return "data_socket";
-    case v1::INLINE:
-      return "inline";
-    default:
-      return "auto";
+    case v1::SHARED_MEMORY: return "shared_memory";
+    case v1::DATA_SOCKET: return "data_socket";
+    case v1::INLINE: return "inline";
+    default: return "auto";
   }
 }
 
@@ -146,7 +161,8 @@ void PrintBatch(const BatchLease& b) {
   std::printf("batch seq=%llu epoch=%llu slot=%u n=%u labels=",
               static_cast<unsigned long long>(h.sequence()),
               static_cast<unsigned long long>(h.epoch()), h.slot(), h.num_samples());
-  for (int i = 0; i < h.labels_size(); ++i) std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.labels(i)));
+  for (int i = 0; i < h.labels_size(); ++i)
+    std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.labels(i)));
   std::printf(" indices=");
   for (int i = 0; i < h.sample_indices_size(); ++i) {
     std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.sample_indices(i)));
@@ -180,8 +196,8 @@ int main(int argc, char** argv) {
 
   FILE* out = nullptr;
   if (!args->out.empty() && (out = std::fopen(args->out.c_str(), "wb")) == nullptr) {
-    return Fail(absl::InvalidArgumentError("cannot open --out " + args->out + ": " +
-                                           std::strerror(errno)));
+    return Fail(
+        absl::InvalidArgumentError("cannot open --out " + args->out + ": " + std::strerror(errno)));
   }
   std::deque<BatchLease> held;  // the last --hold batches
   uint64_t batches = 0, samples = 0;
@@ -211,8 +227,8 @@ int main(int argc, char** argv) {
       timed_from = std::chrono::steady_clock::now();
     }
     if (!args->quiet) PrintBatch(batch);
-    if (out != nullptr && std::fwrite(batch.images(), 1, batch.images_bytes(), out) !=
-                              batch.images_bytes()) {
+    if (out != nullptr &&
+        std::fwrite(batch.images(), 1, batch.images_bytes(), out) != batch.images_bytes()) {
       status = absl::DataLossError("writing --out " + args->out + " failed");
       break;
     }
@@ -234,11 +250,12 @@ int main(int argc, char** argv) {
   }
   if (!status.ok()) return Fail(status);
   const conveyor::client::ResumeState& r = (*stream)->resume_state();
-  std::printf("done batches=%llu samples=%llu seconds=%.3f batches_per_s=%.1f "
-              "resume_epoch=%llu resume_offset=%llu",
-              static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
-              seconds, seconds > 0 ? batches / seconds : 0.0,
-              static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.offset));
+  std::printf(
+      "done batches=%llu samples=%llu seconds=%.3f batches_per_s=%.1f "
+      "resume_epoch=%llu resume_offset=%llu",
+      static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples), seconds,
+      seconds > 0 ? batches / seconds : 0.0, static_cast<unsigned long long>(r.epoch),
+      static_cast<unsigned long long>(r.offset));
   if (args->seconds > 0) {
     std::printf(" timed_samples=%llu timed_seconds=%.3f images_per_s=%.1f",
                 static_cast<unsigned long long>(timed_samples), timed_seconds,

@@ -67,9 +67,9 @@ typedef enum conveyor_status {
   CONVEYOR_OK = 0,
   CONVEYOR_CANCELLED = 1,
   CONVEYOR_UNKNOWN = 2,
-  CONVEYOR_INVALID_ARGUMENT = 3,   /* a field is wrong: fix it, do not retry */
+  CONVEYOR_INVALID_ARGUMENT = 3, /* a field is wrong: fix it, do not retry */
   CONVEYOR_DEADLINE_EXCEEDED = 4,
-  CONVEYOR_NOT_FOUND = 5,          /* unknown pipeline */
+  CONVEYOR_NOT_FOUND = 5, /* unknown pipeline */
   CONVEYOR_ALREADY_EXISTS = 6,
   CONVEYOR_PERMISSION_DENIED = 7,
   CONVEYOR_RESOURCE_EXHAUSTED = 8, /* daemon limits: retry later */
@@ -77,11 +77,11 @@ typedef enum conveyor_status {
   CONVEYOR_ABORTED = 10,
   CONVEYOR_OUT_OF_RANGE = 11,
   CONVEYOR_UNIMPLEMENTED = 12,
-  CONVEYOR_INTERNAL = 13,          /* protocol error, or a bug */
-  CONVEYOR_UNAVAILABLE = 14,       /* daemon unreachable or gone: retry */
-  CONVEYOR_DATA_LOSS = 15,         /* the stream failed on bad samples */
+  CONVEYOR_INTERNAL = 13,    /* protocol error, or a bug */
+  CONVEYOR_UNAVAILABLE = 14, /* daemon unreachable or gone: retry */
+  CONVEYOR_DATA_LOSS = 15,   /* the stream failed on bad samples */
   CONVEYOR_UNAUTHENTICATED = 16,
-  CONVEYOR_END_OF_STREAM = 100     /* conveyor_stream_next: no more batches */
+  CONVEYOR_END_OF_STREAM = 100 /* conveyor_stream_next: no more batches */
 } conveyor_status;
 
 /* DType and Layout of the proto (conveyor.v1). */
@@ -112,22 +112,22 @@ CONVEYOR_API int conveyor_connect(const char* address, const char* token, convey
 CONVEYOR_API void conveyor_client_close(conveyor_client* client);
 
 typedef struct conveyor_stream_options {
-  const char* pipeline;   /* required */
-  uint32_t batch_size;    /* required: 1 .. the pipeline's max_batch_size */
+  const char* pipeline; /* required */
+  uint32_t batch_size;  /* required: 1 .. the pipeline's max_batch_size */
   uint64_t seed;
   uint64_t first_epoch;
-  uint64_t num_epochs;    /* 0: endless */
+  uint64_t num_epochs; /* 0: endless */
   uint32_t rank;
   uint32_t world_size;
-  uint32_t credits;       /* batches the caller may hold unreleased, 1 .. 64 */
-  int32_t shuffle;        /* 0 or 1 */
-  int32_t drop_last;      /* 0 or 1 */
-  int32_t transport;      /* CONVEYOR_TRANSPORT_AUTO, ... */
-  int32_t has_resume;     /* 1: start at the resume_* position */
+  uint32_t credits;   /* batches the caller may hold unreleased, 1 .. 64 */
+  int32_t shuffle;    /* 0 or 1 */
+  int32_t drop_last;  /* 0 or 1 */
+  int32_t transport;  /* CONVEYOR_TRANSPORT_AUTO, ... */
+  int32_t has_resume; /* 1: start at the resume_* position */
   uint64_t resume_epoch;
   uint64_t resume_offset;
   uint32_t resume_world_size;
-  uint32_t timeout_ms;    /* fd hand-over / data socket connect; 0: 10 s */
+  uint32_t timeout_ms; /* fd hand-over / data socket connect; 0: 10 s */
 } conveyor_stream_options;
 
 /* Defaults: num_epochs 1, world_size 1, credits 4, shuffle 1, the rest 0. */
@@ -140,7 +140,7 @@ CONVEYOR_API int conveyor_open_stream(conveyor_client* client,
 
 typedef struct conveyor_stream_info {
   uint64_t stream_id;
-  int32_t transport;          /* the one the daemon chose */
+  int32_t transport; /* the one the daemon chose */
   uint32_t credits;
   uint32_t num_slots;
   uint64_t samples_per_epoch; /* this rank's */
@@ -151,23 +151,23 @@ CONVEYOR_API int conveyor_stream_get_info(const conveyor_stream* stream,
                                           conveyor_stream_info* info);
 
 typedef struct conveyor_batch_info {
-  const void* images;          /* images_bytes bytes, shaped `shape` */
+  const void* images; /* images_bytes bytes, shaped `shape` */
   uint64_t images_bytes;
-  int32_t dtype;               /* CONVEYOR_UINT8, ... */
-  int32_t layout;              /* CONVEYOR_NCHW or CONVEYOR_NHWC */
+  int32_t dtype;  /* CONVEYOR_UINT8, ... */
+  int32_t layout; /* CONVEYOR_NCHW or CONVEYOR_NHWC */
   uint32_t ndim;
   int64_t shape[CONVEYOR_MAX_DIMS];
   uint32_t num_samples;
-  const int64_t* labels;       /* num_samples of them */
+  const int64_t* labels; /* num_samples of them */
   const int64_t* sample_indices;
-  uint64_t sequence;           /* 0, 1, 2, ... over the stream */
+  uint64_t sequence; /* 0, 1, 2, ... over the stream */
   uint64_t epoch;
   uint64_t batch_in_epoch;
-  uint64_t position;           /* this rank's samples of the epoch through this batch */
-  uint64_t offset;             /* the epoch's global order consumed: the resume point */
+  uint64_t position; /* this rank's samples of the epoch through this batch */
+  uint64_t offset;   /* the epoch's global order consumed: the resume point */
   int32_t end_of_epoch;
   uint32_t slot;
-  uint32_t num_failures;       /* samples of this batch that failed (skipped) */
+  uint32_t num_failures; /* samples of this batch that failed (skipped) */
 } conveyor_batch_info;
 
 /* The next batch: *batch is the lease (release it), *info describes it.

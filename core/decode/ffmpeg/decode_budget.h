@@ -55,7 +55,8 @@ class AvDecodeBudget {
  private:
   static constexpr int64_t kNever = INT64_MAX;
   int64_t cpu_deadline_ns_ = kNever;
-  std::chrono::steady_clock::time_point wall_deadline_ = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point wall_deadline_ =
+      std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace conveyor

@@ -34,7 +34,8 @@ void MovePlane(const uint8_t* in, int in_stride, int iw, int ih, uint8_t* out, i
       if (!o.reverse_columns) {
         std::memcpy(dst, src, size_t(ow) * step);
       } else {
-        for (int c = 0; c < ow; ++c) copy(dst + ptrdiff_t(c) * step, src + ptrdiff_t(iw - 1 - c) * step);
+        for (int c = 0; c < ow; ++c)
+          copy(dst + ptrdiff_t(c) * step, src + ptrdiff_t(iw - 1 - c) * step);
       }
     }
     return;
@@ -76,8 +77,8 @@ DisplayOrientation OrientationFromDisplayMatrix(const int32_t* m) {
     o.degrees = 180;
   } else if (std::fabs(theta - 270) < 1.0) {
     o.swap = true;
-    o.reverse_columns = true;    // transpose=cclock
-    o.reverse_rows = m[3] < 0;   // clock_flip when mirrored
+    o.reverse_columns = true;   // transpose=cclock
+    o.reverse_rows = m[3] < 0;  // clock_flip when mirrored
     o.degrees = 270;
   } else if (std::fabs(theta) > 1.0) {
     o.odd_angle = true;

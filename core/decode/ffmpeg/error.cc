@@ -37,8 +37,7 @@ absl::Status AvError(int averror, absl::string_view what) {
     case AVERROR_BUG2:
     case AVERROR_UNKNOWN:
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", AvErrorText(averror)));
-    default:
-      break;
+    default: break;
   }
   // AVERROR(e) is -e for POSIX errnos (FFmpeg's convention on Linux).
   const int errno_value = -averror;
