@@ -35,6 +35,9 @@
 //  - Messages name objects by RedactUrl (no user:password, no query) and
 //    never hold a credential.
 //
+// The I/O thread is named "remote-io" (its CPU can be told apart). The work
+// is split over the files listed in remote/remote_reader_impl.h.
+//
 // Thread-safety: every method may be called concurrently from any thread.
 // Destruction stops the I/O thread; reads still waiting fail (CANCELLED).
 #pragma once
