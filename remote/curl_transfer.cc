@@ -6,8 +6,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+#include "core/base/status_macros.h"
 #include "core/engine/stats.h"
 #include "remote/backoff.h"
+#include "remote/curl_handles.h"
 #include "remote/remote_reader_impl.h"
 
 namespace conveyor::remote {
@@ -31,7 +34,7 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   const size_t len = size * n;
   if (!r->status_seen) {
     r->status_seen = true;
-    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http_status);
+    curl_easy_getinfo(r->easy.get(), CURLINFO_RESPONSE_CODE, &r->http_status);
     if (r->http_status == 200 && r->length != kWhole) {
       r->range_ignored = true;
       r->skip = r->offset;
@@ -40,7 +43,7 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     // range asked, else the announced length (at most the object limit).
     if (r->http_status < 300 && r->parts.empty()) {
       curl_off_t announced = -1;
-      curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
+      curl_easy_getinfo(r->easy.get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
       uint64_t want = r->length != kWhole ? r->length
                       : announced > 0     ? static_cast<uint64_t>(announced)
                                           : 0;
@@ -84,75 +87,101 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
 
 }  // namespace
 
-// A transfer of `r` through libcurl: an easy handle with its URL, range and
-// (S3) signing, added to the multi handle.
-void RemoteReader::Impl::StartCurl(const RequestPtr& r) {
-  CURL* e = AcquireEasy();
-  r->easy = e;
-  curl_easy_setopt(e, CURLOPT_URL, r->full_url.c_str());
-  curl_easy_setopt(e, CURLOPT_PRIVATE, r.get());
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, r.get());
-  if (r->head) {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  } else {
-    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);  // (undoes a NOBODY of the handle's last use)
+void RemoveFromMulti(CURLM* multi, CURL* easy) {
+  // Fails only for a handle not in `multi` (a bug): said, then carried on.
+  if (absl::Status st = CurlMultiError("curl_multi_remove_handle",
+                                       curl_multi_remove_handle(multi, easy));
+      !st.ok()) {
+    spdlog::error("remote: {}", std::string(st.message()));
   }
+}
+
+// A transfer of `r` through libcurl: an easy handle with its URL, range and
+// (S3) signing, added to the multi handle. Nothing started on an error.
+absl::Status RemoteReader::Impl::StartCurl(const RequestPtr& r) {
+  absl::StatusOr<UniqueCurlEasy> easy = AcquireEasy();
+  if (!easy.ok()) return easy.status();
+  r->easy = *std::move(easy);
+  CURL* const e = r->easy.get();
   std::string range;
   if (!r->head && r->length != kWhole) {
     range = absl::StrCat(r->offset, "-", r->offset + r->length - 1);
   }
-  curl_easy_setopt(e, CURLOPT_RANGE, range.empty() ? nullptr : range.c_str());  // copied
-  if (r->s3 && !s3_.access_key_id.empty()) {
-    const std::string sigv4 = absl::StrCat("aws:amz:", s3_.region, ":s3");
-    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
-    curl_easy_setopt(e, CURLOPT_USERNAME, s3_.access_key_id.c_str());
-    curl_easy_setopt(e, CURLOPT_PASSWORD, s3_.secret_access_key.c_str());
-    r->headers = curl_slist_append(r->headers, kEmptySha256);
-    if (!s3_.session_token.empty()) {
+  const bool sign = r->s3 && !s3_.access_key_id.empty();
+  std::string sigv4;
+  if (sign) {
+    sigv4 = absl::StrCat("aws:amz:", s3_.region, ":s3");
+    bool appended = AppendCurlSlist(&r->headers, kEmptySha256);
+    if (appended && !s3_.session_token.empty()) {
       const std::string token = absl::StrCat("x-amz-security-token: ", s3_.session_token);
-      r->headers = curl_slist_append(r->headers, token.c_str());
+      appended = AppendCurlSlist(&r->headers, token.c_str());
     }
-  } else {
-    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, nullptr);
-    curl_easy_setopt(e, CURLOPT_USERNAME, nullptr);
-    curl_easy_setopt(e, CURLOPT_PASSWORD, nullptr);
+    if (!appended) {
+      r->easy.reset();
+      r->headers.reset();
+      return absl::ResourceExhaustedError("curl_slist_append: out of memory");
+    }
   }
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);  // null: none
+  CurlOptions o(e);
+  o.Set(CURLOPT_URL, r->full_url.c_str(), "CURLOPT_URL");
+  o.Set(CURLOPT_PRIVATE, static_cast<void*>(r.get()), "CURLOPT_PRIVATE");
+  o.Set(CURLOPT_WRITEDATA, static_cast<void*>(r.get()), "CURLOPT_WRITEDATA");
+  if (r->head) {
+    o.Set(CURLOPT_NOBODY, 1L, "CURLOPT_NOBODY");
+  } else {
+    o.Set(CURLOPT_HTTPGET, 1L, "CURLOPT_HTTPGET");  // (undoes a NOBODY of the handle's last use)
+  }
+  const char* none = nullptr;
+  o.Set(CURLOPT_RANGE, range.empty() ? none : range.c_str(), "CURLOPT_RANGE");  // copied
+  // (Strings are copied by libcurl; null clears what the handle's last use set.)
+  o.Set(CURLOPT_AWS_SIGV4, sign ? sigv4.c_str() : none, "CURLOPT_AWS_SIGV4");
+  o.Set(CURLOPT_USERNAME, sign ? s3_.access_key_id.c_str() : none, "CURLOPT_USERNAME");
+  o.Set(CURLOPT_PASSWORD, sign ? s3_.secret_access_key.c_str() : none, "CURLOPT_PASSWORD");
+  o.Set(CURLOPT_HTTPHEADER, r->headers.get(), "CURLOPT_HTTPHEADER");  // null: none
+  absl::Status st = o.status();
+  if (st.ok()) {
+    st = CurlMultiError("curl_multi_add_handle", curl_multi_add_handle(multi_.get(), e));
+  }
+  if (!st.ok()) {
+    r->easy.reset();  // (not back to the pool: its options are half set)
+    r->headers.reset();
+    return st;
+  }
   active_.emplace(e, r);
-  curl_multi_add_handle(multi_, e);
   CountStart();
+  return absl::OkStatus();
 }
 
 // An easy handle with the settings every transfer shares: one kept from
 // an earlier transfer (its receive buffer already allocated), else a new one.
-CURL* RemoteReader::Impl::AcquireEasy() {
+absl::StatusOr<UniqueCurlEasy> RemoteReader::Impl::AcquireEasy() {
   if (!idle_easy_.empty()) {
-    CURL* e = idle_easy_.back();
+    UniqueCurlEasy e = std::move(idle_easy_.back());
     idle_easy_.pop_back();
     return e;
   }
-  CURL* e = curl_easy_init();
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms));
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &WriteBody);
-  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, kReceiveBufferBytes);
+  UniqueCurlEasy e(curl_easy_init());
+  if (e == nullptr) return absl::ResourceExhaustedError("curl_easy_init failed");
+  CurlOptions o(e.get());
+  o.Set(CURLOPT_NOSIGNAL, 1L, "CURLOPT_NOSIGNAL");
+  o.Set(CURLOPT_PROTOCOLS_STR, "http,https", "CURLOPT_PROTOCOLS_STR");
+  o.Set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout_ms),
+        "CURLOPT_CONNECTTIMEOUT_MS");
+  o.Set(CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms), "CURLOPT_TIMEOUT_MS");
+  o.Set(CURLOPT_WRITEFUNCTION, &WriteBody, "CURLOPT_WRITEFUNCTION");
+  o.Set(CURLOPT_BUFFERSIZE, kReceiveBufferBytes, "CURLOPT_BUFFERSIZE");
+  RETURN_IF_ERROR(o.status());
   return e;
 }
 
-// Gives r's easy handle (out of the multi handle already) back to the pool.
+// Gives r's easy handle (out of the multi handle already) back to the pool,
+// and frees its headers.
 void RemoteReader::Impl::ReleaseEasy(Request* r) {
-  if (r->easy != nullptr) {
-    if (idle_easy_.size() < kMaxIdleEasy) {
-      idle_easy_.push_back(r->easy);
-    } else {
-      curl_easy_cleanup(r->easy);
-    }
+  if (r->easy != nullptr && idle_easy_.size() < kMaxIdleEasy) {
+    idle_easy_.push_back(std::move(r->easy));
   }
-  r->easy = nullptr;
-  if (r->headers != nullptr) curl_slist_free_all(r->headers);
-  r->headers = nullptr;
+  r->easy.reset();
+  r->headers.reset();
 }
 
 void RemoteReader::Impl::Finished(CURL* easy, CURLcode code, std::mt19937_64* rng) {
@@ -160,7 +189,7 @@ void RemoteReader::Impl::Finished(CURL* easy, CURLcode code, std::mt19937_64* rn
   if (it == active_.end()) return;
   RequestPtr r = std::move(it->second);
   active_.erase(it);
-  curl_multi_remove_handle(multi_, easy);
+  RemoveFromMulti(multi_.get(), easy);
   --hosts_[r->host].active;
   if (r->http_status == 0) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &r->http_status);
   if (r->head && code == CURLE_OK) {

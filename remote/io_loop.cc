@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
+#include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
 #include "core/engine/stats.h"
 #include "remote/remote_reader_impl.h"
@@ -41,11 +42,13 @@ RemoteReader::Impl::Impl(const RemoteOptions& options, const S3Config& s3) : opt
 }
 
 absl::Status RemoteReader::Impl::Start() {
-  multi_ = curl_multi_init();
+  multi_.reset(curl_multi_init());
   if (multi_ == nullptr) return absl::InternalError("curl_multi_init failed");
-  curl_multi_setopt(multi_, CURLMOPT_MAX_HOST_CONNECTIONS,
-                    static_cast<long>(options_.max_connections_per_host));
-  absl::StatusOr<std::unique_ptr<CurlEpollDriver>> driver = CurlEpollDriver::Create(multi_);
+  RETURN_IF_ERROR(CurlMultiError(
+      "curl_multi_setopt(CURLMOPT_MAX_HOST_CONNECTIONS)",
+      curl_multi_setopt(multi_.get(), CURLMOPT_MAX_HOST_CONNECTIONS,
+                        static_cast<long>(options_.max_connections_per_host))));
+  absl::StatusOr<std::unique_ptr<CurlEpollDriver>> driver = CurlEpollDriver::Create(multi_.get());
   if (!driver.ok()) return driver.status();
   driver_ = *std::move(driver);
   http1_ = std::make_unique<Http1Client>(driver_.get(), options_.max_connections_per_host);
@@ -64,8 +67,8 @@ RemoteReader::Impl::~Impl() {
   if (thread_.joinable()) thread_.join();
   http1_.reset();
   driver_.reset();
-  for (CURL* e : idle_easy_) curl_easy_cleanup(e);
-  if (multi_ != nullptr) curl_multi_cleanup(multi_);
+  idle_easy_.clear();
+  multi_.reset();
 }
 
 void RemoteReader::Impl::Loop() {
@@ -113,7 +116,7 @@ void RemoteReader::Impl::Loop() {
     driver_->Drive(wake_ns);
     last_wake_ns = MonotonicNanos();
     int left = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi_, &left)) {
+    while (CURLMsg* msg = curl_multi_info_read(multi_.get(), &left)) {
       if (msg->msg != CURLMSG_DONE) continue;
       Finished(msg->easy_handle, msg->data.result, &rng);
     }
@@ -129,7 +132,7 @@ void RemoteReader::Impl::Loop() {
   // Stopping: fail whatever is left so no reader waits forever.
   std::vector<RequestPtr> left_over;
   for (auto& [easy, r] : active_) {
-    curl_multi_remove_handle(multi_, easy);
+    RemoveFromMulti(multi_.get(), easy);
     left_over.push_back(r);
   }
   active_.clear();
@@ -172,12 +175,11 @@ void RemoteReader::Impl::StartQueued(Host* h, uint64_t now, uint64_t* wake_ns) {
     if (rate > 0) h->tokens -= 1;
     RequestPtr r = std::move(h->queue.front());
     h->queue.pop_front();
-    StartTransfer(r);
-    ++h->active;
+    if (StartTransfer(r)) ++h->active;
   }
 }
 
-void RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
+bool RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
   ReleaseEasy(r.get());
   r->body.clear();
   r->received = 0;
@@ -190,9 +192,20 @@ void RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
   r->http_status = 0;
   ++r->attempt;
   if (!r->target.empty() && !r->head) {
-    if (const DirectHost* d = DirectHostOf(r->host); d != nullptr) return StartDirect(r, *d);
+    if (const DirectHost* d = DirectHostOf(r->host); d != nullptr) {
+      StartDirect(r, *d);
+      return true;
+    }
   }
-  StartCurl(r);
+  if (absl::Status st = StartCurl(r); !st.ok()) {
+    // libcurl could not take it (out of memory, most likely): an error of
+    // the system, not retried here (the engine retries it).
+    RequestPtr failed = r;
+    Complete(failed, MarkSystemError(absl::UnavailableError(absl::StrCat(
+                         r->head ? "HEAD " : "GET ", r->name, ": ", st.message()))));
+    return false;
+  }
+  return true;
 }
 
 void RemoteReader::Impl::CountStart() {

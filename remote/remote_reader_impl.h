@@ -36,6 +36,7 @@
 #include "core/base/mutex.h"
 #include "remote/backoff.h"
 #include "remote/curl_epoll_driver.h"
+#include "remote/curl_handles.h"
 #include "remote/http1_client.h"
 #include "remote/remote_reader.h"
 #include "remote/remote_request.h"
@@ -48,6 +49,9 @@ namespace conveyor::remote {
 std::string DirectTarget(std::string_view object, const ObjectUrl& url);
 // Whether the environment sends plain HTTP through a proxy (direct_transfer.cc).
 bool ProxyConfigured();
+// curl_multi_remove_handle, its failure (a handle not in `multi`: a bug)
+// logged (curl_transfer.cc).
+void RemoveFromMulti(CURLM* multi, CURL* easy);
 
 class RemoteReader::Impl {
  public:
@@ -93,14 +97,16 @@ class RemoteReader::Impl {
   // io_loop.cc: the I/O thread.
   void Loop();
   void StartQueued(Host* h, uint64_t now, uint64_t* wake_ns);
-  void StartTransfer(const RequestPtr& r);
+  // False when the request could not be started (it is settled already).
+  bool StartTransfer(const RequestPtr& r);
   void CountStart();
   void Conclude(RequestPtr& r, const std::string& transport_error, bool retryable,
                 std::mt19937_64* rng);
 
   // curl_transfer.cc: transfers through libcurl.
-  void StartCurl(const RequestPtr& r);
-  CURL* AcquireEasy();
+  // An error (the request is not started) when libcurl refuses the handle.
+  absl::Status StartCurl(const RequestPtr& r);
+  absl::StatusOr<UniqueCurlEasy> AcquireEasy();
   void ReleaseEasy(Request* r);
   void Finished(CURL* easy, CURLcode code, std::mt19937_64* rng);
 
@@ -119,7 +125,7 @@ class RemoteReader::Impl {
   const RemoteOptions options_;
   const S3Config s3_;
   BackoffPolicy policy_;
-  CURLM* multi_ = nullptr;
+  UniqueCurlMulti multi_;
   std::unique_ptr<CurlEpollDriver> driver_;
   std::thread thread_;
 
@@ -127,7 +133,7 @@ class RemoteReader::Impl {
   std::map<std::string, Host> hosts_;
   std::unordered_map<CURL*, RequestPtr> active_;
   std::vector<RequestPtr> delayed_;  // retries waiting for their time
-  std::vector<CURL*> idle_easy_;     // easy handles kept for reuse (AcquireEasy)
+  std::vector<UniqueCurlEasy> idle_easy_;  // easy handles kept for reuse (AcquireEasy)
   std::unique_ptr<Http1Client> http1_;  // the direct client (plain http:// GETs)
   bool direct_ = true;                  // it is used (options, no proxy); set before the thread starts
   std::unordered_map<Http1Get*, RequestPtr> direct_active_;

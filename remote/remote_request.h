@@ -20,6 +20,7 @@
 #include <curl/curl.h>
 
 #include "absl/status/status.h"
+#include "remote/curl_handles.h"
 #include "remote/http1_client.h"
 
 namespace conveyor::remote {
@@ -41,9 +42,9 @@ struct Request {
   uint64_t max_bytes = kWhole;
 
   // The I/O thread's while !done (then the claimant's, under the reader's mutex).
-  CURL* easy = nullptr;
+  UniqueCurlEasy easy;  // in the multi handle while libcurl transfers it
   std::unique_ptr<Http1Get> direct;  // the direct client's transfer (kept for retries)
-  curl_slist* headers = nullptr;
+  UniqueCurlSlist headers;  // the transfer's extra headers (S3), while it runs
   std::vector<uint8_t> body;
   uint64_t received = 0;  // bytes of the range (or object) taken so far
   size_t cursor = 0;      // a run: the part the next bytes may belong to
