@@ -29,6 +29,8 @@ constexpr uint64_t kMaxWaitNs = 100'000'000;
 // hundreds ahead of need, so a millisecond more on them costs nothing; a read
 // that waits (Claim) ends the pause at once.
 constexpr uint64_t kWakeGapNs = 2'000'000;
+// libcurl's connection cache holds this many times the per-host limit.
+constexpr long kIdleConnectionsPerHostLimit = 4;
 // The I/O thread's name (at most 15 characters).
 constexpr char kIoThreadName[] = "remote-io";
 
@@ -48,6 +50,15 @@ absl::Status RemoteReader::Impl::Start() {
       "curl_multi_setopt(CURLMOPT_MAX_HOST_CONNECTIONS)",
       curl_multi_setopt(multi_.get(), CURLMOPT_MAX_HOST_CONNECTIONS,
                         static_cast<long>(options_.max_connections_per_host))));
+  // Idle connections kept for reuse: libcurl's default (4 per easy handle in
+  // the multi handle) shrinks its cache whenever few transfers are in flight,
+  // so every burst after a lull connected again (~110 new connections per
+  // stream of 4000 images in the HTTP benchmark).
+  RETURN_IF_ERROR(CurlMultiError(
+      "curl_multi_setopt(CURLMOPT_MAXCONNECTS)",
+      curl_multi_setopt(multi_.get(), CURLMOPT_MAXCONNECTS,
+                        static_cast<long>(kIdleConnectionsPerHostLimit) *
+                            options_.max_connections_per_host)));
   absl::StatusOr<std::unique_ptr<CurlEpollDriver>> driver = CurlEpollDriver::Create(multi_.get());
   if (!driver.ok()) return driver.status();
   driver_ = *std::move(driver);
