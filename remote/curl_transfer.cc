@@ -202,7 +202,7 @@ void RemoteReader::Impl::Finished(CURL* easy, CURLcode code, std::mt19937_64* rn
     }
   }
   if (code == CURLE_OK && !r->target.empty() && r->http_status >= 200 && r->http_status < 300) {
-    LearnAddress(*r, easy);
+    if (direct_ != nullptr) direct_->LearnFrom(*r, easy);
   }
   const std::string error = code == CURLE_OK ? "" : curl_easy_strerror(code);
   Conclude(r, error, code != CURLE_OK && IsRetryableCurlCode(code), rng);

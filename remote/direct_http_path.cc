@@ -1,18 +1,23 @@
-// Transfers through the direct HTTP/1.1 client (RemoteReader::Impl,
-// remote/remote_reader_impl.h; the client itself: remote/http1_client.h):
-// which requests may go direct, where a host is reached (the address
-// libcurl last reached it at), starting a GET with its body going straight
-// into the request's buffer, and the end of one. All on the I/O thread but
-// DirectTarget and ProxyConfigured (pure).
+// The direct HTTP/1.1 path (remote/direct_http_path.h): which URLs may go
+// direct, where a host is reached (the address libcurl last reached it at,
+// for a minute), a GET's request head with its body going straight into the
+// request's buffer (a run: each part's), and what an ended transfer means
+// for the reader. All on the reader's I/O thread but DirectTarget,
+// ProxyConfigured (pure) and requests() (atomic).
+#include "remote/direct_http_path.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/text_escape.h"
 #include "core/engine/stats.h"
-#include "remote/remote_reader_impl.h"
+#include "remote/http1_client.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::remote {
@@ -24,48 +29,61 @@ namespace {
 // the name again): a name's address may move.
 constexpr uint64_t kDirectAddressTtlNs = 60'000'000'000ull;
 
-}  // namespace
+class Http1DirectPath final : public DirectHttpPath {
+ public:
+  Http1DirectPath(CurlEpollDriver* driver, const RemoteOptions& options)
+      : options_(options), client_(driver, options.max_connections_per_host) {}
 
-// The path and query of a plain http:// URL, as the direct client's request
-// target, or "" when the URL is one for libcurl only (credentials in it, a
-// fragment, bytes a request line cannot carry as they are).
-std::string DirectTarget(std::string_view object, const ObjectUrl& url) {
-  if (url.scheme != ObjectUrl::Scheme::kHttp || AuthorityOf(object) != url.authority) return "";
-  if (url.path.empty() || url.path.front() != '/') return "";
-  for (unsigned char c : url.path) {
-    if (c <= 0x20 || c >= 0x7f || c == '#') return "";
-  }
-  return url.path;
-}
+  bool TryStart(const RequestPtr& r) override;
+  void LearnFrom(const Request& r, CURL* easy) override;
+  uint64_t NextDeadline() const override { return client_.NextDeadline(); }
+  void TakeFinished(uint64_t now_ns, std::vector<Outcome>* out) override;
+  size_t in_flight() const override { return active_.size(); }
+  std::vector<RequestPtr> Abandon() override;
+  uint64_t requests() const override { return requests_.load(std::memory_order_relaxed); }
 
-// Whether the environment sends plain HTTP through a proxy (libcurl obeys
-// these; the direct client does not speak to proxies).
-bool ProxyConfigured() {
-  for (const char* name : {"http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"}) {
-    const char* v = std::getenv(name);
-    if (v != nullptr && *v != '\0') return true;
-  }
-  return false;
-}
+ private:
+  // Where the client reaches a host: the address libcurl last reached it
+  // at (its name resolution, checked by a whole answer).
+  struct Host {
+    sockaddr_storage address{};
+    socklen_t address_len = 0;
+    std::string pool;      // the address as text: the client's pool key
+    uint64_t learned_ns = 0;
+    bool refused = false;  // it sent an answer the client leaves to libcurl
+  };
 
-// The direct client's way to `host`, when libcurl has reached it lately
-// and it has sent nothing the client leaves to libcurl; else null.
-const RemoteReader::Impl::DirectHost* RemoteReader::Impl::DirectHostOf(const std::string& host) const {
-  auto it = direct_hosts_.find(host);
-  if (it == direct_hosts_.end() || it->second.refused || it->second.address_len == 0) {
+  // The way to `host`, when libcurl has reached it lately and it has sent
+  // nothing the client leaves to libcurl; else null.
+  const Host* HostOf(const std::string& host) const;
+  Outcome Judge(RequestPtr r, Http1Get* g);
+
+  const RemoteOptions options_;
+  Http1Client client_;
+  std::unordered_map<Http1Get*, RequestPtr> active_;
+  std::unordered_map<std::string, Host> hosts_;
+  std::vector<Http1Get*> done_;  // (reused by TakeFinished)
+  std::atomic<uint64_t> requests_{0};
+};
+
+const Http1DirectPath::Host* Http1DirectPath::HostOf(const std::string& host) const {
+  auto it = hosts_.find(host);
+  if (it == hosts_.end() || it->second.refused || it->second.address_len == 0) {
     return nullptr;  // (an entry made by a refusal, or by an answer with no usable address)
   }
   if (MonotonicNanos() - it->second.learned_ns > kDirectAddressTtlNs) return nullptr;
   return &it->second;
 }
 
-// A plain GET through the direct client, its body received into r->body.
-void RemoteReader::Impl::StartDirect(const RequestPtr& r, const DirectHost& d) {
+bool Http1DirectPath::TryStart(const RequestPtr& r) {
+  if (r->target.empty() || r->head) return false;
+  const Host* d = HostOf(r->host);
+  if (d == nullptr) return false;
   if (r->direct == nullptr) r->direct = std::make_unique<Http1Get>();
   Http1Get* g = r->direct.get();
-  g->address = d.address;
-  g->address_len = d.address_len;
-  g->pool = d.pool;
+  g->address = d->address;
+  g->address_len = d->address_len;
+  g->pool = d->pool;
   g->head = absl::StrCat("GET ", r->target, " HTTP/1.1\r\nHost: ", r->host,
                          "\r\nUser-Agent: conveyord\r\nAccept: */*\r\n");
   g->range_asked = r->length != kWhole;
@@ -86,16 +104,16 @@ void RemoteReader::Impl::StartDirect(const RequestPtr& r, const DirectHost& d) {
   const uint64_t now = MonotonicNanos();
   g->connect_deadline_ns = now + uint64_t{options_.connect_timeout_ms} * 1'000'000;
   g->deadline_ns = now + uint64_t{options_.request_timeout_ms} * 1'000'000;
-  direct_active_.emplace(g, r);
-  direct_requests_.fetch_add(1, std::memory_order_relaxed);
-  CountStart();
-  http1_->Start(g);
+  active_.emplace(g, r);
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  client_.Start(g);
+  return true;
 }
 
 // After a whole answer from libcurl over plain HTTP/1.x: where it reached
 // the host, for the direct client's requests to come.
-void RemoteReader::Impl::LearnAddress(const Request& r, CURL* easy) {
-  DirectHost& d = direct_hosts_[r.host];
+void Http1DirectPath::LearnFrom(const Request& r, CURL* easy) {
+  Host& d = hosts_[r.host];
   if (d.refused) return;
   long version = 0;
   char* ip = nullptr;
@@ -127,35 +145,43 @@ void RemoteReader::Impl::LearnAddress(const Request& r, CURL* easy) {
   d.learned_ns = MonotonicNanos();
 }
 
-// A direct client's transfer ended.
-void RemoteReader::Impl::FinishedDirect(Http1Get* g, std::mt19937_64* rng) {
-  auto it = direct_active_.find(g);
-  if (it == direct_active_.end()) return;
-  RequestPtr r = std::move(it->second);
-  direct_active_.erase(it);
-  --hosts_[r->host].active;
+void Http1DirectPath::TakeFinished(uint64_t now_ns, std::vector<Outcome>* out) {
+  client_.ExpireDeadlines(now_ns);
+  done_.clear();
+  client_.TakeFinished(&done_);
+  for (Http1Get* g : done_) {
+    auto it = active_.find(g);
+    if (it == active_.end()) continue;
+    RequestPtr r = std::move(it->second);
+    active_.erase(it);
+    out->push_back(Judge(std::move(r), g));
+  }
+}
+
+// What an ended transfer means: the answer's status and body on the request,
+// a transport error, or the host given to libcurl.
+DirectHttpPath::Outcome Http1DirectPath::Judge(RequestPtr r, Http1Get* g) {
+  Outcome o;
   switch (g->result) {
     case Http1Get::Result::kUnsupported: {
-      // libcurl's from now on; this request again, through it, as the
-      // same attempt.
-      DirectHost& d = direct_hosts_[r->host];
+      Host& d = hosts_[r->host];
       if (!d.refused) {
         spdlog::info("remote: {}: the direct HTTP client leaves its answers to libcurl from "
                      "now on: {}",
                      EscapeText(r->host), g->error);
       }
       d.refused = true;
-      --r->attempt;
-      hosts_[r->host].queue.push_front(std::move(r));
-      return;
+      o.to_libcurl = true;
+      break;
     }
     case Http1Get::Result::kFailed:
     case Http1Get::Result::kTimedOut:
-      return Conclude(r, g->error, /*retryable=*/true, rng);
+      o.transport_error = g->error;
+      break;
     case Http1Get::Result::kTooLarge:
       r->http_status = g->status;
       r->too_large = true;
-      return Conclude(r, "", false, rng);
+      break;
     case Http1Get::Result::kOk:
       r->http_status = g->status;
       if (g->status >= 300) {
@@ -163,8 +189,41 @@ void RemoteReader::Impl::FinishedDirect(Http1Get* g, std::mt19937_64* rng) {
       } else {
         r->received = r->parts.empty() ? r->body.size() : g->content_length;
       }
-      return Conclude(r, "", false, rng);
+      break;
   }
+  o.request = std::move(r);
+  return o;
+}
+
+std::vector<RequestPtr> Http1DirectPath::Abandon() {
+  std::vector<RequestPtr> left;
+  for (auto& [get, r] : active_) left.push_back(r);
+  active_.clear();  // (their sockets close with the client)
+  return left;
+}
+
+}  // namespace
+
+std::string DirectTarget(std::string_view object, const ObjectUrl& url) {
+  if (url.scheme != ObjectUrl::Scheme::kHttp || AuthorityOf(object) != url.authority) return "";
+  if (url.path.empty() || url.path.front() != '/') return "";
+  for (unsigned char c : url.path) {
+    if (c <= 0x20 || c >= 0x7f || c == '#') return "";
+  }
+  return url.path;
+}
+
+bool ProxyConfigured() {
+  for (const char* name : {"http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') return true;
+  }
+  return false;
+}
+
+std::unique_ptr<DirectHttpPath> MakeHttp1DirectPath(CurlEpollDriver* driver,
+                                                    const RemoteOptions& options) {
+  return std::make_unique<Http1DirectPath>(driver, options);
 }
 
 }  // namespace conveyor::remote

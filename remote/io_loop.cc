@@ -40,7 +40,7 @@ RemoteReader::Impl::Impl(const RemoteOptions& options, const S3Config& s3) : opt
   policy_.max_attempts = std::max<uint32_t>(1, options.max_attempts);
   policy_.initial_ns = uint64_t{options.initial_backoff_ms} * 1'000'000;
   policy_.max_ns = std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
-  direct_ = options.direct_http && !ProxyConfigured();
+  direct_enabled_ = options.direct_http && !ProxyConfigured();
 }
 
 absl::Status RemoteReader::Impl::Start() {
@@ -62,7 +62,7 @@ absl::Status RemoteReader::Impl::Start() {
   absl::StatusOr<std::unique_ptr<CurlEpollDriver>> driver = CurlEpollDriver::Create(multi_.get());
   if (!driver.ok()) return driver.status();
   driver_ = *std::move(driver);
-  http1_ = std::make_unique<Http1Client>(driver_.get(), options_.max_connections_per_host);
+  if (direct_enabled_) direct_ = MakeHttp1DirectPath(driver_.get(), options_);
   thread_ = std::thread([this] { Loop(); });
   // A name of its own, so its CPU can be told apart (top -H, /proc/PID/task/*/comm).
   pthread_setname_np(thread_.native_handle(), kIoThreadName);
@@ -76,7 +76,7 @@ RemoteReader::Impl::~Impl() {
   }
   if (driver_ != nullptr) driver_->Wake();
   if (thread_.joinable()) thread_.join();
-  http1_.reset();
+  direct_.reset();
   driver_.reset();
   idle_easy_.clear();
   multi_.reset();
@@ -86,7 +86,7 @@ void RemoteReader::Impl::Loop() {
   std::mt19937_64 rng(std::random_device{}());
   uint64_t last_sweep_ns = MonotonicNanos();
   uint64_t last_wake_ns = 0;
-  std::vector<Http1Get*> direct_done;
+  std::vector<DirectHttpPath::Outcome> direct_done;
   while (true) {
     std::vector<RequestPtr> fresh;
     bool pause = false;
@@ -95,7 +95,7 @@ void RemoteReader::Impl::Loop() {
       MutexLock lock(&mu_);
       if (stopping_) break;
       fresh.swap(submissions_);
-      io_busy_ = busy = !active_.empty() || !direct_active_.empty();
+      io_busy_ = busy = InFlight() > 0;
       pause = busy && claims_waiting_ == 0;
     }
     const uint64_t now = MonotonicNanos();
@@ -113,8 +113,8 @@ void RemoteReader::Impl::Loop() {
     uint64_t wake_ns = now + kMaxWaitNs;
     for (auto& [name, h] : hosts_) StartQueued(&h, now, &wake_ns);
     for (const RequestPtr& r : delayed_) wake_ns = std::min(wake_ns, r->not_before_ns);
-    wake_ns = std::min(wake_ns, http1_->NextDeadline());
-    if (!busy && (!active_.empty() || !direct_active_.empty())) {
+    if (direct_ != nullptr) wake_ns = std::min(wake_ns, direct_->NextDeadline());
+    if (!busy && InFlight() > 0) {
       MutexLock lock(&mu_);
       io_busy_ = true;
     }
@@ -131,10 +131,11 @@ void RemoteReader::Impl::Loop() {
       if (msg->msg != CURLMSG_DONE) continue;
       Finished(msg->easy_handle, msg->data.result, &rng);
     }
-    http1_->ExpireDeadlines(MonotonicNanos());
-    direct_done.clear();
-    http1_->TakeFinished(&direct_done);
-    for (Http1Get* g : direct_done) FinishedDirect(g, &rng);
+    if (direct_ != nullptr) {
+      direct_done.clear();
+      direct_->TakeFinished(MonotonicNanos(), &direct_done);
+      for (DirectHttpPath::Outcome& o : direct_done) FinishedDirect(o, &rng);
+    }
     if (const uint64_t t = MonotonicNanos(); t - last_sweep_ns > 1'000'000'000ull) {
       DropUnclaimed(t);
       last_sweep_ns = t;
@@ -147,8 +148,9 @@ void RemoteReader::Impl::Loop() {
     left_over.push_back(r);
   }
   active_.clear();
-  for (auto& [get, r] : direct_active_) left_over.push_back(r);
-  direct_active_.clear();  // (their sockets close with the client)
+  if (direct_ != nullptr) {
+    for (RequestPtr& r : direct_->Abandon()) left_over.push_back(std::move(r));
+  }
   for (auto& [name, h] : hosts_) left_over.insert(left_over.end(), h.queue.begin(), h.queue.end());
   left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
   MutexLock lock(&mu_);
@@ -203,8 +205,8 @@ bool RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
   r->http_status = 0;
   ++r->attempt;
   if (!r->target.empty() && !r->head) {
-    if (const DirectHost* d = DirectHostOf(r->host); d != nullptr) {
-      StartDirect(r, *d);
+    if (direct_ != nullptr && direct_->TryStart(r)) {
+      CountStart();
       return true;
     }
   }
@@ -219,9 +221,27 @@ bool RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
   return true;
 }
 
+size_t RemoteReader::Impl::InFlight() const {
+  return active_.size() + (direct_ != nullptr ? direct_->in_flight() : 0);
+}
+
+// A transfer of the direct path ended: judged like libcurl's, or sent again
+// through libcurl (the path gave its host up), as the same attempt.
+void RemoteReader::Impl::FinishedDirect(DirectHttpPath::Outcome& o, std::mt19937_64* rng) {
+  RequestPtr r = std::move(o.request);
+  --hosts_[r->host].active;
+  if (o.to_libcurl) {
+    --r->attempt;
+    hosts_[r->host].queue.push_front(std::move(r));
+    return;
+  }
+  const bool failed = !o.transport_error.empty();
+  Conclude(r, o.transport_error, /*retryable=*/failed, rng);
+}
+
 void RemoteReader::Impl::CountStart() {
   requests_started_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t n = active_.size() + direct_active_.size();
+  const uint64_t n = InFlight();
   if (n > max_in_flight_.load(std::memory_order_relaxed)) {
     max_in_flight_.store(n, std::memory_order_relaxed);
   }

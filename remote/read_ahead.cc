@@ -143,7 +143,7 @@ RemoteReader::Counters RemoteReader::Impl::counters() const {
   c.retries = retries_.load(std::memory_order_relaxed);
   c.prefetch_hits = prefetch_hits_.load(std::memory_order_relaxed);
   c.max_in_flight = max_in_flight_.load(std::memory_order_relaxed);
-  c.direct_requests = direct_requests_.load(std::memory_order_relaxed);
+  c.direct_requests = direct_ != nullptr ? direct_->requests() : 0;
   MutexLock lock(&mu_);
   c.readahead_bytes = readahead_bytes_;
   return c;

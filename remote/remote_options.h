@@ -21,9 +21,12 @@ struct RemoteOptions {
   uint32_t max_attempts = 5;
   uint32_t initial_backoff_ms = 100;
   uint32_t max_backoff_ms = 5'000;
-  // Plain http:// GETs through the reader's own HTTP/1.1 client (the body
-  // received straight into the sample's buffer) rather than libcurl.
-  bool direct_http = true;
+  // Plain http:// GETs through the reader's own HTTP/1.1 client
+  // (remote/direct_http_path.h: the body received straight into the
+  // sample's buffer) rather than libcurl. Off by default: libcurl is the one
+  // HTTP stack; the direct client saves about half of the I/O thread's CPU
+  // per image (bench/README.md) where that thread is the bottleneck.
+  bool direct_http = false;
   // Bytes of prefetched objects kept (or on their way) for reads to come.
   uint64_t read_ahead_bytes = 256ull << 20;
   // S3: endpoint URL ("" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else

@@ -39,7 +39,7 @@ absl::StatusOr<RequestPtr> RemoteReader::Impl::NewRequest(std::string_view objec
     case ObjectUrl::Scheme::kHttps:
       r->full_url = std::string(object);
       r->host = url->authority;
-      if (direct_) r->target = DirectTarget(object, *url);
+      if (direct_enabled_) r->target = DirectTarget(object, *url);
       break;
     case ObjectUrl::Scheme::kS3: {
       r->s3 = true;

@@ -24,12 +24,13 @@
 //    while the bytes kept plus those on their way (estimated from the
 //    average object) reach read_ahead_bytes; bytes nobody claims are
 //    dropped after kUnclaimedTtl.
-//  - Plain http:// GETs (runs too; not HEAD; no proxy in the environment;
-//    remote.direct_http) go through the reader's own HTTP/1.1 client
-//    (remote/http1_client.h) once libcurl has fetched one object from the
-//    host: to the address libcurl reached it at (for a minute, then libcurl
-//    resolves it again), with the body received straight into the read's
-//    buffer (a run's: into each part's). A host that sends an answer that client leaves to libcurl
+//  - With remote.direct_http (off by default), plain http:// GETs (runs
+//    too; not HEAD; no proxy in the environment) go through the direct path
+//    (remote/direct_http_path.h: the reader's own HTTP/1.1 client) once
+//    libcurl has fetched one object from the host: to the address libcurl
+//    reached it at (for a minute, then libcurl resolves it again), with the
+//    body received straight into the read's buffer (a run's: into each
+//    part's). A host that sends an answer that client leaves to libcurl
 //    (chunked, a 200 to a Range, ...) is libcurl's from then on; the request
 //    is sent again there, as the same attempt.
 //  - Messages name objects by RedactUrl (no user:password, no query) and

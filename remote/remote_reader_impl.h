@@ -5,7 +5,7 @@
 //                       settling a finished request for the reader that waits
 //   io_loop.cc          the I/O thread: queues, per-host limits, retries, the epoll wait
 //   curl_transfer.cc    a transfer through libcurl: easy handles, options, the body
-//   direct_transfer.cc  a transfer through the direct HTTP/1.1 client
+//   direct_http_path.cc the direct HTTP/1.1 path (remote/direct_http_path.h), when on
 //
 // Thread-safety: the members under "the I/O thread's own" and the methods
 // that start, drive or finish transfers (Loop down to Conclude) belong to the
@@ -37,18 +37,13 @@
 #include "remote/backoff.h"
 #include "remote/curl_epoll_driver.h"
 #include "remote/curl_handles.h"
-#include "remote/http1_client.h"
+#include "remote/direct_http_path.h"
 #include "remote/remote_reader.h"
 #include "remote/remote_request.h"
 #include "remote/url.h"
 
 namespace conveyor::remote {
 
-// The path and query of a plain http:// URL, as the direct client's request
-// target, or "" when the URL is one for libcurl only (direct_transfer.cc).
-std::string DirectTarget(std::string_view object, const ObjectUrl& url);
-// Whether the environment sends plain HTTP through a proxy (direct_transfer.cc).
-bool ProxyConfigured();
 // curl_multi_remove_handle, its failure (a handle not in `multi`: a bug)
 // logged (curl_transfer.cc).
 void RemoveFromMulti(CURLM* multi, CURL* easy);
@@ -84,22 +79,14 @@ class RemoteReader::Impl {
     uint64_t refilled_ns = 0;
   };
 
-  // Where the direct client reaches a host: the address libcurl last
-  // reached it at (its name resolution, checked by a whole answer).
-  struct DirectHost {
-    sockaddr_storage address{};
-    socklen_t address_len = 0;
-    std::string pool;          // the address as text: the client's pool key
-    uint64_t learned_ns = 0;
-    bool refused = false;      // it sent an answer the direct client leaves to libcurl
-  };
-
   // io_loop.cc: the I/O thread.
   void Loop();
   void StartQueued(Host* h, uint64_t now, uint64_t* wake_ns);
   // False when the request could not be started (it is settled already).
   bool StartTransfer(const RequestPtr& r);
   void CountStart();
+  size_t InFlight() const;  // transfers of both clients
+  void FinishedDirect(DirectHttpPath::Outcome& o, std::mt19937_64* rng);
   void Conclude(RequestPtr& r, const std::string& transport_error, bool retryable,
                 std::mt19937_64* rng);
 
@@ -110,11 +97,6 @@ class RemoteReader::Impl {
   void ReleaseEasy(Request* r);
   void Finished(CURL* easy, CURLcode code, std::mt19937_64* rng);
 
-  // direct_transfer.cc: transfers through the direct HTTP/1.1 client.
-  const DirectHost* DirectHostOf(const std::string& host) const;
-  void StartDirect(const RequestPtr& r, const DirectHost& d);
-  void LearnAddress(const Request& r, CURL* easy);
-  void FinishedDirect(Http1Get* g, std::mt19937_64* rng);
 
   // read_ahead.cc: settling finished requests, the read-ahead map.
   void Complete(RequestPtr& r, absl::Status status);
@@ -125,6 +107,7 @@ class RemoteReader::Impl {
   const RemoteOptions options_;
   const S3Config s3_;
   BackoffPolicy policy_;
+  bool direct_enabled_ = false;  // plain GETs get a request target (set by the constructor)
   UniqueCurlMulti multi_;
   std::unique_ptr<CurlEpollDriver> driver_;
   std::thread thread_;
@@ -134,16 +117,14 @@ class RemoteReader::Impl {
   std::unordered_map<CURL*, RequestPtr> active_;
   std::vector<RequestPtr> delayed_;  // retries waiting for their time
   std::vector<UniqueCurlEasy> idle_easy_;  // easy handles kept for reuse (AcquireEasy)
-  std::unique_ptr<Http1Client> http1_;  // the direct client (plain http:// GETs)
-  bool direct_ = true;                  // it is used (options, no proxy); set before the thread starts
-  std::unordered_map<Http1Get*, RequestPtr> direct_active_;
-  std::unordered_map<std::string, DirectHost> direct_hosts_;
+  // The direct path (remote.direct_http and no proxy); null when off. Made
+  // before the thread starts.
+  std::unique_ptr<DirectHttpPath> direct_;
 
   mutable std::atomic<uint64_t> requests_started_{0};
   mutable std::atomic<uint64_t> retries_{0};
   mutable std::atomic<uint64_t> prefetch_hits_{0};
   mutable std::atomic<uint64_t> max_in_flight_{0};
-  mutable std::atomic<uint64_t> direct_requests_{0};
 
   mutable Mutex mu_;
   mutable CondVar cv_;

@@ -2,7 +2,7 @@
 // a run of ranges fetched with one GET) as it goes from a reader thread to
 // the I/O thread and back, and the few helpers on it shared by the reader's
 // files (remote_reader.cc, read_ahead.cc, io_loop.cc, curl_transfer.cc,
-// direct_transfer.cc). Internal to remote/.
+// direct_http_path.cc). Internal to remote/.
 //
 // Thread-safety: a Request is handed between threads as the comments on its
 // fields say: the fields marked "constant" never change after creation, the

@@ -351,6 +351,7 @@ TEST_CASE("RemoteReader's direct client sends a request again on a new connectio
   Objects objs(10, 20 << 10);
   ObjectServer server(objs.dir.path(), {"--close-after-answers", "1"});
   RemoteOptions o = FastRetries();
+  o.direct_http = true;
   o.max_attempts = 1;
   o.max_connections_per_host = 1;
   auto reader = Reader(o);
@@ -369,7 +370,9 @@ TEST_CASE("RemoteReader's direct client leaves a host that sends chunked bodies 
           "[remote_reader]") {
   Objects objs(6, 30 << 10);
   ObjectServer server(objs.dir.path(), {"--chunked"});
-  auto reader = Reader(FastRetries());
+  RemoteOptions o = FastRetries();
+  o.direct_http = true;
+  auto reader = Reader(o);
   std::vector<uint8_t> out;
   for (int i = 0; i < 6; ++i) {
     INFO(i);
@@ -391,6 +394,7 @@ TEST_CASE("RemoteReader's direct client gives up on an answer that does not come
   RemoteOptions o = FastRetries();
   o.request_timeout_ms = 300;
   o.max_attempts = 2;
+  o.direct_http = true;
   auto reader = Reader(o);
   std::vector<uint8_t> out;
   REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());  // libcurl's: learns the address
@@ -402,6 +406,20 @@ TEST_CASE("RemoteReader's direct client gives up on an answer that does not come
                  Catch::Contains("2 attempts") && Catch::Contains("timed out"));
   CHECK(reader->counters().direct_requests == 2);
   CHECK(reader->counters().retries == 1);
+}
+
+TEST_CASE("RemoteReader: the direct HTTP client is off unless asked for", "[remote_reader]") {
+  CHECK_FALSE(RemoteOptions{}.direct_http);
+  Objects objs(4, 10 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  auto reader = Reader(RemoteOptions{});
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+  }
+  CHECK(reader->counters().requests_started == 4);
+  CHECK(reader->counters().direct_requests == 0);
 }
 
 TEST_CASE("RemoteReader: an unreachable host is retried, then UNAVAILABLE naming it",
