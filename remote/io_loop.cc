@@ -36,10 +36,12 @@ constexpr char kIoThreadName[] = "remote-io";
 
 }  // namespace
 
-RemoteReader::Impl::Impl(const RemoteOptions& options, const S3Config& s3) : options_(options), s3_(s3) {
+RemoteReader::Impl::Impl(const RemoteOptions& options, const S3Config& s3)
+    : options_(options), s3_(s3) {
   policy_.max_attempts = std::max<uint32_t>(1, options.max_attempts);
   policy_.initial_ns = uint64_t{options.initial_backoff_ms} * 1'000'000;
-  policy_.max_ns = std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
+  policy_.max_ns =
+      std::max<uint64_t>(policy_.initial_ns, uint64_t{options.max_backoff_ms} * 1'000'000);
   direct_enabled_ = options.direct_http && !ProxyConfigured();
 }
 
@@ -250,8 +252,8 @@ void RemoteReader::Impl::CountStart() {
 // Judges a transfer's end: `transport_error` says why no answer came ("" =
 // one did: r->http_status and the body), `retryable` whether that is worth
 // another attempt. Retries it, or settles it (Complete).
-void RemoteReader::Impl::Conclude(RequestPtr& r, const std::string& transport_error, bool retryable,
-              std::mt19937_64* rng) {
+void RemoteReader::Impl::Conclude(RequestPtr& r, const std::string& transport_error,
+                                  bool retryable, std::mt19937_64* rng) {
   const char* verb = r->head ? "HEAD " : "GET ";
   if (r->enough) return Complete(r, absl::OkStatus());
   if (r->too_large) {

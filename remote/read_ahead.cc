@@ -22,7 +22,8 @@ constexpr size_t kMaxPending = 1u << 16;
 
 }  // namespace
 
-absl::Status RemoteReader::Impl::Await(const RequestPtr& r, std::vector<uint8_t>* out, uint64_t* size) const {
+absl::Status RemoteReader::Impl::Await(const RequestPtr& r, std::vector<uint8_t>* out,
+                                       uint64_t* size) const {
   MutexLock lock(&mu_);
   while (!r->done) cv_.Wait(&mu_);
   if (!r->status.ok()) return r->status;
@@ -35,8 +36,9 @@ absl::Status RemoteReader::Impl::Await(const RequestPtr& r, std::vector<uint8_t>
   return absl::OkStatus();
 }
 
-absl::StatusOr<RequestPtr> RemoteReader::Impl::Claim(std::string_view object, uint64_t offset, uint64_t length,
-                                 uint64_t max_bytes, bool head) const {
+absl::StatusOr<RequestPtr> RemoteReader::Impl::Claim(std::string_view object, uint64_t offset,
+                                                     uint64_t length, uint64_t max_bytes,
+                                                     bool head) const {
   absl::StatusOr<RequestPtr> made = NewRequest(object, offset, length, max_bytes, head);
   if (!made.ok()) return made.status();
   RequestPtr r = *std::move(made);
@@ -66,7 +68,7 @@ absl::StatusOr<RequestPtr> RemoteReader::Impl::Claim(std::string_view object, ui
 }
 
 bool RemoteReader::Impl::Prefetch(std::string_view object, uint64_t offset, uint64_t length,
-              uint64_t max_bytes) const {
+                                  uint64_t max_bytes) const {
   absl::StatusOr<RequestPtr> r = NewRequest(object, offset, length, max_bytes, false);
   if (!r.ok()) return true;  // the read will report it
   bool wake = false;
@@ -92,7 +94,8 @@ bool RemoteReader::Impl::Prefetch(std::string_view object, uint64_t offset, uint
 // One request for parts [first, last] of `object` (ascending, close
 // together), cut into a prefetch per part when it completes. Parts whose
 // prefetch is under way already are left to it.
-bool RemoteReader::Impl::PrefetchRun(std::string_view object, std::span<const ByteRangeReader::Range> parts) const {
+bool RemoteReader::Impl::PrefetchRun(std::string_view object,
+                                     std::span<const ByteRangeReader::Range> parts) const {
   const ByteRangeReader::Range& first = parts.front();
   const ByteRangeReader::Range& last = parts.back();
   if (parts.size() == 1) return Prefetch(object, first.offset, first.length, first.length);

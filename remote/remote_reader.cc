@@ -21,10 +21,10 @@ constexpr uint64_t kMaxRunBytes = 16 << 20;
 
 }  // namespace
 
-absl::StatusOr<RequestPtr> RemoteReader::Impl::NewRequest(std::string_view object, uint64_t offset,
-                                                                  uint64_t length,
-                                                                  uint64_t max_bytes,
-                                                                  bool head) const {
+absl::StatusOr<RequestPtr> RemoteReader::Impl::NewRequest(std::string_view object,
+                                                          uint64_t offset, uint64_t length,
+                                                          uint64_t max_bytes,
+                                                          bool head) const {
   absl::StatusOr<ObjectUrl> url = ParseObjectUrl(object);
   if (!url.ok()) return url.status();
   auto r = std::make_shared<Request>();
