@@ -5,10 +5,10 @@
 // collects what ended (TakeFinished). The one implementation,
 // MakeHttp1DirectPath, drives the project's own HTTP/1.1 client
 // (remote/http1_client.h) on the reader's epoll loop and receives each body
-// straight into the request's buffer (a run's: into each part's). It saves
-// about half of the I/O thread's CPU per image over single files and a third
-// over tar runs, measured against libcurl side by side (bench/README.md,
-// "The direct HTTP/1.1 client").
+// straight into the request's buffer (a run's: into each part's). Measured
+// against libcurl side by side, it saves about half of the I/O thread's CPU
+// per image over single files and 13-19% over tar runs (bench/README.md,
+// "Direct client vs libcurl, side by side").
 //
 // Thread-safety: every method but requests() belongs to the reader's I/O
 // thread (the thread that drives the epoll driver); requests() may be read

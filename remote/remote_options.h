@@ -25,7 +25,8 @@ struct RemoteOptions {
   // (remote/direct_http_path.h: the body received straight into the
   // sample's buffer) rather than libcurl. Off by default: libcurl is the one
   // HTTP stack; the direct client saves about half of the I/O thread's CPU
-  // per image (bench/README.md) where that thread is the bottleneck.
+  // per image over single files, 13-19% over tar runs (bench/README.md), for
+  // where that thread is the bottleneck.
   bool direct_http = false;
   // Bytes of prefetched objects kept (or on their way) for reads to come.
   uint64_t read_ahead_bytes = 256ull << 20;

@@ -6,6 +6,8 @@
 //   io_loop.cc          the I/O thread: queues, per-host limits, retries, the epoll wait
 //   curl_transfer.cc    a transfer through libcurl: easy handles, options, the body
 //   direct_http_path.cc the direct HTTP/1.1 path (remote/direct_http_path.h), when on
+// with remote_request.h (the Request), s3_url.h (S3 addressing) and
+// curl_handles.h (libcurl's owners and error helper).
 //
 // Thread-safety: the members under "the I/O thread's own" and the methods
 // that start, drive or finish transfers (Loop down to Conclude) belong to the
@@ -139,6 +141,7 @@ class RemoteReader::Impl {
   mutable uint64_t claims_waiting_ ABSL_GUARDED_BY(mu_) = 0;
   // The I/O thread has transfers in flight, so it will look at submissions
   // again soon without being woken (set by the I/O thread).
-  bool io_busy_ ABSL_GUARDED_BY(mu_) = false;};
+  bool io_busy_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 }  // namespace conveyor::remote
