@@ -7,7 +7,7 @@
 // (remote/http1_client.h) on the reader's epoll loop and receives each body
 // straight into the request's buffer (a run's: into each part's). Measured
 // against libcurl side by side, it saves about half of the I/O thread's CPU
-// per image over single files and 13-19% over tar runs (bench/README.md,
+// per image over single files and 13-21% over tar runs (bench/README.md,
 // "Direct client vs libcurl, side by side").
 //
 // Thread-safety: every method but requests() belongs to the reader's I/O

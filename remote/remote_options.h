@@ -25,7 +25,7 @@ struct RemoteOptions {
   // (remote/direct_http_path.h: the body received straight into the
   // sample's buffer) rather than libcurl. Off by default: libcurl is the one
   // HTTP stack; the direct client saves about half of the I/O thread's CPU
-  // per image over single files, 13-19% over tar runs (bench/README.md), for
+  // per image over single files, 13-21% over tar runs (bench/README.md), for
   // where that thread is the bottleneck.
   bool direct_http = false;
   // Bytes of prefetched objects kept (or on their way) for reads to come.
