@@ -28,6 +28,12 @@ struct RemoteOptions {
   // per image over single files, 13-21% over tar runs (bench/README.md), for
   // where that thread is the bottleneck.
   bool direct_http = false;
+  // I/O threads of a reader, each with its own libcurl multi handle and
+  // epoll loop; each object (URL) is always read by the same one (a hash of
+  // the URL), and the per-host limits and the read-ahead budget are split
+  // between them. One thread carries roughly 10k single-file images/s with
+  // libcurl (bench/README.md).
+  uint32_t io_threads = 1;
   // Bytes of prefetched objects kept (or on their way) for reads to come.
   uint64_t read_ahead_bytes = 256ull << 20;
   // S3: endpoint URL ("" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else

@@ -3,7 +3,9 @@
 // remote/remote_reader_impl.h.
 #include "remote/remote_reader.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "remote/remote_reader_impl.h"
@@ -18,6 +20,8 @@ namespace {
 // dropped, so a wide gap is cheaper as two requests).
 constexpr uint64_t kMaxRunGapBytes = 64 << 10;
 constexpr uint64_t kMaxRunBytes = 16 << 20;
+// remote.io_threads at most.
+constexpr uint32_t kMaxIoThreads = 64;
 
 }  // namespace
 
@@ -52,8 +56,13 @@ absl::StatusOr<RequestPtr> RemoteReader::Impl::NewRequest(std::string_view objec
   return r;
 }
 
-RemoteReader::RemoteReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteReader::RemoteReader(std::vector<std::unique_ptr<Impl>> impls) : impls_(std::move(impls)) {}
 RemoteReader::~RemoteReader() = default;
+
+const RemoteReader::Impl& RemoteReader::ImplFor(std::string_view object) const {
+  if (impls_.size() == 1) return *impls_.front();
+  return *impls_[std::hash<std::string_view>{}(object) % impls_.size()];
+}
 
 absl::StatusOr<std::shared_ptr<RemoteReader>> RemoteReader::Create(const RemoteOptions& options,
                                                                    const S3Config& s3) {
@@ -61,16 +70,27 @@ absl::StatusOr<std::shared_ptr<RemoteReader>> RemoteReader::Create(const RemoteO
   if (global != CURLE_OK) {
     return absl::InternalError(absl::StrCat("curl_global_init: ", curl_easy_strerror(global)));
   }
-  auto impl = std::make_unique<Impl>(options, s3);
-  if (absl::Status st = impl->Start(); !st.ok()) return st;
-  return std::shared_ptr<RemoteReader>(new RemoteReader(std::move(impl)));
+  // Each I/O thread gets its share of the per-host limits and the budget
+  // (at least one connection each), so the reader as a whole keeps to them.
+  const uint32_t n = std::clamp<uint32_t>(options.io_threads, 1, kMaxIoThreads);
+  std::vector<std::unique_ptr<Impl>> impls;
+  for (uint32_t i = 0; i < n; ++i) {
+    RemoteOptions share = options;
+    share.max_connections_per_host = std::max<uint32_t>(
+        1, options.max_connections_per_host / n + (i < options.max_connections_per_host % n ? 1 : 0));
+    share.requests_per_second_per_host = options.requests_per_second_per_host / n;
+    share.read_ahead_bytes = options.read_ahead_bytes / n;
+    impls.push_back(std::make_unique<Impl>(share, s3));
+    if (absl::Status st = impls.back()->Start(); !st.ok()) return st;
+  }
+  return std::shared_ptr<RemoteReader>(new RemoteReader(std::move(impls)));
 }
 
 absl::StatusOr<uint64_t> RemoteReader::Size(std::string_view object) const {
-  absl::StatusOr<RequestPtr> r = impl_->Claim(object, 0, kWhole, kWhole, /*head=*/true);
+  absl::StatusOr<RequestPtr> r = ImplFor(object).Claim(object, 0, kWhole, kWhole, /*head=*/true);
   if (!r.ok()) return r.status();
   uint64_t size = 0;
-  if (absl::Status st = impl_->Await(*r, nullptr, &size); !st.ok()) return st;
+  if (absl::Status st = ImplFor(object).Await(*r, nullptr, &size); !st.ok()) return st;
   return size;
 }
 
@@ -83,25 +103,25 @@ absl::Status RemoteReader::ReadRange(std::string_view object, uint64_t offset, u
   if (length == kWhole || offset > kWhole - length) {
     return absl::OutOfRangeError(absl::StrCat(RedactUrl(object), ": bad range"));
   }
-  absl::StatusOr<RequestPtr> r = impl_->Claim(object, offset, length, length, false);
+  absl::StatusOr<RequestPtr> r = ImplFor(object).Claim(object, offset, length, length, false);
   if (!r.ok()) return r.status();
-  return impl_->Await(*r, out, nullptr);
+  return ImplFor(object).Await(*r, out, nullptr);
 }
 
 bool RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
   if (length == 0 || length == kWhole || offset > kWhole - length) return true;  // ReadRange says
-  return impl_->Prefetch(object, offset, length, length);
+  return ImplFor(object).Prefetch(object, offset, length, length);
 }
 
 absl::Status RemoteReader::ReadWhole(std::string_view object, uint64_t max_bytes,
                                      std::vector<uint8_t>* out) const {
-  absl::StatusOr<RequestPtr> r = impl_->Claim(object, 0, kWhole, max_bytes, false);
+  absl::StatusOr<RequestPtr> r = ImplFor(object).Claim(object, 0, kWhole, max_bytes, false);
   if (!r.ok()) return r.status();
-  return impl_->Await(*r, out, nullptr);
+  return ImplFor(object).Await(*r, out, nullptr);
 }
 
 bool RemoteReader::PrefetchWhole(std::string_view object, uint64_t max_bytes) const {
-  return impl_->Prefetch(object, 0, kWhole, max_bytes);
+  return ImplFor(object).Prefetch(object, 0, kWhole, max_bytes);
 }
 
 bool RemoteReader::PrefetchRun(std::string_view object, std::span<const Range> parts) const {
@@ -124,13 +144,25 @@ bool RemoteReader::PrefetchRun(std::string_view object, std::span<const Range> p
         break;
       }
     }
-    if (!impl_->PrefetchRun(object, parts.subspan(begin, end - begin))) return false;
+    if (!ImplFor(object).PrefetchRun(object, parts.subspan(begin, end - begin))) return false;
     begin = end;
   }
   return true;
 }
 
-RemoteReader::Counters RemoteReader::counters() const { return impl_->counters(); }
+RemoteReader::Counters RemoteReader::counters() const {
+  Counters sum;
+  for (const std::unique_ptr<Impl>& impl : impls_) {
+    const Counters c = impl->counters();
+    sum.requests_started += c.requests_started;
+    sum.retries += c.retries;
+    sum.prefetch_hits += c.prefetch_hits;
+    sum.readahead_bytes += c.readahead_bytes;
+    sum.max_in_flight += c.max_in_flight;  // (each thread's own peak, summed)
+    sum.direct_requests += c.direct_requests;
+  }
+  return sum;
+}
 
 absl::StatusOr<std::shared_ptr<RemoteReader>> MakeRemoteRangeReader(const RemoteOptions& options) {
   absl::StatusOr<S3Config> s3 = ResolveS3Config(options, [](const char* n) { return std::getenv(n); });

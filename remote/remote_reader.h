@@ -36,7 +36,9 @@
 //  - Messages name objects by RedactUrl (no user:password, no query) and
 //    never hold a credential.
 //
-// The I/O thread is named "remote-io" (its CPU can be told apart). The work
+// remote.io_threads I/O threads (default 1) share the work, each object
+// always on the same one. They are named "remote-io" (their CPU can be told
+// apart). The work
 // is split over the files listed in remote/remote_reader_impl.h.
 //
 // Thread-safety: every method may be called concurrently from any thread.
@@ -88,15 +90,17 @@ class RemoteReader final : public ByteRangeReader {
     uint64_t retries = 0;
     uint64_t prefetch_hits = 0;    // reads served by a prefetch (done or in flight)
     uint64_t readahead_bytes = 0;  // kept now
-    uint64_t max_in_flight = 0;    // the most transfers at once so far
+    uint64_t max_in_flight = 0;    // the most transfers at once so far (summed over I/O threads)
     uint64_t direct_requests = 0;  // attempts made by the direct HTTP/1.1 client
   };
   Counters counters() const;
 
  private:
   class Impl;
-  explicit RemoteReader(std::unique_ptr<Impl> impl);
-  const std::unique_ptr<Impl> impl_;
+  explicit RemoteReader(std::vector<std::unique_ptr<Impl>> impls);
+  // The I/O thread's state that reads `object` (one of impls_, by its hash).
+  const Impl& ImplFor(std::string_view object) const;
+  const std::vector<std::unique_ptr<Impl>> impls_;  // one per I/O thread
 };
 
 // The reader the daemon plugs into sources (URL lists, tar shards): S3
