@@ -76,8 +76,8 @@ absl::StatusOr<std::shared_ptr<RemoteReader>> RemoteReader::Create(const RemoteO
   std::vector<std::unique_ptr<Impl>> impls;
   for (uint32_t i = 0; i < n; ++i) {
     RemoteOptions share = options;
-    share.max_connections_per_host = std::max<uint32_t>(
-        1, options.max_connections_per_host / n + (i < options.max_connections_per_host % n ? 1 : 0));
+    const uint32_t limit = options.max_connections_per_host;
+    share.max_connections_per_host = std::max<uint32_t>(1, limit / n + (i < limit % n ? 1 : 0));
     share.requests_per_second_per_host = options.requests_per_second_per_host / n;
     share.read_ahead_bytes = options.read_ahead_bytes / n;
     impls.push_back(std::make_unique<Impl>(share, s3));
