@@ -34,6 +34,22 @@ the requests it answered) is shown for the HTTP rows: it shares the machine
 with decode. Prints a Markdown table
 (and --json FILE writes the runs).
 Target: at 50 ms, conveyord over HTTP >= 90% of its local-disk images/s.
+
+--netns compares the two HTTP clients of the remote reader instead
+(remote.direct_http true: the direct HTTP/1.1 client; false: libcurl
+alone) in one run, with the object server on another host as far as the
+network goes: two network namespaces made for the run, joined by a veth
+pair (the server at 10.231.0.1/30, the daemons at 10.231.0.2/30; no other
+address is used, and both namespaces are deleted at the end, also on
+failure). Two daemons, one per client, read the same streams in turn (the
+order alternating by round); the figure is the CPU of the reader's I/O
+thread ("remote-io", /proc/PID/task/*/stat) per image, median of the
+counted rounds, with the ratio direct / libcurl, and the TCP connections
+each stream opened (TcpActiveOpens of the client namespace). The server is
+the test suite's Python server (--server is not used). Needs root (ip netns).
+
+    /usr/bin/python3 bench/remote_http.py --netns --images 2000 --epochs 2 --rounds 3 \
+        --latencies 50
 """
 
 import argparse
@@ -134,6 +150,180 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid, name):
+    """User + system CPU seconds of the threads of `pid` called `name`."""
+    total = 0.0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # the thread ended
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+NETNS_SERVER_ADDR = "10.231.0.1"
+NETNS_CLIENT_ADDR = "10.231.0.2"
+
+
+class NetnsPair:
+    """Two network namespaces of our own joined by a veth pair: the server's
+    end 10.231.0.1/30, the client's 10.231.0.2/30. delete() removes both
+    (the veth pair goes with them)."""
+
+    def __init__(self):
+        tag = "%d" % os.getpid()
+        self.server, self.client = "cvb-srv-" + tag, "cvb-cli-" + tag
+        self.made = []
+        try:
+            for ns in (self.server, self.client):
+                subprocess.run(["ip", "netns", "add", ns], check=True)
+                self.made.append(ns)
+            veth_s, veth_c = "cvbs" + tag, "cvbc" + tag
+            subprocess.run(["ip", "link", "add", veth_s, "netns", self.server, "type", "veth",
+                            "peer", "name", veth_c, "netns", self.client], check=True)
+            for ns, dev, addr in ((self.server, veth_s, NETNS_SERVER_ADDR),
+                                  (self.client, veth_c, NETNS_CLIENT_ADDR)):
+                self.run_in(ns, ["ip", "addr", "add", addr + "/30", "dev", dev])
+                self.run_in(ns, ["ip", "link", "set", dev, "up"])
+                self.run_in(ns, ["ip", "link", "set", "lo", "up"])
+        except BaseException:
+            self.delete()
+            raise
+
+    @staticmethod
+    def prefix(ns):
+        return ["ip", "netns", "exec", ns]
+
+    def run_in(self, ns, cmd):
+        subprocess.run(self.prefix(ns) + cmd, check=True)
+
+    def delete(self):
+        for ns in reversed(self.made):
+            subprocess.run(["ip", "netns", "delete", ns], check=False)
+        self.made = []
+
+
+def tcp_active_opens(ns):
+    """TCP connections opened from namespace `ns` so far (/proc/net/snmp there)."""
+    out = subprocess.run(NetnsPair.prefix(ns) + ["cat", "/proc/net/snmp"], check=True,
+                         capture_output=True, text=True).stdout
+    rows = [l.split() for l in out.splitlines() if l.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("ActiveOpens")])
+
+
+class NetnsDaemon(DaemonProcess):
+    """conveyord run in a network namespace (ip netns exec execs it: the pid
+    is the daemon's). Its unix socket is a path, reachable from here."""
+
+    def __init__(self, ns, *a, **kw):
+        super().__init__(*a, **kw)
+        self.ns = ns
+
+    def command(self):
+        return NetnsPair.prefix(self.ns) + super().command()
+
+
+def netns_main(args, work, data, files, shards_dir, shards):
+    """The direct client against libcurl: I/O-thread CPU-ms per image."""
+    ms = ([int(x) for x in args.latencies.split(",") if x] or [50])[-1]
+    pair = NetnsPair()
+    server = None
+    daemons = {}
+    try:
+        # One server for both layouts: the work folder holds data/ and shards/.
+        server = subprocess.Popen(
+            NetnsPair.prefix(pair.server) +
+            [sys.executable, os.path.join(SOURCE_DIR, "tests", "integration", "http_object_server.py"),
+             "--root", work, "--host", NETNS_SERVER_ADDR, "--latency-ms", str(ms)],
+            stdout=subprocess.PIPE, text=True)
+        line = server.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError("object server did not start: %r" % line)
+        base = "http://%s:%d" % (NETNS_SERVER_ADDR, int(line.split()[1]))
+        lst = os.path.join(work, "urls.tsv")
+        with open(lst, "w") as u:
+            for path, label in files:
+                u.write("%s/data/%s\t%d\n" % (base, path, label))
+        layouts = [("files", "{urls: %s}" % json.dumps(lst))]
+        if shards:
+            urls = ["%s/shards/%s" % (base, n) for n in shards]
+            layouts.append(("tar", "{shards: %s}" % json.dumps(urls)))
+        clients = [("direct", "true"), ("libcurl", "false")]
+        for name, flag in clients:
+            cfg = os.path.join(work, "conveyord-%s.yaml" % name)
+            with open(cfg, "w") as f:
+                f.write("threads: %d\nlog_level: warn\n"
+                        "remote: {max_connections_per_host: 128, direct_http: %s}\npipelines:\n"
+                        % (args.threads, flag))
+                for layout, dataset in layouts:
+                    f.write("  %s:\n    dataset: %s\n    augment: train\n    size: %d\n"
+                            "    layout: nchw\n    dtype: uint8\n    max_batch_size: 1024\n"
+                            % (layout, dataset, args.size))
+            d = NetnsDaemon(pair.client, args.conveyord, cfg,
+                            workdir=os.path.join(work, "d-" + name), threads=args.threads)
+            daemons[name] = d
+            d.start(timeout=120)
+        io = {(c, l): [] for c, _ in clients for l, _ in layouts}
+        total = {(c, l): [] for c, _ in clients for l, _ in layouts}
+        ips = {(c, l): [] for c, _ in clients for l, _ in layouts}
+        conns = {(c, l): [] for c, _ in clients for l, _ in layouts}
+        images = len(files) * args.epochs
+        for rnd in range(args.rounds):
+            order = clients if rnd % 2 == 0 else clients[::-1]
+            for layout, _ in layouts:
+                for c, _ in order:
+                    d = daemons[c]
+                    opens = tcp_active_opens(pair.client)
+                    t0, c0 = thread_cpu_seconds(d.pid, "remote-io"), cpu_seconds(d.pid)
+                    rate = conveyor_run(d.address, layout, args.batch_size, rnd * args.epochs,
+                                        args.epochs)
+                    io_ms = 1000 * (thread_cpu_seconds(d.pid, "remote-io") - t0) / images
+                    all_ms = 1000 * (cpu_seconds(d.pid) - c0) / images
+                    opened = tcp_active_opens(pair.client) - opens
+                    print("round %d  %-7s %-5s %7.1f images/s  I/O thread %.4f CPU-ms/image  "
+                          "daemon %.3f CPU-ms/image  %d connections opened"
+                          % (rnd, c, layout, rate, io_ms, all_ms, opened),
+                          file=sys.stderr, flush=True)
+                    if rnd > 0 or args.rounds == 1:
+                        io[(c, layout)].append(io_ms)
+                        total[(c, layout)].append(all_ms)
+                        ips[(c, layout)].append(rate)
+                        conns[(c, layout)].append(opened)
+    finally:
+        for d in daemons.values():
+            d.stop()
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=10)
+        pair.delete()
+    med = statistics.median
+    print("| data | client | I/O thread CPU-ms/image median (min-max) | daemon CPU-ms/image | "
+          "images/s | connections opened per stream | I/O CPU direct / libcurl |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for layout, _ in layouts:
+        ratio = med(io[("direct", layout)]) / med(io[("libcurl", layout)])
+        for c, _ in clients:
+            v = io[(c, layout)]
+            print("| %s | %s | %.4f (%s) | %.3f | %.0f | %.0f | %s |" % (
+                "single files" if layout == "files" else "tar shards", c, med(v),
+                span(v, "%.4f"), med(total[(c, layout)]), med(ips[(c, layout)]),
+                med(conns[(c, layout)]),
+                "%.0f%%" % (100 * ratio) if c == "direct" else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"io_thread_cpu_ms_per_image": {"%s/%s" % k: v for k, v in io.items()},
+                       "daemon_cpu_ms_per_image": {"%s/%s" % k: v for k, v in total.items()},
+                       "images_per_s": {"%s/%s" % k: v for k, v in ips.items()},
+                       "connections_opened": {"%s/%s" % k: v for k, v in conns.items()},
+                       "latency_ms": ms, "args": vars(args)}, f, indent=1)
+    return 0
+
+
 def span(values, fmt="%.0f"):
     if not values:
         return "-"
@@ -159,6 +349,10 @@ def main():
                     help="the object server: nginx (default; nginx-light and "
                     "libnginx-mod-http-lua, scripts/install-deps.sh --bench) or the test "
                     "suite's Python asyncio server")
+    ap.add_argument("--netns", action="store_true",
+                    help="the direct HTTP client against libcurl, the server in a network "
+                    "namespace of its own (root; the test suite's Python server at the last "
+                    "of --latencies)")
     ap.add_argument("--json")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="rh-", dir="/tmp")
@@ -174,6 +368,10 @@ def main():
     shards = [] if args.no_tar else [
         os.path.basename(p) for p in write_shards(
             [(os.path.join(data, path), label) for path, label in files], shards_dir, args.per_shard)]
+    if args.netns:
+        if args.data is not None:
+            ap.error("--netns serves generated images (--images), not --data")
+        return netns_main(args, work, data, files, shards_dir, shards)
     latencies = [int(x) for x in args.latencies.split(",") if x]
     workers = [int(x) for x in args.workers.split(",") if x]
 

@@ -10,7 +10,10 @@
 #include <climits>
 
 #include "core/base/posix_error.h"
+#include "core/base/status_macros.h"
 #include "core/engine/stats.h"
+#include "remote/curl_handles.h"
+#include "spdlog/spdlog.h"
 
 namespace conveyor::remote {
 
@@ -41,10 +44,16 @@ absl::StatusOr<std::unique_ptr<CurlEpollDriver>> CurlEpollDriver::Create(CURLM* 
   }
   std::unique_ptr<CurlEpollDriver> driver(
       new CurlEpollDriver(multi, std::move(epoll), std::move(wake)));
-  curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &CurlEpollDriver::OnSocket);
-  curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, driver.get());
-  curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &CurlEpollDriver::OnTimer);
-  curl_multi_setopt(multi, CURLMOPT_TIMERDATA, driver.get());
+  RETURN_IF_ERROR(CurlMultiError(
+      "curl_multi_setopt(CURLMOPT_SOCKETFUNCTION)",
+      curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &CurlEpollDriver::OnSocket)));
+  RETURN_IF_ERROR(CurlMultiError("curl_multi_setopt(CURLMOPT_SOCKETDATA)",
+                                 curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, driver.get())));
+  RETURN_IF_ERROR(
+      CurlMultiError("curl_multi_setopt(CURLMOPT_TIMERFUNCTION)",
+                     curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &CurlEpollDriver::OnTimer)));
+  RETURN_IF_ERROR(CurlMultiError("curl_multi_setopt(CURLMOPT_TIMERDATA)",
+                                 curl_multi_setopt(multi, CURLMOPT_TIMERDATA, driver.get())));
   return driver;
 }
 
@@ -52,6 +61,7 @@ CurlEpollDriver::CurlEpollDriver(CURLM* multi, UniqueFd epoll, UniqueFd wake)
     : multi_(multi), epoll_(std::move(epoll)), wake_(std::move(wake)) {}
 
 CurlEpollDriver::~CurlEpollDriver() {
+  // (Clearing callbacks cannot fail on a valid handle; nothing to do if it did.)
   curl_multi_setopt(multi_, CURLMOPT_SOCKETFUNCTION, nullptr);
   curl_multi_setopt(multi_, CURLMOPT_SOCKETDATA, nullptr);
   curl_multi_setopt(multi_, CURLMOPT_TIMERFUNCTION, nullptr);
@@ -70,7 +80,7 @@ int CurlEpollDriver::OnSocket(CURL* /*easy*/, curl_socket_t s, int what, void* s
   if (what == CURL_POLL_REMOVE) {
     // The socket may be closed already (then epoll dropped it itself).
     ::epoll_ctl(self->epoll_.get(), EPOLL_CTL_DEL, s, nullptr);
-    curl_multi_assign(self->multi_, s, nullptr);
+    (void)curl_multi_assign(self->multi_, s, nullptr);  // (the socket is going either way)
     return 0;
   }
   epoll_event ev{};
@@ -84,8 +94,8 @@ int CurlEpollDriver::OnSocket(CURL* /*easy*/, curl_socket_t s, int what, void* s
     const int other = first == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
     if (::epoll_ctl(self->epoll_.get(), other, s, &ev) != 0) return -1;
   }
-  curl_multi_assign(self->multi_, s, &kWatched);
-  return 0;
+  // -1 (an error: libcurl fails the transfer) if libcurl does not know the socket.
+  return curl_multi_assign(self->multi_, s, &kWatched) == CURLM_OK ? 0 : -1;
 }
 
 int CurlEpollDriver::OnTimer(CURLM* /*multi*/, long timeout_ms, void* self_ptr) {
@@ -116,6 +126,16 @@ void CurlEpollDriver::Pause(uint64_t until_ns) const {
   ::ppoll(&p, 1, &ts, nullptr);
 }
 
+void CurlEpollDriver::Report(CURLMcode code) {
+  // A stale event for a socket libcurl closed within this Drive: expected.
+  if (code == CURLM_OK || code == CURLM_BAD_SOCKET) return;
+  if (!reported_) {
+    spdlog::error("remote: {} (said once)",
+                  std::string(CurlMultiError("curl_multi_socket_action", code).message()));
+  }
+  reported_ = true;
+}
+
 void CurlEpollDriver::Drive(uint64_t deadline_ns) {
   const uint64_t now = MonotonicNanos();
   const uint64_t due = timer_set_ ? std::min(deadline_ns, timer_due_ns_) : deadline_ns;
@@ -141,11 +161,11 @@ void CurlEpollDriver::Drive(uint64_t deadline_ns) {
     const int mask = ((e & EPOLLIN) != 0 ? CURL_CSELECT_IN : 0) |
                      ((e & EPOLLOUT) != 0 ? CURL_CSELECT_OUT : 0) |
                      ((e & (EPOLLERR | EPOLLHUP)) != 0 ? CURL_CSELECT_ERR : 0);
-    curl_multi_socket_action(multi_, fd, mask, &running);
+    Report(curl_multi_socket_action(multi_, fd, mask, &running));
   }
   if (timer_set_ && timer_due_ns_ <= MonotonicNanos()) {
     timer_set_ = false;  // libcurl sets it again from inside if it wants
-    curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running);
+    Report(curl_multi_socket_action(multi_, CURL_SOCKET_TIMEOUT, 0, &running));
   }
 }
 

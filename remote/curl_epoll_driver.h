@@ -37,7 +37,7 @@ class CurlEpollDriver {
 
   // Installs the socket and timer callbacks on `multi` (which must outlive
   // the driver and have no transfers yet). Internal naming the failing call
-  // when epoll or the eventfd cannot be made.
+  // when epoll or the eventfd cannot be made or libcurl refuses a callback.
   static absl::StatusOr<std::unique_ptr<CurlEpollDriver>> Create(CURLM* multi);
   ~CurlEpollDriver();
   CurlEpollDriver(const CurlEpollDriver&) = delete;
@@ -69,6 +69,8 @@ class CurlEpollDriver {
   CurlEpollDriver(CURLM* multi, UniqueFd epoll, UniqueFd wake);
   static int OnSocket(CURL* easy, curl_socket_t s, int what, void* self, void* socket_data);
   static int OnTimer(CURLM* multi, long timeout_ms, void* self);
+  // Logs the first failure of curl_multi_socket_action that is not a stale socket.
+  void Report(CURLMcode code);
 
   CURLM* const multi_;
   const UniqueFd epoll_;
@@ -77,6 +79,7 @@ class CurlEpollDriver {
   uint64_t timer_due_ns_ = 0;
   bool timer_set_ = false;
   SocketHandler* handler_ = nullptr;
+  bool reported_ = false;
 };
 
 }  // namespace conveyor::remote

@@ -21,9 +21,19 @@ struct RemoteOptions {
   uint32_t max_attempts = 5;
   uint32_t initial_backoff_ms = 100;
   uint32_t max_backoff_ms = 5'000;
-  // Plain http:// GETs through the reader's own HTTP/1.1 client (the body
-  // received straight into the sample's buffer) rather than libcurl.
-  bool direct_http = true;
+  // Plain http:// GETs through the reader's own HTTP/1.1 client
+  // (remote/direct_http_path.h: the body received straight into the
+  // sample's buffer) rather than libcurl. Off by default: libcurl is the one
+  // HTTP stack; the direct client saves about half of the I/O thread's CPU
+  // per image over single files, 13-21% over tar runs (bench/README.md), for
+  // where that thread is the bottleneck.
+  bool direct_http = false;
+  // I/O threads of a reader, each with its own libcurl multi handle and
+  // epoll loop; each object (URL) is always read by the same one (a hash of
+  // the URL), and the per-host limits and the read-ahead budget are split
+  // between them. One thread carries roughly 10k single-file images/s with
+  // libcurl (bench/README.md).
+  uint32_t io_threads = 1;
   // Bytes of prefetched objects kept (or on their way) for reads to come.
   uint64_t read_ahead_bytes = 256ull << 20;
   // S3: endpoint URL ("" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else

@@ -24,16 +24,22 @@
 //    while the bytes kept plus those on their way (estimated from the
 //    average object) reach read_ahead_bytes; bytes nobody claims are
 //    dropped after kUnclaimedTtl.
-//  - Plain http:// GETs (runs too; not HEAD; no proxy in the environment;
-//    remote.direct_http) go through the reader's own HTTP/1.1 client
-//    (remote/http1_client.h) once libcurl has fetched one object from the
-//    host: to the address libcurl reached it at (for a minute, then libcurl
-//    resolves it again), with the body received straight into the read's
-//    buffer (a run's: into each part's). A host that sends an answer that client leaves to libcurl
+//  - With remote.direct_http (off by default), plain http:// GETs (runs
+//    too; not HEAD; no proxy in the environment) go through the direct path
+//    (remote/direct_http_path.h: the reader's own HTTP/1.1 client) once
+//    libcurl has fetched one object from the host: to the address libcurl
+//    reached it at (for a minute, then libcurl resolves it again), with the
+//    body received straight into the read's buffer (a run's: into each
+//    part's). A host that sends an answer that client leaves to libcurl
 //    (chunked, a 200 to a Range, ...) is libcurl's from then on; the request
 //    is sent again there, as the same attempt.
 //  - Messages name objects by RedactUrl (no user:password, no query) and
 //    never hold a credential.
+//
+// remote.io_threads I/O threads (default 1) share the work, each object
+// always on the same one. They are named "remote-io" (their CPU can be told
+// apart). The work
+// is split over the files listed in remote/remote_reader_impl.h.
 //
 // Thread-safety: every method may be called concurrently from any thread.
 // Destruction stops the I/O thread; reads still waiting fail (CANCELLED).
@@ -84,15 +90,17 @@ class RemoteReader final : public ByteRangeReader {
     uint64_t retries = 0;
     uint64_t prefetch_hits = 0;    // reads served by a prefetch (done or in flight)
     uint64_t readahead_bytes = 0;  // kept now
-    uint64_t max_in_flight = 0;    // the most transfers at once so far
+    uint64_t max_in_flight = 0;    // the most transfers at once so far (summed over I/O threads)
     uint64_t direct_requests = 0;  // attempts made by the direct HTTP/1.1 client
   };
   Counters counters() const;
 
  private:
   class Impl;
-  explicit RemoteReader(std::unique_ptr<Impl> impl);
-  const std::unique_ptr<Impl> impl_;
+  explicit RemoteReader(std::vector<std::unique_ptr<Impl>> impls);
+  // The I/O thread's state that reads `object` (one of impls_, by its hash).
+  const Impl& ImplFor(std::string_view object) const;
+  const std::vector<std::unique_ptr<Impl>> impls_;  // one per I/O thread
 };
 
 // The reader the daemon plugs into sources (URL lists, tar shards): S3

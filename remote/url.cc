@@ -40,6 +40,12 @@ std::string RedactUrl(std::string_view url) {
   return EscapeText(out);
 }
 
+std::string AuthorityOf(std::string_view url) {
+  const size_t sep = url.find("://");
+  std::string_view rest = sep == std::string_view::npos ? url : url.substr(sep + 3);
+  return std::string(rest.substr(0, rest.find_first_of("/?#")));
+}
+
 std::string_view HostOf(std::string_view authority) {
   if (!authority.empty() && authority.front() == '[') {
     const size_t close = authority.find(']');

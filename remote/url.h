@@ -31,6 +31,9 @@ absl::StatusOr<ObjectUrl> ParseObjectUrl(std::string_view url);
 // "?…", control bytes and invalid UTF-8 escaped (EscapeText).
 std::string RedactUrl(std::string_view url);
 
+// scheme://host[:port] of an endpoint or URL → "host[:port]".
+std::string AuthorityOf(std::string_view url);
+
 // The host part of `authority` ("host:port" → "host"; "[::1]:80" → "::1").
 std::string_view HostOf(std::string_view authority);
 

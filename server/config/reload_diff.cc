@@ -97,6 +97,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("remote.max_backoff_ms", ra.max_backoff_ms, rb.max_backoff_ms);
   d.Field("remote.read_ahead_bytes", ra.read_ahead_bytes, rb.read_ahead_bytes);
   d.Field("remote.direct_http", ra.direct_http, rb.direct_http);
+  d.Field("remote.io_threads", ra.io_threads, rb.io_threads);
   d.Field("remote.s3.endpoint", ra.s3_endpoint, rb.s3_endpoint);
   d.Field("remote.s3.region", ra.s3_region, rb.s3_region);
   d.Field("remote.s3.profile", ra.s3_profile, rb.s3_profile);

@@ -21,6 +21,7 @@ constexpr uint64_t kMaxAttempts = 100;
 constexpr uint64_t kMaxInitialBackoffMs = 60'000;
 constexpr uint64_t kMaxBackoffMs = 600'000;
 constexpr uint64_t kMinReadAheadBytes = uint64_t{1} << 20;
+constexpr uint64_t kMaxIoThreads = 64;
 
 const Section<RemoteOptions>& S3Section() {
   using schema::String;
@@ -75,6 +76,8 @@ const Section<RemoteOptions>& RemoteSection() {
                           "bytes of samples read ahead for the reads to come"),
       Bool<RemoteOptions>("direct_http", &RemoteOptions::direct_http,
                           "plain `http://` GETs through the daemon's own HTTP/1.1 client"),
+      Uint<RemoteOptions>("io_threads", &RemoteOptions::io_threads, 1, kMaxIoThreads,
+                          "I/O threads of the remote reader"),
       Manual<RemoteOptions>("s3", "map", "none", "S3 endpoint, region and credentials profile")
           .WithSubRows(S3Section().Docs()),
   });

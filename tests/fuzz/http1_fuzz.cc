@@ -30,6 +30,7 @@
 #include "core/base/unique_fd.h"
 #include "core/engine/stats.h"
 #include "remote/curl_epoll_driver.h"
+#include "remote/curl_handles.h"
 #include "remote/http1_client.h"
 #include "tests/fuzz/fuzz_target.h"
 
@@ -107,10 +108,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t max_body = kMaxBodies[(plan >> 2) & 3];
   const std::string answer(reinterpret_cast<const char*>(data + 1), size - 1);
 
-  CURLM* multi = curl_multi_init();
+  remote::UniqueCurlMulti multi(curl_multi_init());
   FUZZ_CHECK(multi != nullptr);
   {
-    auto driver = remote::CurlEpollDriver::Create(multi);
+    auto driver = remote::CurlEpollDriver::Create(multi.get());
     FUZZ_CHECK(driver.ok());
     remote::Http1Client client(driver->get(), 4);
     Server server = Listen();
@@ -196,6 +197,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(second.result == Http1Get::Result::kOk);
     FUZZ_CHECK(std::string(second_body.begin(), second_body.end()) == "hello");
   }
-  curl_multi_cleanup(multi);
   return 0;
 }

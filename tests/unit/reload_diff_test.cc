@@ -85,14 +85,15 @@ remote:
   max_connections_per_host: 8
   read_ahead_bytes: 32MiB
   max_attempts: 2
-  direct_http: false
+  direct_http: true
+  io_threads: 2
   s3: {endpoint: "http://127.0.0.1:9000", region: eu-west-1}
 pipelines:
   train: {dataset: {root: /data/train}, size: 224}
 )");
   CHECK(ChangedRestartFields(running, next) ==
         std::vector<std::string>{"remote.max_connections_per_host", "remote.max_attempts",
-                                 "remote.read_ahead_bytes", "remote.direct_http",
+                                 "remote.read_ahead_bytes", "remote.direct_http", "remote.io_threads",
                                  "remote.s3.endpoint", "remote.s3.region"});
 }
 

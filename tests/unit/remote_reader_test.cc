@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -355,6 +356,7 @@ TEST_CASE(
   Objects objs(10, 20 << 10);
   ObjectServer server(objs.dir.path(), {"--close-after-answers", "1"});
   RemoteOptions o = FastRetries();
+  o.direct_http = true;
   o.max_attempts = 1;
   o.max_connections_per_host = 1;
   auto reader = Reader(o);
@@ -373,7 +375,9 @@ TEST_CASE("RemoteReader's direct client leaves a host that sends chunked bodies 
           "[remote_reader]") {
   Objects objs(6, 30 << 10);
   ObjectServer server(objs.dir.path(), {"--chunked"});
-  auto reader = Reader(FastRetries());
+  RemoteOptions o = FastRetries();
+  o.direct_http = true;
+  auto reader = Reader(o);
   std::vector<uint8_t> out;
   for (int i = 0; i < 6; ++i) {
     INFO(i);
@@ -396,6 +400,7 @@ TEST_CASE(
   RemoteOptions o = FastRetries();
   o.request_timeout_ms = 300;
   o.max_attempts = 2;
+  o.direct_http = true;
   auto reader = Reader(o);
   std::vector<uint8_t> out;
   REQUIRE(
@@ -408,6 +413,20 @@ TEST_CASE(
                                             Catch::Contains("timed out"));
   CHECK(reader->counters().direct_requests == 2);
   CHECK(reader->counters().retries == 1);
+}
+
+TEST_CASE("RemoteReader: the direct HTTP client is off unless asked for", "[remote_reader]") {
+  CHECK_FALSE(RemoteOptions{}.direct_http);
+  Objects objs(4, 10 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  auto reader = Reader(RemoteOptions{});
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+  }
+  CHECK(reader->counters().requests_started == 4);
+  CHECK(reader->counters().direct_requests == 0);
 }
 
 TEST_CASE("RemoteReader: an unreachable host is retried, then UNAVAILABLE naming it",
@@ -449,7 +468,10 @@ TEST_CASE("RemoteReader holds to its per-host connection limit and request rate"
           "[remote_reader]") {
   Objects objs(24, 1024);
   ObjectServer server(objs.dir.path(), {"--latency-ms", "50"});
+  // One I/O thread, or three sharing the limits (a connection and 13.3/s each).
+  const uint32_t threads = GENERATE(1u, 3u);
   RemoteOptions o = FastRetries();
+  o.io_threads = threads;
   o.max_connections_per_host = 3;
   o.requests_per_second_per_host = 40;  // bursts of 4 at most
   auto reader = Reader(o);
@@ -463,6 +485,51 @@ TEST_CASE("RemoteReader holds to its per-host connection limit and request rate"
   // 24 requests at 40/s after a burst of 4 take at least 0.5 s (a lower
   // bound: a loaded machine only makes it slower).
   CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(450));
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+int ThreadsNamed(const std::string& name) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+}
+
+TEST_CASE(
+    "RemoteReader with io_threads: that many I/O threads, every read right, prefetches "
+    "claimed from the thread that made them",
+    "[remote_reader]") {
+  Objects objs(40, 20 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  const int before = ThreadsNamed("remote-io");
+  RemoteOptions o = FastRetries();
+  o.io_threads = 3;
+  {
+    auto reader = Reader(o);
+    CHECK(ThreadsNamed("remote-io") == before + 3);
+    for (int i = 0; i < 40; i += 2) {
+      REQUIRE(reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20));
+    }
+    const std::vector<ByteRangeReader::Range> run = {{100, 1000}, {2000, 500}, {4000, 3000}};
+    REQUIRE(reader->PrefetchRun(server.Url("o1"), run));
+    std::vector<uint8_t> out;
+    for (int i = 0; i < 40; ++i) {
+      INFO(i);
+      REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+      CHECK(Str(out) == objs.data[i]);
+    }
+    for (const ByteRangeReader::Range& p : run) {
+      REQUIRE(reader->ReadRange(server.Url("o1"), p.offset, p.length, &out).ok());
+      CHECK(Str(out) == objs.data[1].substr(p.offset, p.length));
+    }
+    // Every prefetch was found by its read (20 whole objects, 3 parts).
+    CHECK(reader->counters().prefetch_hits == 23);
+    CHECK(reader->counters().requests_started == 20 + 1 + 20);
+  }
+  CHECK(ThreadsNamed("remote-io") == before);  // stopped with the reader
 }
 
 TEST_CASE("RemoteReader's read-ahead stays within its byte budget", "[remote_reader]") {

@@ -1,6 +1,7 @@
 // Pure parts of remote reads: object URL parsing, redaction for messages,
-// the retry policy (which failures, how long between tries) and where S3
-// settings and credentials come from (never shown in text).
+// the retry policy (which failures, how long between tries), where S3
+// settings and credentials come from (never shown in text) and where an S3
+// object is fetched from.
 #ifdef CONVEYOR_HAVE_SERVER
 #include <curl/curl.h>
 
@@ -13,7 +14,9 @@
 
 #include "catch2/catch.hpp"
 #include "remote/backoff.h"
+#include "remote/curl_handles.h"
 #include "remote/s3_credentials.h"
+#include "remote/s3_url.h"
 #include "remote/url.h"
 #include "temp_dir.h"
 
@@ -199,6 +202,80 @@ TEST_CASE("S3 credentials from the shared credentials file, by profile", "[remot
   c = ResolveS3Config(RemoteOptions{}, home.fn());
   REQUIRE(c.ok());
   CHECK(c->access_key_id == "AKIADEFAULT0000");
+}
+
+TEST_CASE("CurlError and CurlMultiError: OK stays OK, a failure names the call and the reason",
+          "[remote]") {
+  CHECK(CurlError("curl_easy_setopt(CURLOPT_URL)", CURLE_OK).ok());
+  CHECK(CurlMultiError("curl_multi_add_handle", CURLM_OK).ok());
+  const absl::Status e = CurlError("curl_easy_setopt(CURLOPT_URL)", CURLE_OUT_OF_MEMORY);
+  CHECK(e.code() == absl::StatusCode::kInternal);
+  CHECK(std::string(e.message()) ==
+        std::string("curl_easy_setopt(CURLOPT_URL): ") + curl_easy_strerror(CURLE_OUT_OF_MEMORY));
+  const absl::Status m = CurlMultiError("curl_multi_add_handle", CURLM_BAD_EASY_HANDLE);
+  CHECK(m.code() == absl::StatusCode::kInternal);
+  CHECK(std::string(m.message()) ==
+        std::string("curl_multi_add_handle: ") + curl_multi_strerror(CURLM_BAD_EASY_HANDLE));
+}
+
+TEST_CASE("libcurl's owners: handles freed by their owners, options checked one by one",
+          "[remote]") {
+  UniqueCurlMulti multi(curl_multi_init());
+  REQUIRE(multi != nullptr);
+  UniqueCurlEasy easy(curl_easy_init());
+  REQUIRE(easy != nullptr);
+  UniqueCurlSlist headers;
+  REQUIRE(AppendCurlSlist(&headers, "a: 1"));
+  REQUIRE(AppendCurlSlist(&headers, "b: 2"));
+  int n = 0;
+  for (const curl_slist* l = headers.get(); l != nullptr; l = l->next) ++n;
+  CHECK(n == 2);
+  CHECK(std::string(headers->data) == "a: 1");
+  CurlOptions ok(easy.get());
+  ok.Set(CURLOPT_URL, "http://127.0.0.1:9/x", "CURLOPT_URL");
+  ok.Set(CURLOPT_HTTPHEADER, headers.get(), "CURLOPT_HTTPHEADER");
+  CHECK(ok.status().ok());
+  // The first refusal is kept (and named); later options are not tried.
+  CurlOptions bad(easy.get());
+  bad.Set(CURLOPT_PROTOCOLS_STR, "no-such-protocol", "CURLOPT_PROTOCOLS_STR");
+  bad.Set(CURLOPT_URL, "http://127.0.0.1:9/y", "CURLOPT_URL");
+  REQUIRE_FALSE(bad.status().ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::StartsWith("curl_easy_setopt(CURLOPT_PROTOCOLS_STR): "));
+  CHECK(curl_multi_add_handle(multi.get(), easy.get()) == CURLM_OK);
+  CHECK(CurlMultiError("curl_multi_add_handle", curl_multi_add_handle(multi.get(), easy.get()))
+            .code() == absl::StatusCode::kInternal);  // (already added)
+  CHECK(curl_multi_remove_handle(multi.get(), easy.get()) == CURLM_OK);
+}
+
+TEST_CASE("AuthorityOf: the host[:port] of an endpoint or URL", "[remote]") {
+  CHECK(AuthorityOf("http://h:9000/b/k?x#y") == "h:9000");
+  CHECK(AuthorityOf("https://[::1]:8443") == "[::1]:8443");
+  CHECK(AuthorityOf("h.example/k") == "h.example");
+}
+
+TEST_CASE("S3 addressing: path-style and virtual-hosted URLs, the key percent-encoded",
+          "[remote]") {
+  S3Config s3;
+  s3.endpoint = "http://127.0.0.1:9000";
+  s3.path_style = true;
+  S3Address a = S3ObjectAddress(s3, "bkt", "dir/a b+c~.jpg");
+  CHECK(a.url == "http://127.0.0.1:9000/bkt/dir/a%20b%2Bc~.jpg");
+  CHECK(a.host == "127.0.0.1:9000");
+  s3.endpoint = "https://s3.eu-west-1.amazonaws.com";
+  s3.path_style = false;
+  a = S3ObjectAddress(s3, "bkt", "k/\xc3\xa9");
+  CHECK(a.url == "https://bkt.s3.eu-west-1.amazonaws.com/k/%C3%A9");
+  CHECK(a.host == "bkt.s3.eu-west-1.amazonaws.com");
+}
+
+TEST_CASE("S3ErrorCode reads <Code> of an error body, escaped and bounded", "[remote]") {
+  auto bytes = [](std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  CHECK(S3ErrorCode(bytes("<Error><Code>NoSuchKey</Code><Message>m</Message></Error>")) ==
+        "NoSuchKey");
+  CHECK(S3ErrorCode(bytes("<html>not s3</html>")).empty());
+  CHECK(S3ErrorCode(bytes("<Code>unterminated")).empty());
+  CHECK(S3ErrorCode(bytes("<Code>" + std::string(500, 'x') + "</Code>")).size() == 64);
 }
 
 }  // namespace

@@ -249,7 +249,8 @@ TEST_CASE("the remote section: defaults, every field, refusals naming the field"
   CHECK(d->remote.read_ahead_bytes == def.read_ahead_bytes);
   CHECK(d->remote.max_attempts == def.max_attempts);
   CHECK(d->remote.s3_endpoint.empty());
-  CHECK(d->remote.direct_http);
+  CHECK_FALSE(d->remote.direct_http);
+  CHECK(d->remote.io_threads == 1);
   auto c = Parse(R"(
 remote:
   max_connections_per_host: 16
@@ -260,7 +261,8 @@ remote:
   initial_backoff_ms: 20
   max_backoff_ms: 800
   read_ahead_bytes: 64MiB
-  direct_http: false
+  direct_http: true
+  io_threads: 3
   s3: {endpoint: "http://127.0.0.1:9000", region: eu-west-1, profile: train}
 )" + std::string(kMinimal));
   REQUIRE(c.ok());
@@ -273,7 +275,8 @@ remote:
   CHECK(r.initial_backoff_ms == 20);
   CHECK(r.max_backoff_ms == 800);
   CHECK(r.read_ahead_bytes == 64ull << 20);
-  CHECK_FALSE(r.direct_http);
+  CHECK(r.direct_http);
+  CHECK(r.io_threads == 3);
   CHECK(r.s3_endpoint == "http://127.0.0.1:9000");
   CHECK(r.s3_region == "eu-west-1");
   CHECK(r.s3_profile == "train");
@@ -289,6 +292,10 @@ remote:
                 {"field remote.read_ahead_bytes"});
   ExpectRefused("remote: {direct_http: sometimes}\n" + std::string(kMinimal),
                 {"field remote.direct_http"});
+  ExpectRefused("remote: {io_threads: 0}\n" + std::string(kMinimal),
+                {"field remote.io_threads"});
+  ExpectRefused("remote: {io_threads: 65}\n" + std::string(kMinimal),
+                {"field remote.io_threads"});
   ExpectRefused("remote: {s3: {endpoint: minio:9000}}\n" + std::string(kMinimal),
                 {"field remote.s3.endpoint", "http:// or https://"});
   ExpectRefused("remote: {s3: {bucket: x}}\n" + std::string(kMinimal), {"remote.s3.bucket"});
