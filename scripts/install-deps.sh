@@ -27,8 +27,9 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   # sanitizer runtimes of gcc (ASan, LSan, UBSan, TSan builds in scripts/test.sh)
   libasan8 liblsan0 libubsan1 libtsan2
-  # clang (Debian 12: clang-14) for the -Wthread-safety build
-  clang
+  # clang (Debian 12: clang-14) for the -Wthread-safety build; clang-format
+  # for the C++ style (.clang-format; CTest style.clang_format)
+  clang clang-format
   # gRPC / protobuf (abseil comes with them)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # TLS of the data socket, token digests (gRPC brings its own TLS)

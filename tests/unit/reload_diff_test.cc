@@ -93,8 +93,8 @@ pipelines:
 )");
   CHECK(ChangedRestartFields(running, next) ==
         std::vector<std::string>{"remote.max_connections_per_host", "remote.max_attempts",
-                                 "remote.read_ahead_bytes", "remote.direct_http", "remote.io_threads",
-                                 "remote.s3.endpoint", "remote.s3.region"});
+                                 "remote.read_ahead_bytes", "remote.direct_http",
+                                 "remote.io_threads", "remote.s3.endpoint", "remote.s3.region"});
 }
 
 TEST_CASE("pipelines are compared by name and definition", "[reload]") {

@@ -292,10 +292,8 @@ remote:
                 {"field remote.read_ahead_bytes"});
   ExpectRefused("remote: {direct_http: sometimes}\n" + std::string(kMinimal),
                 {"field remote.direct_http"});
-  ExpectRefused("remote: {io_threads: 0}\n" + std::string(kMinimal),
-                {"field remote.io_threads"});
-  ExpectRefused("remote: {io_threads: 65}\n" + std::string(kMinimal),
-                {"field remote.io_threads"});
+  ExpectRefused("remote: {io_threads: 0}\n" + std::string(kMinimal), {"field remote.io_threads"});
+  ExpectRefused("remote: {io_threads: 65}\n" + std::string(kMinimal), {"field remote.io_threads"});
   ExpectRefused("remote: {s3: {endpoint: minio:9000}}\n" + std::string(kMinimal),
                 {"field remote.s3.endpoint", "http:// or https://"});
   ExpectRefused("remote: {s3: {bucket: x}}\n" + std::string(kMinimal), {"remote.s3.bucket"});
