@@ -184,6 +184,8 @@ def run_spdl(args, files):
     import concurrent.futures
     import numpy as np
     import spdl.io
+    # Also loads libspdl on this thread, before the pool's threads race to
+    # load it (and initialize its glog twice, which aborts); see vs_peers.py.
     config = spdl.io.decode_config(decoder_options={"threads": "1"})
     rng = random.Random(1)
     w, h, n = 320, 240, 4 * FPS

@@ -240,6 +240,10 @@ def peer_spdl(args, batches):
         version = metadata.version("spdl")
     except Exception:
         version = "?"
+    # Loads libspdl here, on this thread: spdl.io loads it lazily on first use,
+    # and two pipeline threads arriving at once both initialize its glog,
+    # whose second initialization aborts the process.
+    spdl.io.decode_config()
     paths, _ = file_list(args.data)
     n, size = len(paths), args.size
     rng = random.Random(args.seed)
