@@ -150,7 +150,9 @@ int conveyor_stream_get_info(const conveyor_stream* stream, conveyor_stream_info
     info->stream_id = op.stream_id();
     info->transport = op.transport();
     info->credits = stream->stream->credits();
-    info->num_slots = op.num_slots();
+    info->num_slots = op.has_shared_memory()   ? op.shared_memory().num_slots()
+                      : op.has_device_memory() ? op.device_memory().num_slots()
+                                               : stream->stream->credits();
     info->samples_per_epoch = op.samples_per_epoch();
     info->batches_per_epoch = op.batches_per_epoch();
     return 0;

@@ -230,10 +230,11 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   const v1::StreamOpened& op = stream->opened_;
   switch (op.transport()) {
     case v1::SHARED_MEMORY: {
+      const v1::SharedMemoryOpened& shm = op.shared_memory();
       absl::StatusOr<UniqueFd> fd =
-          ReceiveRegionFd(op.fd_socket(), op.stream_id(), op.secret(), options.side_timeout);
+          ReceiveRegionFd(shm.fd_socket(), op.stream_id(), shm.secret(), options.side_timeout);
       if (!fd.ok()) return Annotate(fd.status(), what);
-      absl::StatusOr<MappedRegion> region = MappedRegion::Map(fd->get(), op.region_bytes());
+      absl::StatusOr<MappedRegion> region = MappedRegion::Map(fd->get(), shm.region_bytes());
       if (!region.ok()) return Annotate(region.status(), what);
       call->region = std::move(*region);  // the fd closes here; the mapping stays
       break;
@@ -242,9 +243,9 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
       if (!data_host) {
         return Annotate(ProtocolError("the daemon chose DATA_SOCKET on a unix socket"), what);
       }
-      absl::StatusOr<UniqueFd> sock =
-          ConnectDataSocket(*data_host, op.data_port(), op.stream_id(), op.secret(),
-                            options.side_timeout, options.data_read_timeout);
+      absl::StatusOr<UniqueFd> sock = ConnectDataSocket(
+          *data_host, op.data_socket().data_port(), op.stream_id(), op.data_socket().secret(),
+          options.side_timeout, options.data_read_timeout);
       if (!sock.ok()) return Annotate(sock.status(), what);
       call->data_socket = std::move(*sock);
       break;

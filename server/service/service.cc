@@ -371,9 +371,6 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   v1::StreamOpened& op = session->opened_;
   op.set_stream_id(stream->id());
   op.set_transport(transport->kind());
-  op.set_region_bytes(stream->arena().total_bytes());
-  op.set_slot_bytes(stream->arena().slot_bytes());
-  op.set_num_slots(static_cast<uint32_t>(stream->arena().num_slots()));
   op.set_samples_per_epoch(plan.samples_per_epoch);
   op.set_batches_per_epoch(plan.batches_per_epoch);
   *op.mutable_pipeline() = PipelineInfoOf(*pipeline);

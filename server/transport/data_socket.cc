@@ -14,8 +14,9 @@ class DataSocketStream final : public StreamTransport {
   // Destroying the channel closes it: what is queued is still written.
 
   void DescribeIn(v1::StreamOpened* opened) const override {
-    opened->set_secret(secret_.data(), secret_.size());
-    opened->set_data_port(static_cast<uint32_t>(port_));
+    v1::DataSocketOpened* d = opened->mutable_data_socket();
+    d->set_secret(secret_.data(), secret_.size());
+    d->set_data_port(static_cast<uint32_t>(port_));
   }
 
   void Deliver(const BatchInfo& batch, v1::Batch* message) override {

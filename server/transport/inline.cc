@@ -15,7 +15,7 @@ class InlineStream final : public StreamTransport {
  public:
   explicit InlineStream(Stream* stream) : stream_(stream) {}
 
-  void DescribeIn(v1::StreamOpened* /*opened*/) const override {}
+  void DescribeIn(v1::StreamOpened* opened) const override { opened->mutable_inline_message(); }
 
   void Deliver(const BatchInfo& batch, v1::Batch* message) override {
     const uint8_t* images = stream_->arena().slot(batch.slot) + stream_->layout().images_offset;

@@ -21,8 +21,12 @@ class ShmTransport::Stream final : public StreamTransport {
   ~Stream() override { owner_->Unregister(stream_id_); }
 
   void DescribeIn(v1::StreamOpened* opened) const override {
-    opened->set_secret(secret_.data(), secret_.size());
-    opened->set_fd_socket(owner_->fd_socket_path_);
+    v1::SharedMemoryOpened* shm = opened->mutable_shared_memory();
+    shm->set_secret(secret_.data(), secret_.size());
+    shm->set_fd_socket(owner_->fd_socket_path_);
+    shm->set_region_bytes(stream_->arena().total_bytes());
+    shm->set_slot_bytes(stream_->arena().slot_bytes());
+    shm->set_num_slots(static_cast<uint32_t>(stream_->arena().num_slots()));
   }
 
   void Deliver(const BatchInfo& batch, v1::Batch* message) override {

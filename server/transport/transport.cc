@@ -13,6 +13,7 @@ const char* TransportName(v1::Transport kind) {
     case v1::SHARED_MEMORY: return "shared_memory";
     case v1::INLINE: return "inline";
     case v1::DATA_SOCKET: return "data_socket";
+    case v1::DEVICE_MEMORY: return "device_memory";
     default: return "auto";
   }
 }

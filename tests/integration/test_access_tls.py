@@ -125,7 +125,7 @@ def _data_socket_error(stream, **security):
     daemon could say the stream is taken)."""
     ctx = conveyor.Security(**security).data_socket_context()
     with pytest.raises(conveyor.Unavailable) as e:
-        DataSocket("127.0.0.1", stream.opened.data_port, stream.stream_id, stream.opened.secret,
+        DataSocket("127.0.0.1", stream.opened.data_socket.data_port, stream.stream_id, stream.opened.data_socket.secret,
                    timeout=scaled(10), ssl_context=ctx).close()
     return str(e.value)
 
@@ -144,11 +144,11 @@ def test_tls_data_socket_refuses_plaintext_and_strangers_without_stalling_stream
         with loader.epoch(0) as stream:
             assert stream.transport == "data_socket"
             images.append(next(stream).images.copy())
-            port = stream.opened.data_port
+            port = stream.opened.data_socket.data_port
             # A plaintext client: its handshake bytes are not TLS; the daemon
             # closes the connection without a status byte.
             plain = socket.create_connection(("127.0.0.1", port), timeout=scaled(10))
-            plain.sendall(struct.pack("<Q", stream.stream_id) + stream.opened.secret)
+            plain.sendall(struct.pack("<Q", stream.stream_id) + stream.opened.data_socket.secret)
             answer = b""
             try:
                 while True:

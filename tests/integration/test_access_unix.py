@@ -150,7 +150,7 @@ def test_refused_uid_gets_nothing_not_even_with_a_stolen_secret(start_daemon):
     try:
         assert s.transport == "shared_memory"
         r = run_as_nobody("steal", d.unix, str(d.socket_path) + ".fd", s.stream_id,
-                          s.opened.secret.hex())
+                          s.opened.shared_memory.secret.hex())
         assert r.get("got_fd") is None and r.get("error") == "ConveyorError", r
         assert "status 1" in r["message"], r
         assert next(s).num_samples == 8  # root's stream is unharmed
@@ -163,7 +163,7 @@ def test_allowed_uid_cannot_take_another_uids_memory(start_daemon):
     s = conveyor.open_stream(d.unix, "train", 8, num_epochs=0, credits=2)
     try:
         r = run_as_nobody("steal", d.unix, str(d.socket_path) + ".fd", s.stream_id,
-                          s.opened.secret.hex())
+                          s.opened.shared_memory.secret.hex())
         assert r.get("got_fd") is None and "status 1" in r.get("message", ""), r
         assert "was not opened by uid %d" % NOBODY in d.log()
     finally:

@@ -155,7 +155,7 @@ def test_client_names_each_released_batch_by_sequence(tmp_path):
     def stream_batches(request_iterator, context):
         next(request_iterator, None)  # the OpenStream
         yield pb.ServerMessage(opened=pb.StreamOpened(
-            stream_id=1, transport=pb.INLINE, num_slots=2, samples_per_epoch=2,
+            stream_id=1, transport=pb.INLINE, inline_message=pb.InlineOpened(), samples_per_epoch=2,
             batches_per_epoch=2, pipeline=pb.PipelineInfo(name="train")))
         for seq, slot in ((40, 1), (41, 0)):
             yield pb.ServerMessage(batch=pb.Batch(sequence=seq, slot=slot, num_samples=0,

@@ -39,7 +39,7 @@ def test_auto_over_tcp_picks_the_data_socket(daemon):
     channel, call, opened = _open_raw(daemon.tcp, accept_data_socket=True)
     try:
         assert opened.transport == pb.DATA_SOCKET
-        assert 0 < opened.data_port < 65536 and len(opened.secret) == 32
+        assert 0 < opened.data_socket.data_port < 65536 and len(opened.data_socket.secret) == 32
     finally:
         call.cancel()
         channel.close()
@@ -57,11 +57,11 @@ def test_wrong_secret_or_unknown_stream_is_refused_and_the_stream_goes_on(daemon
     loader = conveyor.Loader(daemon.tcp, pipeline="train", batch_size=8, seed=2, credits=2)
     with loader.epoch(0) as stream:
         assert stream.transport == "data_socket"
-        port = stream.opened.data_port
+        port = stream.opened.data_socket.data_port
         first = next(stream)
-        wrong = bytes(32) if stream.opened.secret != bytes(32) else b"\x01" * 32
+        wrong = bytes(32) if stream.opened.data_socket.secret != bytes(32) else b"\x01" * 32
         for stream_id, secret in [(stream.stream_id, wrong), (stream.stream_id + 1000, wrong),
-                                  (stream.stream_id, stream.opened.secret)]:  # already connected
+                                  (stream.stream_id, stream.opened.data_socket.secret)]:  # already connected
             s, status = _handshake(port, stream_id, secret)
             try:
                 assert status == b"\x01", "handshake of stream %d answered %r" % (stream_id, status)

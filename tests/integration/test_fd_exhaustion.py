@@ -105,7 +105,7 @@ def _data_port(tcp):
         opened = next(call).opened
         call.cancel()
         assert opened.transport == pb.DATA_SOCKET
-        return opened.data_port
+        return opened.data_socket.data_port
     finally:
         channel.close()
 

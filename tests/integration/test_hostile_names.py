@@ -98,8 +98,8 @@ def _raw_stream_server(address, messages):
 
 def test_client_raises_protocol_error_on_a_message_it_cannot_parse(tmp_path):
     opened = pb.ServerMessage(opened=pb.StreamOpened(
-        stream_id=7, transport=pb.INLINE, num_slots=2, samples_per_epoch=1, batches_per_epoch=1,
-        pipeline=pb.PipelineInfo(name="train")))
+        stream_id=7, transport=pb.INLINE, inline_message=pb.InlineOpened(), samples_per_epoch=1,
+        batches_per_epoch=1, pipeline=pb.PipelineInfo(name="train")))
     batch = pb.ServerMessage(batch=pb.Batch(
         sequence=0, num_samples=0, shape=[0, 3, 8, 8], dtype=pb.UINT8, layout=pb.NCHW,
         failures=[pb.SampleFailure(sample_index=3, path="bad@@.jpg", reason="not a JPEG")]))

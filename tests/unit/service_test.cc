@@ -153,7 +153,7 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   REQUIRE(session.ok());
   const v1::StreamOpened opened = (*session)->opened();  // a copy: it outlives the session
   CHECK(opened.transport() == v1::SHARED_MEMORY);
-  CHECK(opened.fd_socket() == t.fd_path);
+  CHECK(opened.shared_memory().fd_socket() == t.fd_path);
   const Secret secret = SecretOf(opened);
   auto fd_server = FdServer::Start(
       t.fd_path, 0600,
@@ -178,7 +178,10 @@ TEST_CASE("service: the fd socket hands the region over for the right secret onl
   REQUIRE(r.fd.valid());
   struct stat st {};
   REQUIRE(::fstat(r.fd.get(), &st) == 0);
-  CHECK(static_cast<uint64_t>(st.st_size) >= opened.region_bytes());
+  CHECK(static_cast<uint64_t>(st.st_size) >= opened.shared_memory().region_bytes());
+  const v1::SharedMemoryOpened& shm = opened.shared_memory();
+  CHECK(shm.region_bytes() == uint64_t{shm.num_slots()} * shm.slot_bytes());
+  CHECK(shm.num_slots() == Request().credits());
   CHECK(wakes == 1);  // the stream's owner may have been waiting for this
 
   // Once the session is gone, so is the stream's entry. (`opened` lives in
@@ -256,9 +259,10 @@ TEST_CASE(
     REQUIRE(plan.ok());
     CHECK(op.samples_per_epoch() == plan->samples_per_epoch);
     CHECK(op.batches_per_epoch() == plan->batches_per_epoch);
-    CHECK(op.slot_bytes() == plan->slot_bytes);
-    CHECK(op.num_slots() == r.credits());
-    CHECK(op.region_bytes() == plan->arena_bytes);
+    CHECK(op.has_inline_message());  // a TCP peer: the region stays in the daemon
+    CHECK(stream.arena().slot_bytes() == plan->slot_bytes);
+    CHECK(stream.arena().num_slots() == r.credits());
+    CHECK(stream.arena().total_bytes() == plan->arena_bytes);
     CHECK(t.BytesInUse() == plan->arena_bytes);
     CHECK(stream.plan().total_batches == plan->total_batches);
     // By hand, from the dataset's 6 samples.
@@ -301,7 +305,7 @@ TEST_CASE("service: transports are chosen by peer and request", "[service]") {
   auto tcp_auto = t.service->OpenStream(Request(), kTcpPeer);
   REQUIRE(tcp_auto.ok());
   CHECK((*tcp_auto)->opened().transport() == v1::INLINE);
-  CHECK((*tcp_auto)->opened().secret().empty());
+  CHECK((*tcp_auto)->opened().has_inline_message());
 
   auto shm_over_tcp = t.service->OpenStream(Request(2, v1::SHARED_MEMORY), kTcpPeer);
   CHECK(absl::IsFailedPrecondition(shm_over_tcp.status()));
@@ -607,7 +611,7 @@ TEST_CASE("service over gRPC: protocol errors end the call with INVALID_ARGUMENT
     v1::ServerMessage m;
     REQUIRE(call.stream->Read(&m));
     REQUIRE(m.has_opened());
-    call.Send(ReleaseMessage(m.opened().num_slots() + 5));
+    call.Send(ReleaseMessage(m.opened().shared_memory().num_slots() + 5));
     while (call.stream->Read(&m)) {
     }
     const grpc::Status status = call.Finish();

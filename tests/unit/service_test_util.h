@@ -166,8 +166,10 @@ inline v1::ClientMessage ReleaseMessage(uint32_t slot) {
 
 inline Secret SecretOf(const v1::StreamOpened& opened) {
   Secret s{};
-  REQUIRE(opened.secret().size() == s.size());
-  std::memcpy(s.data(), opened.secret().data(), s.size());
+  const std::string& secret =
+      opened.has_data_socket() ? opened.data_socket().secret() : opened.shared_memory().secret();
+  REQUIRE(secret.size() == s.size());
+  std::memcpy(s.data(), secret.data(), s.size());
   return s;
 }
 

@@ -1,7 +1,7 @@
 """Data-socket transport: the image bytes of DATA_SOCKET streams (TCP).
 
 The daemon sends each batch's header (labels, shape, slot) over gRPC and the
-batch's images on a plain TCP connection (see StreamOpened.data_port in
+batch's images on a plain TCP connection (see DataSocketOpened in
 conveyor.proto): connect to the daemon's host at `data_port`, send the 8-byte
 little-endian stream id and the 32-byte secret, read one status byte (0 = ok).
 Then, for every Batch message in order, exactly `images_bytes` bytes follow.

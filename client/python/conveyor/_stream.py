@@ -122,9 +122,11 @@ class Stream(ClosesOnExit):
         self.samples_per_epoch = opened.samples_per_epoch
         self.batches_per_epoch = opened.batches_per_epoch
         self.pipeline = opened.pipeline
-        self.region_bytes = opened.region_bytes
-        self.slot_bytes = opened.slot_bytes
-        self.num_slots = opened.num_slots
+        # The region's geometry (SHARED_MEMORY, DEVICE_MEMORY); 0 for the others.
+        region = getattr(opened, opened.WhichOneof("details") or "shared_memory")
+        self.region_bytes = getattr(region, "region_bytes", 0)
+        self.slot_bytes = getattr(region, "slot_bytes", 0)
+        self.num_slots = getattr(region, "num_slots", 0)
         try:
             self._transport = open_transport(opened, data_host=data_host, security=security,
                                              timeout=fd_timeout)

@@ -33,9 +33,10 @@ from .errors import ConveyorError
 # The names a caller may ask for (open_stream's transport=) and those of
 # StreamOpened.transport.
 BY_NAME = {"auto": pb.TRANSPORT_AUTO, "shm": pb.SHARED_MEMORY, "shared_memory": pb.SHARED_MEMORY,
-           "inline": pb.INLINE, "data_socket": pb.DATA_SOCKET}
+           "inline": pb.INLINE, "data_socket": pb.DATA_SOCKET,
+           "device_memory": pb.DEVICE_MEMORY}
 NAMES = {pb.TRANSPORT_AUTO: "auto", pb.SHARED_MEMORY: "shared_memory", pb.INLINE: "inline",
-         pb.DATA_SOCKET: "data_socket"}
+         pb.DATA_SOCKET: "data_socket", pb.DEVICE_MEMORY: "device_memory"}
 
 
 def open_transport(opened: Any, *, data_host: Optional[str], security: Security,
@@ -44,13 +45,15 @@ def open_transport(opened: Any, *, data_host: Optional[str], security: Security,
     received, the data socket's handshake done). data_host: where to reach
     the data socket (None: this client has none)."""
     if opened.transport == pb.SHARED_MEMORY:
-        return SharedRegion.receive(opened.fd_socket, opened.stream_id, opened.secret,
-                                    opened.region_bytes, timeout=timeout)
+        shm = opened.shared_memory
+        return SharedRegion.receive(shm.fd_socket, opened.stream_id, shm.secret,
+                                    shm.region_bytes, timeout=timeout)
     if opened.transport == pb.DATA_SOCKET:
         if data_host is None:
             raise ConveyorError("protocol error: DATA_SOCKET chosen but this client knows no "
                                 "host for it (pass data_host, or ask for transport='inline')")
-        return DataSocket(data_host, opened.data_port, opened.stream_id, opened.secret,
+        return DataSocket(data_host, opened.data_socket.data_port, opened.stream_id,
+                          opened.data_socket.secret,
                           timeout=timeout, ssl_context=security.data_socket_context(),
                           server_name=security.tls_server_name or data_host)
     if opened.transport == pb.INLINE:
