@@ -151,6 +151,9 @@ TEST_CASE("gpu host model: copies need registered host memory", "[gpu][host_mode
   CHECK(absl::IsFailedPrecondition(
       queue->CopyToDevice(alloc->device_address(), host.p + 4096, 2 * 4096)));
   CHECK(absl::IsAlreadyExists(api.RegisterHost(host.p + 4096, 4096).status()));
+  // Memory after a registered range is not in it.
+  CHECK(absl::IsFailedPrecondition(
+      queue->CopyToDevice(alloc->device_address(), host.p + 2 * 4096 + 64, 16)));
   CHECK(api.RegisterHost(host.p + 2 * 4096, 4096).ok());  // adjacent: fine (and dropped)
   CHECK(absl::IsInvalidArgument(api.RegisterHost(nullptr, 10).status()));
 
