@@ -89,7 +89,9 @@ struct ConvertSpec {
 // after the one queued before it has finished.
 class DeviceQueue {
  public:
-  // Waits for the work queued, then releases the queue.
+  // Waits for the work queued, then releases the queue. Every accepted
+  // completion has run when it returns, so it must not be called from one
+  // of this queue's own completions (the thread that runs them is joined).
   virtual ~DeviceQueue() = default;
 
   // Queues a copy of `bytes` from `host` (inside a HostRegistration) to
