@@ -139,4 +139,8 @@ std::unique_ptr<DeviceApi> MakeDeviceApi();
 // Whether this build has the CUDA implementation (CONVEYOR_HAVE_CUDA).
 bool BuiltWithCuda();
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from a device's 16 UUID bytes
+// (cudaDeviceProp::uuid), in order, lower-case hex: as nvidia-smi -L prints it.
+std::string FormatGpuUuid(const std::array<uint8_t, 16>& bytes);
+
 }  // namespace conveyor::gpu
