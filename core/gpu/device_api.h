@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/base/unique_fd.h"
+#include "core/gpu/device_dtype.h"
 
 namespace conveyor::gpu {
 
@@ -66,7 +67,7 @@ class HostRegistration {
   virtual ~HostRegistration() = default;
 };
 
-enum class DeviceDType { kUint8, kFloat32, kFloat16, kBFloat16 };
+// DeviceDType (uint8, float32, float16, bfloat16): core/gpu/device_dtype.h.
 
 // The conversion of a batch of uint8 samples to `dtype`, element for
 // element in the same layout: out = (in / 255 - mean[c]) / std[c] in float32
@@ -88,7 +89,9 @@ struct ConvertSpec {
 // after the one queued before it has finished.
 class DeviceQueue {
  public:
-  // Waits for the work queued, then releases the queue.
+  // Waits for the work queued, then releases the queue. Every accepted
+  // completion has run when it returns, so it must not be called from one
+  // of this queue's own completions (the thread that runs them is joined).
   virtual ~DeviceQueue() = default;
 
   // Queues a copy of `bytes` from `host` (inside a HostRegistration) to
@@ -132,5 +135,12 @@ class DeviceApi {
 
 // The CUDA implementation in a build with CUDA, else "none".
 std::unique_ptr<DeviceApi> MakeDeviceApi();
+
+// Whether this build has the CUDA implementation (CONVEYOR_HAVE_CUDA).
+bool BuiltWithCuda();
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from a device's 16 UUID bytes
+// (cudaDeviceProp::uuid), in order, lower-case hex: as nvidia-smi -L prints it.
+std::string FormatGpuUuid(const std::array<uint8_t, 16>& bytes);
 
 }  // namespace conveyor::gpu
