@@ -171,7 +171,7 @@ commit="$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
 dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | head -c1 | wc -c)"
 cache_get() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt" | head -n1; }
 cuda_linked=false
-if grep -q -a -E 'cuInit|cudaGetDeviceCount' "$out/libexec/conveyord"; then cuda_linked=true; fi
+if grep -q -a -E 'libcuda\.so|cudaGetDeviceCount' "$out/libexec/conveyord"; then cuda_linked=true; fi
 # The newest glibc symbol version anything in the bundle needs (the host must have it).
 glibc_needed="$( (objdump -T "$out/libexec/conveyord" "$out"/lib/*.so* 2>/dev/null || true) |
   grep -o 'GLIBC_[0-9.]*' | sort -u -t. -k1,1 -k2,2n -k3,3n | tail -n1)"
@@ -202,6 +202,10 @@ EOF
 size="$(du -sb "$out" | cut -f1)"
 echo "gpu-bundle.sh: $out ($((size / 1048576)) MiB, $(ls "$out/lib" | wc -l) libraries," \
   "conveyord CUDA: $cuda_linked, needs $glibc_needed)" >&2
+if [ "$cuda_linked" != true ]; then
+  echo "gpu-bundle.sh: warning: this conveyord has no CUDA in it (built without the toolkit, or" \
+    "before the GPU path): on the GPU host its device-memory tests will fail" >&2
+fi
 if [ "$make_tar" = 1 ]; then
   tarball="$out.tar.$compress"
   flag=z; [ "$compress" = xz ] && flag=J
