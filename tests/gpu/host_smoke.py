@@ -6,7 +6,7 @@
 Run from anywhere with the bundle's python/ on PYTHONPATH (nothing else of the source tree):
 checks `bin/conveyord --version`, starts the bundle's conveyord (its launcher, its lib/) on a
 unix socket serving DIR, checks from /proc/PID/maps that every shared library it loaded but
-glibc's came from the bundle's lib/ (an ImageFolder; bench/gen_imagenet_like.py makes one), reads one
+glibc's and the NVIDIA driver's came from the bundle's lib/ (an ImageFolder; bench/gen_imagenet_like.py makes one), reads one
 epoch with the bundle's Python client over shared memory and checks every image arrived once,
 with the pipeline's shape and dtype. Prints one line "host smoke: ok ..." and exits 0, or
 names what failed and exits 1. tests/integration/test_gpu_bundle.py runs it in a clean
@@ -35,14 +35,16 @@ def count_images(root):
                if f.lower().endswith((".jpeg", ".jpg", ".png", ".webp")))
 
 
-# glibc's own libraries come from the host (the bundle leaves them out on purpose).
-GLIBC = ("ld-linux", "libc.so", "libm.so", "libdl.so", "librt.so", "libpthread.so",
-         "libresolv.so", "libutil.so", "libanl.so", "libmvec.so", "libnsl.so", "libnss_",
-         "libBrokenLocale.so", "libthread_db.so")
+# What comes from the host on purpose: glibc's own libraries (the bundle leaves them out) and
+# the NVIDIA driver's, which a CUDA conveyord loads at run time (dlopen, not in `ldd`).
+HOST_LIBS = ("ld-linux", "libc.so", "libm.so", "libdl.so", "librt.so", "libpthread.so",
+             "libresolv.so", "libutil.so", "libanl.so", "libmvec.so", "libnsl.so", "libnss_",
+             "libBrokenLocale.so", "libthread_db.so", "libcuda.so", "libnvidia-",
+             "libcudadebugger.so")
 
 
 def libraries_outside(pid):
-    """Shared libraries the running process mapped from outside the bundle, glibc's aside:
+    """Shared libraries the running process mapped from outside the bundle, HOST_LIBS aside:
     a library missing from lib/ that the host happens to have shows up here (the loader
     falls back to the host's folders), so the check fails on a machine that has it too."""
     outside = set()
@@ -54,7 +56,7 @@ def libraries_outside(pid):
             path = parts[5].strip()
             if path.startswith(BUNDLE + os.sep):
                 continue
-            if os.path.basename(path).startswith(GLIBC):
+            if os.path.basename(path).startswith(HOST_LIBS):
                 continue
             outside.add(path)
     return sorted(outside)
