@@ -137,12 +137,10 @@ if [ -n "$missing" ] && [ -z "${CONVEYOR_GPU_BUNDLE_OFFLINE:-}" ]; then
     $missing -d "$wheels" >&2 || echo "gpu-bundle.sh: could not fetch$missing (offline?)" >&2
 fi
 fallbacks=""
-unpack() {  # MODULE WHEEL-GLOB...
-  local module="$1" w
-  shift
-  for w in "$@"; do
-    [ -f "$w" ] || return 0
-  done
+unpack() {  # MODULE COUNT WHEEL...: only when all COUNT wheels are there
+  local module="$1" count="$2" w
+  shift 2
+  [ "$#" -eq "$count" ] || return 0
   mkdir -p "$out/python-fallback/$module"
   for w in "$@"; do
     "$PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
@@ -151,8 +149,8 @@ unpack() {  # MODULE WHEEL-GLOB...
   fallbacks="$fallbacks $module"
 }
 shopt -s nullglob
-unpack PIL "$wheels"/pillow-11.3.0-cp312-*.whl
-unpack pytest "$wheels"/pytest-8.3.5-*.whl "$wheels"/pluggy-1.5.0-*.whl \
+unpack PIL 1 "$wheels"/pillow-11.3.0-cp312-*.whl
+unpack pytest 4 "$wheels"/pytest-8.3.5-*.whl "$wheels"/pluggy-1.5.0-*.whl \
   "$wheels"/iniconfig-2.1.0-*.whl "$wheels"/packaging-25.0-*.whl
 shopt -u nullglob
 
