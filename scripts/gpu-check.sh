@@ -132,7 +132,7 @@ timeout 30 "$BUNDLE/bin/conveyord" --version >>"$RESULTS/smoke.log" 2>&1
 
 # --- pytest ----------------------------------------------------------------------------------------
 export CONVEYOR_GPU_DATA="$DATA/small"
-(cd "$BUNDLE/tests/gpu" && PYTHONPATH="$BUNDLE/tests/support:$PYTHONPATH" timeout 180 "$PY" -m pytest \
+(cd "$BUNDLE/tests/gpu" && PYTHONPATH="$BUNDLE/tests/support:$PYTHONPATH" timeout 200 "$PY" -m pytest \
   -p no:cacheprovider -p skipped_exit -rA -v --junitxml="$RESULTS/pytest.xml" . \
   >"$RESULTS/pytest.log" 2>&1)
 rc=$?
@@ -158,7 +158,7 @@ rm -f "$SUMMARY.tmp"
 case "$rc" in
   0) say pytest PASS "tests/gpu (pytest.log)" ;;
   77) say pytest SKIP "every GPU test skipped (pytest.log)"; failed=1 ;;
-  124) say pytest FAIL "timed out after 180 s (pytest.log)" ;;
+  124) say pytest FAIL "timed out after 200 s (pytest.log)" ;;
   *) say pytest FAIL "exit $rc (pytest.log)" ;;
 esac
 
