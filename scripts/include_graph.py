@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Layers, lowest first.
 LAYERS = [
     ["core/base"],
-    ["core/data", "core/decode"],
+    ["core/data", "core/decode", "core/gpu"],
     ["core/engine"],
     ["remote", "server/ops", "server/access"],
     ["server/transport"],
