@@ -108,7 +108,7 @@ void LogDevices(gpu::DeviceApi& api, uint64_t gpu_memory_budget) {
   absl::StatusOr<std::vector<gpu::DeviceInfo>> devices = api.Devices();
   if (!devices.ok()) {
     spdlog::info("DEVICE_MEMORY streams: none on this host ({}): {}", api.name(),
-                 devices.status().message());
+                 std::string(devices.status().message()));
     return;
   }
   std::shared_ptr<GpuBudget> budget = GpuBudget::Create(gpu_memory_budget);
