@@ -114,7 +114,8 @@ void LogDevices(gpu::DeviceApi& api, uint64_t gpu_memory_budget) {
   std::shared_ptr<GpuBudget> budget = GpuBudget::Create(gpu_memory_budget);
   for (const gpu::DeviceInfo& d : *devices) {
     spdlog::info("DEVICE_MEMORY streams on GPU {} ({}, {}, {}): gpu_memory_budget {}", d.ordinal,
-                 d.uuid, d.name, FormatDeviceBytes(d.total_bytes), FormatDeviceBytes(budget->LimitOf(d)));
+                 d.uuid, d.name, FormatDeviceBytes(d.total_bytes),
+                 FormatDeviceBytes(budget->LimitOf(d)));
   }
 }
 }  // namespace
@@ -424,9 +425,10 @@ int DaemonMain(int argc, char** argv) {
   // (a test aid, --device-api host-model).
   std::shared_ptr<gpu::DeviceApi> device_api;
   if (flags->device_api == "host-model") {
-    spdlog::warn("--device-api host-model: DEVICE_MEMORY streams use a host model of {} GPU(s), "
-                 "not a GPU (a test aid)",
-                 flags->host_model_gpus.size());
+    spdlog::warn(
+        "--device-api host-model: DEVICE_MEMORY streams use a host model of {} GPU(s), "
+        "not a GPU (a test aid)",
+        flags->host_model_gpus.size());
     device_api = std::make_shared<gpu::HostDeviceApi>(flags->host_model_gpus);
   }
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =

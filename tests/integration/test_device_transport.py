@@ -95,6 +95,7 @@ def test_no_gpu_refuses_device_streams_and_host_streams_go_on(daemon_factory, da
         err = info.value
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err
         msg = err.details()
+        print("refused:", msg)
         assert "DEVICE_MEMORY" in msg and UUID in msg, msg
         # The reason: no driver, no device, or a build without CUDA.
         assert any(w in msg.lower() for w in ("driver", "device", "cuda")), msg

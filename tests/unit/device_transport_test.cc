@@ -23,6 +23,7 @@
 
 #include "core/gpu/device_api.h"
 #include "core/gpu/host_device_api.h"
+#include "server/flags.h"
 #include "server/service/batch_message.h"
 #include "server/service/service.h"
 #include "server/transport/device/device_transport.h"
@@ -104,13 +105,12 @@ struct DeviceFixture {
     ServiceOptions so;
     so.memory_budget = 256ull << 20;
     so.max_streams = 64;
-    auto created =
-        ConveyorService::Create(so,
-                                {pipeline("u8", DType::kUint8, Layout::kNCHW),
-                                 pipeline("f32", DType::kFloat32, Layout::kNCHW),
-                                 pipeline("f16", DType::kFloat16, Layout::kNHWC)},
-                                *std::move(engine),
-                                std::make_unique<TransportSet>(std::move(transports)));
+    auto created = ConveyorService::Create(so,
+                                           {pipeline("u8", DType::kUint8, Layout::kNCHW),
+                                            pipeline("f32", DType::kFloat32, Layout::kNCHW),
+                                            pipeline("f16", DType::kFloat16, Layout::kNHWC)},
+                                           *std::move(engine),
+                                           std::make_unique<TransportSet>(std::move(transports)));
     REQUIRE(created.ok());
     service = *std::move(created);
   }
@@ -128,8 +128,8 @@ struct DeviceFixture {
   std::shared_ptr<gpu::DeviceApi> api;
   gpu::HostDeviceApi* host = nullptr;  // api, when it is the host model
   std::shared_ptr<GpuBudget> budget;
-  ShmTransport* shm = nullptr;         // owned by the service
-  DeviceTransport* device = nullptr;   // owned by the service
+  ShmTransport* shm = nullptr;        // owned by the service
+  DeviceTransport* device = nullptr;  // owned by the service
   std::unique_ptr<ConveyorService> service;
 };
 
@@ -165,7 +165,8 @@ Delivered Next(Session& session) {
 
 // The images of a SHARED_MEMORY batch, from the stream's slot.
 std::vector<uint8_t> HostImages(Session& session, const Delivered& d) {
-  const uint8_t* p = session.stream().arena().slot(d.info.slot) + session.stream().layout().images_offset;
+  const uint8_t* p =
+      session.stream().arena().slot(d.info.slot) + session.stream().layout().images_offset;
   return std::vector<uint8_t>(p, p + d.message.images_bytes());
 }
 
@@ -203,8 +204,7 @@ class MappedRing {
   uint64_t bytes_ = 0;
 };
 
-TEST_CASE("device batches equal the host path's float output bit for bit",
-          "[device_transport]") {
+TEST_CASE("device batches equal the host path's float output bit for bit", "[device_transport]") {
   // Each copy and conversion takes a while: a batch handed out before its
   // copy completed would show other bytes than the host path's.
   DeviceFixture f({.op_delay = absl::Milliseconds(20)});
@@ -243,8 +243,7 @@ TEST_CASE("device batches equal the host path's float output bit for bit",
   // Float pipelines cross PCIe as uint8: the host slots hold a quarter (or half) the bytes.
 }
 
-TEST_CASE("a device batch is not handed out before the device ran its copy",
-          "[device_transport]") {
+TEST_CASE("a device batch is not handed out before the device ran its copy", "[device_transport]") {
   DeviceFixture f;
   f.host->Hold(true);  // the model's queues start nothing
   absl::StatusOr<std::unique_ptr<Session>> dev = f.Open(Request("f32", v1::DEVICE_MEMORY));
@@ -448,6 +447,37 @@ TEST_CASE("the GPU budget's figures", "[device_transport]") {
   CHECK(b->InUse(kUuid) == 0);
   CHECK(b->Reserve(g, 2ull << 30).ok());
   CHECK(GpuBudget::Create(1ull << 20)->LimitOf(g) == (1ull << 20));
+}
+
+TEST_CASE("--device-api host-model and --host-model-gpus", "[device_transport]") {
+  auto parse = [](std::vector<const char*> args) {
+    args.insert(args.begin(), "conveyord");
+    return ParseFlags(static_cast<int>(args.size()), args.data());
+  };
+  absl::StatusOr<Flags> f =
+      parse({"--device-api", "host-model", "--host-model-gpus", "GPU-aaaa:16GiB,GPU-bbbb:512MiB"});
+  REQUIRE(f.ok());
+  CHECK(f->device_api == "host-model");
+  REQUIRE(f->host_model_gpus.size() == 2);
+  CHECK(f->host_model_gpus[0].uuid == "GPU-aaaa");
+  CHECK(f->host_model_gpus[0].total_bytes == (16ull << 30));
+  CHECK(f->host_model_gpus[1].ordinal == 1);
+  CHECK(f->host_model_gpus[1].total_bytes == (512ull << 20));
+  CHECK(parse({}).ok());
+  CHECK(parse({})->device_api == "cuda");
+  auto refused = [&](std::vector<const char*> args, const std::string& why) {
+    absl::StatusOr<Flags> r = parse(std::move(args));
+    INFO(r.status().ToString());
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains(why));
+  };
+  refused({"--device-api", "opencl"}, "expected cuda or host-model");
+  refused({"--device-api", "host-model"}, "needs --host-model-gpus");
+  refused({"--host-model-gpus", "GPU-aaaa:1GiB"}, "needs --device-api host-model");
+  refused({"--device-api=host-model", "--host-model-gpus=GPU-aaaa"}, "expected UUID:BYTES");
+  refused({"--device-api=host-model", "--host-model-gpus=GPU-aaaa:lots"}, "GPU-aaaa");
+  refused({"--device-api=host-model", "--host-model-gpus=GPU-a:1GiB,GPU-a:2GiB"}, "twice");
 }
 
 }  // namespace

@@ -82,8 +82,8 @@ absl::Status DeviceFinisher::Attach(SlotArena& arena, const BatchLayout& layout)
   const uint64_t ring_request = ring_slot_bytes_ * num_slots_;
   const uint64_t staging_request =
       converts_ ? RoundUp(uint64_t{layout.batch_size} * host_sample_bytes_, kRingAlignment) : 0;
-  reserved_bytes_ = RoundUp(ring_request, kReserveGranularity) +
-                    RoundUp(staging_request, kReserveGranularity);
+  reserved_bytes_ =
+      RoundUp(ring_request, kReserveGranularity) + RoundUp(staging_request, kReserveGranularity);
 
   // The budget first: a stream that does not fit touches nothing.
   absl::StatusOr<std::unique_ptr<GpuBudget::Reservation>> reservation =
@@ -92,11 +92,12 @@ absl::Status DeviceFinisher::Attach(SlotArena& arena, const BatchLayout& layout)
   absl::StatusOr<std::unique_ptr<gpu::HostRegistration>> registration =
       api_->RegisterHost(arena.slot(0), arena.total_bytes());
   if (!registration.ok()) {
-    return Prefixed(registration.status(),
-                    absl::StrCat("page-locking the stream's ", FormatDeviceBytes(arena.total_bytes()),
-                                 " of host slots for ", gpu));
+    return Prefixed(registration.status(), absl::StrCat("page-locking the stream's ",
+                                                        FormatDeviceBytes(arena.total_bytes()),
+                                                        " of host slots for ", gpu));
   }
-  absl::StatusOr<std::unique_ptr<gpu::DeviceAllocation>> ring = api_->Allocate(device_, ring_request);
+  absl::StatusOr<std::unique_ptr<gpu::DeviceAllocation>> ring =
+      api_->Allocate(device_, ring_request);
   if (!ring.ok()) {
     return Prefixed(ring.status(),
                     absl::StrFormat("allocating the stream's ring of %d x %s on %s", num_slots_,
@@ -158,11 +159,11 @@ void DeviceFinisher::Finish(const BatchInfo& batch,
         queued = queue_->CopyToDevice(dst, host, bytes);
       }
       in_flight_->Add();
-      absl::Status accepted = queue_->OnComplete(
-          [holder, queued, in_flight = in_flight_](absl::Status st) mutable {
+      absl::Status accepted =
+          queue_->OnComplete([holder, queued, in_flight = in_flight_](absl::Status st) mutable {
             {
               // Called and destroyed before Drain may return.
-              absl::AnyInvocable<void(absl::Status) &&> d = std::move(*holder);
+              absl::AnyInvocable<void(absl::Status)&&> d = std::move(*holder);
               std::move(d)(queued.ok() ? std::move(st) : queued);
             }
             in_flight->Done();

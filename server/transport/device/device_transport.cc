@@ -74,7 +74,9 @@ class DeviceTransport::Stream final : public StreamTransport {
 
 DeviceTransport::DeviceTransport(std::shared_ptr<gpu::DeviceApi> api,
                                  std::shared_ptr<GpuBudget> budget, std::string fd_socket_path)
-    : api_(std::move(api)), budget_(std::move(budget)), fd_socket_path_(std::move(fd_socket_path)) {}
+    : api_(std::move(api)),
+      budget_(std::move(budget)),
+      fd_socket_path_(std::move(fd_socket_path)) {}
 
 DeviceTransport::~DeviceTransport() = default;
 
