@@ -51,4 +51,12 @@ std::unique_ptr<DeviceApi> MakeDeviceApi() {
 #endif
 }
 
+bool BuiltWithCuda() {
+#ifdef CONVEYOR_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace conveyor::gpu

@@ -134,4 +134,7 @@ class DeviceApi {
 // The CUDA implementation in a build with CUDA, else "none".
 std::unique_ptr<DeviceApi> MakeDeviceApi();
 
+// Whether this build has the CUDA implementation (CONVEYOR_HAVE_CUDA).
+bool BuiltWithCuda();
+
 }  // namespace conveyor::gpu

@@ -89,7 +89,7 @@ struct HostDeviceApi::State {
     auto it = registered.upper_bound(start);
     if (it == registered.begin()) return false;
     --it;
-    return start >= it->first && bytes <= it->second - start;
+    return start >= it->first && start < it->second && bytes <= it->second - start;
   }
 };
 
