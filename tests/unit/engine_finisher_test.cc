@@ -7,6 +7,7 @@
 // an Attach error fails the open; a slot being finished still counts
 // against the stream's credits; collate_uint8 gives uint8 host slots.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -208,6 +209,24 @@ class ThreadFinisher final : public BatchFinisher {
   std::thread thread_;  // last: starts once everything above is constructed
 };
 
+// Calls done inside Finish (the engine holds no lock of its own then).
+class SynchronousFinisher final : public BatchFinisher {
+ public:
+  absl::Status Attach(SlotArena&, const BatchLayout&) override { return absl::OkStatus(); }
+  void Finish(const BatchInfo& batch, Done done) override {
+    ++finishes_;
+    std::move(done)(batch.sequence == fail_at_ ? absl::InternalError("conversion failed")
+                                               : absl::OkStatus());
+  }
+  void Drain() override {}
+  int finishes() const { return finishes_.load(); }
+  void fail_at(uint64_t sequence) { fail_at_ = sequence; }
+
+ private:
+  std::atomic<int> finishes_{0};
+  uint64_t fail_at_ = ~uint64_t{0};
+};
+
 struct Fixture {
   TempDir dir;
   std::shared_ptr<PipelineConfig> pipeline;
@@ -344,6 +363,33 @@ TEST_CASE("a finisher completing out of order on its own thread keeps the stream
   CHECK(all_inverted);
   CHECK(finished.indices == plain.indices);
   CHECK(fin->finish_after_drain() == 0);
+}
+
+TEST_CASE("a finisher may call done inside Finish", "[engine][finisher]") {
+  Fixture fx;
+  const Collected plain = RunOnce(fx.pipeline, 2, FourBatches());
+  REQUIRE(plain.end.ok());
+  auto fin = std::make_shared<SynchronousFinisher>();
+  StreamOptions so = FourBatches();
+  so.num_epochs = 3;
+  so.finisher = fin;
+  auto opened = fx.engine->OpenStream(fx.pipeline, so);
+  REQUIRE(opened.ok());
+  const Collected c = Drain(**opened);
+  REQUIRE(c.end.ok());
+  CHECK(c.batches.size() == 12);
+  CHECK(fin->finishes() == 12);
+  CHECK(std::equal(plain.images.begin(), plain.images.end(), c.images.begin()));
+
+  auto failing = std::make_shared<SynchronousFinisher>();
+  failing->fail_at(2);
+  so.finisher = failing;
+  auto failed = fx.engine->OpenStream(fx.pipeline, so);
+  REQUIRE(failed.ok());
+  const Collected f = Drain(**failed);
+  CHECK(f.batches.size() == 2);
+  CHECK(absl::IsInternal(f.end));
+  CHECK(f.end.message() == "conversion failed");
 }
 
 TEST_CASE("an error from done ends the stream with it, after the batches before it",
