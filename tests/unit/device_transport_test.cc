@@ -13,6 +13,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -330,6 +331,74 @@ TEST_CASE("a daemon shutting down with device copies outstanding frees everythin
   CHECK(f.host->allocations() == 0);
   CHECK(f.host->registrations() == 0);
   CHECK(f.budget->InUse(kUuid) == 0);
+}
+
+TEST_CASE("a device error ends the stream with it", "[device_transport]") {
+  DeviceFixture f;
+  f.host->FailNextOp(absl::InternalError("injected device fault"));
+  absl::StatusOr<std::unique_ptr<Session>> dev = f.Open(Request("f32", v1::DEVICE_MEMORY));
+  REQUIRE(dev.ok());
+  absl::StatusOr<std::optional<BatchInfo>> b = (*dev)->stream().Next(absl::Seconds(30));
+  REQUIRE_FALSE(b.ok());
+  CHECK_THAT(std::string(b.status().message()), Catch::Contains("injected device fault"));
+  dev->reset();
+  CHECK(Eventually([&] { return f.host->allocations() == 0 && f.budget->InUse(kUuid) == 0; }));
+}
+
+TEST_CASE("the finisher copies float32 host samples as they are, and nothing after Drain",
+          "[device_transport]") {
+  // What an audio pipeline's stream does: its samples are float32 on the
+  // host already (no collate_uint8), so the ring gets them byte for byte.
+  auto host = std::make_shared<gpu::HostDeviceApi>(
+      std::vector<gpu::DeviceInfo>{TestGpu(kUuid, "Test GPU", 1ull << 30)});
+  std::shared_ptr<GpuBudget> budget = GpuBudget::Create(0);
+  TransformSpec t;
+  t.output_height = t.output_width = 8;
+  t.dtype = DType::kFloat32;
+  const BatchLayout layout = BatchLayout::For(t, 2);
+  absl::StatusOr<std::unique_ptr<SlotArena>> arena =
+      SlotArena::Create(2, layout.slot_bytes, SlotMemory::kDevice, "device-test");
+  REQUIRE(arena.ok());
+  gpu::DeviceInfo gpu0 = TestGpu(kUuid, "Test GPU", 1ull << 30);
+  auto finisher = std::make_shared<DeviceFinisher>(host, gpu0, budget, t);
+  REQUIRE(finisher->Attach(**arena, layout).ok());
+  CHECK_FALSE(finisher->converts());
+  CHECK(host->registrations() == 1);
+  uint8_t* images = (*arena)->slot(1) + layout.images_offset;
+  for (size_t i = 0; i < 2 * layout.sample_bytes; ++i) images[i] = static_cast<uint8_t>(i * 7);
+  BatchInfo b;
+  b.slot = 1;
+  b.num_samples = 2;
+  std::atomic<int> done{0};
+  absl::Status seen;
+  finisher->Finish(b, [&](absl::Status st) {
+    seen = st;
+    done.fetch_add(1);
+  });
+  REQUIRE(Eventually([&] { return done.load() == 1; }));
+  CHECK(seen.ok());
+  absl::StatusOr<std::vector<uint8_t>> on_device = host->ReadDevice(
+      finisher->ring_address() + finisher->ring_slot_bytes(), 2 * layout.sample_bytes);
+  REQUIRE(on_device.ok());
+  CHECK(*on_device == std::vector<uint8_t>(images, images + 2 * layout.sample_bytes));
+  finisher->Drain();
+  CHECK(host->allocations() == 0);
+  CHECK(host->registrations() == 0);
+  CHECK(budget->InUse(kUuid) == 0);
+  CHECK(absl::IsFailedPrecondition(finisher->ExportRingFd().status()));
+  finisher->Finish(b, [&](absl::Status st) {
+    seen = st;
+    done.fetch_add(1);
+  });
+  CHECK(done.load() == 2);
+  CHECK(absl::IsFailedPrecondition(seen));
+
+  // Host samples of a size the pipeline's dtype cannot come from: refused.
+  BatchLayout odd = layout;
+  odd.sample_bytes += 1;
+  auto refused = std::make_shared<DeviceFinisher>(host, gpu0, budget, t);
+  CHECK(refused->Attach(**arena, odd).code() == absl::StatusCode::kInternal);
+  CHECK(host->allocations() == 0);
 }
 
 TEST_CASE("a device stream over the GPU's budget is refused naming the GPU and the figures",
