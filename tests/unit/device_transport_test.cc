@@ -251,8 +251,16 @@ TEST_CASE("a device batch is not handed out before the device ran its copy", "[d
   REQUIRE(dev.ok());
   BatchInfo b;
   absl::Status error;
-  // The engine collates well within this; the copy cannot run.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Collated and handed to the finisher (the deliver stage's in_flight),
+  // whose copy cannot run.
+  auto finishing = [&] {
+    for (const StageStats& st : (*dev)->stream().Stats().stages) {
+      if (st.name == "deliver" && st.in_flight > 0) return true;
+    }
+    return false;
+  };
+  REQUIRE(Eventually(finishing));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(f.host->ops_run() == 0);
   CHECK((*dev)->stream().TryNext(&b, &error) == Stream::Poll::kNotReady);
   f.host->Hold(false);
