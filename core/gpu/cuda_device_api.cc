@@ -3,7 +3,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include <cstdio>
+#include <array>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -22,15 +23,10 @@
 namespace conveyor::gpu {
 namespace {
 
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
 std::string FormatUuid(const cudaUUID_t& uuid) {
-  const unsigned char* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  std::string s = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += absl::StrFormat("%02x", b[i]);
-  }
-  return s;
+  std::array<uint8_t, 16> bytes;
+  std::memcpy(bytes.data(), uuid.bytes, bytes.size());
+  return FormatGpuUuid(bytes);
 }
 
 absl::Status UseDevice(int ordinal) {

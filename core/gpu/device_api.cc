@@ -51,6 +51,17 @@ std::unique_ptr<DeviceApi> MakeDeviceApi() {
 #endif
 }
 
+std::string FormatGpuUuid(const std::array<uint8_t, 16>& bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += kHex[bytes[i] >> 4];
+    s += kHex[bytes[i] & 0xF];
+  }
+  return s;
+}
+
 bool BuiltWithCuda() {
 #ifdef CONVEYOR_HAVE_CUDA
   return true;

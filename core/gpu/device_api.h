@@ -89,7 +89,9 @@ struct ConvertSpec {
 // after the one queued before it has finished.
 class DeviceQueue {
  public:
-  // Waits for the work queued, then releases the queue.
+  // Waits for the work queued, then releases the queue. Every accepted
+  // completion has run when it returns, so it must not be called from one
+  // of this queue's own completions (the thread that runs them is joined).
   virtual ~DeviceQueue() = default;
 
   // Queues a copy of `bytes` from `host` (inside a HostRegistration) to
@@ -136,5 +138,9 @@ std::unique_ptr<DeviceApi> MakeDeviceApi();
 
 // Whether this build has the CUDA implementation (CONVEYOR_HAVE_CUDA).
 bool BuiltWithCuda();
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from a device's 16 UUID bytes
+// (cudaDeviceProp::uuid), in order, lower-case hex: as nvidia-smi -L prints it.
+std::string FormatGpuUuid(const std::array<uint8_t, 16>& bytes);
 
 }  // namespace conveyor::gpu

@@ -7,6 +7,7 @@
 
 #include <sys/mman.h>
 
+#include <array>
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -398,6 +399,12 @@ TEST_CASE("gpu device api: Find by UUID", "[gpu][host_model]") {
   HostDeviceApi empty({});
   CHECK(absl::IsFailedPrecondition(empty.Devices().status()));
   CHECK(absl::IsFailedPrecondition(empty.Find(kUuid0).status()));
+}
+
+TEST_CASE("gpu device api: UUIDs are formatted as nvidia-smi prints them", "[gpu]") {
+  std::array<uint8_t, 16> b;
+  for (int i = 0; i < 16; ++i) b[i] = static_cast<uint8_t>(0x8c + 17 * i);
+  CHECK(FormatGpuUuid(b) == "GPU-8c9daebf-d0e1-f203-1425-364758697a8b");
 }
 
 TEST_CASE("gpu device api: none refuses everything, saying why", "[gpu]") {
