@@ -10,8 +10,10 @@
 // work stops (backpressure) while other streams go on.
 //
 // Thread-safety: all methods are safe to call concurrently from any thread.
-// The ready callback is invoked without any engine lock held, from a worker
-// or from the thread calling Release/Cancel.
+// The ready callback is invoked without any engine lock held, from a worker,
+// from the thread calling Release/Cancel, or from the thread of a finisher's
+// `done`; it must not destroy the Stream handle (whose destructor drains
+// the finisher).
 #pragma once
 
 #include <cstdint>

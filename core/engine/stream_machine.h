@@ -22,7 +22,8 @@
 // Slot accounting (checked in debug builds, CheckInvariants): every slot is
 // in exactly one of free_slots_, open_ (being filled), finishing_ (collated,
 // handed to the finisher), ready_ (emitted, not taken) or held by the
-// consumer.
+// consumer. Every fetch buffer is free, queued in fetched_, or owned by one
+// running fetch or decode task.
 //
 // The finish step (StreamOptions::finisher): a collated batch goes into
 // finishing_ and its Finish call into the Outbox, made without the lock
@@ -32,8 +33,7 @@
 // so in sequence order. A terminal stream frees a finishing slot when its
 // done comes. The Stream handle's destructor calls DrainFinisher after
 // Close: no Finish starts after it (finish_mu_), and the finisher's Drain
-// waits for every done; so a done never outlives the machine. Every fetch buffer is free, queued in
-// fetched_, or owned by one running fetch or decode task.
+// waits for every done; so a done never outlives the machine.
 //
 // Memory of fetched samples: no fetch starts while the stream holds
 // fetch_bytes of fetched samples (queued or being decoded), so it holds at
