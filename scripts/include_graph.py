@@ -27,6 +27,7 @@ LAYERS = [
     ["core/engine"],
     ["remote", "server/ops", "server/access"],
     ["server/transport"],
+    ["server/transport/device"],
     ["server/service"],
     ["server/config"],
     ["server"],
