@@ -136,8 +136,10 @@ class Batch:
 
     def __repr__(self) -> str:
         shape = tuple(self._images.shape) if self._images is not None else None
+        where = "" if self._images is None or isinstance(self._images, np.ndarray) else (
+            ", images=%r" % (self._images,))
         return ("Batch(sequence=%d, epoch=%d, batch_in_epoch=%d, position=%d, num_samples=%d, "
-                "shape=%s, dtype=%s, failures=%d%s)"
+                "shape=%s, dtype=%s, failures=%d%s%s)"
                 % (self.sequence, self.epoch, self.batch_in_epoch, self.position, self.num_samples,
                    shape, self._images.dtype if self._images is not None else None,
-                   len(self.failures), ", released" if self.released else ""))
+                   len(self.failures), ", released" if self.released else "", where))

@@ -1,0 +1,188 @@
+"""The Python client's GPU options against a real daemon, on a host without
+a GPU: pin_memory=True, device="cuda:N" (the client-side copy) and
+transport="device_memory".
+
+- without PyTorch/CUDA or a CUDA driver each of them fails with a clear
+  FailedPrecondition before any stream is opened;
+- a daemon that does not serve DEVICE_MEMORY (no GPU there) refuses it with
+  its reason, and host streams on the same daemon keep working;
+- with the CUDA calls replaced by host models (the registrar and the
+  copier: conveyor/_pinning.py, conveyor/_cuda_copy.py seams) the wiring
+  is whole: the memfd is registered once and unregistered before it is
+  unmapped; device= batches carry the bytes of the host path, which a
+  release before the copy completed would break (the daemon reuses the slot).
+"""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import conveyor
+from conveyor import _cuda_copy, _pinning
+from conveyor_integration import read_epoch, wait_until
+
+UUID = "GPU-00000000-0000-0000-0000-000000000000"
+
+
+def _mapped(address):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= address < hi:
+                return True
+    return False
+
+
+def _idle(daemon):
+    return wait_until(lambda: conveyor.stats(daemon.unix).streams_open == 0, 10)
+
+
+class RecordingRegistrar:
+    def __init__(self):
+        self.calls = []
+
+    def register(self, ptr, size, writable):
+        self.calls.append(("register", ptr, size, writable, _mapped(ptr)))
+
+    def unregister(self, ptr):
+        self.calls.append(("unregister", ptr, _mapped(ptr)))
+
+
+class ModelCopy:
+    """Copies the pinned slot `delay` s later, on a thread of its own."""
+
+    def __init__(self, source, delay):
+        self.result = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(source, delay), daemon=True).start()
+
+    def _run(self, source, delay):
+        time.sleep(delay)
+        self.result = np.array(source, copy=True)
+        self._done.set()
+
+    def done(self):
+        return self._done.is_set()
+
+    def wait(self):
+        self._done.wait()
+
+    def hand_over(self):
+        self._done.wait()  # the consumer's stream waits on the event: here, the host waits
+        return self.result
+
+
+class ModelCopier:
+    device = "cuda:0"
+
+    def __init__(self, delay):
+        self.delay = delay
+
+    def start(self, images):
+        return ModelCopy(images, self.delay)
+
+
+def test_device_memory_without_a_cuda_driver_fails_before_opening(daemon):
+    with pytest.raises(conveyor.FailedPrecondition, match="device_memory.* needs a CUDA device"):
+        conveyor.open_stream(daemon.unix, "train", 8, transport="device_memory", device="cuda:0")
+    assert _idle(daemon)
+
+
+def test_device_and_pin_memory_without_cuda_are_clear_errors(daemon):
+    with pytest.raises(conveyor.FailedPrecondition,
+                       match="pin_memory=True needs PyTorch with a CUDA device"):
+        conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, pin_memory=True)
+    with pytest.raises(conveyor.FailedPrecondition, match="needs PyTorch with a CUDA device"):
+        conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, device="cuda:0")
+    with pytest.raises(conveyor.FailedPrecondition, match="needs PyTorch with a CUDA device"):
+        conveyor.open_stream(daemon.unix, "train", 8, pin_memory=True)
+    with pytest.raises(conveyor.InvalidRequest, match="cuda:N"):
+        conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, device="gpu0")
+    with pytest.raises(conveyor.InvalidRequest, match="pin_memory=True is for shared_memory"):
+        conveyor.open_stream(daemon.unix, "train", 8, pin_memory=True, transport="inline")
+    with pytest.raises(conveyor.InvalidRequest, match="needs device="):
+        conveyor.open_stream(daemon.unix, "train", 8, transport="device_memory")
+    assert _idle(daemon)
+
+
+def test_a_daemon_without_the_device_transport_refuses_it_and_serves_host_streams(daemon):
+    with pytest.raises(conveyor.InvalidRequest) as err:
+        conveyor.open_stream(daemon.unix, "train", 8, transport="device_memory", gpu_uuid=UUID)
+    msg = str(err.value)
+    assert "DEVICE_MEMORY" in msg or "device" in msg.lower(), msg
+    assert err.value.details and err.value.details in msg  # the daemon's own words
+    assert _idle(daemon)
+    epoch = read_epoch(daemon.unix)  # host streams on the same daemon keep working
+    assert epoch.transport == "shared_memory" and epoch.images.shape[0] > 0
+
+
+def test_pin_memory_registers_the_region_once_and_unregisters_before_unmap(daemon, monkeypatch):
+    registrar = RecordingRegistrar()
+    monkeypatch.setattr(_pinning, "make_registrar", lambda: registrar)
+    plain = read_epoch(daemon.unix)
+    s = conveyor.open_stream(daemon.unix, "train", 8, pin_memory=True, credits=3)
+    images = []
+    with s:
+        for b in s:
+            images.append(b.images.copy())
+    assert np.array_equal(np.concatenate(images), plain.images)
+    assert len(registrar.calls) == 2, registrar.calls
+    (reg, ptr, size, writable, mapped), (unreg, uptr, still_mapped) = registrar.calls
+    assert (reg, unreg) == ("register", "unregister")
+    assert size == s.region_bytes and size > 0 and writable and mapped
+    assert uptr == ptr and still_mapped, "unregistered after the mapping went"
+
+
+def test_pinned_region_with_views_alive_stays_readable(daemon, monkeypatch):
+    registrar = RecordingRegistrar()
+    monkeypatch.setattr(_pinning, "make_registrar", lambda: registrar)
+    s = conveyor.open_stream(daemon.unix, "train", 8, pin_memory=True, credits=2, num_epochs=1,
+                             lifetime="fast")
+    kept = next(s).images
+    first = kept.copy()
+    s.close()
+    assert [c[0] for c in registrar.calls] == ["register", "unregister"]
+    assert np.array_equal(kept, first)  # still mapped: a view holds it
+
+
+@pytest.mark.parametrize("credits", [1, 2, 4])
+def test_device_option_yields_the_host_paths_bytes(daemon, monkeypatch, credits):
+    """Slow model copies: a slot released before its copy completed would be
+    refilled by the daemon and the copy would read another batch."""
+    registrar = RecordingRegistrar()
+    monkeypatch.setattr(_pinning, "make_registrar", lambda: registrar)
+    monkeypatch.setattr(_cuda_copy, "make_copier", lambda device: ModelCopier(delay=0.03))
+    plain = read_epoch(daemon.unix, credits=credits)
+    plain_loader = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, credits=credits)
+    plain_states = [plain_loader.state_dict() for _ in plain_loader.epoch(0)]
+    plain_loader.close()
+    loader = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, credits=credits,
+                             device="cuda:0")
+    got, labels, states = [], [], []
+    with loader.epoch(0) as stream:
+        for b in stream:
+            assert isinstance(b, conveyor.DeviceBatch)
+            got.append(b.images)
+            labels.append(b.labels)
+            states.append(loader.state_dict())
+        assert stream.end is not None
+    loader.close()
+    assert np.array_equal(np.concatenate(got), plain.images)
+    assert np.array_equal(np.concatenate(labels), plain.labels)
+    assert states == plain_states, "the resume point ran ahead of the user"
+    assert [c[0] for c in registrar.calls] == ["register", "unregister"]
+    assert _idle(daemon)
+
+
+def test_device_option_refuses_other_transports_and_retry(daemon, monkeypatch):
+    monkeypatch.setattr(_pinning, "make_registrar", lambda: RecordingRegistrar())
+    monkeypatch.setattr(_cuda_copy, "make_copier", lambda device: ModelCopier(delay=0))
+    with pytest.raises(conveyor.InvalidRequest, match="copies from pinned shared memory"):
+        conveyor.open_stream(daemon.unix, "train", 8, device="cuda:0", transport="inline")
+    with pytest.raises(conveyor.InvalidRequest, match="with retry= is not supported"):
+        conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, device="cuda:0",
+                        retry=conveyor.RetryPolicy())
+    with pytest.raises(conveyor.InvalidRequest, match="gpu_uuid= is for"):
+        conveyor.open_stream(daemon.unix, "train", 8, gpu_uuid=UUID)
