@@ -222,3 +222,69 @@ def test_batch_copy_of_a_device_batch_says_how():
     with pytest.raises(ConveyorError, match="device memory.*from_dlpack"):
         b.copy()
     assert "DeviceArray" in repr(b)
+
+
+class FakeDriver(_cuda_driver.Driver):
+    """The driver API as Python functions (no libcuda): records the calls,
+    fills the out-parameters, and fails `fail` with CUDA_ERROR_OUT_OF_MEMORY."""
+
+    def __init__(self, fail=None):
+        self.calls = []
+        self.fail = fail
+        self._fn = {api: self._make(api) for api in _cuda_driver._SYMBOLS}
+
+    def _make(self, api):
+        def fn(*args):
+            self.calls.append(api)
+            if api == self.fail:
+                return 2
+            out = {"cuDevicePrimaryCtxRetain": 0xC0, "cuMemImportFromShareableHandle": 0x4A,
+                   "cuMemGetAllocationGranularity": 1 << 21, "cuMemAddressReserve": 0x7000000000,
+                   "cuDeviceGetCount": 1}.get(api)
+            if out is not None:
+                args[0]._obj.value = out
+            return 0
+        return fn
+
+    def error_name(self, code):
+        return "CUDA_ERROR_OUT_OF_MEMORY"
+
+
+def test_vmm_mapping_maps_and_unmaps_in_order():
+    d = FakeDriver()
+    m = _cuda_driver.VmmMapping(d, 5, 3 << 20, 0)
+    assert m.address == 0x7000000000 and m.size == 3 << 20
+    setup = [c for c in d.calls if c not in ("cuDeviceGetCount", "cuDeviceGet")]
+    assert setup == ["cuDevicePrimaryCtxRetain", "cuCtxPushCurrent",
+                     "cuMemImportFromShareableHandle", "cuMemGetAllocationGranularity",
+                     "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess", "cuCtxPopCurrent"]
+    d.calls.clear()
+    m.close()
+    m.close()  # idempotent
+    assert d.calls == ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease",
+                       "cuDevicePrimaryCtxRelease"]
+    assert m.closed
+
+
+def test_vmm_mapping_undoes_what_it_did_when_a_step_fails():
+    d = FakeDriver(fail="cuMemMap")
+    with pytest.raises(_cuda_driver.CudaError, match="cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY"):
+        _cuda_driver.VmmMapping(d, 5, 1 << 20, 0)
+    tail = d.calls[d.calls.index("cuMemMap"):]
+    assert tail == ["cuMemMap", "cuCtxPopCurrent", "cuMemAddressFree", "cuMemRelease",
+                    "cuDevicePrimaryCtxRelease"]
+
+
+def test_vmm_mapping_is_released_when_its_last_array_goes():
+    d = FakeDriver()
+    m = _cuda_driver.VmmMapping(d, 5, 1 << 20, 0)
+    arr = DeviceArray(m.address, (16,), DEVICE_DTYPES[pb.UINT8], device_type=KDL_CUDA,
+                      device_id=0, owner=m)
+    cap = arr.__dlpack__()
+    del m, arr
+    gc.collect()
+    assert "cuMemUnmap" not in d.calls, "unmapped while a capsule viewed it"
+    del cap
+    gc.collect()
+    assert d.calls[-4:] == ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease",
+                            "cuDevicePrimaryCtxRelease"]
