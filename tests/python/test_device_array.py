@@ -288,3 +288,97 @@ def test_vmm_mapping_is_released_when_its_last_array_goes():
     gc.collect()
     assert d.calls[-4:] == ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease",
                             "cuDevicePrimaryCtxRelease"]
+
+
+def _serve_fd_once(path, fd, secret, stream_id):
+    """The daemon's fd hand-over, once: check id + secret, send status 0 and
+    the fd (SCM_RIGHTS)."""
+    import socket
+    import struct
+    import threading
+
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+
+    def run():
+        conn, _ = srv.accept()
+        with conn:
+            got = b""
+            while len(got) < 40:
+                got += conn.recv(40 - len(got))
+            ok = got == struct.pack("<Q", stream_id) + secret
+            socket.send_fds(conn, [b"\x00" if ok else b"\x01"], [fd] if ok else [])
+        srv.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_device_memory_stream_opened_under_the_host_model(tmp_path):
+    """StreamOpened.device_memory with host_model: the fd comes over the
+    hand-over socket, is mapped, and batches become DeviceArrays leasing
+    their slot (Stream._wrap_fields)."""
+    import queue
+
+    from conveyor._lease import LeaseBook
+    from conveyor._security import Security
+    from conveyor._stream import Stream
+    from conveyor._transport import open_transport
+
+    region_bytes, slot_bytes = 2 * 4096, 4096
+    fd = os.memfd_create("host-model-ring")
+    os.ftruncate(fd, region_bytes)
+    with mmap.mmap(fd, region_bytes) as w:
+        w[slot_bytes:slot_bytes + 12] = np.arange(6, dtype=np.float16).tobytes()
+    secret = bytes(range(32))
+    sock = str(tmp_path / "fd.sock")
+    server = _serve_fd_once(sock, fd, secret, 7)
+    opened = pb.StreamOpened(stream_id=7, transport=pb.DEVICE_MEMORY)
+    opened.device_memory.CopyFrom(pb.DeviceMemoryOpened(
+        secret=secret, fd_socket=sock, gpu_uuid="GPU-00000000-0000-0000-0000-0000000000aa",
+        region_bytes=region_bytes, slot_bytes=slot_bytes, num_slots=2, host_model=True))
+    transport = open_transport(opened, data_host=None, security=Security(), timeout=5)
+    server.join(5)
+    os.close(fd)
+    assert transport.name == "device_memory" and transport.host_model
+
+    stream = Stream.__new__(Stream)  # only what _wrap_fields reads
+    requests = queue.SimpleQueue()
+    stream._transport = transport
+    stream.lifetime = "safe"
+    stream._book = LeaseBook(requests, lambda slot, seq: ("release", slot, seq))
+    m = pb.Batch(sequence=3, slot=1, dtype=pb.FLOAT16, shape=[2, 3], images_offset=slot_bytes,
+                 images_bytes=12, labels=[1, 2], sample_indices=[5, 6])
+    batch = stream._wrap(m)
+    arr = batch.images
+    assert isinstance(arr, DeviceArray)
+    assert arr.__cuda_array_interface__["typestr"] == "<f2"
+    t = torch.from_dlpack(arr)
+    assert t.tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert batch._returns == "lease" and stream._book.leased == {1}
+    batch._images = None  # what release does
+    del arr, batch
+    gc.collect()
+    assert stream._book.leased == {1}, "released while a tensor viewed the slot"
+    del t
+    gc.collect()
+    assert requests.get_nowait() == ("release", 1, 3)
+    bad = pb.Batch(sequence=4, slot=0, dtype=pb.FLOAT16, shape=[2, 3], images_offset=0,
+                   images_bytes=11)
+    with pytest.raises(ConveyorError, match="images_bytes 11 does not match"):
+        stream._wrap(bad)
+    transport.close()
+
+
+def test_torch_adapter_reads_device_arrays_through_dlpack():
+    from conveyor._batch import Batch
+    from conveyor.torch import batch_tensors
+
+    arr, backing = host_array(pb.UINT8, (2, 4), lambda n: np.arange(n, dtype=np.uint8))
+    b = Batch(None, arr, np.array([4, 5], np.int64), np.array([0, 1], np.int64))
+    images, labels, indices = batch_tensors(b, yield_indices=True)
+    assert images.data_ptr() == backing.ctypes.data
+    assert images.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert labels.tolist() == [4, 5] and indices.tolist() == [0, 1]
