@@ -119,7 +119,7 @@ _LIVE_LOCK = threading.Lock()
 
 
 def _delete_managed(managed: Any) -> None:
-    addr = ctypes.cast(managed, ctypes.c_void_p).value
+    addr = ctypes.cast(managed, ctypes.c_void_p).value or 0
     with _LIVE_LOCK:
         _LIVE.pop(addr, None)
 

@@ -42,8 +42,18 @@ class DeviceBatch:
 
     def __init__(self, host: Any, images: Any) -> None:
         self.images = images
-        for name in self.__slots__[1:]:
-            setattr(self, name, getattr(host, name))
+        self.labels = host.labels
+        self.indices = host.indices
+        self.sequence: int = host.sequence
+        self.epoch: int = host.epoch
+        self.batch_in_epoch: int = host.batch_in_epoch
+        self.position: int = host.position
+        self.offset: int = host.offset
+        self.epoch_samples: int = host.epoch_samples
+        self.end_of_epoch: bool = host.end_of_epoch
+        self.num_samples: int = host.num_samples
+        self.slot: int = host.slot
+        self.failures = host.failures
 
     @property
     def released(self) -> bool:
