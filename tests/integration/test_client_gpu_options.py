@@ -186,3 +186,85 @@ def test_device_option_refuses_other_transports_and_retry(daemon, monkeypatch):
                         retry=conveyor.RetryPolicy())
     with pytest.raises(conveyor.InvalidRequest, match="gpu_uuid= is for"):
         conveyor.open_stream(daemon.unix, "train", 8, gpu_uuid=UUID)
+
+
+# --- the daemon's host model of the device API (a test aid of conveyord) -----
+HOST_MODEL_UUID = "GPU-8c5b0c1e-6f1d-4a2b-9c3d-0123456789ab"
+HOST_MODEL = ["--device-api", "host-model", "--host-model-gpus", HOST_MODEL_UUID + ":1GiB"]
+
+
+@pytest.fixture(scope="module")
+def host_model_daemon(tmp_path_factory, dataset):
+    """A daemon running the host model of the device API; skipped when this
+    conveyord has no such flag (a build without the DEVICE_MEMORY transport)."""
+    from conveyor.daemon import DaemonError
+    from conveyor_integration import Daemon, daemon_config, finish_daemons, pipeline_entry
+
+    root, _ = dataset
+    cfg = daemon_config(root, pipelines={
+        "f32": pipeline_entry(root, augment="eval", dtype="float32", resize_size=73),
+        "u8": pipeline_entry(root, augment="eval", resize_size=73),
+    })
+    d = Daemon(tmp_path_factory.mktemp("hostmodel"), cfg, extra_args=HOST_MODEL)
+    try:
+        d.start()
+    except DaemonError as e:
+        if "device-api" in str(e) or "device_api" in str(e):
+            pytest.skip("this conveyord has no --device-api host-model: %s" % str(e)[-300:])
+        raise
+    try:
+        yield d
+    finally:
+        finish_daemons([d])
+
+
+@pytest.mark.parametrize("pipeline", ["f32", "u8"])
+def test_device_memory_batches_through_the_client_under_the_host_model(host_model_daemon,
+                                                                       pipeline):
+    """open_stream(transport="device_memory", gpu_uuid=...): the ring is
+    fetched and mapped by the client; each batch is a DeviceArray whose
+    bytes equal the host path's, read through DLPack without a copy."""
+    import torch
+
+    from conveyor.torch import batch_tensors
+
+    d = host_model_daemon
+    plain = read_epoch(d.unix, pipeline=pipeline, seed=3, credits=2, shuffle=False)
+    s = conveyor.open_stream(d.unix, pipeline, 8, seed=3, credits=2, shuffle=False,
+                             transport="device_memory", gpu_uuid=HOST_MODEL_UUID.lower())
+    got = []
+    with s:
+        assert s.transport == "device_memory" and s.num_slots == 2
+        for b in s:
+            assert isinstance(b.images, conveyor.DeviceArray)
+            cai = b.images.__cuda_array_interface__
+            assert cai["typestr"] == ("<f4" if pipeline == "f32" else "|u1")
+            images, labels = batch_tensors(b)
+            assert images.data_ptr() == cai["data"][0]  # no copy
+            got.append(images.clone())
+    assert np.array_equal(torch.cat(got).numpy(), plain.images)
+    assert _idle(d)
+
+
+def test_device_memory_kept_tensor_keeps_its_slot(host_model_daemon):
+    import torch
+
+    d = host_model_daemon
+    s = conveyor.open_stream(d.unix, "u8", 8, seed=3, credits=2, shuffle=False, num_epochs=1,
+                             transport="device_memory", gpu_uuid=HOST_MODEL_UUID)
+    with s:
+        first = next(s)
+        kept = torch.from_dlpack(first.images)
+        want = kept.clone()
+        rest = [b.sequence for b in s]  # lifetime="safe": the kept tensor holds its slot
+        assert rest and torch.equal(kept, want)
+    assert s.end is not None
+    del kept, first
+    assert _idle(d)
+
+
+def test_device_memory_unknown_gpu_is_failed_precondition(host_model_daemon):
+    with pytest.raises(conveyor.FailedPrecondition) as err:
+        conveyor.open_stream(host_model_daemon.unix, "u8", 8, transport="device_memory",
+                             gpu_uuid="GPU-ffffffff-0000-0000-0000-000000000000")
+    assert "ffffffff" in str(err.value).lower(), str(err.value)
