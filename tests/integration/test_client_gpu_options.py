@@ -16,6 +16,7 @@ transport="device_memory".
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
@@ -112,6 +113,8 @@ def test_a_daemon_without_the_device_transport_refuses_it_and_serves_host_stream
         conveyor.open_stream(daemon.unix, "train", 8, transport="device_memory", gpu_uuid=UUID)
     msg = str(err.value)
     assert "DEVICE_MEMORY" in msg or "device" in msg.lower(), msg
+    if err.value.code == grpc.StatusCode.FAILED_PRECONDITION:  # a daemon with the transport
+        assert isinstance(err.value, conveyor.FailedPrecondition), type(err.value)
     assert err.value.details and err.value.details in msg  # the daemon's own words
     assert _idle(daemon)
     epoch = read_epoch(daemon.unix)  # host streams on the same daemon keep working
