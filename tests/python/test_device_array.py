@@ -261,8 +261,8 @@ def test_vmm_mapping_maps_and_unmaps_in_order():
     d.calls.clear()
     m.close()
     m.close()  # idempotent
-    assert d.calls == ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease",
-                       "cuDevicePrimaryCtxRelease"]
+    assert d.calls == ["cuCtxPushCurrent", "cuMemUnmap", "cuMemAddressFree", "cuMemRelease",
+                       "cuCtxPopCurrent", "cuDevicePrimaryCtxRelease"]
     assert m.closed
 
 
@@ -271,8 +271,8 @@ def test_vmm_mapping_undoes_what_it_did_when_a_step_fails():
     with pytest.raises(_cuda_driver.CudaError, match="cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY"):
         _cuda_driver.VmmMapping(d, 5, 1 << 20, 0)
     tail = d.calls[d.calls.index("cuMemMap"):]
-    assert tail == ["cuMemMap", "cuCtxPopCurrent", "cuMemAddressFree", "cuMemRelease",
-                    "cuDevicePrimaryCtxRelease"]
+    assert tail == ["cuMemMap", "cuCtxPopCurrent", "cuCtxPushCurrent", "cuMemAddressFree",
+                    "cuMemRelease", "cuCtxPopCurrent", "cuDevicePrimaryCtxRelease"]
 
 
 def test_vmm_mapping_is_released_when_its_last_array_goes():
@@ -286,8 +286,8 @@ def test_vmm_mapping_is_released_when_its_last_array_goes():
     assert "cuMemUnmap" not in d.calls, "unmapped while a capsule viewed it"
     del cap
     gc.collect()
-    assert d.calls[-4:] == ["cuMemUnmap", "cuMemAddressFree", "cuMemRelease",
-                            "cuDevicePrimaryCtxRelease"]
+    assert d.calls[-6:] == ["cuCtxPushCurrent", "cuMemUnmap", "cuMemAddressFree",
+                            "cuMemRelease", "cuCtxPopCurrent", "cuDevicePrimaryCtxRelease"]
 
 
 def _serve_fd_once(path, fd, secret, stream_id):

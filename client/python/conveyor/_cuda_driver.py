@@ -154,15 +154,34 @@ class Driver:
         return format_uuid(bytes(raw))
 
 
-def _undo(driver: Driver, steps: List[Callable[[], int]]) -> None:
-    # Reverse order; every step runs even if one fails (nothing to report
-    # to at close or collection).
+def _undo(lib: Any, ctx: Any, steps: List[Callable[[], int]],
+          last: List[Callable[[], int]]) -> None:
+    """Undoes `steps` in reverse inside context `ctx` (when one was
+    retained), then `last` (the context's release). Every step runs even if
+    one fails: there is no one to report to at close or collection."""
+    pushed = False
+    if ctx.value:
+        try:
+            pushed = lib["cuCtxPushCurrent"](ctx) == CUDA_SUCCESS
+        except Exception:
+            pass
     for step in reversed(steps):
         try:
             step()
         except Exception:
             pass
     steps.clear()
+    if pushed:
+        try:
+            lib["cuCtxPopCurrent"](ctypes.byref(ctypes.c_void_p()))
+        except Exception:
+            pass
+    for step in last:
+        try:
+            step()
+        except Exception:
+            pass
+    last.clear()
 
 
 class VmmMapping:
@@ -174,14 +193,15 @@ class VmmMapping:
         self._lock = threading.Lock()
         lib = driver._fn
         dev = driver.device(ordinal)
-        steps: List[Callable[[], int]] = []  # what close() undoes
+        steps: List[Callable[[], int]] = []  # what close() undoes, in the context
+        last: List[Callable[[], int]] = []   # then the context's release
+        ctx = ctypes.c_void_p()
         # Owned by the finalizer from here on: it undoes whatever was done,
         # also when a step below raises.
-        self._finalizer = weakref.finalize(self, _undo, driver, steps)
+        self._finalizer = weakref.finalize(self, _undo, lib, ctx, steps, last)
         try:
-            ctx = ctypes.c_void_p()
             driver.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
-            steps.append(lambda: lib["cuDevicePrimaryCtxRelease"](dev))
+            last.append(lambda: lib["cuDevicePrimaryCtxRelease"](dev))
             driver.call("cuCtxPushCurrent", ctx)
             try:
                 handle = ctypes.c_ulonglong()
