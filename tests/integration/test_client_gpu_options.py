@@ -27,6 +27,27 @@ from conveyor_integration import read_epoch, wait_until
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
 
 
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _cuda_driver_works():
+    from conveyor._cuda_driver import Driver
+    try:
+        return Driver().device_count() > 0
+    except conveyor.ConveyorError:
+        return False
+
+
+HAS_CUDA = _torch_cuda()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="skipped: no CUDA device")
+needs_no_cuda = pytest.mark.skipif(HAS_CUDA, reason="checks the errors of a host without CUDA")
+
+
 def _mapped(address):
     with open("/proc/self/maps") as f:
         for line in f:
@@ -85,12 +106,14 @@ class ModelCopier:
         return ModelCopy(images, self.delay)
 
 
+@pytest.mark.skipif(_cuda_driver_works(), reason="checks the errors of a host without a CUDA driver")
 def test_device_memory_without_a_cuda_driver_fails_before_opening(daemon):
     with pytest.raises(conveyor.FailedPrecondition, match="device_memory.* needs a CUDA device"):
         conveyor.open_stream(daemon.unix, "train", 8, transport="device_memory", device="cuda:0")
     assert _idle(daemon)
 
 
+@needs_no_cuda
 def test_device_and_pin_memory_without_cuda_are_clear_errors(daemon):
     with pytest.raises(conveyor.FailedPrecondition,
                        match="pin_memory=True needs PyTorch with a CUDA device"):
@@ -271,3 +294,78 @@ def test_device_memory_unknown_gpu_is_failed_precondition(host_model_daemon):
         conveyor.open_stream(host_model_daemon.unix, "u8", 8, transport="device_memory",
                              gpu_uuid="GPU-ffffffff-0000-0000-0000-000000000000")
     assert "ffffffff" in str(err.value).lower(), str(err.value)
+
+
+# --- on a GPU host (skipped elsewhere) -----------------------------------------
+def _gpu_config(root):
+    from conveyor_integration import daemon_config, pipeline_entry
+
+    return daemon_config(root, pipelines={
+        "f32": pipeline_entry(root, augment="eval", dtype="float32", resize_size=73),
+        "u8": pipeline_entry(root, augment="eval", resize_size=73),
+    })
+
+
+@needs_cuda
+def test_cuda_pin_memory_gives_pinned_batches(daemon):
+    import torch
+
+    plain = read_epoch(daemon.unix)
+    loader = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, pin_memory=True)
+    got = []
+    with loader.epoch(0) as stream:
+        for b in stream:
+            t = torch.from_numpy(b.images)
+            assert t.is_pinned(), "the slot is not page-locked"
+            got.append(t.cuda(non_blocking=True))
+        torch.cuda.synchronize()
+    loader.close()
+    assert np.array_equal(torch.cat(got).cpu().numpy(), plain.images)
+
+
+@needs_cuda
+@pytest.mark.parametrize("credits", [1, 2, 4])
+def test_cuda_device_option_yields_the_host_paths_bytes(daemon, credits):
+    import torch
+
+    plain = read_epoch(daemon.unix, credits=credits)
+    loader = conveyor.Loader(daemon.unix, pipeline="train", batch_size=8, credits=credits,
+                             device="cuda:0")
+    got = []
+    with loader.epoch(0) as stream:
+        for b in stream:
+            assert b.images.is_cuda
+            # A step that takes a while: the next copies run meanwhile, and
+            # a slot released before its copy would now be overwritten.
+            got.append(b.images.clone())
+            torch.cuda._sleep(1_000_000)
+    loader.close()
+    torch.cuda.synchronize()
+    assert np.array_equal(torch.cat(got).cpu().numpy(), plain.images)
+
+
+@needs_cuda
+@pytest.mark.parametrize("pipeline", ["f32", "u8"])
+def test_cuda_device_memory_transport_matches_the_host_path(daemon_factory, dataset, pipeline):
+    """The daemon's DEVICE_MEMORY transport on the real GPU: its batches,
+    converted on the GPU, equal the host path's bytes; torch reads them in
+    place (CUDA Array Interface and DLPack)."""
+    import torch
+
+    root, _ = dataset
+    d = daemon_factory(_gpu_config(root), name="gpu")
+    plain = read_epoch(d.unix, pipeline=pipeline, seed=3, credits=2, shuffle=False)
+    loader = conveyor.Loader(d.unix, pipeline=pipeline, batch_size=8, seed=3, credits=2,
+                             shuffle=False, transport="device_memory", device="cuda:0")
+    got = []
+    with loader.epoch(0) as stream:
+        assert stream.transport == "device_memory"
+        for b in stream:
+            assert isinstance(b.images, conveyor.DeviceArray)
+            a = torch.as_tensor(b.images, device="cuda")
+            t = torch.from_dlpack(b.images)
+            assert a.data_ptr() == t.data_ptr() == b.images.ptr
+            got.append(t.clone())
+    loader.close()
+    assert np.array_equal(torch.cat(got).cpu().numpy(), plain.images)
+    assert _idle(d)
