@@ -61,14 +61,19 @@ def _idle(daemon):
     return wait_until(lambda: conveyor.stats(daemon.unix).streams_open == 0, 10)
 
 
+_COPYING = []  # ModelCopy objects whose copy has not run yet
+
+
 class RecordingRegistrar:
     def __init__(self):
         self.calls = []
+        self.copying_at_unregister = None
 
     def register(self, ptr, size, writable):
         self.calls.append(("register", ptr, size, writable, _mapped(ptr)))
 
     def unregister(self, ptr):
+        self.copying_at_unregister = len(_COPYING)
         self.calls.append(("unregister", ptr, _mapped(ptr)))
 
 
@@ -78,11 +83,13 @@ class ModelCopy:
     def __init__(self, source, delay):
         self.result = None
         self._done = threading.Event()
+        _COPYING.append(self)
         threading.Thread(target=self._run, args=(source, delay), daemon=True).start()
 
     def _run(self, source, delay):
         time.sleep(delay)
         self.result = np.array(source, copy=True)
+        _COPYING.remove(self)
         self._done.set()
 
     def done(self):
@@ -199,6 +206,7 @@ def test_device_option_yields_the_host_paths_bytes(daemon, monkeypatch, credits)
     assert np.array_equal(np.concatenate(labels), plain.labels)
     assert states == plain_states, "the resume point ran ahead of the user"
     assert [c[0] for c in registrar.calls] == ["register", "unregister"]
+    assert registrar.copying_at_unregister == 0, "region unpinned under a copy in flight"
     assert _idle(daemon)
 
 

@@ -66,6 +66,8 @@ class HostStream:
         self.closed = False
         self.copies = {}       # seq -> HostCopy (set by the copier)
         self.lock = threading.Lock()
+        self.before_transport_close = None  # as conveyor.Stream's
+        self.unpinned_under_a_copy = []     # copies in flight when the region went
 
     def __iter__(self):
         return self
@@ -74,6 +76,7 @@ class HostStream:
         if self.fail_after is not None and self.next_seq == self.fail_after:
             raise Unavailable("the daemon went away (model)")
         if self.next_seq >= self.n:
+            self._finish()  # StreamEnd: the stream closes its transport itself
             raise StopIteration
         if not self.free:
             raise AssertionError("taken with every credit held: the feed overdrew its credits")
@@ -94,8 +97,18 @@ class HostStream:
             batch._slot.data[:] = 255  # the daemon reuses the slot at once
             self.free.append(batch._slot)
 
-    def close(self):
+    def _finish(self):
+        if self.closed:
+            return
         self.closed = True
+        if self.before_transport_close is not None:
+            self.before_transport_close()
+        # The transport closes now: the pinned region is unregistered.
+        self.unpinned_under_a_copy = [s for s, c in self.copies.items()
+                                      if not c.completed.is_set()]
+
+    def close(self):
+        self._finish()
 
 
 class HostCopy:
@@ -166,6 +179,22 @@ def test_slots_go_back_only_after_the_copy_completed(credits):
     assert host.violations == [], "slots released before their copy's event: %s" % host.violations
     assert sorted(s for k, s in host.log if k == "release") == list(range(12))
     assert host.closed
+    assert host.unpinned_under_a_copy == []
+
+
+def test_a_stream_that_ends_by_itself_waits_for_the_copies_first():
+    """StreamEnd arrives while the last copies still run: the host stream
+    closes its transport (unpins the region) only after they completed."""
+    host = HostStream(n=3, credits=3)
+    feed = DeviceStream(host, HostCopier(host, delay=0.2), 3)
+    got = [next(feed) for _ in range(3)]  # the third: StreamEnd came while copying
+    assert host.closed
+    assert host.unpinned_under_a_copy == [], "region unpinned under copies in flight"
+    with pytest.raises(StopIteration):
+        next(feed)
+    assert [b.sequence for b in got] == [0, 1, 2]
+    feed.close()
+    assert host.violations == []
 
 
 def test_the_check_catches_a_release_on_hand_over():

@@ -12,7 +12,11 @@ still reads it, so the daemon overwrites a batch mid-copy):
     so it overlaps the user's step on n-1; the consumer's current stream
     waits on the event of the batch it gets (Copy.hand_over());
   - at most `credits` slots are held: when every credit is in a copy, the
-    oldest copy is waited for before the next batch is taken.
+    oldest copy is waited for before the next batch is taken;
+  - the host stream's region is never unpinned (nor unmapped) under a copy:
+    when the stream ends by itself (StreamEnd, an error) it calls this
+    feed's hook (Stream.before_transport_close) first, which waits for the
+    copies in flight.
 The underlying Stream is opened with auto_release=False and
 lifetime="fast": this class is what releases its batches. A DeviceBatch's
 images are the user's own device memory: releasing it gives nothing back
@@ -25,6 +29,7 @@ Thread-safety: iterate from one thread; close() from the iterating thread
 from __future__ import annotations
 
 import collections
+import weakref
 from typing import Any, Callable, Deque, Optional, Tuple
 
 from ._closing import ClosesOnExit
@@ -99,8 +104,23 @@ class DeviceStream(ClosesOnExit):
         self._error: Optional[BaseException] = None  # raised at the next __next__
         self._closed = False
         self.copies_started = 0
+        ref = weakref.ref(self)  # no cycle: an abandoned feed is collected at once
+
+        def wait_for_copies() -> None:
+            feed = ref()
+            if feed is not None:
+                feed._wait_all()
+
+        if hasattr(stream, "before_transport_close"):
+            stream.before_transport_close = wait_for_copies
 
     # --- slots ------------------------------------------------------------
+    def _wait_all(self) -> None:
+        """Blocks until every copy in flight completed (their slots are
+        released by the next _reap)."""
+        for _batch, copy in list(self._inflight):
+            copy.wait()
+
     def _reap(self) -> None:
         """Releases the slots whose copies completed (and only those)."""
         for item in list(self._inflight):

@@ -79,6 +79,9 @@ class Stream(ClosesOnExit):
                  security: Optional[Security] = None, lifetime: str = "safe",
                  registrar: Optional[Any] = None, device_ordinal: Optional[int] = None) -> None:
         self.lifetime = check_lifetime(lifetime)
+        # Called once the call is over and before the transport closes (its
+        # pinned region unregistered): DeviceStream waits for its copies there.
+        self.before_transport_close: Optional[Callable[[], None]] = None
         if security is None:
             security = Security.from_env()
         self._channel, stub, self._owns_channel = stub_for(channel_or_address, security)
@@ -328,10 +331,15 @@ class Stream(ClosesOnExit):
         if cancel and call is not None:
             call.cancel()
         del call
-        if self._transport is not None:
-            self._transport.close()  # mappings and buffers live on while views of them do
-        if self._owns_channel:
-            self._channel.close()
+        hook = self.before_transport_close
+        try:
+            if hook is not None:
+                hook()
+        finally:
+            if self._transport is not None:
+                self._transport.close()  # mappings and buffers live on while views of them do
+            if self._owns_channel:
+                self._channel.close()
 
     def close(self) -> None:
         """Cancels the call if it is still running and releases every batch
