@@ -7,8 +7,9 @@ make_registrar(), a module attribute so that tests can put a recording
 model in its place (the logic around it runs without a GPU).
 
 TorchRegistrar calls torch.cuda.cudart().cudaHostRegister(ptr, size, flags)
-and checks its return code (cudaHostRegisterReadOnly for a read-only
-mapping). require_cuda(what) is the check made before a stream is opened:
+and checks its return code (flags: cudaHostRegisterPortable, so the pages
+count as pinned for every device's context; cudaHostRegisterReadOnly too
+for a read-only mapping). require_cuda(what) is the check made before a stream is opened:
 a clear FailedPrecondition when PyTorch or a CUDA device is missing.
 
 Thread-safety: a registrar is used by the thread that opens and closes its
@@ -19,7 +20,9 @@ from typing import Any
 
 from .errors import FailedPrecondition
 
-_HOST_REGISTER_DEFAULT = 0
+# Portable: pinned for every CUDA context of the process, not only the
+# current device's (a loader may copy to cuda:1 while cuda:0 is current).
+_HOST_REGISTER_PORTABLE = 1
 _HOST_REGISTER_READ_ONLY = 8  # cudaHostRegisterReadOnly
 
 
@@ -52,7 +55,7 @@ class TorchRegistrar:
         self._cudart = self._torch.cuda.cudart()
 
     def register(self, ptr: int, size: int, writable: bool) -> None:
-        flags = _HOST_REGISTER_DEFAULT if writable else _HOST_REGISTER_READ_ONLY
+        flags = _HOST_REGISTER_PORTABLE | (0 if writable else _HOST_REGISTER_READ_ONLY)
         rc = self._cudart.cudaHostRegister(ptr, size, flags)
         code = int(getattr(rc, "value", rc))
         if code != 0:
