@@ -377,3 +377,21 @@ def test_cuda_device_memory_transport_matches_the_host_path(daemon_factory, data
     loader.close()
     assert np.array_equal(torch.cat(got).cpu().numpy(), plain.images)
     assert _idle(d)
+
+
+@needs_cuda
+@pytest.mark.parametrize("transport", ["auto", "device_memory"])
+def test_cuda_torch_loader_gives_cuda_images_and_labels(daemon, transport):
+    import conveyor.torch
+
+    plain = read_epoch(daemon.unix)
+    train = conveyor.torch.TorchLoader(daemon.unix, pipeline="train", batch_size=8,
+                                       transport=transport, device="cuda:0")
+    images, labels = [], []
+    for x, y in train:
+        assert x.is_cuda and y.is_cuda
+        images.append(x.clone())
+        labels.append(y.clone())
+    train.close()
+    assert np.array_equal(np.concatenate([t.cpu().numpy() for t in images]), plain.images)
+    assert np.array_equal(np.concatenate([t.cpu().numpy() for t in labels]), plain.labels)

@@ -382,3 +382,34 @@ def test_torch_adapter_reads_device_arrays_through_dlpack():
     assert images.data_ptr() == backing.ctypes.data
     assert images.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert labels.tolist() == [4, 5] and indices.tolist() == [0, 1]
+
+
+def test_jax_adapter_reads_device_batches_through_dlpack():
+    """conveyor.jax's device path with a stand-in jax module (the decision
+    to copy, and what is handed to jax.dlpack)."""
+    import types
+
+    from conveyor import jax as cjax
+    from conveyor._batch import Batch
+    from conveyor._device_feed import DeviceBatch
+
+    log = []
+    fake = types.SimpleNamespace(
+        dlpack=types.SimpleNamespace(from_dlpack=lambda x: log.append(("dlpack", x)) or ("arr", x)),
+        numpy=types.SimpleNamespace(array=lambda a, copy: log.append(("copy", copy)) or ("copied", a)),
+        dtypes=types.SimpleNamespace(canonicalize_dtype=lambda dt: np.dtype(np.int32)),
+        device_put=lambda a: a)
+    arr, _ = host_array(pb.UINT8, (1, 4), lambda n: np.arange(n, dtype=np.uint8))
+    leased = Batch(None, arr, np.array([3], np.int64), np.array([0], np.int64))
+    leased._returns = "lease"
+    images, labels = cjax._device_to_jax(fake, leased, arr, "auto", None)
+    assert images == ("arr", arr) and log == [("dlpack", arr)]
+    assert labels.dtype == np.int32 and labels.tolist() == [3]
+    log.clear()
+    fast = Batch(None, arr, np.array([3], np.int64), np.array([0], np.int64))  # "now": not leased
+    images, _ = cjax._device_to_jax(fake, fast, arr, "auto", None)
+    assert images[0] == "copied" and log == [("dlpack", arr), ("copy", True)]
+    log.clear()
+    owned = DeviceBatch(fast, "tensor")
+    images, _ = cjax._device_to_jax(fake, owned, "tensor", "auto", None)
+    assert images == ("arr", "tensor") and log == [("dlpack", "tensor")]
