@@ -46,6 +46,7 @@ import torch
 import torch.utils.data
 
 from ._device_array import DeviceArray
+from ._device_feed import DeviceBatch
 from .errors import ConveyorError
 from .loader import Batch, Loader
 
@@ -60,7 +61,7 @@ def _tensor(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
 
 
-def batch_tensors(batch: Any, yield_indices: bool = False) -> Tensors:
+def batch_tensors(batch: Union[Batch, DeviceBatch], yield_indices: bool = False) -> Tensors:
     """(images, labels[, indices]) of a batch as tensors; images share the
     batch's memory (and, with lifetime="safe", keep its slot leased).
     Device batches (Loader device=, transport="device_memory") give CUDA
