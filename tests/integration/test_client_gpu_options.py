@@ -237,6 +237,7 @@ def host_model_daemon(tmp_path_factory, dataset):
     root, _ = dataset
     cfg = daemon_config(root, pipelines={
         "f32": pipeline_entry(root, augment="eval", dtype="float32", resize_size=73),
+        "f16": pipeline_entry(root, augment="eval", dtype="float16", resize_size=73),
         "u8": pipeline_entry(root, augment="eval", resize_size=73),
     })
     d = Daemon(tmp_path_factory.mktemp("hostmodel"), cfg, extra_args=HOST_MODEL)
@@ -252,7 +253,7 @@ def host_model_daemon(tmp_path_factory, dataset):
         finish_daemons([d])
 
 
-@pytest.mark.parametrize("pipeline", ["f32", "u8"])
+@pytest.mark.parametrize("pipeline", ["f32", "f16", "u8"])
 def test_device_memory_batches_through_the_client_under_the_host_model(host_model_daemon,
                                                                        pipeline):
     """open_stream(transport="device_memory", gpu_uuid=...): the ring is
@@ -272,7 +273,7 @@ def test_device_memory_batches_through_the_client_under_the_host_model(host_mode
         for b in s:
             assert isinstance(b.images, conveyor.DeviceArray)
             cai = b.images.__cuda_array_interface__
-            assert cai["typestr"] == ("<f4" if pipeline == "f32" else "|u1")
+            assert cai["typestr"] == {"f32": "<f4", "f16": "<f2", "u8": "|u1"}[pipeline]
             images, labels = batch_tensors(b)
             assert images.data_ptr() == cai["data"][0]  # no copy
             got.append(images.clone())
