@@ -19,17 +19,21 @@ from ._stub_path import extend as _extend_path
 # installed, and in the build tree in a source checkout: conveyor/_stub_path.py.
 __path__ = _extend_path(__path__, __name__)
 
-from .errors import (AccessDenied, BatchReleasedError, ConveyorError, DataError, InvalidRequest,
-                     NotFound, ProtocolError, ResourceExhausted, Unavailable)
+from .errors import (AccessDenied, BatchReleasedError, ConveyorError, DataError,
+                     FailedPrecondition, InvalidRequest, NotFound, ProtocolError, ResourceExhausted, Unavailable)
 from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,
                      make_channel, open_stream, stats)
 from .retry import RetryingStream, RetryPolicy
+from ._device_array import DeviceArray
+from ._device_feed import DeviceBatch, DeviceStream
 from ._security import Security
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AccessDenied", "Batch", "BatchReleasedError", "ConveyorError", "DataError", "InvalidRequest", "Loader",
+    "AccessDenied", "Batch", "BatchReleasedError", "ConveyorError", "DataError", "DeviceArray", "DeviceBatch",
+    "DeviceStream", "FailedPrecondition",
+    "InvalidRequest", "Loader",
     "NotFound", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Security", "Stream",
     "Unavailable", "default_address", "list_pipelines", "make_channel", "open_stream", "stats",
 ]

@@ -112,7 +112,13 @@ class Batch:
             self._stream._release(self)
 
     def copy(self) -> Batch:
-        """An independent batch owning copies of images, labels and indices."""
+        """An independent batch owning copies of images, labels and indices
+        (host batches; a device batch's images are copied with the array
+        library that reads them, e.g. torch.from_dlpack(images).clone())."""
+        if not isinstance(self.images, np.ndarray):
+            raise ConveyorError("batch %d: its images are in device memory (%r); copy them with "
+                                "your array library, e.g. torch.from_dlpack(batch.images).clone()"
+                                % (self.sequence, self.images))
         return Batch(None, np.array(self.images, copy=True), self.labels.copy(), self.indices.copy(),
                      sequence=self.sequence, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
                      position=self.position, offset=self.offset,
@@ -130,8 +136,10 @@ class Batch:
 
     def __repr__(self) -> str:
         shape = tuple(self._images.shape) if self._images is not None else None
+        where = "" if self._images is None or isinstance(self._images, np.ndarray) else (
+            ", images=%r" % (self._images,))
         return ("Batch(sequence=%d, epoch=%d, batch_in_epoch=%d, position=%d, num_samples=%d, "
-                "shape=%s, dtype=%s, failures=%d%s)"
+                "shape=%s, dtype=%s, failures=%d%s%s)"
                 % (self.sequence, self.epoch, self.batch_in_epoch, self.position, self.num_samples,
                    shape, self._images.dtype if self._images is not None else None,
-                   len(self.failures), ", released" if self.released else ""))
+                   len(self.failures), ", released" if self.released else "", where))

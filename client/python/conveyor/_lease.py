@@ -41,29 +41,20 @@ class LeaseBook:
             self.requests.put(self.make_release(slot, sequence))
 
 
-class SlotLease:
-    """The base object of one batch's images: exposes the slot's memory as
-    an array interface and sends the Release when it is collected (or when
-    release() is called by the stream closing)."""
+class SlotReturn:
+    """Sends one slot's Release when it is collected (or when release() is
+    called by the stream closing): the lease of a batch whose images are not
+    a host array (DEVICE_MEMORY: conveyor/_device_array.py DeviceArray holds
+    it, and so does every DLPack capsule or CUDA-array consumer of it)."""
 
-    __slots__ = ("_book", "_slot", "_sequence", "_backing", "_interface", "_once", "__weakref__")
+    __slots__ = ("_book", "_slot", "_sequence", "_once", "__weakref__")
 
-    def __init__(self, book: LeaseBook, slot: int, sequence: int, backing: np.ndarray):
+    def __init__(self, book: LeaseBook, slot: int, sequence: int):
         self._book = book
         self._slot = slot
         self._sequence = sequence
-        self._backing = backing  # keeps the mapping / buffer itself alive
-        self._interface: Dict[str, Any] = {
-            "version": 3, "shape": backing.shape, "typestr": backing.dtype.str,
-            "data": (backing.__array_interface__["data"][0], not backing.flags.writeable),
-            "strides": None,
-        }
         self._once = threading.Lock()
         book.leased.add(slot)
-
-    @property
-    def __array_interface__(self) -> Dict[str, Any]:
-        return self._interface
 
     def release(self) -> None:
         if self._once.acquire(False):
@@ -74,6 +65,27 @@ class SlotLease:
             self.release()
         except Exception:  # interpreter shutdown
             pass
+
+
+class SlotLease(SlotReturn):
+    """The base object of one batch's images: exposes the slot's memory as
+    an array interface and sends the Release when it is collected (or when
+    release() is called by the stream closing)."""
+
+    __slots__ = ("_backing", "_interface")
+
+    def __init__(self, book: LeaseBook, slot: int, sequence: int, backing: np.ndarray):
+        super().__init__(book, slot, sequence)
+        self._backing = backing  # keeps the mapping / buffer itself alive
+        self._interface: Dict[str, Any] = {
+            "version": 3, "shape": backing.shape, "typestr": backing.dtype.str,
+            "data": (backing.__array_interface__["data"][0], not backing.flags.writeable),
+            "strides": None,
+        }
+
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        return self._interface
 
 
 def leased_array(book: LeaseBook, slot: int, sequence: int, backing: np.ndarray) -> np.ndarray:

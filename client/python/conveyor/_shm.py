@@ -12,6 +12,10 @@ name, slot_backed, images(), close()). It owns the mapping: close() (or leaving 
 collection) unmaps it - unless numpy views of it are still alive, in which
 case the mapping stays until the last view is gone (Python's mmap refuses to
 unmap exported buffers, so a stale view can never touch unmapped memory).
+
+pin(registrar) page-locks the whole mapping once for this process's CUDA
+context (pin_memory=True, conveyor/_pinning.py); close() unregisters it
+before unmapping.
 """
 
 import mmap
@@ -76,6 +80,7 @@ class SharedRegion(ClosesOnExit):
 
     def __init__(self, fd, size):
         self.size = int(size)
+        self._pinned = None  # (registrar, address) while page-locked
         try:
             self._mm = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED,
                                  prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -113,6 +118,25 @@ class SharedRegion(ClosesOnExit):
         return self.view(m.images_offset, nbytes, dtype, shape)
 
     @property
+    def address(self):
+        """The mapping's first byte, as an integer."""
+        if self._mm is None:
+            raise ConveyorError("the shared region is closed")
+        return int(np.frombuffer(self._mm, dtype=np.uint8, count=1).ctypes.data)
+
+    @property
+    def pinned(self):
+        return self._pinned is not None
+
+    def pin(self, registrar):
+        """Page-locks the whole mapping once (idempotent)."""
+        if self._pinned is not None:
+            return
+        ptr = self.address
+        registrar.register(ptr, self.size, self.writable)
+        self._pinned = (registrar, ptr)
+
+    @property
     def closed(self):
         return self._mm is None
 
@@ -120,6 +144,10 @@ class SharedRegion(ClosesOnExit):
         mm, self._mm = self._mm, None
         if mm is None:
             return
+        pinned, self._pinned = self._pinned, None
+        if pinned is not None:
+            registrar, ptr = pinned
+            registrar.unregister(ptr)  # before the mapping goes
         try:
             mm.close()
         except BufferError:

@@ -26,7 +26,7 @@ from . import _exit
 from ._batch import Batch, SampleFailure, check_lifetime, dtype_of
 from ._channel import stub_for
 from ._closing import ClosesOnExit
-from ._lease import LeaseBook, leased_array
+from ._lease import LeaseBook, SlotReturn, leased_array
 from ._security import Security
 from ._stubs import pb
 from ._transport import NAMES, open_transport
@@ -65,7 +65,8 @@ class Stream(ClosesOnExit):
     waiting forever for a batch the daemon may not send.
 
     Attributes after opening: stream_id, transport ("shared_memory",
-    "data_socket" or "inline"), credits, samples_per_epoch, batches_per_epoch, pipeline (the
+    "data_socket", "inline" or "device_memory": images are then
+    conveyor DeviceArrays in GPU memory), credits, samples_per_epoch, batches_per_epoch, pipeline (the
     PipelineInfo), region_bytes, slot_bytes, num_slots, epoch_ends (EpochEnd
     messages seen), end (the StreamEnd message once the stream finished).
     """
@@ -75,8 +76,12 @@ class Stream(ClosesOnExit):
     def __init__(self, channel_or_address: Union[str, grpc.Channel], request: Any, *,
                  auto_release: bool = True, on_batch: Optional[Callable[[Batch], None]] = None,
                  fd_timeout: float = 10.0, data_host: Optional[str] = None,
-                 security: Optional[Security] = None, lifetime: str = "safe") -> None:
+                 security: Optional[Security] = None, lifetime: str = "safe",
+                 registrar: Optional[Any] = None, device_ordinal: Optional[int] = None) -> None:
         self.lifetime = check_lifetime(lifetime)
+        # Called once the call is over and before the transport closes (its
+        # pinned region unregistered): DeviceStream waits for its copies there.
+        self.before_transport_close: Optional[Callable[[], None]] = None
         if security is None:
             security = Security.from_env()
         self._channel, stub, self._owns_channel = stub_for(channel_or_address, security)
@@ -129,7 +134,8 @@ class Stream(ClosesOnExit):
         self.num_slots = getattr(region, "num_slots", 0)
         try:
             self._transport = open_transport(opened, data_host=data_host, security=security,
-                                             timeout=fd_timeout)
+                                             timeout=fd_timeout, registrar=registrar,
+                                             device_ordinal=device_ordinal)
         except BaseException:
             self._finish(cancel=True)
             raise
@@ -224,12 +230,24 @@ class Stream(ClosesOnExit):
                                 % (m.sequence, type(e).__name__, e)) from None
 
     def _wrap_fields(self, m: Any) -> Batch:
-        dtype = dtype_of(m.dtype)
+        transport = self._transport
+        on_device = getattr(transport, "on_device", False)
+        dtype = transport.dtype_of(m.dtype) if on_device else dtype_of(m.dtype)
         shape = tuple(m.shape)
         nbytes = math.prod(shape) * dtype.itemsize if shape else 0
         returns = "now"
-        transport = self._transport
-        if transport.slot_backed:
+        if on_device:
+            # Device arrays lease their slot themselves (no copy fallback:
+            # copying device memory is the user's choice, batch.copy() says so).
+            if m.images_bytes != nbytes:
+                raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
+                                    % (m.sequence, m.images_bytes, shape, dtype))
+            lease = None
+            if self.lifetime == "safe":
+                lease = SlotReturn(self._book, m.slot, m.sequence)
+                returns = "lease"
+            images = transport.images(m, dtype, shape, nbytes, lease)
+        elif transport.slot_backed:
             if m.images_bytes != nbytes:
                 raise ConveyorError("batch %d: images_bytes %d does not match shape %s of %s"
                                     % (m.sequence, m.images_bytes, shape, dtype))
@@ -313,10 +331,15 @@ class Stream(ClosesOnExit):
         if cancel and call is not None:
             call.cancel()
         del call
-        if self._transport is not None:
-            self._transport.close()  # mappings and buffers live on while views of them do
-        if self._owns_channel:
-            self._channel.close()
+        hook = self.before_transport_close
+        try:
+            if hook is not None:
+                hook()
+        finally:
+            if self._transport is not None:
+                self._transport.close()  # mappings and buffers live on while views of them do
+            if self._owns_channel:
+                self._channel.close()
 
     def close(self) -> None:
         """Cancels the call if it is still running and releases every batch

@@ -4,7 +4,9 @@ Every error the client raises is a ConveyorError. Errors that come from the
 daemon as a gRPC status are mapped to a subclass by status code, and keep the
 daemon's message (which says what to fix):
 
-    INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION -> InvalidRequest
+    INVALID_ARGUMENT, OUT_OF_RANGE                        -> InvalidRequest
+    FAILED_PRECONDITION                                   -> FailedPrecondition
+                                                             (an InvalidRequest)
     NOT_FOUND                                             -> NotFound
     RESOURCE_EXHAUSTED                                    -> ResourceExhausted
     DATA_LOSS                                             -> DataError
@@ -38,6 +40,14 @@ class ConveyorError(Exception):
 class InvalidRequest(ConveyorError):
     """The request is wrong (a field, a resume position, or a transport this
     connection cannot carry). Do not retry: fix the request."""
+
+
+class FailedPrecondition(InvalidRequest):
+    """The daemon cannot serve this request as things are on its host (e.g.
+    a DEVICE_MEMORY stream on a host without a usable GPU: the message says
+    why). Also raised by the client when this process lacks what a request
+    needs (device=, pin_memory=True without PyTorch/CUDA). Do not retry
+    as is: fix the setup or ask for another transport."""
 
 
 class NotFound(ConveyorError):
@@ -77,7 +87,7 @@ class BatchReleasedError(ConveyorError, RuntimeError):
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
     grpc.StatusCode.OUT_OF_RANGE: InvalidRequest,
-    grpc.StatusCode.FAILED_PRECONDITION: InvalidRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.DATA_LOSS: DataError,

@@ -22,6 +22,10 @@ after jax.block_until_ready on the step's result); copy=True always copies.
 Note that jax.device_put and jnp.asarray of batch.images alias the slot on
 the CPU just the same: go through this module or copy.
 
+Device batches (Loader device=, transport="device_memory") are read through
+DLPack on their GPU without a copy (copy="auto" copies a device_memory
+batch on the device unless its slot stays leased, as above).
+
 Labels are int64 numpy arrays owned by the batch; JAX gets them in its
 default integer type (int32 unless jax_enable_x64). JAX is imported on first
 use: importing this module needs no JAX.
@@ -37,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, T
 
 import numpy as np
 
-from ._framework import Copy, check_copy, needs_copy, require
+from ._device_feed import DeviceBatch
+from ._framework import Copy, check_copy, needs_copy, require, views_keep_slot
 
 if TYPE_CHECKING:
     from .loader import Batch
@@ -90,12 +95,30 @@ def to_jax(batch: Batch, copy: Copy = "auto", sharding: Any = None) -> Tuple[Any
     jax = _jax()
     check_copy(copy)
     images = batch.images
+    if not isinstance(images, np.ndarray):
+        return _device_to_jax(jax, batch, images, copy, sharding)
     if needs_copy(batch, images, copy):
         images = np.array(images, copy=True)
     labels = batch.labels.astype(jax.dtypes.canonicalize_dtype(np.int64), copy=False)
     if sharding is not None:
         return shard(images, sharding), shard(labels, sharding)
     return _images_to_jax(jax, images), jax.device_put(labels)
+
+
+def _device_to_jax(jax: ModuleType, batch: Any, images: Any, copy: Copy,
+                   sharding: Any) -> Tuple[Any, Any]:
+    """Device batches: a DeviceArray (transport="device_memory") or the CUDA
+    tensor of a DeviceBatch (device=), read through DLPack without a copy.
+    A DeviceBatch's tensor is the user's own; a DeviceArray is copied
+    (on the device) unless its slot stays leased (lifetime="safe")."""
+    arr = jax.dlpack.from_dlpack(images)
+    owned = isinstance(batch, DeviceBatch)
+    if copy is True or (copy == "auto" and not owned and not views_keep_slot(batch)):
+        arr = jax.numpy.array(arr, copy=True)
+    labels = batch.labels.astype(jax.dtypes.canonicalize_dtype(np.int64), copy=False)
+    if sharding is not None:
+        return shard(arr, sharding), shard(labels, sharding)
+    return arr, jax.device_put(labels)
 
 
 def iterate(batches: Iterable[Batch], copy: Copy = "auto",

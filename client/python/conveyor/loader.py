@@ -40,13 +40,36 @@ that buffer; with transport="inline" (or a daemon without a data socket) the
 image bytes come inside the Batch message and `batch.images` is a read-only
 view of them (use `batch.copy()` for a writable array).
 
+GPU hosts (the daemon on the same host, unix socket):
+  pin_memory=True      the stream's mapped memfd is page-locked once for this
+      process's CUDA context (cudaHostRegister through PyTorch; unregistered
+      at close), so torch.from_numpy(batch.images).cuda(non_blocking=True)
+      is an asynchronous copy. SHARED_MEMORY streams only.
+  device="cuda:N"      batches come as DeviceBatch objects whose images are
+      CUDA tensors: each batch is copied from its pinned slot on a CUDA
+      stream of the loader's own; the slot goes back to the daemon only once
+      that copy's event completed; the copy of batch n starts when batch n-1
+      is handed out (it overlaps the step on n-1); the consumer's current
+      stream waits on the event (conveyor/_device_feed.py).
+  transport="device_memory", device="cuda:N"   the daemon lands the batches
+      in GPU memory itself (a ring of device buffers on the GPU whose UUID
+      the client sends, converted there to the pipeline's dtype);
+      batch.images is a DeviceArray with __cuda_array_interface__ and
+      __dlpack__ (torch.from_dlpack, cupy.asarray, jax.dlpack.from_dlpack
+      read it without a copy). It stays valid until the batch is released
+      (lifetime="safe": until no array or capsule views it either).
+  Without PyTorch/CUDA (device=, pin_memory) or a CUDA driver
+  (device_memory) these raise FailedPrecondition saying what is missing; a
+  daemon without a usable GPU answers FAILED_PRECONDITION with its reason.
+
 Threads: one gRPC call per stream; the request side is fed by a queue
 (Release messages), the responses are read by the thread that iterates.
 `batch.release()` may be called from any thread.
 
 Where things are: this module holds Loader and open_stream; Batch is in
 conveyor/_batch.py, Stream in conveyor/_stream.py, the transports in
-conveyor/_transport.py (one module per kind: _shm, _datasock, _inline), the
+conveyor/_transport.py (one module per kind: _shm, _datasock, _inline,
+_device), the device= copies in conveyor/_device_feed.py and _cuda_copy.py, the
 resume position and state_dict in conveyor/_position.py, addresses and
 channels in conveyor/_channel.py. All are importable from here as before.
 """
@@ -59,7 +82,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import grpc
 
-from . import _exit
+import re
+
+from . import _cuda_copy, _exit, _pinning
+from ._device_feed import DeviceStream
 from ._batch import (LIFETIMES, Batch, SampleFailure, check_lifetime,  # noqa: F401  (re-exported)
                      dtype_of)
 from ._channel import (DEFAULT_ADDRESS, MAX_MESSAGE_BYTES, default_address,  # noqa: F401
@@ -70,7 +96,7 @@ from ._security import Security
 from ._stream import Stream
 from ._stubs import pb, pb_grpc  # noqa: F401  (conveyor.loader.pb: the messages, for callers)
 from ._transport import BY_NAME as _TRANSPORTS
-from .errors import InvalidRequest, NotFound
+from .errors import FailedPrecondition, InvalidRequest, NotFound
 from .retry import RetryingStream, RetryPolicy, resume_point
 
 
@@ -92,6 +118,24 @@ _FORKED_CHANNELS: List[grpc.Channel] = []
 _IMPORT_PID = os.getpid()  # a loader in another process runs in a fork of this one
 
 
+def _cuda_ordinal(device: Any) -> int:
+    """N of "cuda:N" (or a torch.device; "cuda" is device 0)."""
+    m = re.fullmatch(r"cuda(?::(\d+))?", str(device).strip())
+    if m is None:
+        raise InvalidRequest("device must be \"cuda\" or \"cuda:N\", got %r" % (device,))
+    return int(m.group(1) or 0)
+
+
+def _gpu_uuid(ordinal: int) -> str:
+    """The UUID of this process's CUDA device `ordinal`, from the driver."""
+    from ._cuda_driver import Driver  # noqa: PLC0415
+    try:
+        return Driver().uuid(ordinal)
+    except FailedPrecondition as e:
+        raise FailedPrecondition("transport=\"device_memory\" needs a CUDA device in this "
+                                 "process: %s" % e) from None
+
+
 def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: int, *,
                 seed: int = 0, first_epoch: int = 0, num_epochs: int = 1, rank: int = 0,
                 world_size: int = 1, credits: int = 3, shuffle: bool = True,
@@ -99,7 +143,8 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
                 resume: Optional[Tuple[int, int, int]] = None, auto_release: bool = True,
                 on_batch: Optional[Callable[[Batch], None]] = None,
                 data_host: Any = _FROM_ADDRESS, security: Optional[Security] = None,
-                lifetime: str = "safe") -> Stream:
+                lifetime: str = "safe", pin_memory: bool = False, device: Any = None,
+                gpu_uuid: Optional[str] = None, copier: Any = None) -> Any:
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -115,13 +160,49 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
     a stream is never given a data socket).
     security: a conveyor.Security (token, TLS); default Security.from_env().
     lifetime: "safe" (default) or "fast"; see Loader.
+    pin_memory, device: see the module docstring (GPU hosts). With device=
+    and a transport other than "device_memory" the result is a
+    DeviceStream of DeviceBatch objects (copier: the loader's, default a new
+    one). gpu_uuid: with transport="device_memory", the GPU by UUID instead
+    of device= (the client then maps the GPU of that UUID).
     """
     check_lifetime(lifetime)
     try:
         tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
     except KeyError:
-        raise InvalidRequest("transport must be one of auto, shared_memory, data_socket, inline; "
-                             "got %r" % transport) from None
+        raise InvalidRequest("transport must be one of auto, shared_memory, data_socket, inline, "
+                             "device_memory; got %r" % transport) from None
+    ordinal = None
+    registrar = None
+    if tcode == pb.DEVICE_MEMORY:
+        if pin_memory:
+            raise InvalidRequest("pin_memory=True is for shared_memory streams; a device_memory "
+                                 "stream's batches are in GPU memory already")
+        if device is not None:
+            ordinal = _cuda_ordinal(device)
+            if gpu_uuid is None:
+                gpu_uuid = _gpu_uuid(ordinal)
+        if not gpu_uuid:
+            raise InvalidRequest("transport=\"device_memory\" needs device=\"cuda:N\" (or "
+                                 "gpu_uuid=): the GPU the batches land in")
+    elif device is not None:
+        # The client-side copy: from pinned shared-memory slots.
+        _cuda_ordinal(device)
+        if tcode not in (pb.TRANSPORT_AUTO, pb.SHARED_MEMORY):
+            raise InvalidRequest("device=%r copies from pinned shared memory: use transport="
+                                 "\"auto\" or \"shared_memory\" (or \"device_memory\"), not %r"
+                                 % (device, transport))
+        tcode = pb.SHARED_MEMORY
+        if copier is None:
+            copier = _cuda_copy.make_copier(str(device))
+        registrar = _pinning.make_registrar()
+    elif gpu_uuid is not None:
+        raise InvalidRequest("gpu_uuid= is for transport=\"device_memory\"")
+    if pin_memory and registrar is None:
+        if tcode not in (pb.TRANSPORT_AUTO, pb.SHARED_MEMORY):
+            raise InvalidRequest("pin_memory=True is for shared_memory streams, not transport=%r"
+                                 % (transport,))
+        registrar = _pinning.make_registrar()
     if data_host is _FROM_ADDRESS:
         data_host = tcp_host(address)
     req = pb.OpenStream(pipeline=pipeline, batch_size=batch_size, seed=seed, first_epoch=first_epoch,
@@ -133,8 +214,15 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
         req.first_epoch = r_epoch
         req.resume.CopyFrom(pb.ResumePosition(epoch=r_epoch, offset=r_offset,
                                               world_size=r_world))
+    if gpu_uuid:
+        req.device.gpu_uuid = gpu_uuid
+    if device is not None and tcode != pb.DEVICE_MEMORY:
+        host = Stream(address, req, auto_release=False, on_batch=None, data_host=data_host,
+                      security=security, lifetime="fast", registrar=registrar)
+        return DeviceStream(host, copier, credits, on_batch)
     return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host,
-                  security=security, lifetime=lifetime)
+                  security=security, lifetime=lifetime, registrar=registrar,
+                  device_ordinal=ordinal)
 
 
 class Loader:
@@ -142,7 +230,7 @@ class Loader:
 
     Loader(address, pipeline=..., batch_size=..., rank=None, world_size=None,
            seed=0, credits=3, shuffle=True, drop_last=False, transport="auto",
-           first_epoch=0, retry=None, local_rank=None)
+           first_epoch=0, retry=None, local_rank=None, pin_memory=False, device=None)
 
     address None means default_address() ($CONVEYOR_SERVER, else the node's
     default socket). rank / world_size default to $RANK / $WORLD_SIZE (set by
@@ -159,6 +247,10 @@ class Loader:
     wait for a lost daemon and resume where the trainer was (conveyor.retry).
     lifetime: "safe" (default: kept arrays keep their batch's slot) or
     "fast" (slots go back on release; see the module's docstring).
+    pin_memory / device: GPU hosts (the module's docstring): pin_memory=True
+    page-locks shared-memory slots; device="cuda:N" yields batches with
+    CUDA tensors copied on the loader's own CUDA stream; with
+    transport="device_memory" the daemon lands them on that GPU itself.
 
     loader.epoch(e)        a Stream over epoch e (one gRPC call)
     loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
@@ -183,8 +275,24 @@ class Loader:
                  security: Optional[Security] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None, tls_ca: Optional[str] = None,
                  client_cert: Optional[str] = None, client_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None, lifetime: str = "safe") -> None:
+                 tls_server_name: Optional[str] = None, lifetime: str = "safe",
+                 pin_memory: bool = False, device: Any = None) -> None:
         self.lifetime = check_lifetime(lifetime)
+        self.pin_memory = bool(pin_memory)
+        self.device = device
+        self._copier: Any = None  # the loader's own CUDA stream (device=, client-side copy)
+        client_copy = device is not None and not (
+            isinstance(transport, str) and transport.lower() == "device_memory"
+            or transport == pb.DEVICE_MEMORY)
+        if client_copy:
+            _cuda_ordinal(device)
+            if retry is not None:
+                raise InvalidRequest("device=%r with retry= is not supported: the device copies "
+                                     "hold slots across a reconnect; use transport="
+                                     "\"device_memory\" or pin_memory=True with retry" % (device,))
+            self._copier = _cuda_copy.make_copier(str(device))
+        elif self.pin_memory:
+            _pinning.make_registrar()  # a clear error now, not at the first stream
         given = dict(token=token, token_file=token_file, tls_ca=tls_ca, client_cert=client_cert,
                      client_key=client_key, tls_server_name=tls_server_name)
         given = {k: v for k, v in given.items() if v is not None}
@@ -233,6 +341,7 @@ class Loader:
         state["_lock"] = None
         state["_channel"] = None
         state["_pid"] = None
+        state["_copier"] = None  # a CUDA stream of this process; the new one makes its own
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -268,7 +377,8 @@ class Loader:
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
                            on_batch=on_batch, data_host=self._data_host, security=self.security,
-                           lifetime=self.lifetime)
+                           lifetime=self.lifetime, pin_memory=self.pin_memory,
+                           device=self.device, copier=self._copier)
 
     def _open(self, first_epoch: int, num_epochs: int,
               resume: Optional[Tuple[int, int, int]]) -> Union[Stream, RetryingStream]:

@@ -26,6 +26,10 @@ num_workers > 1 is refused with a clear error. Its state_dict() only knows the
 progress of the process that iterates it (not the parent's copy, under
 workers): for exact resume use TorchLoader.
 
+On GPU hosts pass pin_memory=True, device="cuda:N" or
+transport="device_memory", device="cuda:N" (conveyor.loader): images (and
+labels) then come as CUDA tensors.
+
 rank / world_size / local_rank default to torchrun's $RANK / $WORLD_SIZE /
 $LOCAL_RANK (conveyor.Loader).
 
@@ -41,6 +45,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from ._device_array import DeviceArray
+from ._device_feed import DeviceBatch
 from .errors import ConveyorError
 from .loader import Batch, Loader
 
@@ -55,13 +61,25 @@ def _tensor(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
 
 
-def batch_tensors(batch: Batch, yield_indices: bool = False) -> Tensors:
+def batch_tensors(batch: Union[Batch, DeviceBatch], yield_indices: bool = False) -> Tensors:
     """(images, labels[, indices]) of a batch as tensors; images share the
-    batch's memory (and, with lifetime="safe", keep its slot leased)."""
-    images = _tensor(batch.images)
+    batch's memory (and, with lifetime="safe", keep its slot leased).
+    Device batches (Loader device=, transport="device_memory") give CUDA
+    tensors, labels and indices on the same device; a DEVICE_MEMORY batch's
+    images are read through DLPack (no copy; bfloat16 included)."""
+    images = batch.images
+    if isinstance(images, DeviceArray):
+        images = torch.from_dlpack(images)
+    elif not isinstance(images, torch.Tensor):
+        images = _tensor(images)
     labels = torch.from_numpy(batch.labels)
-    if yield_indices:
-        return images, labels, torch.from_numpy(batch.indices)
+    indices = torch.from_numpy(batch.indices) if yield_indices else None
+    if images.device.type == "cuda":
+        labels = labels.to(images.device, non_blocking=True)
+        if indices is not None:
+            indices = indices.to(images.device, non_blocking=True)
+    if indices is not None:
+        return images, labels, indices
     return images, labels
 
 
