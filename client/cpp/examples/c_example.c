@@ -132,8 +132,9 @@ int main(int argc, char** argv) {
     }
     ++batches;
     samples += info.num_samples;
-    printf("batch seq=%llu epoch=%llu slot=%u n=%u labels=", (unsigned long long)info.sequence,
-           (unsigned long long)info.epoch, info.slot, info.num_samples);
+    printf("batch seq=%llu epoch=%llu slot=%u n=%u dtype=%d bytes=%llu device=%d labels=",
+           (unsigned long long)info.sequence, (unsigned long long)info.epoch, info.slot,
+           info.num_samples, info.dtype, (unsigned long long)info.images_bytes, info.on_device);
     for (uint32_t i = 0; i < info.num_samples; ++i) {
       printf(i ? ",%lld" : "%lld", (long long)info.labels[i]);
     }

@@ -10,10 +10,11 @@
 //                 [--seconds S [--warmup-batches N]]
 //
 // --out appends every batch's image bytes to FILE (a device batch's copied
-// to the host first); --hold keeps the last N
-// batches unreleased; --pause-after prints "paused" after N batches and
-// waits for a line on stdin. Prints "batch ..." per batch (unless --quiet)
-// and a "done ..." line with the rate and the resume state. --seconds stops
+// to the host first); --hold keeps the last N batches unreleased;
+// --pause-after prints "paused" after N batches and waits for a line on
+// stdin. Prints "batch ..." per batch unless --quiet (sequence, epoch, slot,
+// samples, dtype, bytes, device=1 for a device batch, labels, indices) and a
+// "done ..." line with the rate and the resume state. --seconds stops
 // after S seconds counted from the end of the first --warmup-batches
 // batches (default 0: from the open); the done line then also gives
 // timed_samples, timed_seconds and images_per_s over that span
@@ -169,9 +170,11 @@ const char* TransportName(v1::Transport t) {
 
 void PrintBatch(const BatchLease& b) {
   const v1::Batch& h = b.header();
-  std::printf("batch seq=%llu epoch=%llu slot=%u n=%u labels=",
+  std::printf("batch seq=%llu epoch=%llu slot=%u n=%u dtype=%d bytes=%llu device=%d labels=",
               static_cast<unsigned long long>(h.sequence()),
-              static_cast<unsigned long long>(h.epoch()), h.slot(), h.num_samples());
+              static_cast<unsigned long long>(h.epoch()), h.slot(), h.num_samples(),
+              static_cast<int>(h.dtype()), static_cast<unsigned long long>(b.images_bytes()),
+              b.on_device() ? 1 : 0);
   for (int i = 0; i < h.labels_size(); ++i)
     std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.labels(i)));
   std::printf(" indices=");
