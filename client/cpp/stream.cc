@@ -193,8 +193,9 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   if (options.transport == v1::DEVICE_MEMORY) {
     if (options.gpu_uuid.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "opening a stream of pipeline ", EscapeText(options.pipeline, kClientStringCap),
-          ": transport DEVICE_MEMORY needs gpu_uuid (the GPU's UUID, as nvidia-smi -L prints it)"));
+          "opening a stream of pipeline \"", EscapeText(options.pipeline, kClientStringCap),
+          "\": transport DEVICE_MEMORY needs gpu_uuid (the GPU's UUID, as nvidia-smi -L prints "
+          "it)"));
     }
     open.mutable_device()->set_gpu_uuid(options.gpu_uuid);
   }
