@@ -5,7 +5,7 @@
  *   c_example --server ADDRESS --pipeline NAME --batch-size N [--seed S]
  *             [--epoch E] [--rank R] [--world-size W] [--credits C]
  *             [--transport auto|shared_memory|data_socket|inline|device_memory]
- *             [--gpu-uuid GPU-…] [--pin-memory 0|1] [--batches N] [--out FILE]
+ *             [--gpu-uuid GPU-...] [--pin-memory 0|1] [--batches N] [--out FILE]
  *
  * Prints "opened ...", one "batch ..." line per batch and "done ..." with
  * the rate and the resume state; --out appends the image bytes of every

@@ -154,7 +154,7 @@ typedef struct conveyor_stream_options {
   uint32_t timeout_ms; /* fd hand-over / data socket connect; 0: 10 s */
   /* ABI version 2: */
   int32_t pin_memory;   /* 1: page-lock the shared-memory slots for CUDA */
-  const char* gpu_uuid; /* "GPU-…" (nvidia-smi -L): required for
+  const char* gpu_uuid; /* "GPU-..." (nvidia-smi -L): required for
                            CONVEYOR_DEVICE_MEMORY; pin_memory's device
                            (NULL or "": device 0) */
 } conveyor_stream_options;
