@@ -204,7 +204,7 @@ TransportOptions WithoutDriver() {
 
 // --- tests -------------------------------------------------------------------
 
-TEST_CASE("gpu uuid: formatted as nvidia-smi, matched without case or prefix",
+TEST_CASE("cpp client: gpu uuid: formatted as nvidia-smi, matched without case or prefix",
           "[cpp_client_transport]") {
   const unsigned char bytes[16] = {0x8c, 0x5b, 0x0c, 0x1e, 0x6f, 0x1d, 0x4c, 0x1e,
                                    0x9d, 0x2a, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab};
@@ -216,7 +216,8 @@ TEST_CASE("gpu uuid: formatted as nvidia-smi, matched without case or prefix",
   CHECK_FALSE(SameGpuUuid("", "GPU-"));
 }
 
-TEST_CASE("cuda errors: named, with the code that says whose fault", "[cpp_client_transport]") {
+TEST_CASE("cpp client: cuda errors: named, with the code that says whose fault",
+          "[cpp_client_transport]") {
   absl::Status oom = CudaError("cuMemMap", 2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory");
   CHECK(oom.code() == absl::StatusCode::kResourceExhausted);
   CHECK(oom.message() == "cuMemMap: CUDA_ERROR_OUT_OF_MEMORY (code 2): out of memory");
@@ -226,7 +227,7 @@ TEST_CASE("cuda errors: named, with the code that says whose fault", "[cpp_clien
   CHECK(CudaError("cuInit", 100).message() == "cuInit: CUDA error (code 100)");
 }
 
-TEST_CASE("cuda driver: a missing library is a clear FAILED_PRECONDITION",
+TEST_CASE("cpp client: cuda driver: a missing library is a clear FAILED_PRECONDITION",
           "[cpp_client_transport]") {
   absl::Status s = CudaDriver::Load("libcuda-conveyor-test-absent.so.1").status();
   CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
@@ -236,7 +237,7 @@ TEST_CASE("cuda driver: a missing library is a clear FAILED_PRECONDITION",
 }
 
 #ifdef CONVEYOR_CUDA_DRIVER_STUB
-TEST_CASE("cuda driver: the toolkit's stub resolves but has no GPU behind it",
+TEST_CASE("cpp client: cuda driver: the toolkit's stub resolves but has no GPU behind it",
           "[cpp_client_transport]") {
   absl::Status s = CudaDriver::Load(CONVEYOR_CUDA_DRIVER_STUB).status();
   CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
@@ -246,7 +247,7 @@ TEST_CASE("cuda driver: the toolkit's stub resolves but has no GPU behind it",
 }
 #endif
 
-TEST_CASE("cuda driver: devices are found by UUID, the others named when none matches",
+TEST_CASE("cpp client: cuda driver: devices are found by UUID, the others named when none matches",
           "[cpp_client_transport]") {
   FakeDriver f;
   CHECK(*f.driver->FindDevice("") == 0);
@@ -261,7 +262,7 @@ TEST_CASE("cuda driver: devices are found by UUID, the others named when none ma
              Catch::Contains("no CUDA device"));
 }
 
-TEST_CASE("shared memory transport: views in the region, bounds and sizes checked",
+TEST_CASE("cpp client: shared memory transport: views in the region, bounds and sizes checked",
           "[cpp_client_transport]") {
   UniqueFd fd = PatternMemfd(8192);
   auto t = SharedMemoryTransport::FromFd(fd.get(), 8192, TransportOptions{});
@@ -284,7 +285,7 @@ TEST_CASE("shared memory transport: views in the region, bounds and sizes checke
   CHECK_THAT(std::string(s.message()), Catch::Contains("images_bytes 25 does not match"));
 }
 
-TEST_CASE("shared memory transport: pin_memory without a driver is a clear error",
+TEST_CASE("cpp client: shared memory transport: pin_memory without a driver is a clear error",
           "[cpp_client_transport]") {
   UniqueFd fd = PatternMemfd(4096);
   TransportOptions o = WithoutDriver();
@@ -294,8 +295,9 @@ TEST_CASE("shared memory transport: pin_memory without a driver is a clear error
   CHECK_THAT(std::string(s.message()), Catch::StartsWith("pin_memory: the CUDA driver"));
 }
 
-TEST_CASE("shared memory transport: pin_memory registers once, unregisters before unmapping",
-          "[cpp_client_transport]") {
+TEST_CASE(
+    "cpp client: shared memory transport: pin_memory registers once, unregisters before unmapping",
+    "[cpp_client_transport]") {
   FakeDriver f;
   UniqueFd fd = PatternMemfd(4096);
   TransportOptions o = WithDriver(f.driver);
@@ -318,7 +320,7 @@ TEST_CASE("shared memory transport: pin_memory registers once, unregisters befor
   CHECK(f.state.ctx_depth == 0);
 }
 
-TEST_CASE("shared memory transport: a GPU that cannot pin read-only memory is named",
+TEST_CASE("cpp client: shared memory transport: a GPU that cannot pin read-only memory is named",
           "[cpp_client_transport]") {
   FakeDriver f;
   f.state.read_only_supported = 0;
@@ -331,7 +333,8 @@ TEST_CASE("shared memory transport: a GPU that cannot pin read-only memory is na
   CHECK(f.state.calls.empty());
 }
 
-TEST_CASE("inline transport: the message's bytes move into the view", "[cpp_client_transport]") {
+TEST_CASE("cpp client: inline transport: the message's bytes move into the view",
+          "[cpp_client_transport]") {
   InlineTransport t;
   v1::Batch b;
   b.set_images(std::string("abcdef"));
@@ -345,7 +348,7 @@ TEST_CASE("inline transport: the message's bytes move into the view", "[cpp_clie
   CHECK(t.View(short_batch, 6).status().code() == absl::StatusCode::kInternal);
 }
 
-TEST_CASE("device memory transport: the host model's region is mapped and read",
+TEST_CASE("cpp client: device memory transport: the host model's region is mapped and read",
           "[cpp_client_transport]") {
   UniqueFd fd = PatternMemfd(4 * 4096);
   v1::DeviceMemoryOpened opened;
@@ -366,7 +369,7 @@ TEST_CASE("device memory transport: the host model's region is mapped and read",
   CHECK((*t)->View(outside, 100).status().code() == absl::StatusCode::kOutOfRange);
 }
 
-TEST_CASE("device memory transport: without a driver a GPU region is a clear error",
+TEST_CASE("cpp client: device memory transport: without a driver a GPU region is a clear error",
           "[cpp_client_transport]") {
   UniqueFd fd = PatternMemfd(4096);
   v1::DeviceMemoryOpened opened;
@@ -376,7 +379,7 @@ TEST_CASE("device memory transport: without a driver a GPU region is a clear err
   CHECK_THAT(std::string(s.message()), Catch::StartsWith("DEVICE_MEMORY: the CUDA driver"));
 }
 
-TEST_CASE("device memory transport: imported on the named GPU, torn down in reverse",
+TEST_CASE("cpp client: device memory transport: imported on the named GPU, torn down in reverse",
           "[cpp_client_transport]") {
   FakeDriver f;
   f.state.device_bytes.resize(3 * 4096);
@@ -409,7 +412,7 @@ TEST_CASE("device memory transport: imported on the named GPU, torn down in reve
   CHECK(f.state.ctx_depth == 0);
 }
 
-TEST_CASE("device mapping: a failed map undoes the import and the reservation",
+TEST_CASE("cpp client: device mapping: a failed map undoes the import and the reservation",
           "[cpp_client_transport]") {
   FakeDriver f;
   f.state.fail_map = 2;
@@ -424,7 +427,7 @@ TEST_CASE("device mapping: a failed map undoes the import and the reservation",
         absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("open transport: details must fit, pin_memory needs shared memory",
+TEST_CASE("cpp client: open transport: details must fit, pin_memory needs shared memory",
           "[cpp_client_transport]") {
   v1::StreamOpened op;
   op.set_transport(v1::SHARED_MEMORY);
