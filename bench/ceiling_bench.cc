@@ -59,7 +59,7 @@ int RunTimed(conveyor::Engine& engine,
   so.seed = 1;
   so.num_epochs = 0;
   so.num_slots = credits;
-  so.shareable_memory = shared;
+  so.memory = shared ? conveyor::SlotMemory::kMemfd : conveyor::SlotMemory::kPrivate;
   auto stream = engine.OpenStream(pipeline, so);
   if (!stream.ok()) {
     std::cerr << stream.status() << "\n";
@@ -185,7 +185,8 @@ int main(int argc, char** argv) {
     so.seed = 1;
     so.first_epoch = static_cast<uint64_t>(e);
     so.num_slots = credits;
-    so.shareable_memory = shared;  // slots in a memfd, as the daemon's for unix clients
+    // Slots in a memfd, as the daemon's for unix clients.
+    so.memory = shared ? conveyor::SlotMemory::kMemfd : conveyor::SlotMemory::kPrivate;
     const double cpu0 = CpuSeconds();
     const auto t0 = std::chrono::steady_clock::now();
     auto stream = (*engine)->OpenStream(pipeline, so);

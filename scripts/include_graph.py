@@ -23,10 +23,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Layers, lowest first.
 LAYERS = [
     ["core/base"],
-    ["core/data", "core/decode"],
+    ["core/data", "core/decode", "core/gpu"],
     ["core/engine"],
     ["remote", "server/ops", "server/access"],
     ["server/transport"],
+    ["server/transport/device"],
     ["server/service"],
     ["server/config"],
     ["server"],

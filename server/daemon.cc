@@ -20,6 +20,8 @@
 #include "core/base/text_escape.h"
 #include "core/decode/ffmpeg/log.h"
 #include "core/engine/batch_layout.h"
+#include "core/gpu/device_api.h"
+#include "core/gpu/host_device_api.h"
 #include "server/access/access.h"
 #include "server/access/peer_credentials_identifier.h"
 #include "server/access/unix_access.h"
@@ -40,6 +42,8 @@
 #include "server/signals.h"
 #include "server/transport/data_socket.h"
 #include "server/transport/data_socket_server.h"
+#include "server/transport/device/device_transport.h"
+#include "server/transport/device/gpu_budget.h"
 #include "server/transport/fd_server.h"
 #include "server/transport/inline.h"
 #include "server/transport/shm.h"
@@ -98,9 +102,27 @@ uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>
 
 // ---------------------------------------------------------------- Daemon
 
+namespace {
+// Says at start which GPUs DEVICE_MEMORY streams can use, or why none.
+void LogDevices(gpu::DeviceApi& api, uint64_t gpu_memory_budget) {
+  absl::StatusOr<std::vector<gpu::DeviceInfo>> devices = api.Devices();
+  if (!devices.ok()) {
+    spdlog::info("DEVICE_MEMORY streams: none on this host ({}): {}", api.name(),
+                 std::string(devices.status().message()));
+    return;
+  }
+  std::shared_ptr<GpuBudget> budget = GpuBudget::Create(gpu_memory_budget);
+  for (const gpu::DeviceInfo& d : *devices) {
+    spdlog::info("DEVICE_MEMORY streams on GPU {} ({}, {}, {}): gpu_memory_budget {}", d.ordinal,
+                 d.uuid, d.name, FormatDeviceBytes(d.total_bytes), FormatDeviceBytes(budget->LimitOf(d)));
+  }
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     const DaemonConfig& config, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
-    const std::string& port_file) {
+    const std::string& port_file, std::shared_ptr<gpu::DeviceApi> device_api) {
+  if (device_api == nullptr) device_api = gpu::MakeDeviceApi();
   std::unique_ptr<Daemon> d(new Daemon(config));
   const std::string& unix_path = config.listen.unix_path;
   const std::string fd_path = unix_path.empty() ? "" : unix_path + ".fd";
@@ -147,13 +169,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   const uint64_t max_message_bytes = MaxMessageBytes(pipelines);
   d->max_message_bytes_ = max_message_bytes;
   // The transports in AUTO's order of preference: shared memory on the
-  // unix socket, the data socket over TCP, inline for everyone else.
+  // unix socket, the data socket over TCP, inline for everyone else; GPU
+  // memory only when asked for (never AUTO's choice).
   auto shm = std::make_unique<ShmTransport>(fd_path);
   ShmTransport* const shm_transport = shm.get();  // owned by the service from here
+  LogDevices(*device_api, config.gpu_memory_budget);
+  auto device = std::make_unique<DeviceTransport>(
+      device_api, GpuBudget::Create(config.gpu_memory_budget), fd_path);
+  DeviceTransport* const device_transport = device.get();  // owned by the service too
   std::vector<std::unique_ptr<Transport>> transports;
   transports.push_back(std::move(shm));
   transports.push_back(std::make_unique<DataSocketTransport>(d->data_server_.get()));
   transports.push_back(std::make_unique<InlineTransport>(max_message_bytes));
+  transports.push_back(std::move(device));
   absl::StatusOr<std::unique_ptr<ConveyorService>> service =
       ConveyorService::Create(so, std::move(pipelines), *std::move(engine),
                               std::make_unique<TransportSet>(std::move(transports)));
@@ -184,13 +212,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     ConveyorService* const service_ptr = d->service_.get();
     absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
         fd_path, config.listen.unix_mode,
-        [shm_transport, service_ptr](uint64_t id, const Secret& secret,
-                                     const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
+        [shm_transport, device_transport, service_ptr](
+            uint64_t id, const Secret& secret, const UnixPeer& peer) -> absl::StatusOr<UniqueFd> {
           // The owner first: a successful hand-over wakes the stream's call,
           // which may then end and close its session at once.
           if (absl::Status st = service_ptr->CheckStreamOwner(id, peer.credentials); !st.ok()) {
             return st;
           }
+          // A device stream's region is its ring of device memory.
+          if (device_transport->Serves(id)) return device_transport->RegionFd(id, secret);
           return shm_transport->RegionFd(id, secret);
         });
     if (!fds.ok()) return fds.status();
@@ -390,8 +420,17 @@ int DaemonMain(int argc, char** argv) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(
           config->shutdown_timeout_seconds + kStuckShutdownGraceSeconds)));
 
+  // The device API behind DEVICE_MEMORY streams: CUDA, or the host model
+  // (a test aid, --device-api host-model).
+  std::shared_ptr<gpu::DeviceApi> device_api;
+  if (flags->device_api == "host-model") {
+    spdlog::warn("--device-api host-model: DEVICE_MEMORY streams use a host model of {} GPU(s), "
+                 "not a GPU (a test aid)",
+                 flags->host_model_gpus.size());
+    device_api = std::make_shared<gpu::HostDeviceApi>(flags->host_model_gpus);
+  }
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
-      Daemon::Start(*config, *std::move(pipelines), flags->port_file);
+      Daemon::Start(*config, *std::move(pipelines), flags->port_file, std::move(device_api));
   if (!daemon.ok()) {
     spdlog::error("cannot start: {}: {}", absl::StatusCodeToString(daemon.status().code()),
                   EscapeText(daemon.status().message()));

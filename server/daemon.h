@@ -32,6 +32,10 @@ namespace grpc {
 class Server;
 }
 
+namespace conveyor::gpu {
+class DeviceApi;
+}
+
 namespace conveyor::server {
 
 class ClientIdentifier;
@@ -47,10 +51,11 @@ class Daemon {
  public:
   // Starts serving `pipelines` (from LoadPipelines(config)). When
   // `port_file` is not empty, writes the bound TCP port there (and
-  // Shutdown removes it).
+  // Shutdown removes it). DEVICE_MEMORY streams use `device_api`; null:
+  // gpu::MakeDeviceApi() (CUDA, or "none" in a build without it).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(
       const DaemonConfig& config, std::vector<std::shared_ptr<const PipelineConfig>> pipelines,
-      const std::string& port_file = "");
+      const std::string& port_file = "", std::shared_ptr<gpu::DeviceApi> device_api = nullptr);
   ~Daemon();  // Shutdown()
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;

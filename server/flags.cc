@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "server/config/byte_size.h"
 
 namespace conveyor::server {
@@ -36,6 +37,12 @@ gRPC on a unix socket (and optionally TCP).
                          SERVING (gRPC health check); exit 0 if so, 1 if not
   --version              print the version and exit
   --help                 this text
+
+Test aids (integration tests on machines without a GPU):
+  --device-api host-model        DEVICE_MEMORY streams use a host model of the
+                                 GPU ("device" memory is a memfd); default cuda
+  --host-model-gpus UUID:BYTES[,UUID:BYTES]
+                                 the GPUs the host model has
 
 SIGHUP re-reads FILE: pipelines are added, removed or replaced for new
 streams (open streams keep theirs); a bad file, or one that changes other
@@ -102,12 +109,65 @@ absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       st = opt(&f.memory_budget);
     } else if (arg == "--log-level") {
       st = opt(&f.log_level);
+    } else if (arg == "--device-api") {
+      std::optional<std::string> v;
+      st = opt(&v);
+      if (st.ok() && *v != "cuda" && *v != "host-model") {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("--device-api: expected cuda or host-model, got '", *v, "'"));
+      }
+      if (st.ok()) f.device_api = *v;
+    } else if (arg == "--host-model-gpus") {
+      std::optional<std::string> v;
+      st = opt(&v);
+      if (st.ok()) {
+        absl::StatusOr<std::vector<gpu::DeviceInfo>> gpus = ParseHostModelGpus(*v);
+        if (gpus.ok()) {
+          f.host_model_gpus = *std::move(gpus);
+        } else {
+          st = absl::InvalidArgumentError(
+              absl::StrCat("--host-model-gpus: ", gpus.status().message()));
+        }
+      }
     } else {
       st = absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "' (see --help)"));
     }
     if (!st.ok()) return st;
   }
+  if (f.device_api == "host-model" && f.host_model_gpus.empty()) {
+    return absl::InvalidArgumentError(
+        "--device-api host-model: needs --host-model-gpus UUID:BYTES[,UUID:BYTES]");
+  }
+  if (f.device_api != "host-model" && !f.host_model_gpus.empty()) {
+    return absl::InvalidArgumentError("--host-model-gpus: needs --device-api host-model");
+  }
   return f;
+}
+
+absl::StatusOr<std::vector<gpu::DeviceInfo>> ParseHostModelGpus(const std::string& text) {
+  std::vector<gpu::DeviceInfo> gpus;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const size_t colon = item.rfind(':');
+    if (colon == absl::string_view::npos || colon == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected UUID:BYTES (GPU-1234abcd-…:8GiB), got '", item, "'"));
+    }
+    gpu::DeviceInfo d;
+    d.uuid = std::string(item.substr(0, colon));
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(std::string(item.substr(colon + 1)));
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(d.uuid, ": ", bytes.status().message()));
+    }
+    if (*bytes == 0) return absl::InvalidArgumentError(absl::StrCat(d.uuid, ": no memory"));
+    for (const gpu::DeviceInfo& g : gpus) {
+      if (g.uuid == d.uuid) return absl::InvalidArgumentError(absl::StrCat(d.uuid, ": twice"));
+    }
+    d.total_bytes = *bytes;
+    d.ordinal = static_cast<int>(gpus.size());
+    d.name = absl::StrCat("host model GPU ", d.ordinal);
+    gpus.push_back(std::move(d));
+  }
+  return gpus;
 }
 
 absl::Status ApplyFlags(const Flags& f, DaemonConfig* c) {

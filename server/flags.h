@@ -7,9 +7,11 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/gpu/device_api.h"
 #include "server/config/config.h"
 
 namespace conveyor::server {
@@ -28,7 +30,19 @@ struct Flags {
   std::optional<std::string> threads;        // threads
   std::optional<std::string> memory_budget;  // memory_budget
   std::optional<std::string> log_level;      // log_level
+  // Test aid: the device API behind DEVICE_MEMORY streams. "cuda" (the
+  // default: the CUDA runtime, or "none" in a build without CUDA) or
+  // "host-model" (core/gpu/host_device_api.h: "device" memory is a memfd, for
+  // integration tests on machines without a GPU) with the GPUs it models
+  // (--host-model-gpus UUID:BYTES[,UUID:BYTES]).
+  std::string device_api = "cuda";
+  std::vector<gpu::DeviceInfo> host_model_gpus;
 };
+
+// "UUID:BYTES[,UUID:BYTES]" (BYTES a byte size: 8GiB) as the GPUs of the
+// host model, named "host model GPU <i>", ordinals in order.
+// InvalidArgument naming what is wrong.
+absl::StatusOr<std::vector<gpu::DeviceInfo>> ParseHostModelGpus(const std::string& text);
 
 // Accepts "--flag value" and "--flag=value". InvalidArgument naming the flag.
 absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv);

@@ -6,9 +6,12 @@
 // to the consumer in sequence order whatever order the finishes complete in.
 //
 // Thread-safety: Attach is called once, before any Finish. Finish is called
-// from engine worker threads, never concurrently for one slot, and must not
-// block; `done` may be called from any thread, exactly once per Finish.
-// Drain may be called concurrently with Finish callbacks still running.
+// from engine worker threads, with no engine lock held, never concurrently
+// for one stream (but not necessarily in sequence order), and must not
+// block; `done` may be called from any thread (inside Finish too), exactly
+// once per Finish. Drain may be called concurrently with Finish callbacks
+// still running; it returns only once every `done` has returned (the engine
+// frees the stream then), and no Finish of the stream is called after it.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +37,10 @@ class BatchFinisher {
   // delivered (OK) or never can be (the error ends the stream).
   virtual void Finish(const BatchInfo& batch, absl::AnyInvocable<void(absl::Status) &&> done) = 0;
 
-  // Returns once no Finish is in flight any more (their `done` ran): the
-  // stream is being destroyed, its slots are about to go.
+  // Returns once no Finish is in flight any more (their `done` returned):
+  // the stream is being destroyed, its slots are about to go. Called once,
+  // when the stream's handle is destroyed (after it was cancelled); a
+  // finisher may complete what is left with an error to get there.
   virtual void Drain() = 0;
 };
 

@@ -1,6 +1,7 @@
-// Collate: compaction, the failure policy and in-order emission. The
-// StreamMachine methods here run under the scheduler lock, except
-// CompactBatch, which a worker runs without it once the batch is complete.
+// Collate: compaction, the failure policy, in-order emission and the finish
+// step. The StreamMachine methods here run under the scheduler lock, except
+// CompactBatch, which a worker runs without it once the batch is complete,
+// and StartFinish / DrainFinisher, which run without it.
 #include "core/engine/collate.h"
 
 #include <algorithm>
@@ -117,14 +118,95 @@ void StreamMachine::EmitInOrder(Outbox* out) {
     info.end_of_epoch = b->end_of_epoch;
     info.failures.reserve(b->failures.size());
     for (auto& [pos, f] : b->failures) info.failures.push_back(std::move(f));
-    samples_emitted_ += info.num_samples;
-    ++emitted_;
     ++stage(Stage::kCollate).items_out;
     ++stage(Stage::kDeliver).items_in;
-    ready_.push_back(std::move(info));
+    if (config_.plan.options.finisher != nullptr) {
+      // Ready once finished; the Finish call is made without the lock.
+      finishing_.push_back(Finishing{info, false, absl::OkStatus()});
+      out->finishes.push_back(Outbox::PendingFinish{shared_from_this(), std::move(info)});
+    } else {
+      MakeReady(std::move(info));
+      news = true;
+    }
+  }
+  if (news) Notify(out);
+}
+
+void StreamMachine::MakeReady(BatchInfo info) {
+  samples_emitted_ += info.num_samples;
+  ++emitted_;
+  ready_.push_back(std::move(info));
+}
+
+// ---------------------------------------------------------------- finish
+
+void StreamMachine::StartFinish(const BatchInfo& batch) {
+  MutexLock lock(&finish_mu_);
+  // The handle is gone (its destructor closed the stream first): nobody
+  // takes this batch, and the finisher may be gone with the transport.
+  if (finisher_drained_) return;
+  config_.plan.options.finisher->Finish(batch,
+                                        [this, sequence = batch.sequence](absl::Status status) {
+                                          config_.finish_done(this, sequence, std::move(status));
+                                        });
+}
+
+void StreamMachine::DrainFinisher() {
+  if (config_.plan.options.finisher == nullptr) return;
+  {
+    MutexLock lock(&finish_mu_);
+    finisher_drained_ = true;
+  }
+  config_.plan.options.finisher->Drain();
+}
+
+void StreamMachine::FinishDone(uint64_t sequence, absl::Status status, Outbox* out) {
+  auto it = std::find_if(finishing_.begin(), finishing_.end(),
+                         [&](const Finishing& f) { return f.batch.sequence == sequence; });
+  if (it == finishing_.end() || it->done) {
+    // Exactly one done per Finish is the finisher's contract.
+    out->warnings.push_back(absl::StrFormat(
+        "pipeline %s stream %d: the finisher reported batch %d done, which is not being finished",
+        config_.pipeline->name, config_.id, sequence));
+    return;
+  }
+  it->done = true;
+  it->status = std::move(status);
+  if (terminal_) {
+    DropFinished();  // cancelled or failed meanwhile: the slot is free, the batch dropped
+  } else {
+    ReadyFinished(out);
+  }
+  UpdateClocks(MonotonicNanos());
+  CheckInvariants();
+}
+
+void StreamMachine::ReadyFinished(Outbox* out) {
+  bool news = false;
+  while (!terminal_ && !finishing_.empty() && finishing_.front().done) {
+    Finishing f = std::move(finishing_.front());
+    finishing_.pop_front();
+    if (!f.status.ok()) {
+      CountFailure(&stage(Stage::kDeliver), f.status);
+      free_slots_.push_back(f.batch.slot);
+      Fail(std::move(f.status), out);  // drops the later batches already finished
+      return;
+    }
+    MakeReady(std::move(f.batch));
     news = true;
   }
   if (news) Notify(out);
+}
+
+void StreamMachine::DropFinished() {
+  for (auto it = finishing_.begin(); it != finishing_.end();) {
+    if (it->done) {
+      free_slots_.push_back(it->batch.slot);
+      it = finishing_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace conveyor

@@ -91,10 +91,19 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   c.retry.max_backoff_ns = Nanos(eo.fetch_retry_max_backoff);
   c.retry.deadline_ns = Nanos(eo.fetch_retry_deadline);
   c.file_reader = eo.file_reader;
-  ASSIGN_OR_RETURN(std::unique_ptr<SlotArena> arena,
-                   SlotArena::Create(c.plan.options.num_slots, c.plan.layout.slot_bytes,
-                                     c.plan.options.shareable_memory,
-                                     absl::StrFormat("conveyor-stream-%d", c.id)));
+  // A done of a finisher runs while the stream's handle lives (its
+  // destructor drains the finisher), and the handle holds the scheduler.
+  c.finish_done = [scheduler = scheduler_.get()](StreamMachine* s, uint64_t sequence,
+                                                 absl::Status status) {
+    scheduler->FinishDone(s, sequence, std::move(status));
+  };
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<SlotArena> arena,
+      SlotArena::Create(c.plan.options.num_slots, c.plan.layout.slot_bytes, c.plan.options.memory,
+                        absl::StrFormat("conveyor-stream-%d", c.id)));
+  if (const std::shared_ptr<BatchFinisher>& f = c.plan.options.finisher; f != nullptr) {
+    RETURN_IF_ERROR(f->Attach(*arena, c.plan.layout));
+  }
   auto state = std::make_shared<StreamMachine>(std::move(c), std::move(arena), scheduler_->mu());
   scheduler_->Register(state);
   return std::unique_ptr<Stream>(new Stream(scheduler_, std::move(state)));

@@ -81,7 +81,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Opens a stream on `pipeline` with its own slot arena of
-  // plan.arena_bytes. Errors of the options as PlanStream's.
+  // plan.arena_bytes, of the options' memory kind, and attaches the options'
+  // finisher to it. Errors of the options as PlanStream's; an error of
+  // the finisher's Attach, as it is.
   absl::StatusOr<std::unique_ptr<Stream>> OpenStream(std::shared_ptr<const PipelineConfig> pipeline,
                                                      const StreamOptions& options);
   // The same from a plan already made (the service plans a stream to check

@@ -288,6 +288,17 @@ void Scheduler::Close(StreamMachine* s) {
   out.Flush();  // no consumer callback any more; warnings only
 }
 
+void Scheduler::FinishDone(StreamMachine* s, uint64_t sequence, absl::Status status) {
+  Outbox out;
+  {
+    MutexLock lock(&mu_);
+    s->mu().AssertHeld();
+    s->FinishDone(sequence, std::move(status), &out);
+    MaybeUnregister(s, &out);  // a failed finish ends the stream
+  }
+  out.Flush();
+}
+
 void Scheduler::SetReadyCallback(StreamMachine* s, std::function<void()> cb) {
   MutexLock lock(&mu_);
   s->mu().AssertHeld();

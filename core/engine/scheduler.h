@@ -67,6 +67,9 @@ class Scheduler {
   // whatever it still holds.
   void Close(StreamMachine* s);
   void SetReadyCallback(StreamMachine* s, std::function<void()> cb);
+  // A finisher's done for batch `sequence` of s (from any thread, no lock
+  // held; s lives: see StreamMachine's finish step).
+  void FinishDone(StreamMachine* s, uint64_t sequence, absl::Status status);
   StreamStats Stats(StreamMachine* s);
   EngineStats Stats();
   SchedulerStats scheduler_stats();

@@ -24,7 +24,7 @@ uint64_t SlotArena::MappedBytes(size_t num_slots, size_t slot_bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<SlotArena>> SlotArena::Create(size_t num_slots, size_t slot_bytes,
-                                                             bool shareable,
+                                                             SlotMemory memory,
                                                              const std::string& name) {
   if (num_slots == 0 || slot_bytes == 0) {
     return absl::InvalidArgumentError("slot arena needs at least one slot of non-zero size");
@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<SlotArena>> SlotArena::Create(size_t num_slots, s
 
   UniqueFd fd;
   int flags = MAP_SHARED;
-  if (shareable) {
+  if (IsShared(memory)) {
     fd.Reset(memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd) {
       return PosixError("memfd_create", errno);
@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<SlotArena>> SlotArena::Create(size_t num_slots, s
     return PosixError(absl::StrFormat("mmap of %d bytes for %s", total, name), errno);
   }
   return std::unique_ptr<SlotArena>(
-      new SlotArena(num_slots, slot_bytes, std::move(fd), static_cast<uint8_t*>(base)));
+      new SlotArena(num_slots, slot_bytes, memory, std::move(fd), static_cast<uint8_t*>(base)));
 }
 
 SlotArena::~SlotArena() { munmap(base_, total_bytes()); }

@@ -1,7 +1,10 @@
 // SlotArena: a fixed number of equal-size batch slots in one memory region.
 //
-// The region is a memfd (sealed against growing and shrinking) when it must
-// be shared with a client process, or anonymous private memory otherwise.
+// The region is a memfd (sealed against growing and shrinking) when its
+// memory kind is shared (IsShared: a client process maps it, or the device's
+// DMA reads it), or anonymous private memory otherwise. The arena keeps its
+// kind (memory()); page-locking a kPinnedMemfd / kDevice arena is the
+// transport's (core/engine/slot_memory.h).
 // The arena owns the fd and the mapping (RAII); a client that maps the fd
 // keeps its own mapping, and the kernel frees the memory when the last
 // mapping and fd are gone, so a crashed client leaks nothing.
@@ -18,15 +21,18 @@
 
 #include "absl/status/statusor.h"
 #include "core/base/unique_fd.h"
+#include "core/engine/slot_memory.h"
 
 namespace conveyor {
 
 class SlotArena {
  public:
   // REQUIRES: num_slots > 0, slot_bytes > 0. slot_bytes is rounded up to the
-  // page size. `shareable` chooses a memfd (fd() valid) over private memory.
+  // page size. A shared `memory` kind (IsShared) gets a memfd (fd() valid),
+  // kPrivate private memory.
   static absl::StatusOr<std::unique_ptr<SlotArena>> Create(size_t num_slots, size_t slot_bytes,
-                                                           bool shareable, const std::string& name);
+                                                           SlotMemory memory,
+                                                           const std::string& name);
   // Bytes Create(num_slots, slot_bytes, ...) maps: slots rounded up to whole
   // pages. For budgeting before creating.
   static uint64_t MappedBytes(size_t num_slots, size_t slot_bytes);
@@ -41,15 +47,21 @@ class SlotArena {
   uint8_t* slot(size_t i) const { return base_ + i * slot_bytes_; }
   // Byte offset of slot i from the start of the region (what a client maps).
   size_t slot_offset(size_t i) const { return i * slot_bytes_; }
-  // The memfd, or -1 when the arena is not shareable. Still owned by the arena.
+  // The memfd, or -1 when the arena's memory is kPrivate. Still owned by the arena.
   int fd() const { return fd_.get(); }
+  SlotMemory memory() const { return memory_; }
 
  private:
-  SlotArena(size_t num_slots, size_t slot_bytes, UniqueFd fd, uint8_t* base)
-      : num_slots_(num_slots), slot_bytes_(slot_bytes), fd_(std::move(fd)), base_(base) {}
+  SlotArena(size_t num_slots, size_t slot_bytes, SlotMemory memory, UniqueFd fd, uint8_t* base)
+      : num_slots_(num_slots),
+        slot_bytes_(slot_bytes),
+        memory_(memory),
+        fd_(std::move(fd)),
+        base_(base) {}
 
   const size_t num_slots_;
   const size_t slot_bytes_;
+  const SlotMemory memory_;
   UniqueFd fd_;
   uint8_t* const base_;
 };

@@ -9,7 +9,10 @@
 //   collate — completes batches (compacts out failed samples) and emits them
 //             in order; waits for output space when the consumer holds every
 //             slot of the stream (backpressure)
-//   deliver — the consumer: batches ready but not yet taken
+//   deliver — the transport's finish step, when the stream has one (batches
+//             being finished, e.g. copied to the GPU, are its in_flight, and
+//             a failed finish its failure), then the consumer: batches ready
+//             but not yet taken (queue_size)
 #pragma once
 
 #include <array>

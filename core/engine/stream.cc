@@ -8,7 +8,11 @@ namespace conveyor {
 Stream::Stream(std::shared_ptr<Scheduler> scheduler, std::shared_ptr<StreamMachine> state)
     : scheduler_(std::move(scheduler)), state_(std::move(state)) {}
 
-Stream::~Stream() { scheduler_->Close(state_.get()); }
+Stream::~Stream() {
+  scheduler_->Close(state_.get());
+  // Before the slots can go: no finish of this stream is in flight after it.
+  state_->DrainFinisher();
+}
 
 uint64_t Stream::id() const { return state_->id(); }
 const PipelineConfig& Stream::pipeline() const { return *state_->config().pipeline; }

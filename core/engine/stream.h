@@ -25,9 +25,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/data/sampler.h"
+#include "core/engine/batch_finisher.h"
 #include "core/engine/batch_layout.h"
 #include "core/engine/pipeline_config.h"
 #include "core/engine/slot_arena.h"
+#include "core/engine/slot_memory.h"
 #include "core/engine/stats.h"
 
 namespace conveyor {
@@ -49,8 +51,19 @@ struct StreamOptions {
   // already consumed (BatchInfo::offset of the last batch the trainer took,
   // possibly saved at another world size). See core/data/sampler.h.
   uint64_t epoch_offset = 0;
-  // Put slots in a memfd that can be handed to another process.
-  bool shareable_memory = false;
+  // The kind of memory of the stream's slots (core/engine/slot_memory.h):
+  // a shared kind puts them in a memfd that can be handed to another process.
+  SlotMemory memory = SlotMemory::kPrivate;
+  // The transport's last asynchronous step of each batch between collation
+  // and delivery (core/engine/batch_finisher.h), or null: a batch is ready
+  // once collated. A slot being finished is still the stream's (it counts
+  // against num_slots like a ready one).
+  std::shared_ptr<BatchFinisher> finisher;
+  // Host slots hold uint8 samples in the pipeline's layout even when the
+  // pipeline's dtype is float32/float16: the decoders skip the conversion
+  // and normalisation, which the finisher does (on the GPU). Image and
+  // video pipelines only (video is uint8 anyway).
+  bool collate_uint8 = false;
 };
 
 struct SampleFailure {

@@ -35,8 +35,10 @@ const SampleSource* ChooseSource(const PipelineConfig& p,
 
 void Outbox::Flush() {
   for (const std::string& w : warnings) spdlog::warn("{}", w);
+  for (PendingFinish& f : finishes) f.stream->StartFinish(f.batch);
   for (auto& cb : callbacks) cb();
   warnings.clear();
+  finishes.clear();  // may let go of the last reference of a stream: no lock is held
   callbacks.clear();
   retired.clear();
 }
@@ -392,8 +394,8 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   uint8_t* slot = arena_->slot(b->slot);
   uint8_t* dst = slot + l.images_offset + t->position * l.sample_bytes;
   Rng rng = Rng::ForKeys(config_.plan.options.seed, b->epoch, index);
-  t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()),
-                           config_.pipeline->transform, rng, dst);
+  t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()), config_.plan.transform,
+                           rng, dst);
   // A buffer that grew for a large file is not kept at that size: streams
   // would otherwise keep max_file_bytes per buffer for good. Freed here,
   // outside the lock, by the task that owns the buffer.
@@ -435,6 +437,9 @@ void StreamMachine::Fail(absl::Status why, Outbox* out) {
   }
   fetched_.clear();
   retries_.clear();
+  // Batches being finished are dropped as their done comes; those whose
+  // done came (waiting for an earlier one) now.
+  DropFinished();
   Notify(out);
   CheckInvariants();
 }
@@ -459,14 +464,15 @@ void StreamMachine::UpdateClocks(uint64_t now) {
       fetched_.empty() && decode_inflight_ == 0 ? StageClock::kStarved : StageClock::kActive);
   // Collate waits for output space when no slot is free and none is being
   // filled: every slot is ready or held by the consumer (backpressure).
-  if (!done && free_slots_.empty() && (open_.empty() || !ready_.empty())) {
+  if (!done && free_slots_.empty() && (open_.empty() || !ready_.empty() || !finishing_.empty())) {
     set(Stage::kCollate, StageClock::kBlocked);
   } else if (open_.empty()) {
     set(Stage::kCollate, StageClock::kStarved);
   } else {
     set(Stage::kCollate, StageClock::kActive);
   }
-  set(Stage::kDeliver, ready_.empty() ? StageClock::kStarved : StageClock::kActive);
+  set(Stage::kDeliver,
+      ready_.empty() && finishing_.empty() ? StageClock::kStarved : StageClock::kActive);
 }
 
 void StreamMachine::SnapshotStages(uint64_t now, std::array<StageStats, kNumStages>* out) {
@@ -484,6 +490,7 @@ void StreamMachine::SnapshotStages(uint64_t now, std::array<StageStats, kNumStag
   StageStats& deliver = (*out)[StageIndex(Stage::kDeliver)];
   deliver.queue_size = ready_.size();
   deliver.queue_capacity = config_.plan.options.num_slots;
+  deliver.in_flight = finishing_.size();  // batches the finisher has
 }
 
 StreamStats StreamMachine::Stats(uint64_t now) {
@@ -518,6 +525,7 @@ void StreamMachine::CheckInvariants() const {
   for (uint32_t s : free_slots_) mark(s);
   for (const auto& b : open_) mark(b->slot);
   for (const BatchInfo& b : ready_) mark(b.slot);
+  for (const Finishing& f : finishing_) mark(f.batch.slot);
   uint32_t held = 0;
   for (uint32_t s = 0; s < slots; ++s) {
     if (consumer_holds_[s]) {
@@ -526,7 +534,7 @@ void StreamMachine::CheckInvariants() const {
     }
   }
   assert(held == slots_held_);
-  assert(free_slots_.size() + open_.size() + ready_.size() + held == slots);
+  assert(free_slots_.size() + open_.size() + finishing_.size() + ready_.size() + held == slots);
   // Every buffer is free, queued for decode, or owned by a running task.
   assert(free_buffers_.size() + fetched_.size() + fetch_inflight_ + decode_inflight_ ==
          buffers_.size());

@@ -1,7 +1,8 @@
 // Internal to the engine: StreamMachine, the state machine of one stream —
 // which task of the stream may run next (sample → fetch → decode), what a
 // finished task changes, how batches are collated and emitted in order
-// (core/engine/collate.cc) and handed to the consumer (core/engine/deliver.cc). The
+// (core/engine/collate.cc), finished by the stream's BatchFinisher when it has
+// one, and handed to the consumer (core/engine/deliver.cc). The
 // Scheduler (core/engine/scheduler.h) owns the worker pool and only chooses which
 // stream a worker serves next; it never looks inside a stream.
 //
@@ -19,8 +20,19 @@
 // what their task owns: one fetch buffer, one sample's place in a slot.
 //
 // Slot accounting (checked in debug builds, CheckInvariants): every slot is
-// in exactly one of free_slots_, open_ (being filled), ready_ (emitted, not
-// taken) or held by the consumer. Every fetch buffer is free, queued in
+// in exactly one of free_slots_, open_ (being filled), finishing_ (collated,
+// handed to the finisher), ready_ (emitted, not taken) or held by the
+// consumer.
+//
+// The finish step (StreamOptions::finisher): a collated batch goes into
+// finishing_ and its Finish call into the Outbox, made without the lock
+// (StartFinish, under finish_mu_). Its `done` reaches FinishDone (through
+// Config::finish_done, the scheduler's, so a stream that failed there can
+// leave); batches move from the front of finishing_ to ready_ once done,
+// so in sequence order. A terminal stream frees a finishing slot when its
+// done comes. The Stream handle's destructor calls DrainFinisher after
+// Close: no Finish starts after it (finish_mu_), and the finisher's Drain
+// waits for every done; so a done never outlives the machine. Every fetch buffer is free, queued in
 // fetched_, or owned by one running fetch or decode task.
 //
 // Memory of fetched samples: no fetch starts while the stream holds
@@ -109,11 +121,22 @@ struct Task {
 // scheduler (their last reference may be this one: freeing an arena unmaps
 // memory, which is not done under the lock). Owned by one thread.
 struct Outbox {
+  // A collated batch to hand to its stream's finisher (StartFinish); the
+  // reference keeps the machine alive until the call is made.
+  struct PendingFinish {
+    std::shared_ptr<StreamMachine> stream;
+    BatchInfo batch;
+  };
   std::vector<std::function<void()>> callbacks;
   std::vector<std::string> warnings;
+  std::vector<PendingFinish> finishes;
   std::vector<std::shared_ptr<StreamMachine>> retired;
-  bool empty() const { return callbacks.empty() && warnings.empty() && retired.empty(); }
-  void Flush();  // runs, logs and lets go of everything, then clears (keeps capacity)
+  bool empty() const {
+    return callbacks.empty() && warnings.empty() && finishes.empty() && retired.empty();
+  }
+  // Logs, starts the finishes, runs the callbacks and lets go of
+  // everything, then clears (keeps capacity).
+  void Flush();
 };
 
 // The retry schedule of fetches that hit errors of the system, in monotonic
@@ -127,7 +150,7 @@ struct RetryPolicy {
   uint64_t BackoffNs(uint32_t attempt) const;
 };
 
-class StreamMachine {
+class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
  public:
   static constexpr uint64_t kNever = ~uint64_t{0};
 
@@ -143,9 +166,14 @@ class StreamMachine {
     uint32_t decode_limit = 0;
     RetryPolicy retry;
     std::shared_ptr<const FileReader> file_reader;  // EngineOptions::file_reader
+    // Where a finisher's `done` goes (the engine sets it to the scheduler's
+    // FinishDone). Called without any lock held. Needed with a finisher.
+    std::function<void(StreamMachine*, uint64_t sequence, absl::Status)> finish_done;
   };
 
-  // REQUIRES: *mu outlives the machine (it is the scheduler's mutex).
+  // REQUIRES: *mu outlives the machine (it is the scheduler's mutex); the
+  // machine is owned by shared_ptrs (make_shared); the finisher, if any, was
+  // attached to `arena`.
   StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mutex* mu);
   StreamMachine(const StreamMachine&) = delete;
   StreamMachine& operator=(const StreamMachine&) = delete;
@@ -191,6 +219,18 @@ class StreamMachine {
   void CompactBatch(const BatchWork& b) const;
   void FinishCompaction(BatchWork* b, uint64_t busy_ns, Outbox* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- finish (core/engine/collate.cc)
+  // Hands `batch` to the finisher, unless DrainFinisher already ran (then
+  // the stream is terminal and the batch is dropped). Without the lock.
+  void StartFinish(const BatchInfo& batch) ABSL_LOCKS_EXCLUDED(mu_, finish_mu_);
+  // The finisher's `done` for batch `sequence`.
+  void FinishDone(uint64_t sequence, absl::Status status, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No Finish starts from now on, and returns once the finisher drained
+  // (every done returned). Called by the Stream handle's destructor after
+  // Close, without the lock. Idempotent; nothing without a finisher.
+  void DrainFinisher() ABSL_LOCKS_EXCLUDED(mu_, finish_mu_);
 
   // ---- deliver: the consumer API (core/engine/deliver.cc)
   Stream::Poll TryNext(BatchInfo* batch, absl::Status* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -277,6 +317,13 @@ class StreamMachine {
   // failures (to compact), emits it when it completed cleanly.
   BatchWork* PositionDone(BatchWork* b, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EmitInOrder(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes a collated (and finished) batch ready for the consumer.
+  void MakeReady(BatchInfo info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the finished batches at the front of finishing_ to ready_ (or
+  // fails the stream with the first error among them).
+  void ReadyFinished(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A terminal stream: frees the slots of finishing_ batches whose done came.
+  void DropFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Deliver (core/engine/deliver.cc): wakes the consumer and queues its callback.
   void Notify(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -296,6 +343,10 @@ class StreamMachine {
   Mutex& mu_;
   // Consumers blocked in Next wait here (not on the workers' condvar).
   CondVar ready_cv_;
+  // Orders Finish calls against DrainFinisher (taken before mu_, never
+  // under it: a done may run inside Finish and take mu_).
+  Mutex finish_mu_;
+  bool finisher_drained_ ABSL_GUARDED_BY(finish_mu_) = false;
 
   // ---- guarded by mu_
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
@@ -324,6 +375,13 @@ class StreamMachine {
   std::vector<uint8_t> consumer_holds_ ABSL_GUARDED_BY(mu_);  // per slot
   uint32_t slots_held_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<BatchInfo> ready_ ABSL_GUARDED_BY(mu_);
+  // Collated batches handed to the finisher, in sequence order.
+  struct Finishing {
+    BatchInfo batch;
+    bool done = false;  // its done came, with `status`
+    absl::Status status;
+  };
+  std::deque<Finishing> finishing_ ABSL_GUARDED_BY(mu_);
   uint32_t fetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes of the fetched samples in fetched_ or being decoded (each
   // buffer's size when its fetch completed, in buffer_bytes_), bounded by

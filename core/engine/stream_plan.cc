@@ -23,6 +23,12 @@ absl::Status CheckFields(const PipelineConfig& p, const StreamOptions& o) {
                         p.name, p.max_batch_size));
   }
   if (o.num_slots == 0) return absl::InvalidArgumentError("credits (num_slots) must be at least 1");
+  if (o.collate_uint8 && p.transform.kind == MediaKind::kAudio) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: audio samples are float32 only; this transport needs uint8 host samples "
+        "(collate_uint8) and cannot serve an audio pipeline",
+        p.name));
+  }
   return absl::OkStatus();
 }
 
@@ -118,7 +124,9 @@ absl::StatusOr<StreamPlan> PlanStream(const PipelineConfig& p, const StreamOptio
 
   // batch_size <= max_batch_size and the validated transform keep one slot
   // far from overflow; the arena's product is checked.
-  plan.layout = BatchLayout::For(p.transform, o.batch_size);
+  plan.transform = p.transform;
+  if (o.collate_uint8) plan.transform.dtype = DType::kUint8;
+  plan.layout = BatchLayout::For(plan.transform, o.batch_size);
   plan.slot_bytes = SlotArena::MappedBytes(1, plan.layout.slot_bytes);
   if (__builtin_mul_overflow(plan.slot_bytes, uint64_t{o.num_slots}, &plan.arena_bytes)) {
     return absl::OutOfRangeError(

@@ -39,7 +39,10 @@ struct StreamPlan {
   // (first_epoch = the resume epoch, num_epochs = the epochs left of the
   // request's range, epoch_offset = the resume offset).
   StreamOptions options;
-  BatchLayout layout;
+  // What the decoders write into the host slots: the pipeline's transform,
+  // with dtype uint8 under options.collate_uint8 (the finisher converts).
+  TransformSpec transform;
+  BatchLayout layout;                // of the host slots (BatchLayout::For(transform, batch_size))
   uint64_t slot_bytes = 0;           // one slot as mapped (layout.slot_bytes rounded up to pages)
   uint64_t arena_bytes = 0;          // options.num_slots × slot_bytes: the stream's slot memory
   uint64_t samples_per_epoch = 0;    // this rank's, in a full epoch
@@ -55,7 +58,7 @@ struct StreamPlan {
 // Errors, each naming the field:
 //   InvalidArgument: batch_size 0 or over the pipeline's max_batch_size,
 //     credits (num_slots) 0, rank >= world_size, world_size 0, drop_last with
-//     fewer samples than ranks;
+//     fewer samples than ranks, collate_uint8 on an audio pipeline;
 //   OutOfRange: first_epoch + num_epochs past 2^64 (the exclusive end of the
 //     epochs must fit), an endless stream from first_epoch >= 2^63, a resume
 //     epoch outside the stream's epochs, a resume/epoch offset at or past the

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/base/unique_fd.h"
+#include "core/gpu/device_dtype.h"
 
 namespace conveyor::gpu {
 
@@ -66,7 +67,7 @@ class HostRegistration {
   virtual ~HostRegistration() = default;
 };
 
-enum class DeviceDType { kUint8, kFloat32, kFloat16, kBFloat16 };
+// DeviceDType (uint8, float32, float16, bfloat16): core/gpu/device_dtype.h.
 
 // The conversion of a batch of uint8 samples to `dtype`, element for
 // element in the same layout: out = (in / 255 - mean[c]) / std[c] in float32

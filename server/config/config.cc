@@ -79,6 +79,9 @@ const Section<DaemonConfig>& DaemonSection() {
                          "slot memory for all open streams together", MemoryOf)
           .WithDefault("25% of RAM (or of the cgroup memory limit), at most 16 GiB, at least "
                        "256 MiB"),
+      Size<DaemonConfig>("gpu_memory_budget", &DaemonConfig::gpu_memory_budget, 0,
+                         "device memory of the DEVICE_MEMORY streams on one GPU together")
+          .WithDefault("25% of each GPU's memory"),
       Uint<DaemonConfig>("max_streams", &DaemonConfig::max_streams, 1, kMaxStreams,
                          "streams open at once"),
       Number<DaemonConfig>("stream_idle_timeout_seconds",

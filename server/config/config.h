@@ -58,6 +58,10 @@ struct DaemonConfig {
   AccessConfig access;
   EngineOptions engine;        // engine.num_threads is the `threads` field
   uint64_t memory_budget = 0;  // bytes of batch slots over all streams (resolved, > 0)
+  // Device bytes (rings and staging buffers) the DEVICE_MEMORY streams on
+  // one GPU may hold together, the same figure for each GPU; 0 = a quarter
+  // of the GPU's memory (server/transport/device/gpu_budget.h).
+  uint64_t gpu_memory_budget = 0;
   uint32_t max_streams = 64;
   std::vector<std::string> allowed_roots;  // absolute; empty = any root
   std::string log_level = "info";

@@ -75,6 +75,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
           eb.fetch_retry_max_backoff);
   d.Field("engine.fetch_retry_deadline_seconds", ea.fetch_retry_deadline, eb.fetch_retry_deadline);
   d.Field("memory_budget", a.memory_budget, b.memory_budget);
+  d.Field("gpu_memory_budget", a.gpu_memory_budget, b.gpu_memory_budget);
   d.Field("max_streams", a.max_streams, b.max_streams);
   d.Field("log_level", a.log_level, b.log_level);
   d.Field("log_format", a.log_format, b.log_format);

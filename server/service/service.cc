@@ -296,7 +296,11 @@ absl::StatusOr<StreamPlan> ConveyorService::PlanRequest(const v1::OpenStream& re
   o.drop_last = req.drop_last();
   o.num_slots = req.credits();
   o.epoch_offset = 0;
-  o.shareable_memory = (*transport)->shares_memory();
+  o.memory = (*transport)->slot_memory();
+  // Audio samples are float32 only: a transport that converts on the
+  // device copies them as they are.
+  o.collate_uint8 = (*transport)->collate_uint8() && p.transform.kind != MediaKind::kAudio;
+  ASSIGN_OR_RETURN(o.finisher, (*transport)->MakeFinisher(req, p));
   // The offset counts samples of the epoch's global order, whatever the
   // world size it was saved at: resuming at another world size (elastic)
   // deals the rest of the epoch out over the new ranks.

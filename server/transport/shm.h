@@ -37,7 +37,7 @@ class ShmTransport final : public Transport {
 
   v1::Transport kind() const override { return v1::SHARED_MEMORY; }
   absl::Status CanServe(const v1::OpenStream& request, const ClientIdentity& client) const override;
-  bool shares_memory() const override { return true; }
+  SlotMemory slot_memory() const override { return SlotMemory::kMemfd; }
   absl::StatusOr<std::unique_ptr<StreamTransport>> Open(const std::shared_ptr<Stream>& stream,
                                                         std::function<void()> wake) override;
 

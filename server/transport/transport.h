@@ -90,8 +90,27 @@ class Transport {
     return CanServe(request, client).ok();
   }
 
-  // Whether the stream's slots must be in a memfd another process can map.
-  virtual bool shares_memory() const { return false; }
+  // The kind of memory the stream's slots must be in (a memfd another
+  // process can map, pinned for the device, ...: core/engine/slot_memory.h).
+  virtual SlotMemory slot_memory() const { return SlotMemory::kPrivate; }
+
+  // The asynchronous last step of the stream's batches between collation
+  // and delivery (core/engine/batch_finisher.h), for a stream of `request`
+  // on `pipeline`; null (the default) when batches are ready once collated.
+  // Called once per stream, after CanServe, before the budget checks and
+  // the engine opens it (a stream refused there drops it unattached); the
+  // engine attaches it to the stream's slots and drains it when the stream
+  // goes. An error (FAILED_PRECONDITION, RESOURCE_EXHAUSTED, ... naming
+  // why) refuses the stream with it.
+  virtual absl::StatusOr<std::shared_ptr<BatchFinisher>> MakeFinisher(
+      const v1::OpenStream& request, const PipelineConfig& pipeline) const {
+    return std::shared_ptr<BatchFinisher>();
+  }
+
+  // Whether the host slots hold uint8 samples even when the pipeline's
+  // dtype is a float type (StreamOptions::collate_uint8): the finisher
+  // converts and normalises.
+  virtual bool collate_uint8() const { return false; }
 
   // Checks that a stream with batches of `layout` can be served
   // (INVALID_ARGUMENT saying what to change otherwise).

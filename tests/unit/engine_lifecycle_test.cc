@@ -25,10 +25,10 @@ std::string ArenaFdName(const Stream& s) {
 
 uint64_t StreamsOpen(const Engine& e) { return e.Stats().streams_open; }
 
-// Opens a finite stream with a shareable arena (so its memfd can be seen).
+// Opens a finite stream with its slots in a memfd (so the memfd can be seen).
 std::unique_ptr<Stream> Open(Engine& e, const std::shared_ptr<const PipelineConfig>& p,
                              StreamOptions so) {
-  so.shareable_memory = true;
+  so.memory = SlotMemory::kMemfd;
   auto s = e.OpenStream(p, so);
   REQUIRE(s.ok());
   REQUIRE(OpenFdsMatching(ArenaFdName(**s)) == 1);

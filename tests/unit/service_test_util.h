@@ -43,7 +43,7 @@ class AnyPeerShm final : public Transport {
   absl::Status CanServe(const v1::OpenStream&, const ClientIdentity&) const override {
     return absl::OkStatus();
   }
-  bool shares_memory() const override { return true; }
+  SlotMemory slot_memory() const override { return SlotMemory::kMemfd; }
   absl::StatusOr<std::unique_ptr<StreamTransport>> Open(const std::shared_ptr<Stream>& stream,
                                                         std::function<void()> wake) override {
     return shm_->Open(stream, std::move(wake));
