@@ -190,6 +190,13 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   open.set_drop_last(options.drop_last);
   open.set_transport(options.transport);
   open.set_accept_data_socket(data_host.has_value());
+  if (options.pin_memory && options.transport != v1::TRANSPORT_AUTO &&
+      options.transport != v1::SHARED_MEMORY) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "opening a stream of pipeline \"", EscapeText(options.pipeline, kClientStringCap),
+        "\": pin_memory needs a SHARED_MEMORY stream, not ",
+        v1::Transport_Name(options.transport)));
+  }
   if (options.transport == v1::DEVICE_MEMORY) {
     if (options.gpu_uuid.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -241,3 +241,12 @@ def test_device_memory_on_a_gpu_equals_the_host_path(daemon_factory, dataset, tm
     assert len(_batches(dev.stdout)) == len(samples) // 8
     assert (tmp_path / "dev.bin").read_bytes() == (tmp_path / "host.bin").read_bytes()
     assert wait_until(d.idle, 10), conveyor.stats(d.unix)
+
+
+@pytest.mark.parametrize("kind", ["cpp", "c"])
+def test_pin_memory_with_another_transport_is_refused_before_opening(daemon, kind):
+    got = run_tool(kind, daemon.unix, extra=pin(kind) + DEVICE + [UUID])
+    assert got.returncode == 1, got.stdout
+    assert "INVALID_ARGUMENT" in got.stderr, got.stderr
+    # The client's own check (the factory's would say "the daemon chose").
+    assert "pin_memory needs a SHARED_MEMORY stream, not DEVICE_MEMORY" in got.stderr, got.stderr
