@@ -54,6 +54,8 @@ int Guard(Body&& body) noexcept {
 
 extern "C" {
 
+int conveyor_abi_version(void) { return CONVEYOR_CLIENT_ABI_VERSION; }
+
 const char* conveyor_last_error(void) { return last_error.c_str(); }
 
 const char* conveyor_status_name(int status) {
@@ -133,6 +135,8 @@ int conveyor_open_stream(conveyor_client* client, const conveyor_stream_options*
                                  options->resume_world_size};
     }
     if (options->timeout_ms > 0) o.side_timeout = absl::Milliseconds(options->timeout_ms);
+    o.pin_memory = options->pin_memory != 0;
+    if (options->gpu_uuid != nullptr) o.gpu_uuid = options->gpu_uuid;
     absl::StatusOr<std::unique_ptr<cc::Stream>> stream = client->client.OpenStream(o);
     if (!stream.ok()) return Fail(stream.status());
     *out = new conveyor_stream{std::move(*stream)};
@@ -195,8 +199,38 @@ int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
     info->end_of_epoch = hdr.end_of_epoch() ? 1 : 0;
     info->slot = hdr.slot();
     info->num_failures = static_cast<uint32_t>(hdr.failures_size());
+    info->on_device = handle->lease.on_device() ? 1 : 0;
+    info->device_pointer = handle->lease.device_pointer();
+    info->cuda_stream = 0;  // ready on arrival (see the header)
+    info->cuda_event = 0;
     *batch = handle.release();
     return 0;
+  });
+}
+
+int conveyor_batch_device_pointer(const conveyor_batch* batch, uint64_t* ptr) {
+  return Guard([&] {
+    if (batch == nullptr || ptr == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "conveyor_batch_device_pointer: NULL argument");
+    }
+    *ptr = batch->lease.device_pointer();
+    return 0;
+  });
+}
+
+int conveyor_batch_copy_images(const conveyor_batch* batch, void* out, uint64_t capacity) {
+  return Guard([&] {
+    if (batch == nullptr || (out == nullptr && batch->lease.images_bytes() > 0)) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_batch_copy_images: NULL argument");
+    }
+    if (capacity < batch->lease.images_bytes()) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("conveyor_batch_copy_images: the batch has ",
+                               batch->lease.images_bytes(), " bytes, out holds ", capacity));
+    }
+    absl::Status s = batch->lease.CopyImages(static_cast<uint8_t*>(out));
+    return s.ok() ? 0 : Fail(s);
   });
 }
 

@@ -38,6 +38,8 @@ class MappedRegion {
   absl::StatusOr<const uint8_t*> Bytes(uint64_t offset, uint64_t length) const;
 
   uint64_t size() const { return size_; }
+  // The first byte of the mapping; nullptr when not mapped.
+  const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
   bool mapped() const { return data_ != nullptr; }
 
  private:

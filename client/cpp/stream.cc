@@ -2,18 +2,15 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <map>
 #include <set>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "client/cpp/mapped_region.h"
-#include "client/cpp/side_socket.h"
+#include "client/cpp/transport/open_transport.h"
 #include "core/base/mutex.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
-#include "core/base/unique_fd.h"
 
 namespace conveyor::client {
 namespace internal {
@@ -65,12 +62,9 @@ struct StreamCall {
   grpc::ClientContext context;
   std::unique_ptr<ReaderWriter> rw;
 
-  // Constant once the stream is open (the batches' memory).
-  MappedRegion region;   // SHARED_MEMORY
-  UniqueFd data_socket;  // DATA_SOCKET
-  // DATA_SOCKET: one buffer per slot, read into only by the Stream's thread
-  // and only while the slot is not held.
-  std::map<uint32_t, std::vector<uint8_t>> slot_buffers;
+  // Set once the stream is open: the batches' memory (its View() is called
+  // by the Stream's thread only, for slots not held).
+  std::unique_ptr<ClientTransport> transport;
 
   Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;  // no more Release messages
@@ -92,10 +86,6 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view what) {
 
 absl::Status Annotate(const absl::Status& status, absl::string_view what) {
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-}
-
-absl::Status ProtocolError(absl::string_view what) {
-  return absl::InternalError(absl::StrCat("protocol error: ", what));
 }
 
 // Bytes of a batch of `shape` and `dtype`, or a protocol error.
@@ -121,6 +111,7 @@ size_t DTypeBytes(v1::DType dtype) {
   switch (dtype) {
     case v1::UINT8: return 1;
     case v1::FLOAT16: return 2;
+    case v1::BFLOAT16: return 2;
     case v1::FLOAT32: return 4;
     default: return 0;
   }
@@ -133,10 +124,14 @@ BatchLease& BatchLease::operator=(BatchLease&& other) noexcept {
     Release();
     call_ = std::move(other.call_);
     header_ = std::move(other.header_);
-    inline_images_ = std::move(other.inline_images_);
-    images_ = std::exchange(other.images_, nullptr);
+    bytes_ = std::exchange(other.bytes_, BatchBytes{});
   }
   return *this;
+}
+
+absl::Status BatchLease::CopyImages(uint8_t* out) const {
+  if (call_ == nullptr) return absl::FailedPreconditionError("the batch was released");
+  return call_->transport->CopyToHost(bytes_, images_bytes(), out);
 }
 
 void BatchLease::Release() {
@@ -195,6 +190,22 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   open.set_drop_last(options.drop_last);
   open.set_transport(options.transport);
   open.set_accept_data_socket(data_host.has_value());
+  if (options.pin_memory && options.transport != v1::TRANSPORT_AUTO &&
+      options.transport != v1::SHARED_MEMORY) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "opening a stream of pipeline \"", EscapeText(options.pipeline, kClientStringCap),
+        "\": pin_memory needs a SHARED_MEMORY stream, not ",
+        v1::Transport_Name(options.transport)));
+  }
+  if (options.transport == v1::DEVICE_MEMORY) {
+    if (options.gpu_uuid.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "opening a stream of pipeline \"", EscapeText(options.pipeline, kClientStringCap),
+          "\": transport DEVICE_MEMORY needs gpu_uuid (the GPU's UUID, as nvidia-smi -L prints "
+          "it)"));
+    }
+    open.mutable_device()->set_gpu_uuid(options.gpu_uuid);
+  }
   if (options.resume) {
     open.set_first_epoch(options.resume->epoch);
     open.mutable_resume()->set_epoch(options.resume->epoch);
@@ -228,34 +239,15 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   }
   stream->opened_ = std::move(*first.mutable_opened());
   const v1::StreamOpened& op = stream->opened_;
-  switch (op.transport()) {
-    case v1::SHARED_MEMORY: {
-      const v1::SharedMemoryOpened& shm = op.shared_memory();
-      absl::StatusOr<UniqueFd> fd =
-          ReceiveRegionFd(shm.fd_socket(), op.stream_id(), shm.secret(), options.side_timeout);
-      if (!fd.ok()) return Annotate(fd.status(), what);
-      absl::StatusOr<MappedRegion> region = MappedRegion::Map(fd->get(), shm.region_bytes());
-      if (!region.ok()) return Annotate(region.status(), what);
-      call->region = std::move(*region);  // the fd closes here; the mapping stays
-      break;
-    }
-    case v1::DATA_SOCKET: {
-      if (!data_host) {
-        return Annotate(ProtocolError("the daemon chose DATA_SOCKET on a unix socket"), what);
-      }
-      absl::StatusOr<UniqueFd> sock = ConnectDataSocket(
-          *data_host, op.data_socket().data_port(), op.stream_id(), op.data_socket().secret(),
-          options.side_timeout, options.data_read_timeout);
-      if (!sock.ok()) return Annotate(sock.status(), what);
-      call->data_socket = std::move(*sock);
-      break;
-    }
-    case v1::INLINE: break;
-    default:
-      return Annotate(ProtocolError(absl::StrCat("the daemon chose transport ",
-                                                 static_cast<int>(op.transport()))),
-                      what);
-  }
+  TransportOptions topts;
+  topts.data_host = data_host;
+  topts.side_timeout = options.side_timeout;
+  topts.data_read_timeout = options.data_read_timeout;
+  topts.pin_memory = options.pin_memory;
+  topts.gpu_uuid = options.gpu_uuid;
+  absl::StatusOr<std::unique_ptr<ClientTransport>> transport = OpenClientTransport(op, topts);
+  if (!transport.ok()) return Annotate(transport.status(), what);
+  call->transport = std::move(*transport);
   return stream;
 }
 
@@ -323,37 +315,7 @@ absl::StatusOr<BatchLease> Stream::Take(v1::Batch batch) {
   lease.call_ = call_;
   lease.header_.set_slot(slot);
   lease.header_.set_sequence(batch.sequence());
-  const bool inline_bytes = opened_.transport() == v1::INLINE;
-  if (!inline_bytes && batch.images_bytes() != bytes) {
-    return ProtocolError(absl::StrCat("batch ", batch.sequence(), ": images_bytes ",
-                                      batch.images_bytes(), " does not match its shape and dtype (",
-                                      bytes, " bytes)"));
-  }
-  switch (opened_.transport()) {
-    case v1::SHARED_MEMORY:
-      if (bytes > 0) {
-        ASSIGN_OR_RETURN(lease.images_, call_->region.Bytes(batch.images_offset(), bytes));
-      }
-      break;
-    case v1::DATA_SOCKET: {
-      std::vector<uint8_t>& buffer = call_->slot_buffers[slot];
-      buffer.resize(bytes);
-      RETURN_IF_ERROR(ReadFull(call_->data_socket.get(), buffer.data(), bytes, "data socket"));
-      lease.images_ = buffer.data();
-      break;
-    }
-    default:  // INLINE
-      if (batch.images().size() != bytes) {
-        return ProtocolError(absl::StrCat("batch ", batch.sequence(), ": ", batch.images().size(),
-                                          " inline bytes do not match its shape and dtype (", bytes,
-                                          " bytes)"));
-      }
-      lease.inline_images_ = std::make_unique<std::string>(std::move(*batch.mutable_images()));
-      batch.clear_images();
-      batch.set_images_bytes(bytes);
-      lease.images_ = reinterpret_cast<const uint8_t*>(lease.inline_images_->data());
-      break;
-  }
+  ASSIGN_OR_RETURN(lease.bytes_, call_->transport->View(batch, bytes));
   resume_ = batch.end_of_epoch() ? ResumeState{batch.epoch() + 1, 0, world_size_}
                                  : ResumeState{batch.epoch(), batch.offset(), world_size_};
   lease.header_ = std::move(batch);

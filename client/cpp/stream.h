@@ -7,7 +7,14 @@
 //     stream's memfd, mapped once when the stream opened;
 //   - DATA_SOCKET (TCP): the client's buffer of that slot, into which the
 //     bytes were read from the data socket (reused only after release);
-//   - INLINE: the bytes of the Batch message, owned by the lease.
+//   - INLINE: the bytes of the Batch message, owned by the lease;
+//   - DEVICE_MEMORY (unix socket): the daemon's device buffer of that slot
+//     on the GPU named by StreamOptions::gpu_uuid, imported once with the
+//     CUDA driver: device_pointer() is its address and images() is nullptr
+//     (under the daemon's host model, a test aid, both give the mapped
+//     bytes). A batch is sent only once its bytes are on the device, so it
+//     is ready on arrival: there is no stream or event to wait on.
+// Each kind is one object behind transport/client_transport.h.
 // The lease is move-only; destroying it (or Release()) sends the Release of
 // its slot with its sequence, which gives the daemon its credit back. After
 // that its images belong to the daemon again: do not keep pointers to them.
@@ -45,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/cpp/transport/client_transport.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
 
 namespace conveyor::client {
@@ -82,6 +90,17 @@ struct StreamOptions {
   absl::Duration side_timeout = absl::Seconds(10);
   // Longest silence of the data socket in the middle of a batch.
   absl::Duration data_read_timeout = absl::Seconds(120);
+  // SHARED_MEMORY: page-lock the mapped region once for CUDA (the driver,
+  // loaded at run time, registers it PORTABLE with the primary context of
+  // the GPU gpu_uuid names, device 0 when empty), so that host-to-device
+  // copies from a batch are asynchronous; unregistered at close. Without a
+  // CUDA driver or device the open fails with FAILED_PRECONDITION naming
+  // why; on another transport it is INVALID_ARGUMENT.
+  bool pin_memory = false;
+  // The GPU ("GPU-8c5b0c1e-…" as `nvidia-smi -L` prints it): required for
+  // transport DEVICE_MEMORY (sent as OpenStream.device), and the device
+  // pin_memory registers for.
+  std::string gpu_uuid;
 };
 
 // Bytes of one element of `dtype`; 0 for an unknown dtype.
@@ -102,8 +121,16 @@ class BatchLease {
   bool valid() const { return call_ != nullptr; }
 
   // REQUIRES: valid().
-  const uint8_t* images() const { return images_; }
+  // The host-readable bytes; nullptr for a DEVICE_MEMORY batch on a GPU.
+  const uint8_t* images() const { return bytes_.host; }
   size_t images_bytes() const { return header_.images_bytes(); }
+  // DEVICE_MEMORY: the device address (CUdeviceptr) of the images, ready to
+  // read (no stream or event to wait on); 0 for host transports.
+  uint64_t device_pointer() const { return bytes_.device; }
+  bool on_device() const { return bytes_.device != 0; }
+  // Copies the images_bytes() bytes into `out` (a device-to-host copy for
+  // device bytes).
+  absl::Status CopyImages(uint8_t* out) const;
   // Everything else the daemon said of the batch: sequence, epoch,
   // batch_in_epoch, position, offset, end_of_epoch, num_samples, shape,
   // dtype, layout, slot, labels, sample_indices, failures. Its `images`
@@ -114,8 +141,7 @@ class BatchLease {
   friend class Stream;
   std::shared_ptr<internal::StreamCall> call_;
   v1::Batch header_;
-  std::unique_ptr<std::string> inline_images_;  // INLINE: the bytes images_ points into
-  const uint8_t* images_ = nullptr;
+  BatchBytes bytes_;  // where the images are (INLINE: owns them)
 };
 
 class Stream {

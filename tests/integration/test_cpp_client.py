@@ -9,10 +9,12 @@ unix socket (shared memory, fd hand-over) and over TCP (data socket).
 """
 
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -240,3 +242,19 @@ def test_shared_library_exports_only_the_c_abi():
     names = [line.split()[-1] for line in out.splitlines() if line.strip()]
     assert "conveyor_stream_next" in names
     assert [n for n in names if not n.startswith("conveyor_")] == []
+
+
+def test_shared_library_carries_its_abi_version():
+    # The soname names CONVEYOR_CLIENT_ABI_VERSION of the header, and the
+    # GPU functions of version 2 are exported.
+    header = (Path(__file__).parents[2] / "client" / "cpp" / "include" /
+              "conveyor_client.h").read_text()
+    version = re.search(r"#define CONVEYOR_CLIENT_ABI_VERSION (\d+)", header).group(1)
+    dynamic = subprocess.run(["readelf", "-d", str(LIBRARY)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "Library soname: [libconveyor_client.so.%s]" % version in dynamic, dynamic
+    out = subprocess.run(["nm", "-D", "--defined-only", str(LIBRARY)], capture_output=True,
+                         text=True, check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    assert {"conveyor_abi_version", "conveyor_batch_device_pointer",
+            "conveyor_batch_copy_images"} <= names

@@ -4,8 +4,8 @@
  *
  *   c_example --server ADDRESS --pipeline NAME --batch-size N [--seed S]
  *             [--epoch E] [--rank R] [--world-size W] [--credits C]
- *             [--transport auto|shared_memory|data_socket|inline]
- *             [--batches N] [--out FILE]
+ *             [--transport auto|shared_memory|data_socket|inline|device_memory]
+ *             [--gpu-uuid GPU-...] [--pin-memory 0|1] [--batches N] [--out FILE]
  *
  * Prints "opened ...", one "batch ..." line per batch and "done ..." with
  * the rate and the resume state; --out appends the image bytes of every
@@ -38,6 +38,7 @@ static const char* transport_name(int t) {
     case CONVEYOR_SHARED_MEMORY: return "shared_memory";
     case CONVEYOR_DATA_SOCKET: return "data_socket";
     case CONVEYOR_INLINE: return "inline";
+    case CONVEYOR_DEVICE_MEMORY: return "device_memory";
     default: return "auto";
   }
 }
@@ -68,10 +69,13 @@ int main(int argc, char** argv) {
       else if (strcmp(v, "shared_memory") == 0) o.transport = CONVEYOR_SHARED_MEMORY;
       else if (strcmp(v, "data_socket") == 0) o.transport = CONVEYOR_DATA_SOCKET;
       else if (strcmp(v, "inline") == 0) o.transport = CONVEYOR_INLINE;
+      else if (strcmp(v, "device_memory") == 0) o.transport = CONVEYOR_DEVICE_MEMORY;
       else return usage("unknown --transport");
       continue;
     }
+    if (strcmp(flag, "--gpu-uuid") == 0) { o.gpu_uuid = v; continue; }
     if (!parse_u64(v, &n)) return usage("a number is expected");
+    if (strcmp(flag, "--pin-memory") == 0) { o.pin_memory = n != 0; continue; }
     if (strcmp(flag, "--batch-size") == 0) o.batch_size = (uint32_t)n;
     else if (strcmp(flag, "--seed") == 0) o.seed = n;
     else if (strcmp(flag, "--epoch") == 0) o.first_epoch = n;
@@ -85,6 +89,11 @@ int main(int argc, char** argv) {
     return usage("--server, --pipeline and --batch-size are required");
   }
 
+  if (conveyor_abi_version() != CONVEYOR_CLIENT_ABI_VERSION) {
+    fprintf(stderr, "c_example: libconveyor_client has ABI version %d, the header %d\n",
+            conveyor_abi_version(), CONVEYOR_CLIENT_ABI_VERSION);
+    return 1;
+  }
   conveyor_client* client = NULL;
   int rc = conveyor_connect(server, NULL, &client);
   if (rc != CONVEYOR_OK) return fail("conveyor_connect", rc);
@@ -123,8 +132,9 @@ int main(int argc, char** argv) {
     }
     ++batches;
     samples += info.num_samples;
-    printf("batch seq=%llu epoch=%llu slot=%u n=%u labels=", (unsigned long long)info.sequence,
-           (unsigned long long)info.epoch, info.slot, info.num_samples);
+    printf("batch seq=%llu epoch=%llu slot=%u n=%u dtype=%d bytes=%llu device=%d labels=",
+           (unsigned long long)info.sequence, (unsigned long long)info.epoch, info.slot,
+           info.num_samples, info.dtype, (unsigned long long)info.images_bytes, info.on_device);
     for (uint32_t i = 0; i < info.num_samples; ++i) {
       printf(i ? ",%lld" : "%lld", (long long)info.labels[i]);
     }
@@ -133,9 +143,25 @@ int main(int argc, char** argv) {
       printf(i ? ",%lld" : "%lld", (long long)info.sample_indices[i]);
     }
     printf("\n");
-    if (out != NULL && fwrite(info.images, 1, info.images_bytes, out) != info.images_bytes) {
-      perror(out_path);
-      status = 1;
+    if (out != NULL) {
+      /* A device batch on a GPU has no host bytes: copy them to the host. */
+      void* copy = NULL;
+      const void* bytes = info.images;
+      if (bytes == NULL && info.images_bytes > 0) {
+        copy = malloc(info.images_bytes);
+        if (copy == NULL) {
+          perror("malloc");
+          status = 1;
+        } else if ((rc = conveyor_batch_copy_images(batch, copy, info.images_bytes)) != 0) {
+          status = fail("conveyor_batch_copy_images", rc);
+        }
+        bytes = copy;
+      }
+      if (status == 0 && fwrite(bytes, 1, info.images_bytes, out) != info.images_bytes) {
+        perror(out_path);
+        status = 1;
+      }
+      free(copy);
     }
     conveyor_batch_release(batch);
     if (status != 0) break;

@@ -4,14 +4,17 @@
 //   fetch_batches --server unix:///run/conveyor/conveyor.sock --pipeline train
 //                 --batch-size 64 [--seed S] [--epoch E] [--epochs N] [--rank R]
 //                 [--world-size W] [--credits C] [--transport auto|shared_memory|
-//                 data_socket|inline] [--batches N] [--out FILE] [--hold N]
+//                 data_socket|inline|device_memory] [--gpu-uuid GPU-…] [--pin-memory]
+//                 [--batches N] [--out FILE] [--hold N]
 //                 [--pause-after N] [--resume-epoch E --resume-offset O] [--quiet]
 //                 [--seconds S [--warmup-batches N]]
 //
-// --out appends every batch's image bytes to FILE; --hold keeps the last N
-// batches unreleased; --pause-after prints "paused" after N batches and
-// waits for a line on stdin. Prints "batch ..." per batch (unless --quiet)
-// and a "done ..." line with the rate and the resume state. --seconds stops
+// --out appends every batch's image bytes to FILE (a device batch's copied
+// to the host first); --hold keeps the last N batches unreleased;
+// --pause-after prints "paused" after N batches and waits for a line on
+// stdin. Prints "batch ..." per batch unless --quiet (sequence, epoch, slot,
+// samples, dtype, bytes, device=1 for a device batch, labels, indices) and a
+// "done ..." line with the rate and the resume state. --seconds stops
 // after S seconds counted from the end of the first --warmup-batches
 // batches (default 0: from the open); the done line then also gives
 // timed_samples, timed_seconds and images_per_s over that span
@@ -28,6 +31,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "client/cpp/client.h"
@@ -71,11 +75,16 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
       {"auto", v1::TRANSPORT_AUTO},
       {"shared_memory", v1::SHARED_MEMORY},
       {"data_socket", v1::DATA_SOCKET},
-      {"inline", v1::INLINE}};
+      {"inline", v1::INLINE},
+      {"device_memory", v1::DEVICE_MEMORY}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--quiet") {
       a.quiet = true;
+      continue;
+    }
+    if (flag == "--pin-memory") {
+      a.stream.pin_memory = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -91,6 +100,8 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
       a.stream.pipeline = v;
     else if (flag == "--out")
       a.out = v;
+    else if (flag == "--gpu-uuid")
+      a.stream.gpu_uuid = v;
     else if (flag == "--transport") {
       auto it = kTransports.find(v);
       ok = it != kTransports.end();
@@ -152,15 +163,18 @@ const char* TransportName(v1::Transport t) {
     case v1::SHARED_MEMORY: return "shared_memory";
     case v1::DATA_SOCKET: return "data_socket";
     case v1::INLINE: return "inline";
+    case v1::DEVICE_MEMORY: return "device_memory";
     default: return "auto";
   }
 }
 
 void PrintBatch(const BatchLease& b) {
   const v1::Batch& h = b.header();
-  std::printf("batch seq=%llu epoch=%llu slot=%u n=%u labels=",
+  std::printf("batch seq=%llu epoch=%llu slot=%u n=%u dtype=%d bytes=%llu device=%d labels=",
               static_cast<unsigned long long>(h.sequence()),
-              static_cast<unsigned long long>(h.epoch()), h.slot(), h.num_samples());
+              static_cast<unsigned long long>(h.epoch()), h.slot(), h.num_samples(),
+              static_cast<int>(h.dtype()), static_cast<unsigned long long>(b.images_bytes()),
+              b.on_device() ? 1 : 0);
   for (int i = 0; i < h.labels_size(); ++i)
     std::printf(i ? ",%lld" : "%lld", static_cast<long long>(h.labels(i)));
   std::printf(" indices=");
@@ -190,9 +204,10 @@ int main(int argc, char** argv) {
       client->OpenStream(args->stream);
   if (!stream.ok()) return Fail(stream.status());
   const v1::StreamOpened& op = (*stream)->opened();
-  std::printf("opened stream=%llu transport=%s batches_per_epoch=%llu\n",
+  std::printf("opened stream=%llu transport=%s batches_per_epoch=%llu pinned=%d\n",
               static_cast<unsigned long long>(op.stream_id()), TransportName(op.transport()),
-              static_cast<unsigned long long>(op.batches_per_epoch()));
+              static_cast<unsigned long long>(op.batches_per_epoch()),
+              args->stream.pin_memory ? 1 : 0);
 
   FILE* out = nullptr;
   if (!args->out.empty() && (out = std::fopen(args->out.c_str(), "wb")) == nullptr) {
@@ -200,6 +215,7 @@ int main(int argc, char** argv) {
         absl::InvalidArgumentError("cannot open --out " + args->out + ": " + std::strerror(errno)));
   }
   std::deque<BatchLease> held;  // the last --hold batches
+  std::vector<uint8_t> copy;    // --out of device batches
   uint64_t batches = 0, samples = 0;
   uint64_t timed_samples = 0;
   std::optional<std::chrono::steady_clock::time_point> timed_from;
@@ -227,10 +243,18 @@ int main(int argc, char** argv) {
       timed_from = std::chrono::steady_clock::now();
     }
     if (!args->quiet) PrintBatch(batch);
-    if (out != nullptr &&
-        std::fwrite(batch.images(), 1, batch.images_bytes(), out) != batch.images_bytes()) {
-      status = absl::DataLossError("writing --out " + args->out + " failed");
-      break;
+    if (out != nullptr) {
+      const uint8_t* bytes = batch.images();
+      if (bytes == nullptr && batch.images_bytes() > 0) {  // a device batch on a GPU
+        copy.resize(batch.images_bytes());
+        status = batch.CopyImages(copy.data());
+        if (!status.ok()) break;
+        bytes = copy.data();
+      }
+      if (std::fwrite(bytes, 1, batch.images_bytes(), out) != batch.images_bytes()) {
+        status = absl::DataLossError("writing --out " + args->out + " failed");
+        break;
+      }
     }
     held.push_back(std::move(batch));
     while (held.size() > args->hold) held.pop_front();  // releases the oldest

@@ -37,6 +37,22 @@
  * `credits` batches of a stream unreleased; conveyor_stream_next returns
  * CONVEYOR_FAILED_PRECONDITION rather than block while it holds them all.
  *
+ * GPUs: pin_memory page-locks a shared-memory stream's slots for CUDA
+ * (asynchronous host-to-device copies from info.images); transport
+ * CONVEYOR_DEVICE_MEMORY with gpu_uuid lands batches in the GPU's memory:
+ * info.images is then NULL and info.device_pointer is the CUdeviceptr. The
+ * daemon sends a batch only once its bytes are on the device, so
+ * info.cuda_stream and info.cuda_event are always 0, meaning "ready: nothing
+ * to wait on". The CUDA driver is loaded at run time (libcuda.so.1) only by
+ * streams that ask for a GPU; without one they fail with
+ * CONVEYOR_FAILED_PRECONDITION naming why.
+ *
+ * ABI versions: CONVEYOR_CLIENT_ABI_VERSION is the version of this header,
+ * conveyor_abi_version() the library's, and the library's soname carries it
+ * (libconveyor_client.so.2). Version 2 appended fields to
+ * conveyor_stream_options and conveyor_batch_info: code built against
+ * version 1 must be rebuilt. Check at start-up that both versions agree.
+ *
  * Thread-safety: conveyor_last_error() is per thread (the message of the
  * last failed call on the calling thread). A conveyor_client may be used by
  * several threads at once. A conveyor_stream is used by one thread at a
@@ -51,6 +67,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The ABI version of this header (see above). */
+#define CONVEYOR_CLIENT_ABI_VERSION 2
 
 #if defined(__GNUC__)
 #define CONVEYOR_API __attribute__((visibility("default")))
@@ -85,17 +104,22 @@ typedef enum conveyor_status {
 } conveyor_status;
 
 /* DType and Layout of the proto (conveyor.v1). */
-enum { CONVEYOR_UINT8 = 1, CONVEYOR_FLOAT32 = 2, CONVEYOR_FLOAT16 = 3 };
+enum { CONVEYOR_UINT8 = 1, CONVEYOR_FLOAT32 = 2, CONVEYOR_FLOAT16 = 3, CONVEYOR_BFLOAT16 = 4 };
 enum { CONVEYOR_NCHW = 1, CONVEYOR_NHWC = 2 };
 /* Transport of the proto. */
 enum {
   CONVEYOR_TRANSPORT_AUTO = 0,
   CONVEYOR_SHARED_MEMORY = 1,
   CONVEYOR_INLINE = 2,
-  CONVEYOR_DATA_SOCKET = 3
+  CONVEYOR_DATA_SOCKET = 3,
+  CONVEYOR_DEVICE_MEMORY = 4 /* unix socket, a GPU on the daemon's host: set gpu_uuid */
 };
 
 #define CONVEYOR_MAX_DIMS 8
+
+/* The library's ABI version: CONVEYOR_CLIENT_ABI_VERSION of the header it
+ * was built with. */
+CONVEYOR_API int conveyor_abi_version(void);
 
 /* The message of the last failed call on this thread ("" if none). Valid
  * until the next call of this library on the same thread. */
@@ -128,9 +152,15 @@ typedef struct conveyor_stream_options {
   uint64_t resume_offset;
   uint32_t resume_world_size;
   uint32_t timeout_ms; /* fd hand-over / data socket connect; 0: 10 s */
+  /* ABI version 2: */
+  int32_t pin_memory;   /* 1: page-lock the shared-memory slots for CUDA */
+  const char* gpu_uuid; /* "GPU-..." (nvidia-smi -L): required for
+                           CONVEYOR_DEVICE_MEMORY; pin_memory's device
+                           (NULL or "": device 0) */
 } conveyor_stream_options;
 
-/* Defaults: num_epochs 1, world_size 1, credits 4, shuffle 1, the rest 0. */
+/* Defaults: num_epochs 1, world_size 1, credits 4, shuffle 1, the rest 0
+ * (NULL). */
 CONVEYOR_API void conveyor_stream_options_init(conveyor_stream_options* options);
 
 /* Opens a stream. *out is set on success only. */
@@ -168,6 +198,12 @@ typedef struct conveyor_batch_info {
   int32_t end_of_epoch;
   uint32_t slot;
   uint32_t num_failures; /* samples of this batch that failed (skipped) */
+  /* ABI version 2: */
+  int32_t on_device;       /* 1: a CONVEYOR_DEVICE_MEMORY batch */
+  uint64_t device_pointer; /* on_device: the CUdeviceptr of the images (images
+                              is then NULL); 0 otherwise */
+  uint64_t cuda_stream;    /* always 0: the bytes are on the device when the */
+  uint64_t cuda_event;     /* batch arrives (nothing to wait on) */
 } conveyor_batch_info;
 
 /* The next batch: *batch is the lease (release it), *info describes it.
@@ -175,6 +211,16 @@ typedef struct conveyor_batch_info {
  * an error ends the stream. */
 CONVEYOR_API int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
                                       conveyor_batch_info* info);
+
+/* The device pointer of a batch (0 for a host batch), as info.device_pointer.
+ * Valid until the batch is released. */
+CONVEYOR_API int conveyor_batch_device_pointer(const conveyor_batch* batch, uint64_t* ptr);
+
+/* Copies the batch's images_bytes into `out` (`capacity` bytes; too small is
+ * CONVEYOR_INVALID_ARGUMENT): a memcpy for host batches, a device-to-host
+ * copy for device batches. */
+CONVEYOR_API int conveyor_batch_copy_images(const conveyor_batch* batch, void* out,
+                                            uint64_t capacity);
 
 /* Gives the batch's slot back to the daemon and frees the handle (NULL is
  * ignored). Any thread. */
