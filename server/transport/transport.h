@@ -1,6 +1,6 @@
 // Transports: the ways a stream's batch bytes reach its client, behind one
 // interface so that the service and the gRPC adapter hold no code of any
-// one of them, and a new way (CUDA IPC) is one more implementation.
+// one of them, and a new way is one more implementation.
 //
 //   SHARED_MEMORY  the client maps the stream's memfd, fetched on the fd
 //                  hand-over socket (server/transport/shm.h)
@@ -8,6 +8,9 @@
 //                  gRPC call (server/transport/data_socket.h)
 //   INLINE         the bytes are copied into each Batch message
 //                  (server/transport/inline.h)
+//   DEVICE_MEMORY  the batches land in a ring of GPU buffers the client maps,
+//                  its fd fetched like the memfd
+//                  (server/transport/device/device_transport.h)
 //
 // A Transport is the daemon-wide half (what the daemon offers, whom it can
 // serve, the per-daemon sockets); Open gives a StreamTransport, one
