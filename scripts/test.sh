@@ -66,8 +66,12 @@ stage_asan() {
 
 stage_tsan() {
   local dir="${TSAN_DIR:-$ROOT/build-tsan}"
+  # Without CUDA: the CUDA runtime is not built with TSan either, and this is
+  # the stage that proves a build without CUDA (the device transport's logic
+  # runs here on the host model all the same).
   BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_TSAN=ON \
-    -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
+    -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF \
+    -DCONVEYOR_CUDA=OFF
   # The unit tests: the engine's threads, the side sockets' threads, the
   # service, and the gRPC call's protocol (server/service/stream_call.*) driven by
   # many threads through a fake RPC. Not what runs inside gRPC: Debian's
