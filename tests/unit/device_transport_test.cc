@@ -529,7 +529,7 @@ TEST_CASE("the GPU budget's figures", "[device_transport]") {
   CHECK(GpuBudget::Create(1ull << 20)->LimitOf(g) == (1ull << 20));
 }
 
-TEST_CASE("--device-api host-model and --host-model-gpus", "[device_transport]") {
+TEST_CASE("flags: --device-api host-model and --host-model-gpus", "[device_transport]") {
   auto parse = [](std::vector<const char*> args) {
     args.insert(args.begin(), "conveyord");
     return ParseFlags(static_cast<int>(args.size()), args.data());
