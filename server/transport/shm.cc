@@ -2,7 +2,10 @@
 
 #include <fcntl.h>
 
+#include <atomic>
 #include <cerrno>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
@@ -11,14 +14,14 @@ namespace conveyor::server {
 
 class ShmTransport::Stream final : public StreamTransport {
  public:
-  Stream(ShmTransport* owner, const std::shared_ptr<conveyor::Stream>& stream, const Secret& secret,
-         std::shared_ptr<std::atomic<bool>> handed_over)
+  Stream(ShmTransport* owner, const std::shared_ptr<conveyor::Stream>& stream,
+         const HandOverRegistry::Registration& registration)
       : owner_(owner),
         stream_id_(stream->id()),
         stream_(stream.get()),
-        secret_(secret),
-        handed_over_(std::move(handed_over)) {}
-  ~Stream() override { owner_->Unregister(stream_id_); }
+        secret_(registration.secret),
+        handed_over_(registration.handed_over) {}
+  ~Stream() override { owner_->registry_.Unregister(stream_id_); }
 
   void DescribeIn(v1::StreamOpened* opened) const override {
     v1::SharedMemoryOpened* shm = opened->mutable_shared_memory();
@@ -46,7 +49,7 @@ class ShmTransport::Stream final : public StreamTransport {
   const uint64_t stream_id_;
   conveyor::Stream* const stream_;  // not owned; the session keeps it alive
   const Secret secret_;
-  const std::shared_ptr<std::atomic<bool>> handed_over_;
+  const std::shared_ptr<const std::atomic<bool>> handed_over_;
 };
 
 ShmTransport::~ShmTransport() = default;
@@ -66,46 +69,23 @@ absl::Status ShmTransport::CanServe(const v1::OpenStream& request,
 
 absl::StatusOr<std::unique_ptr<StreamTransport>> ShmTransport::Open(
     const std::shared_ptr<conveyor::Stream>& stream, std::function<void()> wake) {
-  Entry entry;
-  // The client proves it owns the stream with this when it fetches the memfd.
-  if (absl::Status st = NewSecret(&entry.secret); !st.ok()) return st;
-  entry.region_fd.Reset(::fcntl(stream->arena().fd(), F_DUPFD_CLOEXEC, 0));
-  if (!entry.region_fd) return PosixError("dup of the region memfd", errno);
-  entry.handed_over = std::make_shared<std::atomic<bool>>(false);
-  entry.wake = std::move(wake);
-  auto transport = std::make_unique<Stream>(this, stream, entry.secret, entry.handed_over);
-  MutexLock lock(&mu_);
-  entries_[stream->id()] = std::move(entry);
-  return transport;
+  auto region_fd = std::make_shared<UniqueFd>(::fcntl(stream->arena().fd(), F_DUPFD_CLOEXEC, 0));
+  if (!*region_fd) return PosixError("dup of the region memfd", errno);
+  // Handed over duplicated again on each request.
+  auto source = [region_fd]() -> absl::StatusOr<UniqueFd> {
+    UniqueFd fd(::fcntl(region_fd->get(), F_DUPFD_CLOEXEC, 0));
+    if (!fd) return PosixError("dup of the region memfd", errno);
+    return fd;
+  };
+  // The client proves it owns the stream with the secret when it fetches the memfd.
+  absl::StatusOr<HandOverRegistry::Registration> registration =
+      registry_.Register(stream->id(), std::move(source), std::move(wake));
+  if (!registration.ok()) return registration.status();
+  return std::make_unique<Stream>(this, stream, *registration);
 }
 
 absl::StatusOr<UniqueFd> ShmTransport::RegionFd(uint64_t stream_id, const Secret& secret) {
-  UniqueFd fd;
-  std::function<void()> wake;
-  {
-    MutexLock lock(&mu_);
-    auto it = entries_.find(stream_id);
-    // Compare against something either way so that an unknown id costs the same.
-    static const Secret kNone{};
-    const bool known = it != entries_.end();
-    const bool match = ConstantTimeEqual(known ? it->second.secret : kNone, secret);
-    if (!known || !match) return absl::PermissionDeniedError("unknown stream or wrong secret");
-    fd.Reset(::fcntl(it->second.region_fd.get(), F_DUPFD_CLOEXEC, 0));
-    if (!fd) return PosixError("dup of the region memfd", errno);
-    it->second.handed_over->store(true, std::memory_order_release);
-    wake = it->second.wake;
-  }
-  if (wake) wake();
-  return fd;
-}
-
-void ShmTransport::Unregister(uint64_t stream_id) {
-  Entry gone;  // its fd closes outside the lock
-  MutexLock lock(&mu_);
-  auto it = entries_.find(stream_id);
-  if (it == entries_.end()) return;
-  gone = std::move(it->second);
-  entries_.erase(it);
+  return registry_.HandOver(stream_id, secret);
 }
 
 }  // namespace conveyor::server

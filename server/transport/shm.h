@@ -5,24 +5,22 @@
 // it. A Batch then carries only where its images are in the region.
 //
 // The transport keeps the registry the fd hand-over socket consults
-// (RegionFd): stream id → secret and a duplicate of the region's memfd,
-// from Open until the stream's transport is destroyed. Because a short
-// stream can end before its client fetched the region, a stream that ended
-// by itself (or by a data error) asks its call to wait for the hand-over
-// (MustWaitForClient) and wakes it when the hand-over happens.
+// (RegionFd, a HandOverRegistry): stream id → secret and a duplicate of the
+// region's memfd, from Open until the stream's transport is destroyed.
+// Because a short stream can end before its client fetched the region, a
+// stream that ended by itself (or by a data error) asks its call to wait
+// for the hand-over (MustWaitForClient) and wakes it when the hand-over
+// happens.
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "core/base/mutex.h"
 #include "core/base/unique_fd.h"
+#include "server/transport/hand_over_registry.h"
 #include "server/transport/secret.h"
 #include "server/transport/transport.h"
 
@@ -49,17 +47,11 @@ class ShmTransport final : public Transport {
 
  private:
   class Stream;
-  struct Entry {
-    Secret secret{};
-    UniqueFd region_fd;  // a duplicate, handed over (duplicated again) on request
-    std::shared_ptr<std::atomic<bool>> handed_over;  // shared with the stream's transport
-    std::function<void()> wake;
-  };
-  void Unregister(uint64_t stream_id);
 
   const std::string fd_socket_path_;
-  Mutex mu_;
-  std::map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Each entry's source holds a duplicate of the region memfd and hands
+  // over a duplicate of that.
+  HandOverRegistry registry_;
 };
 
 }  // namespace conveyor::server

@@ -1,5 +1,9 @@
 #include "server/transport/device/device_transport.h"
 
+#include <atomic>
+#include <memory>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -33,14 +37,14 @@ absl::StatusOr<gpu::DeviceInfo> FindGpu(gpu::DeviceApi& api, const std::string& 
 class DeviceTransport::Stream final : public StreamTransport {
  public:
   Stream(DeviceTransport* owner, const std::shared_ptr<conveyor::Stream>& stream,
-         std::shared_ptr<DeviceFinisher> finisher, const Secret& secret,
-         std::shared_ptr<std::atomic<bool>> handed_over)
+         std::shared_ptr<DeviceFinisher> finisher,
+         const HandOverRegistry::Registration& registration)
       : owner_(owner),
         stream_id_(stream->id()),
         finisher_(std::move(finisher)),
-        secret_(secret),
-        handed_over_(std::move(handed_over)) {}
-  ~Stream() override { owner_->Unregister(stream_id_); }
+        secret_(registration.secret),
+        handed_over_(registration.handed_over) {}
+  ~Stream() override { owner_->registry_.Unregister(stream_id_); }
 
   void DescribeIn(v1::StreamOpened* opened) const override {
     v1::DeviceMemoryOpened* d = opened->mutable_device_memory();
@@ -69,7 +73,7 @@ class DeviceTransport::Stream final : public StreamTransport {
   const uint64_t stream_id_;
   const std::shared_ptr<DeviceFinisher> finisher_;
   const Secret secret_;
-  const std::shared_ptr<std::atomic<bool>> handed_over_;
+  const std::shared_ptr<const std::atomic<bool>> handed_over_;
 };
 
 DeviceTransport::DeviceTransport(std::shared_ptr<gpu::DeviceApi> api,
@@ -116,55 +120,19 @@ absl::StatusOr<std::unique_ptr<StreamTransport>> DeviceTransport::Open(
         "stream %d has no device ring: it was not opened with this transport's finisher",
         stream->id()));
   }
-  Entry entry;
-  // The client proves it owns the stream with this when it fetches the ring.
-  if (absl::Status st = NewSecret(&entry.secret); !st.ok()) return st;
-  entry.finisher = finisher;
-  entry.handed_over = std::make_shared<std::atomic<bool>>(false);
-  entry.wake = std::move(wake);
-  auto transport =
-      std::make_unique<Stream>(this, stream, finisher, entry.secret, entry.handed_over);
-  MutexLock lock(&mu_);
-  entries_[stream->id()] = std::move(entry);
-  return transport;
+  // Outside the registry's lock: an export may ask the driver.
+  auto source = [finisher]() { return finisher->ExportRingFd(); };
+  // The client proves it owns the stream with the secret when it fetches the ring.
+  absl::StatusOr<HandOverRegistry::Registration> registration =
+      registry_.Register(stream->id(), std::move(source), std::move(wake));
+  if (!registration.ok()) return registration.status();
+  return std::make_unique<Stream>(this, stream, finisher, *registration);
 }
 
-bool DeviceTransport::Serves(uint64_t stream_id) const {
-  MutexLock lock(&mu_);
-  return entries_.count(stream_id) != 0;
-}
+bool DeviceTransport::Serves(uint64_t stream_id) const { return registry_.Contains(stream_id); }
 
 absl::StatusOr<UniqueFd> DeviceTransport::RegionFd(uint64_t stream_id, const Secret& secret) {
-  std::shared_ptr<DeviceFinisher> finisher;
-  std::function<void()> wake;
-  std::shared_ptr<std::atomic<bool>> handed_over;
-  {
-    MutexLock lock(&mu_);
-    auto it = entries_.find(stream_id);
-    // Compare against something either way so that an unknown id costs the same.
-    static const Secret kNone{};
-    const bool known = it != entries_.end();
-    const bool match = ConstantTimeEqual(known ? it->second.secret : kNone, secret);
-    if (!known || !match) return absl::PermissionDeniedError("unknown stream or wrong secret");
-    finisher = it->second.finisher;
-    wake = it->second.wake;
-    handed_over = it->second.handed_over;
-  }
-  // Outside the lock: an export may ask the driver.
-  absl::StatusOr<UniqueFd> fd = finisher->ExportRingFd();
-  if (!fd.ok()) return fd.status();
-  handed_over->store(true, std::memory_order_release);
-  if (wake) wake();
-  return fd;
-}
-
-void DeviceTransport::Unregister(uint64_t stream_id) {
-  Entry gone;  // its finisher may go outside the lock
-  MutexLock lock(&mu_);
-  auto it = entries_.find(stream_id);
-  if (it == entries_.end()) return;
-  gone = std::move(it->second);
-  entries_.erase(it);
+  return registry_.HandOver(stream_id, secret);
 }
 
 }  // namespace conveyor::server

@@ -15,26 +15,23 @@
 // why; its host streams are not affected. Device bytes count against the
 // per-GPU budget (GpuBudget).
 //
-// The registry the fd hand-over consults (RegionFd) holds stream id →
-// secret and the stream's finisher, from Open until the stream's transport
-// is destroyed; a stream that ended by itself asks its call to wait for the
-// hand-over (MustWaitForClient), as ShmTransport does.
+// The registry the fd hand-over consults (RegionFd, a HandOverRegistry)
+// holds stream id → secret and the stream's finisher, from Open until the
+// stream's transport is destroyed; a stream that ended by itself asks its
+// call to wait for the hand-over (MustWaitForClient), as ShmTransport does.
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once
 
-#include <atomic>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
-#include "core/base/mutex.h"
 #include "core/base/unique_fd.h"
 #include "core/gpu/device_api.h"
 #include "server/transport/device/device_finisher.h"
 #include "server/transport/device/gpu_budget.h"
+#include "server/transport/hand_over_registry.h"
 #include "server/transport/secret.h"
 #include "server/transport/transport.h"
 
@@ -73,19 +70,13 @@ class DeviceTransport final : public Transport {
 
  private:
   class Stream;
-  struct Entry {
-    Secret secret{};
-    std::shared_ptr<DeviceFinisher> finisher;
-    std::shared_ptr<std::atomic<bool>> handed_over;  // shared with the stream's transport
-    std::function<void()> wake;
-  };
-  void Unregister(uint64_t stream_id);
 
   const std::shared_ptr<gpu::DeviceApi> api_;
   const std::shared_ptr<GpuBudget> budget_;
   const std::string fd_socket_path_;
-  mutable Mutex mu_;
-  std::map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Each entry's source holds the stream's finisher and exports its ring
+  // (outside the registry's lock: an export may ask the driver).
+  HandOverRegistry registry_;
 };
 
 }  // namespace conveyor::server
