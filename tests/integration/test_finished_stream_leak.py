@@ -17,10 +17,12 @@ consumer took its ready batches) the INLINE cases kept every stream open:
 their 224 px messages cannot all be written to a client that stopped reading.
 """
 
+import math
+
 import pytest
 
 import conveyor
-from conveyor_integration import (daemon_config, pipeline_entry, skip_rss_check_if_sanitized,
+from conveyor_integration import (daemon_config, pb, pipeline_entry, skip_rss_check_if_sanitized,
                                   wait_until)
 
 MiB = 1 << 20
@@ -72,7 +74,10 @@ def _open_take_close(address, transport, pipeline, batch, credits, epochs, take,
         # (A stream whose every batch was sent has left GetStats already.)
         assert wait_until(lambda: _emitted(address, stream.stream_id) in (None, total), 20), \
             _stream_stats(address, stream.stream_id)
-        region = stream.num_slots * stream.slot_bytes
+        # The daemon's slots, for every transport (only shared memory tells
+        # the client their geometry): `credits` batches of samples.
+        itemsize = {pb.FLOAT32: 4, pb.FLOAT16: 2}.get(stream.pipeline.dtype, 1)
+        region = credits * batch * math.prod(stream.pipeline.sample_shape) * itemsize
     finally:
         stream.close()
     return region

@@ -66,9 +66,12 @@ class Stream(ClosesOnExit):
 
     Attributes after opening: stream_id, transport ("shared_memory",
     "data_socket", "inline" or "device_memory": images are then
-    conveyor DeviceArrays in GPU memory), credits, samples_per_epoch, batches_per_epoch, pipeline (the
-    PipelineInfo), region_bytes, slot_bytes, num_slots, epoch_ends (EpochEnd
-    messages seen), end (the StreamEnd message once the stream finished).
+    conveyor DeviceArrays in GPU memory), credits, samples_per_epoch,
+    batches_per_epoch, pipeline (the PipelineInfo), region_bytes, slot_bytes,
+    num_slots (the geometry of the region the client maps: shared_memory and
+    device_memory streams; 0 for the others, whose slots stay in the
+    daemon), epoch_ends (EpochEnd messages seen), end (the StreamEnd message
+    once the stream finished).
     """
 
     _exit_order = 0  # closed at interpreter exit before loaders (conveyor/_exit.py)
