@@ -324,7 +324,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     d->tcp_port_ = d->tcp_listener_->port();
     spdlog::info(
         "TCP {}: at most {} connections per peer and {} in all may wait for their first "
-        "message ({} s each); new ones are refused past {} open fds (RLIMIT_NOFILE {})",
+        "message ({} s each); none is accepted past {} open fds (RLIMIT_NOFILE {})",
         config.listen.tcp, options.max_pending_per_peer, options.max_pending,
         std::chrono::duration_cast<std::chrono::seconds>(options.pending_timeout).count(),
         options.fd_high_water, FdLimit());

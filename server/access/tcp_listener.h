@@ -143,7 +143,7 @@ class TcpListener {
   using Clock = std::chrono::steady_clock;
   struct Options {
     bool tls = false;  // the port speaks TLS (what the first message is)
-    size_t max_pending_per_peer = 16;
+    size_t max_pending_per_peer = 64;
     size_t max_pending = 256;
     Clock::duration pending_timeout = std::chrono::seconds(10);
     // Open fds past which new connections are refused (FdHighWaterMark).
