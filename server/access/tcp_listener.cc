@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -296,7 +297,7 @@ std::optional<TcpListener::Clock::time_point> TcpListener::Tick(Clock::time_poin
   if (listener_->backoff().failures() != failures && listener_->paused()) AcceptFailed();
   if (short_of_fds_) {
     // No connection may come to say the fds are back: look now and then.
-    if (!listener_->paused() && OpenFds(now) < options_.fd_high_water) {
+    if (!listener_->paused() && OpenFds(now) < FdResumeMark()) {
       SetPressure(false);
     } else {
       const Clock::time_point again = now + kPressureRecheck;
@@ -332,7 +333,7 @@ void TcpListener::Take(UniqueFd conn) {
       return;
     }
     Drop(oldest, TcpRefusal::kFdReserve);  // `conn` takes its place
-  } else {
+  } else if (fd_estimate_ < FdResumeMark()) {
     SetPressure(false);
   }
   const std::string peer = PeerHost(fd);
@@ -350,6 +351,14 @@ void TcpListener::Take(UniqueFd conn) {
   fds_.emplace(fd, std::move(conn));
   pending_count_.store(pending_.size(), std::memory_order_relaxed);
   Peek(fd, false);  // the first bytes may be there already
+}
+
+int TcpListener::FdResumeMark() const {
+  // Some way below the mark, so that health does not flap with every
+  // connection that comes and goes at the mark.
+  // No mark (no fd limit known): only accept() failing means short of fds.
+  if (options_.fd_high_water <= 0) return std::numeric_limits<int>::max();
+  return options_.fd_high_water - std::max(8, options_.fd_high_water / 32);
 }
 
 void TcpListener::AcceptFailed() {

@@ -30,8 +30,9 @@
 // reserve kept for sample reads, shards and the side sockets), a new
 // connection evicts the oldest pending one, or, with none pending, is closed
 // at once: accepts then "fail for lack of fds", and `on_fd_pressure(true)`
-// is called (the daemon sets health NOT_SERVING) until a connection is
-// accepted below the mark again (`on_fd_pressure(false)`). accept() itself
+// is called (the daemon sets health NOT_SERVING) until the open fds are
+// some way below the mark again (max(8, mark / 32) fds, so that health does
+// not flap at the mark; `on_fd_pressure(false)`). accept() itself
 // failing (EMFILE, ENFILE) counts the same, with LoopListener's backoff.
 //
 // Every connection closed by these rules is counted by reason
@@ -189,6 +190,9 @@ class TcpListener {
   void Count(TcpRefusal reason);
   // accept() failed (and the listener pauses).
   void AcceptFailed();
+  // Open fds below which a listener short of fds is no longer (the
+  // high-water mark less some slack).
+  int FdResumeMark() const;
   void SetPressure(bool short_of_fds);
   // The process's open fds (recounted at most every few ms; an estimate
   // between recounts).

@@ -151,7 +151,7 @@ def test_refused_uid_gets_nothing_not_even_with_a_stolen_secret(start_daemon):
         assert s.transport == "shared_memory"
         r = run_as_nobody("steal", d.unix, str(d.socket_path) + ".fd", s.stream_id,
                           s.opened.shared_memory.secret.hex())
-        assert r.get("got_fd") is None and r.get("error") == "ConveyorError", r
+        assert r.get("got_fd") is None and r.get("error") == "HandOverRefused", r
         assert "status 1" in r["message"], r
         assert next(s).num_samples == 8  # root's stream is unharmed
     finally:
