@@ -201,7 +201,12 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(const std::strin
         absl::StrCat("TCP address '", host_port, "': ", gai_strerror(rc)));
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addrs(found, &::freeaddrinfo);
-  UniqueFd listen_fd;
+  size_t count = 0;
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) ++count;
+  // Every address of the host, as gRPC's own listener did ("localhost": ::1
+  // and 127.0.0.1), on one port (the first one's when port 0 picks it).
+  std::vector<UniqueFd> sockets;
+  int bound_port = 0;
   std::string last_error = "no address";
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
     UniqueFd fd(
@@ -214,35 +219,49 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(const std::strin
     if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
       return PosixError(absl::StrCat("TCP ", host_port, ": setsockopt SO_REUSEADDR"), errno);
     }
+    // Beside an IPv4 address, an IPv6 one must not claim IPv4 too.
+    if (a->ai_family == AF_INET6 && count > 1 &&
+        ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
+      return PosixError(absl::StrCat("TCP ", host_port, ": setsockopt IPV6_V6ONLY"), errno);
+    }
+    if (bound_port != 0) {
+      if (a->ai_family == AF_INET6) {
+        reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(bound_port);
+      } else if (a->ai_family == AF_INET) {
+        reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(bound_port);
+      }
+    }
     if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1024) != 0) {
       last_error = std::string(PosixError("bind/listen", errno).message());
       continue;
     }
-    listen_fd = std::move(fd);
-    break;
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+      return PosixError(absl::StrCat("TCP ", host_port, ": getsockname"), errno);
+    }
+    bound_port =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    sockets.push_back(std::move(fd));
   }
-  if (!listen_fd) {
+  if (sockets.empty()) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on TCP ", host_port, ": ", last_error));
   }
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  if (::getsockname(listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    return PosixError(absl::StrCat("TCP ", host_port, ": getsockname"), errno);
-  }
-  const int bound_port =
-      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("TCP listener");
   if (!loop.ok()) return loop.status();
   std::unique_ptr<TcpListener> l(new TcpListener(bound_port, *std::move(loop), options,
                                                  std::move(on_accept), std::move(on_fd_pressure)));
   TcpListener* raw = l.get();
-  absl::StatusOr<std::unique_ptr<LoopListener>> listener = LoopListener::Create(
-      "TCP " + host_port, raw->loop_.get(), std::move(listen_fd), EventKey(EventTag::kListen, 0),
-      [raw](UniqueFd conn) { raw->Take(std::move(conn)); });
-  if (!listener.ok()) return listener.status();
-  l->listener_ = *std::move(listener);
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    const int listen_fd = sockets[i].get();
+    absl::StatusOr<std::unique_ptr<LoopListener>> listener = LoopListener::Create(
+        "TCP " + host_port, raw->loop_.get(), std::move(sockets[i]), EventKey(EventTag::kListen, i),
+        [raw, listen_fd](UniqueFd conn) { raw->Take(std::move(conn), listen_fd); });
+    if (!listener.ok()) return listener.status();
+    l->listeners_.push_back(*std::move(listener));
+  }
   l->thread_ = std::thread([raw] { raw->Run(); });
   pthread_setname_np(l->thread_.native_handle(), "conveyor-tcp");
   return l;
@@ -257,17 +276,20 @@ void TcpListener::Stop() {
     loop_->Stop();
     thread_.join();
   }
-  listener_.reset();  // closes the listening socket
-  fds_.clear();       // and the pending connections
+  listeners_.clear();  // closes the listening sockets
+  fds_.clear();        // and the pending connections
 }
 
 void TcpListener::Run() {
   const absl::Status st = loop_->Run(
       [this](uint64_t key, uint32_t events) {
         if (TagOf(key) == EventTag::kListen) {
-          const uint64_t failures = listener_->backoff().failures();
-          listener_->AcceptAll();
-          if (listener_->backoff().failures() != failures) AcceptFailed();
+          const size_t i = static_cast<size_t>(ValueOf(key));
+          if (i >= listeners_.size()) return;
+          LoopListener& listener = *listeners_[i];
+          const uint64_t failures = listener.backoff().failures();
+          listener.AcceptAll();
+          if (listener.backoff().failures() != failures) AcceptFailed();
         } else if (TagOf(key) == EventTag::kHandshake) {
           const int fd = static_cast<int>(ValueOf(key));
           if (!pending_.Contains(fd)) return;
@@ -290,14 +312,18 @@ void TcpListener::Run() {
 std::optional<TcpListener::Clock::time_point> TcpListener::Tick(Clock::time_point now) {
   for (int fd : pending_.Expired(now)) Drop(fd, TcpRefusal::kPendingTimeout);
   std::optional<Clock::time_point> next = pending_.NextDeadline();
-  const uint64_t failures = listener_->backoff().failures();
-  if (std::optional<Clock::time_point> resume = listener_->Tick(now)) {
-    next = next ? std::min(*next, *resume) : *resume;
+  bool paused = false;
+  for (const std::unique_ptr<LoopListener>& listener : listeners_) {
+    const uint64_t failures = listener->backoff().failures();
+    if (std::optional<Clock::time_point> resume = listener->Tick(now)) {
+      next = next ? std::min(*next, *resume) : *resume;
+    }
+    if (listener->backoff().failures() != failures && listener->paused()) AcceptFailed();
+    paused = paused || listener->paused();
   }
-  if (listener_->backoff().failures() != failures && listener_->paused()) AcceptFailed();
   if (short_of_fds_) {
     // No connection may come to say the fds are back: look now and then.
-    if (!listener_->paused() && OpenFds(now) < FdResumeMark()) {
+    if (!paused && OpenFds(now) < FdResumeMark()) {
       SetPressure(false);
     } else {
       const Clock::time_point again = now + kPressureRecheck;
@@ -318,7 +344,7 @@ int TcpListener::OpenFds(Clock::time_point now) {
   return fd_estimate_;
 }
 
-void TcpListener::Take(UniqueFd conn) {
+void TcpListener::Take(UniqueFd conn, int listen_fd) {
   const Clock::time_point now = Clock::now();
   const int fd = conn.get();
   ++fd_estimate_;  // `conn` (a recount below sees it anyway)
@@ -348,7 +374,7 @@ void TcpListener::Take(UniqueFd conn) {
     return;
   }
   pending_.Add(fd, peer, now + options_.pending_timeout);
-  fds_.emplace(fd, std::move(conn));
+  fds_.emplace(fd, Held{std::move(conn), listen_fd});
   pending_count_.store(pending_.size(), std::memory_order_relaxed);
   Peek(fd, false);  // the first bytes may be there already
 }
@@ -399,9 +425,10 @@ void TcpListener::Peek(int fd, bool hung_up) {
   pending_count_.store(pending_.size(), std::memory_order_relaxed);
   (void)loop_->Remove(fd);
   auto it = fds_.find(fd);
-  UniqueFd conn = std::move(it->second);
+  UniqueFd conn = std::move(it->second.fd);
+  const int listen_fd = it->second.listen_fd;
   fds_.erase(it);
-  on_accept_(std::move(conn), listener_->fd());
+  on_accept_(std::move(conn), listen_fd);
 }
 
 void TcpListener::Drop(int fd, TcpRefusal reason) {

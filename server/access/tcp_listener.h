@@ -156,8 +156,9 @@ class TcpListener {
   // Accepts started (true) or stopped (false) failing for lack of fds.
   using OnFdPressure = std::function<void(bool short_of_fds)>;
 
-  // Binds `host_port` ("host:port", "[v6]:port"; port 0: a free one) and
-  // starts accepting. UnavailableError when it cannot bind.
+  // Binds `host_port` ("host:port", "[v6]:port"; port 0: a free one) on
+  // every address of the host (localhost: ::1 and 127.0.0.1, one port) and
+  // starts accepting. UnavailableError when it can bind none.
   static absl::StatusOr<std::unique_ptr<TcpListener>> Start(const std::string& host_port,
                                                             Options options, OnAccept on_accept,
                                                             OnFdPressure on_fd_pressure);
@@ -181,7 +182,7 @@ class TcpListener {
               OnFdPressure on_fd_pressure);
   void Run();
   std::optional<Clock::time_point> Tick(Clock::time_point now);
-  void Take(UniqueFd conn);
+  void Take(UniqueFd conn, int listen_fd);
   // Hands `fd` over once its first message is complete; `hung_up`: its
   // client closed its side (what it sent is all there will be).
   void Peek(int fd, bool hung_up);
@@ -205,8 +206,13 @@ class TcpListener {
   const OnFdPressure on_fd_pressure_;
 
   // The listener's thread's (set by Start before it starts).
-  std::unique_ptr<LoopListener> listener_;
-  std::map<int, UniqueFd> fds_;  // the pending connections' fds
+  std::vector<std::unique_ptr<LoopListener>> listeners_;  // one per address
+  struct Held {
+    UniqueFd fd;
+    int listen_fd;  // the listening socket that accepted it (not owned)
+  };
+  std::map<int, Held> fds_;  // the pending connections
+
   PendingConnections pending_;
   bool short_of_fds_ = false;
   int fd_estimate_ = 0;

@@ -240,3 +240,19 @@ def test_handshaken_connections_past_the_mark_turn_health_not_serving(flood_daem
     assert "Too many open files" not in log, log[-5000:]
     assert "health: NOT_SERVING while new TCP connections are refused" in log
     assert "health: SERVING again" in log
+
+
+def test_localhost_is_served_on_every_loopback_address(daemon_factory, dataset):
+    """The daemon binds TCP itself: "localhost" means ::1 and 127.0.0.1, on
+    one port, as gRPC's own listener had it."""
+    root, _ = dataset
+    d = daemon_factory(daemon_config(root), name="localhost", tcp=False,
+                       extra_args=("--tcp", "localhost:0", "--port-file", "port"))
+    port = int(wait_until(lambda: (d.workdir / "port").exists() and
+                          (d.workdir / "port").read_text().strip(), 10.0))
+    hosts = ["127.0.0.1"]
+    if socket.has_ipv6 and any(a[0] == socket.AF_INET6 for a in
+                               socket.getaddrinfo("localhost", port, type=socket.SOCK_STREAM)):
+        hosts.append("[::1]")
+    for host in hosts:
+        assert conveyor.list_pipelines("%s:%d" % (host, port), timeout=scaled(10)), host
