@@ -307,6 +307,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     if (const int limit = FdLimit(); limit > 0) {
       options.fd_high_water = FdHighWaterMark(limit, threads);
     }
+    // Loopback TCP is no way around listen.allowed_uids / allowed_gids:
+    // without tokens or required client certificates, a connection from a
+    // local user they do not admit is closed before gRPC sees it.
+    const bool uids_listed =
+        !config.listen.allowed_uids.empty() || !config.listen.allowed_gids.empty();
+    if (uids_listed && !unix_path.empty() && config.access.tokens.empty() &&
+        !config.listen.tls.require_client_cert) {
+      options.admits_local_uid = [policy = d->unix_listener_->policy()](uid_t uid) {
+        return policy.Allows(PeerOfUid(uid));
+      };
+    }
     grpc::experimental::ExternalConnectionAcceptor* const acceptor = d->tcp_acceptor_.get();
     Daemon* const daemon = d.get();
     absl::StatusOr<std::unique_ptr<TcpListener>> tcp = TcpListener::Start(

@@ -63,17 +63,24 @@ void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tc
   // The unix socket is always restricted: listen.unix_mode may not grant
   // access to others (a config check).
   const bool unix_restricted = !listen.unix_path.empty();
+  const bool uids_listed = !listen.allowed_uids.empty() || !listen.allowed_gids.empty();
   if (unix_restricted && tokens == 0 && !tls.require_client_cert) {
-    spdlog::warn(
-        "the unix socket admits only some users (listen.unix_mode {:o}{}), but TCP {} asks for "
-        "no bearer token (access.tokens) nor client certificate (listen.tls.require_client_cert): "
-        "any local user reaches the same pipelines over TCP, whatever listen.unix_mode and "
-        "listen.allowed_uids say",
-        listen.unix_mode,
-        listen.allowed_uids.empty() && listen.allowed_gids.empty()
-            ? ""
-            : ", listen.allowed_uids / allowed_gids",
-        listen.tcp);
+    if (uids_listed) {
+      // The TCP listener looks up the uid owning a local connection's other
+      // end and applies the same lists (server/access/tcp_listener.h).
+      spdlog::info(
+          "TCP {}: connections from this host are held to listen.allowed_uids / allowed_gids as "
+          "on the unix socket (by the uid owning their socket); TCP asks for no token",
+          listen.tcp);
+    } else {
+      spdlog::warn(
+          "the unix socket admits only some users (listen.unix_mode {:o}), but TCP {} asks for "
+          "no bearer token (access.tokens) nor client certificate "
+          "(listen.tls.require_client_cert): any local user reaches the same pipelines over "
+          "TCP, whatever listen.unix_mode says (set access.tokens, or listen.allowed_uids / "
+          "allowed_gids, which local TCP connections are held to as well)",
+          listen.unix_mode, listen.tcp);
+    }
   }
   if (!IsLoopbackAddress(listen.tcp) && !tls.enabled() && tokens == 0) {
     spdlog::warn(

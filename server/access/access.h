@@ -38,9 +38,10 @@ absl::StatusOr<Access> BuildAccess(const ListenConfig& listen, const AccessConfi
 
 // Logs how TCP is guarded (TLS, client certificates, tokens), and warns
 // when it is not although it is reachable from other hosts, when it lets
-// local users around the unix socket's restrictions (listen.unix_mode,
-// which never admits others, and listen.allowed_uids / allowed_gids) while
-// TCP needs neither a token nor a client certificate, and when the TLS
+// local users around the unix socket's mode (listen.unix_mode, which never
+// admits others) while TCP needs neither a token nor a client certificate
+// nor an allowed uid (listen.allowed_uids / allowed_gids, which the TCP
+// listener applies to connections from this host), and when the TLS
 // certificate is expired or not yet valid (CertificateValidityProblem).
 void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tcp_port);
 

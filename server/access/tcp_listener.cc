@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -81,7 +82,103 @@ int CountOpenFds() {
   return n - 1;  // the directory's own fd
 }
 
+// /proc/net/tcp's "ADDR:PORT" of an address: each 32-bit word as the
+// kernel prints it (%08X of the word in memory), the port in hex.
+std::string ProcAddress(const sockaddr_storage& a) {
+  char out[64];
+  if (a.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+    uint32_t w;
+    std::memcpy(&w, &in->sin_addr, 4);
+    std::snprintf(out, sizeof(out), "%08X:%04X", w, ntohs(in->sin_port));
+    return out;
+  }
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  uint32_t w[4];
+  std::memcpy(w, &in6->sin6_addr, 16);
+  std::snprintf(out, sizeof(out), "%08X%08X%08X%08X:%04X", w[0], w[1], w[2], w[3],
+                ntohs(in6->sin6_port));
+  return out;
+}
+
 }  // namespace
+
+namespace {
+
+// An AF_INET6 address holding an IPv4 one (::ffff:a.b.c.d) as AF_INET.
+sockaddr_storage Unmapped(const sockaddr_storage& a) {
+  if (a.ss_family != AF_INET6) return a;
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  if (!IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return a;
+  sockaddr_storage out{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&out);
+  in->sin_family = AF_INET;
+  in->sin_port = in6->sin6_port;
+  std::memcpy(&in->sin_addr, in6->sin6_addr.s6_addr + 12, 4);
+  return out;
+}
+
+// The same IPv4 address as ::ffff:a.b.c.d.
+sockaddr_storage Mapped(const sockaddr_storage& a) {
+  if (a.ss_family != AF_INET) return a;
+  const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+  sockaddr_storage out{};
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&out);
+  in6->sin6_family = AF_INET6;
+  in6->sin6_port = in->sin_port;
+  in6->sin6_addr.s6_addr[10] = 0xff;
+  in6->sin6_addr.s6_addr[11] = 0xff;
+  std::memcpy(in6->sin6_addr.s6_addr + 12, &in->sin_addr, 4);
+  return out;
+}
+
+// The uid on the line of `path` whose local address is `local` and remote
+// address `remote` (ProcAddress forms).
+std::optional<uid_t> FindSocketOwner(const char* path, const std::string& local,
+                                     const std::string& remote) {
+  FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return std::nullopt;
+  std::optional<uid_t> uid;
+  char line[512];
+  while (!uid && std::fgets(line, sizeof(line), f) != nullptr) {
+    char l[80], r[80];
+    unsigned st = 0;
+    unsigned long owner = 0;
+    // sl local rem st tx:rx tr:when retrnsmt uid ...
+    if (std::sscanf(line, " %*s %79s %79s %x %*s %*s %*s %lu", l, r, &st, &owner) != 4) continue;
+    if (local == l && remote == r) uid = static_cast<uid_t>(owner);
+  }
+  std::fclose(f);
+  return uid;
+}
+
+}  // namespace
+
+std::optional<uid_t> LocalPeerUid(int fd) {
+  sockaddr_storage ours{}, theirs{};
+  socklen_t len = sizeof(ours);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ours), &len) != 0) return std::nullopt;
+  len = sizeof(theirs);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &len) != 0) return std::nullopt;
+  if (ours.ss_family != theirs.ss_family ||
+      (ours.ss_family != AF_INET && ours.ss_family != AF_INET6)) {
+    return std::nullopt;
+  }
+  // The other end's line: its local address is our peer, its remote ours.
+  // An IPv4 connection's other end may be an IPv6 socket (gRPC's clients
+  // make dual-stack ones), listed in tcp6 as ::ffff:a.b.c.d, and the
+  // other way round.
+  ours = Unmapped(ours);
+  theirs = Unmapped(theirs);
+  if (ours.ss_family == AF_INET6) {
+    return FindSocketOwner("/proc/net/tcp6", ProcAddress(theirs), ProcAddress(ours));
+  }
+  if (std::optional<uid_t> uid =
+          FindSocketOwner("/proc/net/tcp", ProcAddress(theirs), ProcAddress(ours))) {
+    return uid;
+  }
+  return FindSocketOwner("/proc/net/tcp6", ProcAddress(Mapped(theirs)), ProcAddress(Mapped(ours)));
+}
 
 FirstMessage CheckFirstMessage(absl::Span<const uint8_t> bytes, bool tls) {
   if (tls) {
@@ -118,6 +215,7 @@ const char* TcpRefusalName(TcpRefusal reason) {
     case TcpRefusal::kAcceptFailed: return "accept_failed";
     case TcpRefusal::kPendingTimeout: return "pending_timeout";
     case TcpRefusal::kMalformed: return "malformed";
+    case TcpRefusal::kLocalUidRefused: return "local_uid_refused";
     case TcpRefusal::kCount: break;
   }
   return "?";
@@ -421,6 +519,13 @@ void TcpListener::Peek(int fd, bool hung_up) {
     case FirstMessage::kMalformed: Drop(fd, TcpRefusal::kMalformed); return;
     case FirstMessage::kComplete: break;
   }
+  if (options_.admits_local_uid) {
+    if (std::optional<uid_t> uid = LocalPeerUid(fd); uid && !options_.admits_local_uid(*uid)) {
+      refused_uid_ = *uid;
+      Drop(fd, TcpRefusal::kLocalUidRefused);
+      return;
+    }
+  }
   pending_.Remove(fd);
   pending_count_.store(pending_.size(), std::memory_order_relaxed);
   (void)loop_->Remove(fd);
@@ -483,6 +588,12 @@ void TcpListener::Count(TcpRefusal reason) {
     case TcpRefusal::kMalformed:
       spdlog::warn("TCP {}: closed a connection whose first bytes are not {}{}", port_,
                    options_.tls ? "a TLS handshake" : "an HTTP/2 connection preface", since);
+      break;
+    case TcpRefusal::kLocalUidRefused:
+      spdlog::warn(
+          "TCP {}: refused a connection of local uid {}: not allowed by listen.allowed_uids / "
+          "listen.allowed_gids, and TCP asks for no token{}",
+          port_, refused_uid_, since);
       break;
     case TcpRefusal::kCount: break;
   }

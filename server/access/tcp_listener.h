@@ -45,6 +45,7 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <array>
 #include <atomic>
@@ -66,6 +67,11 @@
 #include "core/base/unique_fd.h"
 
 namespace conveyor::server {
+
+// The uid owning the other end of TCP connection `fd` when that end is a
+// socket of this host's network namespace (/proc/net/tcp, tcp6); nullopt
+// for a peer elsewhere (or when it cannot be told).
+std::optional<uid_t> LocalPeerUid(int fd);
 
 // Whether `bytes` (the first bytes a client sent) hold its complete first
 // message: with `tls`, one whole TLS record; without, the 24-byte HTTP/2
@@ -89,6 +95,7 @@ enum class TcpRefusal : int {
   kAcceptFailed,        // accept() failed (out of fds): counted per attempt
   kPendingTimeout,      // its first message did not come in time
   kMalformed,           // its first bytes were neither HTTP/2 nor TLS
+  kLocalUidRefused,     // a local user's connection that admits_local_uid refused
   kCount
 };
 const char* TcpRefusalName(TcpRefusal reason);
@@ -149,6 +156,12 @@ class TcpListener {
     Clock::duration pending_timeout = std::chrono::seconds(10);
     // Open fds past which new connections are refused (FdHighWaterMark).
     int fd_high_water = 0;
+    // When set: a connection made from this host (its other end is a
+    // socket of this network namespace, found in /proc/net/tcp{,6}) is
+    // handed over only if this admits the uid owning that socket. The
+    // daemon sets it to the unix socket's allowed_uids / allowed_gids when
+    // TCP asks for no token, so that loopback TCP is no way around them.
+    std::function<bool(uid_t uid)> admits_local_uid;
   };
   // Takes a connection whose first message is complete (the bytes are
   // still in the socket: only peeked at), accepted on `listen_fd`.
@@ -215,6 +228,7 @@ class TcpListener {
 
   PendingConnections pending_;
   bool short_of_fds_ = false;
+  uid_t refused_uid_ = 0;  // the last kLocalUidRefused's, for its log line
   int fd_estimate_ = 0;
   Clock::time_point fd_counted_at_{};
   std::vector<uint8_t> peek_buffer_;

@@ -2,9 +2,16 @@
 // which pending connection a new one evicts, and the fd high-water mark.
 #include "server/access/tcp_listener.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
+
+#include "core/base/unique_fd.h"
 
 namespace conveyor::server {
 namespace {
@@ -110,6 +117,55 @@ TEST_CASE("fd high-water mark keeps a reserve for sample reads", "[tcp_listener]
   CHECK(FdHighWaterMark(1024, 100) == 1024 - 216);
   // Tiny limits still leave a quarter for connections.
   CHECK(FdHighWaterMark(64, 64) == 16);
+}
+
+}  // namespace conveyor::server
+
+namespace conveyor::server {
+namespace {
+
+// A listening IPv4 socket on 127.0.0.1 and a port of its.
+UniqueFd ListenLoopback(int* port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(::listen(fd.get(), 4) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("local peer uid: the owner of a loopback connection's other end", "[tcp_listener]") {
+  int port = 0;
+  UniqueFd listening = ListenLoopback(&port);
+  SECTION("an IPv4 client") {
+    UniqueFd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(port);
+    REQUIRE(::connect(client.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
+    UniqueFd conn(::accept4(listening.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    REQUIRE(conn);
+    CHECK(LocalPeerUid(conn.get()) == std::optional<uid_t>(::getuid()));
+  }
+  SECTION("a dual-stack IPv6 client (as gRPC's), listed in tcp6 as ::ffff:127.0.0.1") {
+    UniqueFd client(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!client) return;  // no IPv6 sockets here
+    sockaddr_in6 to{};
+    to.sin6_family = AF_INET6;
+    to.sin6_port = htons(port);
+    REQUIRE(::inet_pton(AF_INET6, "::ffff:127.0.0.1", &to.sin6_addr) == 1);
+    REQUIRE(::connect(client.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
+    UniqueFd conn(::accept4(listening.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    REQUIRE(conn);
+    CHECK(LocalPeerUid(conn.get()) == std::optional<uid_t>(::getuid()));
+  }
 }
 
 }  // namespace conveyor::server
