@@ -35,6 +35,11 @@
 // not flap at the mark; `on_fd_pressure(false)`). accept() itself
 // failing (EMFILE, ENFILE) counts the same, with LoopListener's backoff.
 //
+// With `admits_local_uid` set, a connection made from this host is handed
+// over only if the uid owning its other end is admitted (LocalPeerUid): the
+// daemon applies the unix socket's allowed_uids / allowed_gids, so that
+// tokenless loopback TCP is no way around them.
+//
 // Every connection closed by these rules is counted by reason
 // (MetricsText(): conveyor_tcp_connections_refused_total{reason}) and logged
 // once per reason and minute with the count since the last line.
