@@ -571,10 +571,10 @@ void TcpListener::Count(TcpRefusal reason) {
       break;
     case TcpRefusal::kFdReserve:
       spdlog::warn(
-          "TCP {}: the daemon holds {} open fds, at its mark of {} (the rest of RLIMIT_NOFILE is "
+          "TCP {}: the daemon's open fds reached its mark of {} of RLIMIT_NOFILE (the rest is "
           "kept for sample reads): closing connections that have not completed their handshake, "
           "refusing new ones while none is left to close{}",
-          port_, fd_estimate_, options_.fd_high_water, since);
+          port_, options_.fd_high_water, since);
       break;
     case TcpRefusal::kAcceptFailed:
       // AcceptBackoff says so in its own words, once per episode.
