@@ -6,6 +6,7 @@
 #include <grpcpp/server_posix.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -24,6 +25,7 @@
 #include "core/gpu/host_device_api.h"
 #include "server/access/access.h"
 #include "server/access/peer_credentials_identifier.h"
+#include "server/access/tcp_listener.h"
 #include "server/access/unix_access.h"
 #include "server/access/unix_connections.h"
 #include "server/access/unix_listener.h"
@@ -72,6 +74,20 @@ constexpr int kMaxReceiveMessageBytes = 64 << 10;
 // HTTP/2 receive window, kept there (no window growth from bandwidth
 // probing, which only ever concerns the client's tiny messages here).
 constexpr int kReceiveWindowBytes = 64 << 10;
+// gRPC's server handshake timeout (120 s by default): how long a TCP
+// connection the daemon handed to gRPC may take to finish its TLS handshake
+// and send its HTTP/2 SETTINGS. Its first message came already (the
+// TcpListener waited for it), so a real client needs milliseconds.
+constexpr int kServerHandshakeTimeoutMs = 10 * 1000;
+
+// The soft RLIMIT_NOFILE (0: unknown or unlimited beyond int).
+int FdLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur > INT_MAX) {
+    return 0;
+  }
+  return static_cast<int>(r.rlim_cur);
+}
 
 absl::Status WritePortFile(const std::string& path, int port) {
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
@@ -193,8 +209,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   // refuses the start before clients could connect.
   if (!config.metrics.listen.empty()) {
     ConveyorService* const service = d->service_.get();
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
-        config.metrics.listen, [service] { return RenderPrometheusText(service->GetStats()); });
+    const std::atomic<const TcpListener*>* const tcp = &d->tcp_metrics_;
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
+        MetricsHttpServer::Start(config.metrics.listen, [service, tcp] {
+          std::string text = RenderPrometheusText(service->GetStats());
+          if (const TcpListener* l = tcp->load(std::memory_order_acquire)) {
+            text += l->MetricsText();
+          }
+          return text;
+        });
     if (!metrics.ok()) {
       return absl::Status(metrics.status().code(),
                           absl::StrCat("metrics.listen: ", metrics.status().message()));
@@ -238,10 +261,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   // The unix socket is not gRPC's: the daemon's UnixListener accepts it,
   // checks each peer's credentials and hands allowed connections to the
   // server below (server/access/unix_listener.h says why).
-  int tcp_port = 0;
+  // TCP is not gRPC's listener either: the daemon's TcpListener accepts it,
+  // bounds the connections that have not sent their first message yet and
+  // keeps fds in reserve, and hands the others to gRPC through this
+  // acceptor, which runs the TLS handshake of the TCP credentials.
   if (!config.listen.tcp.empty()) {
-    builder.AddListeningPort(config.listen.tcp, access->tcp_credentials, &tcp_port);
+    d->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        access->tcp_credentials);
   }
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, kServerHandshakeTimeoutMs);
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
   // gRPC checks the receive limit on a compressed message's compressed size
@@ -273,10 +302,43 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     d->unix_listener_ = *std::move(listener);
   }
   if (!config.listen.tcp.empty()) {
-    if (tcp_port == 0) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on TCP ", config.listen.tcp));
+    TcpListener::Options options;
+    options.tls = config.listen.tls.enabled();
+    if (const int limit = FdLimit(); limit > 0) {
+      options.fd_high_water = FdHighWaterMark(limit, threads);
     }
-    d->tcp_port_ = tcp_port;
+    // Loopback TCP is no way around listen.allowed_uids / allowed_gids:
+    // without tokens or required client certificates, a connection from a
+    // local user they do not admit is closed before gRPC sees it.
+    const bool uids_listed =
+        !config.listen.allowed_uids.empty() || !config.listen.allowed_gids.empty();
+    if (uids_listed && !unix_path.empty() && config.access.tokens.empty() &&
+        !config.listen.tls.require_client_cert) {
+      options.admits_local_uid = [policy = d->unix_listener_->policy()](uid_t uid) {
+        return policy.Allows(PeerOfUid(uid));
+      };
+    }
+    grpc::experimental::ExternalConnectionAcceptor* const acceptor = d->tcp_acceptor_.get();
+    Daemon* const daemon = d.get();
+    absl::StatusOr<std::unique_ptr<TcpListener>> tcp = TcpListener::Start(
+        config.listen.tcp, options,
+        [acceptor](UniqueFd conn, int listen_fd) {
+          grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
+          p.listener_fd = listen_fd;
+          p.fd = conn.Release();  // gRPC's from here
+          acceptor->HandleNewConnection(&p);
+        },
+        [daemon](bool short_of_fds) { daemon->OnFdPressure(short_of_fds); });
+    if (!tcp.ok()) return tcp.status();
+    d->tcp_listener_ = *std::move(tcp);
+    d->tcp_metrics_.store(d->tcp_listener_.get(), std::memory_order_release);
+    d->tcp_port_ = d->tcp_listener_->port();
+    spdlog::info(
+        "TCP {}: at most {} connections per peer and {} in all may wait for their first "
+        "message ({} s each); none is accepted past {} open fds (RLIMIT_NOFILE {})",
+        config.listen.tcp, options.max_pending_per_peer, options.max_pending,
+        std::chrono::duration_cast<std::chrono::seconds>(options.pending_timeout).count(),
+        options.fd_high_water, FdLimit());
   }
 
   grpc::HealthCheckServiceInterface* health = d->server_->GetHealthCheckService();
@@ -307,6 +369,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
 
 Daemon::Daemon(const DaemonConfig& config) : config_(config) {}
 
+void Daemon::OnFdPressure(bool short_of_fds) {
+  // Under the lock: a Shutdown that began is never undone by a late call.
+  MutexLock lock(&mu_);
+  if (shut_down_ || server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  if (short_of_fds) {
+    spdlog::warn("health: NOT_SERVING while new TCP connections are refused for want of fds");
+  } else {
+    spdlog::info("health: SERVING again, the TCP listener has fds to accept with");
+  }
+  health->SetServingStatus(!short_of_fds);
+}
+
 int Daemon::data_port() const { return data_server_ != nullptr ? data_server_->port() : 0; }
 
 Daemon::~Daemon() { Shutdown(); }
@@ -323,8 +399,9 @@ void Daemon::Shutdown() {
     if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
   }
   if (service_ != nullptr) service_->BeginShutdown();
-  // No new unix connections (and none handed to a server shutting down).
+  // No new unix or TCP connections (and none handed to a server shutting down).
   if (unix_listener_ != nullptr) unix_listener_->Stop();
+  if (tcp_listener_ != nullptr) tcp_listener_->Stop();
   if (server_ != nullptr) {
     const auto grace = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double>(config_.shutdown_timeout_seconds));
@@ -344,9 +421,12 @@ void Daemon::Shutdown() {
     if (!fs::remove(port_file_, ec) && ec)
       spdlog::warn("cannot remove the port file {}: {}", port_file_, ec.message());
   }
-  metrics_server_.reset();  // no scrape reads the service any more
-  service_.reset();         // joins the engine's workers
-  data_server_.reset();     // drops what ended streams had not flushed yet
+  metrics_server_.reset();  // no scrape reads the service (or the TCP counters) any more
+  tcp_metrics_.store(nullptr, std::memory_order_release);
+  tcp_listener_.reset();
+  tcp_acceptor_.reset();
+  service_.reset();      // joins the engine's workers
+  data_server_.reset();  // drops what ended streams had not flushed yet
   if (serving)
     spdlog::info("shut down in {:.0f} ms",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)

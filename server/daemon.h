@@ -3,7 +3,8 @@
 // default health service, metrics endpoint — and takes them down in order:
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
-//   3. the unix listener stops accepting; grpc::Server::Shutdown with a deadline
+//   3. the unix and TCP listeners stop accepting; grpc::Server::Shutdown
+//      with a deadline
 //   (shutdown_timeout_seconds)
 //   4. the fd socket stops, socket files are removed, the metrics endpoint
 //      (if any) stops, the engine joins.
@@ -19,6 +20,7 @@
 // more; other methods are const after Start.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,7 +32,10 @@
 
 namespace grpc {
 class Server;
+namespace experimental {
+class ExternalConnectionAcceptor;
 }
+}  // namespace grpc
 
 namespace conveyor::gpu {
 class DeviceApi;
@@ -44,6 +49,7 @@ class DataSocketServer;
 class FdServer;
 class GrpcConveyorService;
 class MetricsHttpServer;
+class TcpListener;
 class UnixConnections;
 class UnixListener;
 
@@ -73,6 +79,9 @@ class Daemon {
 
  private:
   explicit Daemon(const DaemonConfig& config);
+  // The TCP listener's fds ran short (true) or are back (false): health
+  // NOT_SERVING while accepts fail for want of fds; nothing after Shutdown.
+  void OnFdPressure(bool short_of_fds);
 
   const DaemonConfig config_;
   int tcp_port_ = 0;
@@ -89,6 +98,14 @@ class Daemon {
   std::unique_ptr<ClientIdentifier> identifier_;
   std::unique_ptr<GrpcConveyorService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
+  // How TCP connections reach server_: the daemon's own listener accepts
+  // them and hands those whose first message came to gRPC's acceptor
+  // (server/access/tcp_listener.h says why). Stopped before the server
+  // shuts down; destroyed after the metrics endpoint (which reads its
+  // counters through tcp_metrics_).
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;
+  std::unique_ptr<TcpListener> tcp_listener_;
+  std::atomic<const TcpListener*> tcp_metrics_{nullptr};
   // Stopped before the server shuts down; hands connections to server_.
   std::unique_ptr<UnixListener> unix_listener_;
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
+#include "server/access/tls_credentials.h"
 #include "server/config/loader.h"
 #include "server/config/reload_diff.h"
 #include "server/daemon.h"
@@ -32,6 +33,11 @@ ConfigReloader::ConfigReloader(Flags flags, DaemonConfig running, uint64_t max_m
 
 absl::Status ConfigReloader::Reload() {
   spdlog::info("SIGHUP: reloading {}", EscapeText(flags_.config));
+  // The TLS files are not part of what a reload changes (gRPC watches them),
+  // but a SIGHUP is when an operator looks: an expired one is said again.
+  if (running_.listen.tls.enabled() && !running_.listen.tcp.empty()) {
+    WarnIfCertificateNotValid(running_.listen.tls, "TLS on SIGHUP");
+  }
   absl::Status st = TryReload();
   if (!st.ok()) {
     spdlog::error("config reload refused, the running config stays: {}", EscapeText(st.message()));

@@ -55,6 +55,33 @@ void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tc
     spdlog::info("access: {} bearer token(s); unix socket clients {}", tokens,
                  access.require_token_on_unix ? "need one too" : "need none");
   }
+  if (tls.enabled()) WarnIfCertificateNotValid(tls, "TLS at start");
+  // Who may use the unix socket is checked against the kernel's credentials
+  // of each connection; a TCP client has no such credentials. Without
+  // tokens or required client certificates anyone on this host reaches the
+  // same pipelines over loopback TCP.
+  // The unix socket is always restricted: listen.unix_mode may not grant
+  // access to others (a config check).
+  const bool unix_restricted = !listen.unix_path.empty();
+  const bool uids_listed = !listen.allowed_uids.empty() || !listen.allowed_gids.empty();
+  if (unix_restricted && tokens == 0 && !tls.require_client_cert) {
+    if (uids_listed) {
+      // The TCP listener looks up the uid owning a local connection's other
+      // end and applies the same lists (server/access/tcp_listener.h).
+      spdlog::info(
+          "TCP {}: connections from this host are held to listen.allowed_uids / allowed_gids as "
+          "on the unix socket (by the uid owning their socket); TCP asks for no token",
+          listen.tcp);
+    } else {
+      spdlog::warn(
+          "the unix socket admits only some users (listen.unix_mode {:o}), but TCP {} asks for "
+          "no bearer token (access.tokens) nor client certificate "
+          "(listen.tls.require_client_cert): any local user reaches the same pipelines over "
+          "TCP, whatever listen.unix_mode says (set access.tokens, or listen.allowed_uids / "
+          "allowed_gids, which local TCP connections are held to as well)",
+          listen.unix_mode, listen.tcp);
+    }
+  }
   if (!IsLoopbackAddress(listen.tcp) && !tls.enabled() && tokens == 0) {
     spdlog::warn(
         "TCP {} is not a loopback address and has neither TLS nor bearer tokens "

@@ -37,7 +37,12 @@ absl::StatusOr<Access> BuildAccess(const ListenConfig& listen, const AccessConfi
                                    std::unique_ptr<ClientIdentifier> inner);
 
 // Logs how TCP is guarded (TLS, client certificates, tokens), and warns
-// when it is not although it is reachable from other hosts.
+// when it is not although it is reachable from other hosts, when it lets
+// local users around the unix socket's mode (listen.unix_mode, which never
+// admits others) while TCP needs neither a token nor a client certificate
+// nor an allowed uid (listen.allowed_uids / allowed_gids, which the TCP
+// listener applies to connections from this host), and when the TLS
+// certificate is expired or not yet valid (CertificateValidityProblem).
 void LogTcpAccess(const ListenConfig& listen, const AccessConfig& access, int tcp_port);
 
 }  // namespace conveyor::server

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/access/tls_credentials.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -116,6 +117,7 @@ void ReloadingTlsContext::ReloadIfChanged() {
   stamps_ = now;
   failing_ = false;
   spdlog::info("data socket: TLS certificate reloaded from {}", tls_.cert);
+  WarnIfCertificateNotValid(tls_, "data socket, TLS files reloaded");
 }
 
 void ReloadingTlsContext::CheckNow() {

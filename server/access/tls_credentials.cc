@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace conveyor::server {
 
@@ -86,6 +87,52 @@ absl::Status CheckTlsFiles(const TlsConfig& tls) {
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+std::string AsnTimeText(const ASN1_TIME* t) {
+  std::unique_ptr<BIO, BioFree> bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr || ASN1_TIME_print(bio.get(), t) != 1) {
+    ERR_clear_error();
+    return "?";
+  }
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n > 0 ? n : 0));
+}
+}  // namespace
+
+std::string CertificateValidityProblem(const TlsConfig& tls, time_t now) {
+  if (tls.cert.empty()) return "";
+  std::unique_ptr<BIO, BioFree> bio(BIO_new_file(tls.cert.c_str(), "r"));
+  if (bio == nullptr) {
+    ERR_clear_error();
+    return absl::StrCat("listen.tls.cert '", tls.cert, "' cannot be read");
+  }
+  std::unique_ptr<X509, X509Free> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (cert == nullptr) {
+    ERR_clear_error();
+    return absl::StrCat("listen.tls.cert '", tls.cert, "' holds no PEM certificate");
+  }
+  const ASN1_TIME* not_before = X509_get0_notBefore(cert.get());
+  const ASN1_TIME* not_after = X509_get0_notAfter(cert.get());
+  if (X509_cmp_time(not_after, &now) < 0) {
+    return absl::StrCat("listen.tls.cert '", tls.cert, "' expired on ", AsnTimeText(not_after),
+                        ": TLS clients will refuse it until it is renewed");
+  }
+  if (X509_cmp_time(not_before, &now) > 0) {
+    return absl::StrCat("listen.tls.cert '", tls.cert, "' is not valid before ",
+                        AsnTimeText(not_before),
+                        ": TLS clients will refuse it until then (is the clock right?)");
+  }
+  return "";
+}
+
+bool WarnIfCertificateNotValid(const TlsConfig& tls, const char* when) {
+  const std::string problem = CertificateValidityProblem(tls, ::time(nullptr));
+  if (problem.empty()) return false;
+  spdlog::warn("{}: {}", when, problem);
+  return true;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeTlsServerCredentials(

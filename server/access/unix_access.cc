@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 
@@ -139,6 +140,28 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
 }
 
 }  // namespace
+
+UnixPeer PeerOfUid(uid_t uid) {
+  UnixPeer peer;
+  peer.credentials.uid = uid;
+  peer.credentials.gid = static_cast<gid_t>(-1);  // no group unless the database says
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return peer;
+  }
+  peer.credentials.gid = pw.pw_gid;
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));
+    if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) n = 0;
+  }
+  groups.resize(static_cast<size_t>(std::max(n, 0)));
+  peer.groups = std::move(groups);
+  return peer;
+}
 
 absl::StatusOr<UnixAccessPolicy> ResolveUnixAccess(const ListenConfig& l) {
   std::set<uid_t> allowed_uids, operator_uids;

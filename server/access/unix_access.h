@@ -38,6 +38,11 @@ struct UnixPeer {
 // The credentials of the peer of the connected unix socket `fd`.
 absl::StatusOr<UnixPeer> ReadUnixPeer(int fd);
 
+// A local user known by uid only (a loopback TCP connection's owner): its
+// primary and supplementary groups from the user database (none when the
+// uid has no entry); pid 0.
+UnixPeer PeerOfUid(uid_t uid);
+
 class UnixAccessPolicy {
  public:
   UnixAccessPolicy() : UnixAccessPolicy({}, {}, {}, {}, ::geteuid()) {}

@@ -6,8 +6,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
@@ -16,8 +19,15 @@
 
 namespace conveyor::server {
 
+namespace {
+constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+}  // namespace
+
 FdServer::FdServer(std::string path, std::unique_ptr<EpollLoop> loop, Lookup lookup)
-    : path_(std::move(path)), loop_(std::move(loop)), lookup_(std::move(lookup)) {}
+    : path_(std::move(path)),
+      loop_(std::move(loop)),
+      lookup_(std::move(lookup)),
+      refusal_log_(kRefusalLogInterval) {}
 
 absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, mode_t mode,
                                                           Lookup lookup) {
@@ -60,7 +70,14 @@ void FdServer::Run() {
       [this](uint64_t key, uint32_t /*events*/) {
         if (HandshakeAcceptor::Owns(key)) acceptor_->OnEvent(key);
       },
-      [this](EpollLoop::Clock::time_point now) { return acceptor_->Tick(now); });
+      [this](EpollLoop::Clock::time_point now) {
+        LogHeldBackRefusals(now);
+        std::optional<EpollLoop::Clock::time_point> next = acceptor_->Tick(now);
+        if (std::optional<EpollLoop::Clock::time_point> due = refusal_log_.NextDue()) {
+          next = next ? std::min(*next, *due) : *due;
+        }
+        return next;
+      });
   if (!st.ok()) {
     spdlog::error("fd server: {}; the fd hand-over socket stops serving",
                   std::string(st.message()));
@@ -99,9 +116,19 @@ void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
   } while (sent < 0 && errno == EINTR);
   const int send_errno = errno;
   if (!fd.ok()) {
-    spdlog::warn("fd hand-over {}: stream {} from {}: {}",
-                 status == kHandshakeBusy ? "deferred (client told to retry)" : "refused",
-                 request.stream_id, PeerName(conn.get()), std::string(fd.status().message()));
+    // One client can ask thousands of times a second: one line per peer
+    // and interval, the rest counted.
+    const std::string key =
+        peer.ok() ? absl::StrCat("uid ", peer->credentials.uid) : PeerName(conn.get());
+    uint64_t held_back = 0;
+    if (refusal_log_.Admit(key, EpollLoop::Clock::now(), &held_back)) {
+      spdlog::warn("fd hand-over {}: stream {} from {}: {}{}",
+                   status == kHandshakeBusy ? "deferred (client told to retry)" : "refused",
+                   request.stream_id, PeerName(conn.get()), std::string(fd.status().message()),
+                   held_back == 0 ? std::string()
+                                  : absl::StrCat(" (and ", held_back, " more from ", key,
+                                                 " not logged before this line)"));
+    }
   } else if (sent != 1) {
     spdlog::warn("fd hand-over of stream {} to {} failed: {}", request.stream_id,
                  PeerName(conn.get()), std::string(PosixError("sendmsg", send_errno).message()));
@@ -110,5 +137,12 @@ void FdServer::Serve(UniqueFd conn, const HandshakeRequest& request) {
                   PeerName(conn.get()));
   }
 }  // our copies of the fd and the connection close here
+
+void FdServer::LogHeldBackRefusals(EpollLoop::Clock::time_point now) {
+  for (const auto& [key, count] : refusal_log_.TakeDue(now)) {
+    spdlog::warn("fd hand-over: {} more refused or deferred from {} in the last {} s", count, key,
+                 std::chrono::duration_cast<std::chrono::seconds>(kRefusalLogInterval).count());
+  }
+}
 
 }  // namespace conveyor::server

@@ -16,6 +16,11 @@
 // spinning. The thread runs an EpollLoop (core/base/epoll_loop.h), so
 // Stop() ends it promptly.
 //
+// A refused (or deferred) hand-over is logged once per peer (its uid) and
+// 10 s: the first at once, the rest counted and summed up in one line per
+// peer and interval (server/transport/log_throttle.h), however fast one
+// client asks.
+//
 // Thread-safety: Stop() and the destructor may be called from any thread;
 // `lookup` is called from the server's thread.
 #pragma once
@@ -32,6 +37,7 @@
 #include "core/base/unique_fd.h"
 #include "server/access/unix_access.h"
 #include "server/transport/handshake.h"
+#include "server/transport/log_throttle.h"
 #include "server/transport/secret.h"
 
 namespace conveyor::server {
@@ -63,6 +69,8 @@ class FdServer {
   void Run();
   // Answers a complete request (the server's thread).
   void Serve(UniqueFd conn, const HandshakeRequest& request);
+  // The summaries of refusals held back (the server's thread).
+  void LogHeldBackRefusals(EpollLoop::Clock::time_point now);
 
   const std::string path_;
   const std::unique_ptr<EpollLoop> loop_;
@@ -70,6 +78,7 @@ class FdServer {
   // Set by Start before the thread starts; used by the thread only; reset
   // by Stop after the thread is joined.
   std::unique_ptr<HandshakeAcceptor> acceptor_;
+  LogThrottle refusal_log_;  // the thread's
   std::thread thread_;
 };
 

@@ -9,7 +9,9 @@ connect) is not what decides.
 - an allowed uid cannot take another uid's memory either (the region goes
   only to the uid that opened the stream);
 - GetStats shows a non-operator only its own streams; root sees all;
-- a uid that fills its per_client share does not lock root out.
+- a uid that fills its per_client share does not lock root out;
+- loopback TCP is no way around listen.allowed_uids: the daemon looks up
+  the uid owning a local connection and refuses it as on the unix socket.
 
 The second uid is "nobody" (65534), reached with setpriv; the tests need
 root (they are skipped without it)."""
@@ -151,7 +153,7 @@ def test_refused_uid_gets_nothing_not_even_with_a_stolen_secret(start_daemon):
         assert s.transport == "shared_memory"
         r = run_as_nobody("steal", d.unix, str(d.socket_path) + ".fd", s.stream_id,
                           s.opened.shared_memory.secret.hex())
-        assert r.get("got_fd") is None and r.get("error") == "ConveyorError", r
+        assert r.get("got_fd") is None and r.get("error") == "HandOverRefused", r
         assert "status 1" in r["message"], r
         assert next(s).num_samples == 8  # root's stream is unharmed
     finally:
@@ -205,3 +207,18 @@ def test_one_uid_filling_its_share_does_not_lock_another_out(start_daemon):
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.communicate(timeout=scaled(30))
+
+
+def test_loopback_tcp_is_held_to_allowed_uids(start_daemon):
+    d = start_daemon([str(OTHER_UID)])
+    assert d.tcp is not None
+    # Before: the unix socket refused nobody, loopback TCP served it.
+    r = run_as_nobody("list", d.tcp)
+    assert r.get("error") == "Unavailable", r
+    assert wait_until(lambda: "refused a connection of local uid %d" % NOBODY in d.log(),
+                      scaled(10)), d.log_tail()
+    # Root (always allowed) still reaches TCP.
+    assert [p.name for p in conveyor.list_pipelines(d.tcp, timeout=scaled(10))]
+    d2 = start_daemon([str(NOBODY)])
+    r = run_as_nobody("list", d2.tcp)
+    assert r.get("error") is None and "train" in r["pipelines"], r

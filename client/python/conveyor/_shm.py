@@ -3,8 +3,11 @@
 receive_region_fd() performs the hand-over described in StreamOpened: connect
 to the daemon's fd socket, send the 8-byte little-endian stream id and the
 32-byte secret, and receive one status byte (0 = ok) that carries the region's
-memfd as SCM_RIGHTS ancillary data (1 = refused, 2 = the daemon is out of fds
-for the moment: Unavailable, which a RetryPolicy retries).
+memfd as SCM_RIGHTS ancillary data (1 = refused: HandOverRefused, 2 = the
+daemon is out of fds for the moment: Unavailable, which a RetryPolicy
+retries). The daemon drops a stream's entry when the stream ends, so a
+stream that failed before its client fetched the memfd is refused here: the
+stream (conveyor/_stream.py) then reports the call's own error instead.
 
 SharedRegion maps the whole region once (MAP_SHARED) and hands out numpy views
 of it; it is the shared-memory transport of a stream (conveyor/_transport.py:
@@ -29,6 +32,11 @@ from ._closing import ClosesOnExit
 from .errors import ConveyorError, Unavailable
 
 SECRET_BYTES = 32
+
+
+class HandOverRefused(ConveyorError):
+    """The daemon refused the fd hand-over (status 1): no such stream (any
+    more), a wrong secret, or another user's stream."""
 
 
 def receive_region_fd(fd_socket, stream_id, secret, timeout=10.0):
@@ -59,7 +67,8 @@ def receive_region_fd(fd_socket, stream_id, secret, timeout=10.0):
             raise Unavailable("fd hand-over on %s: the daemon is out of resources (file "
                               "descriptors); retry" % fd_socket)
         if status != 0:
-            raise ConveyorError("fd hand-over on %s refused by the daemon (status %d)" % (fd_socket, status))
+            raise HandOverRefused("fd hand-over on %s refused by the daemon (status %d)"
+                                  % (fd_socket, status))
         raise ConveyorError("fd hand-over on %s: expected 1 fd, got %d" % (fd_socket, len(fds)))
     return fds[0]
 

@@ -28,6 +28,7 @@ from ._channel import stub_for
 from ._closing import ClosesOnExit
 from ._lease import LeaseBook, SlotReturn, leased_array
 from ._security import Security
+from ._shm import HandOverRefused
 from ._stubs import pb
 from ._transport import NAMES, open_transport
 from .errors import ConveyorError, ProtocolError, Unavailable, from_rpc_error
@@ -139,9 +140,44 @@ class Stream(ClosesOnExit):
             self._transport = open_transport(opened, data_host=data_host, security=security,
                                              timeout=fd_timeout, registrar=registrar,
                                              device_ordinal=device_ordinal)
+        except HandOverRefused:
+            # The daemon forgets a stream's memory when the stream ends: one
+            # that failed before its first batch (a bad first sample under
+            # fail_fast) is refused here, and its call holds the real error.
+            ended = self._call_error(fd_timeout)
+            self._finish(cancel=True)
+            if ended is not None:
+                raise ended from None
+            raise
         except BaseException:
             self._finish(cancel=True)
             raise
+
+    def _call_error(self, timeout: float) -> Optional[ConveyorError]:
+        """The error the call ended with, if it ends within `timeout` s
+        with one before sending anything else (None otherwise). Waits on a
+        helper thread: the call's iterator has no timeout of its own, and
+        the caller's _finish(cancel=True) ends a wait still under way."""
+        call = self._call
+        if call is None:
+            return None
+        got: List[Any] = []
+
+        def take() -> None:
+            try:
+                got.append(next(call))
+            except grpc.RpcError as e:
+                got.append(e)
+            except BaseException:  # StopIteration, a cancel: nothing to report
+                got.append(None)
+
+        t = threading.Thread(target=take, name="conveyor-stream-end", daemon=True)
+        t.start()
+        t.join(timeout)
+        if not got or not isinstance(got[0], grpc.RpcError):
+            return None
+        return from_rpc_error(got[0], "stream %d of pipeline %r"
+                              % (self.stream_id, self._request.pipeline))
 
     # --- requests -------------------------------------------------------
     def _release(self, batch: Batch) -> None:
