@@ -58,6 +58,7 @@
 #include "absl/status/status.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/ffmpeg/display_orientation.h"
+#include "core/decode/ffmpeg/frame_budget.h"
 #include "core/decode/ffmpeg/handles.h"
 #include "core/decode/sample_decoder.h"
 
@@ -77,7 +78,8 @@ class VideoClipDecoder final : public SampleDecoder {
     EvalWindow window;                   // eval
     bool flip = false;
     int frames_decoded = 0;
-    bool seeked = false;  // decoding started at a seek (not at the stream's start)
+    bool seeked = false;            // decoding started at a seek (not at the stream's start)
+    uint64_t frame_bytes_peak = 0;  // most codec frame-buffer bytes alive at once
   };
 
   VideoClipDecoder();
@@ -93,6 +95,11 @@ class VideoClipDecoder final : public SampleDecoder {
   const Trace& last() const { return trace_; }
 
  private:
+  absl::Status RunClip(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                       uint8_t* out);
+
+  // Declared first: it outlives the codec context and every frame.
+  AvFrameBudget frame_budget_;
   AvFramePtr frame_;
   AvFramePtr oriented_;  // autorotate: the displayed frame (its buffer reused)
   AvFramePtr view_;      // a cropped reference to oriented_
