@@ -102,6 +102,7 @@ class AudioClipDecoder final : public SampleDecoder {
   absl::Status Pump(const TransformSpec& spec, Source* source, int64_t feed_from, int64_t want,
                     bool* complete);
   absl::Status Feed(const TransformSpec& spec, const AVFrame* frame, int offset);
+  absl::Status FeedChunk(const TransformSpec& spec, const AVFrame* frame, int offset, int n);
   absl::Status Flush(const TransformSpec& spec);
   absl::Status SetUpResampler(const TransformSpec& spec, const AVFrame* frame);
   absl::Status Reserve(const TransformSpec& spec, int64_t more);

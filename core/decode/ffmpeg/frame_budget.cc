@@ -88,8 +88,8 @@ int AvFrameBudget::Take(AVCodecContext* ctx, AVFrame* frame, int flags) {
     if (*slot == nullptr) return 0;
     Held* held = new (std::nothrow) Held{this, *slot, static_cast<uint64_t>((*slot)->size)};
     if (held == nullptr) return AVERROR(ENOMEM);
-    AVBufferRef* outer = av_buffer_create((*slot)->data, (*slot)->size, &AvFrameBudget::Release,
-                                          held, 0);
+    AVBufferRef* outer =
+        av_buffer_create((*slot)->data, (*slot)->size, &AvFrameBudget::Release, held, 0);
     if (outer == nullptr) {
       delete held;
       return AVERROR(ENOMEM);
