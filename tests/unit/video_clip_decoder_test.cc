@@ -273,7 +273,9 @@ std::vector<uint8_t> MakeLyingMp4(const TempDir& dir, int coded) {
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> b(std::istreambuf_iterator<char>(in), {});
   const std::string bytes(b.begin(), b.end());
-  const size_t avc1 = bytes.find("avc1");
+  const size_t stsd = bytes.find("stsd");
+  REQUIRE(stsd != std::string::npos);
+  const size_t avc1 = bytes.find("avc1", stsd);  // the sample entry, not ftyp's brand
   REQUIRE(avc1 != std::string::npos);
   PutBe16(b, avc1 + 28, 320);  // sample entry: 6 reserved, index, 16 pre-defined, width, height
   PutBe16(b, avc1 + 30, 240);
