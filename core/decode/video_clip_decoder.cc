@@ -12,6 +12,7 @@
 #include "core/decode/ffmpeg/memory_input.h"
 
 extern "C" {
+#include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -246,16 +247,28 @@ absl::Status VideoClipDecoder::RunClip(std::span<const uint8_t> bytes, const Tra
       flip = rng.Bernoulli(spec.flip_probability);
     } else {
       window = EvalCenterWindow(width, height, spec);
-      // The whole resized frame is kept (scratch_), 3 bytes a pixel.
-      const uint64_t resized = uint64_t(3) * window.resized_width * window.resized_height;
-      if (resized > spec.max_decode_memory) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "video: frames of %dx%d resized to %dx%d need %.1f MiB, more than max_decode_memory "
-            "(%.1f MiB)",
-            width, height, window.resized_width, window.resized_height, Mib(resized),
-            Mib(spec.max_decode_memory)));
-      }
     }
+    // The decoder's own buffers come out of max_decode_memory with the
+    // codec's frames: eval keeps the whole resized frame (scratch_, 3 bytes
+    // a pixel), rotation a displayed copy of the frame (oriented_).
+    uint64_t extra = 0;
+    if (spec.mode == AugmentMode::kEval) {
+      extra += uint64_t(3) * window.resized_width * window.resized_height;
+    }
+    if (rotate) {
+      const int copy =
+          av_image_get_buffer_size(static_cast<AVPixelFormat>(f->format), width, height, 1);
+      extra += copy > 0 ? uint64_t(copy) : 0;
+    }
+    if (frame_budget_.live_bytes() + extra > spec.max_decode_memory) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("video: frames of %dx%d need about %.1f MiB to decode%s%s, more than "
+                          "max_decode_memory (%.1f MiB)",
+                          width, height, Mib(frame_budget_.live_bytes() + extra),
+                          spec.mode == AugmentMode::kEval ? " and resize" : "",
+                          rotate ? " and rotate" : "", Mib(spec.max_decode_memory)));
+    }
+    frame_budget_.SetLimit(spec.max_decode_memory - extra);
     trace_.width = width;
     trace_.height = height;
     trace_.crop = box;

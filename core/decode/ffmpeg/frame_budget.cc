@@ -25,7 +25,7 @@ struct AvFrameBudget::Held {
 };
 
 void AvFrameBudget::Reset(uint64_t limit_bytes) {
-  limit_ = limit_bytes;
+  max_ = limit_ = limit_bytes;
   peak_ = live_;
   refused_ = false;
   width_ = height_ = refs_ = 0;
@@ -42,7 +42,7 @@ absl::Status AvFrameBudget::Refusal() const {
   return absl::ResourceExhaustedError(absl::StrFormat(
       "video: the codec's frames are %dx%d (%s, %d reference frame%s): about %.1f MiB to decode, "
       "more than max_decode_memory (%.1f MiB)",
-      width_, height_, format_, refs_, refs_ == 1 ? "" : "s", Mib(need_), Mib(limit_)));
+      width_, height_, format_, refs_, refs_ == 1 ? "" : "s", Mib(need_), Mib(max_)));
 }
 
 int AvFrameBudget::GetBuffer(AVCodecContext* ctx, AVFrame* frame, int flags) {
@@ -76,7 +76,7 @@ int AvFrameBudget::Take(AVCodecContext* ctx, AVFrame* frame, int flags) {
       height_ = frame->height;
       refs_ = refs;
       frame_bytes_ = bytes;
-      need_ = std::max(need, live_ + bytes);
+      need_ = std::max(need, live_ + bytes) + (max_ - limit_);
       const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(format);
       format_ = d != nullptr ? d->name : "unknown format";
       return AVERROR(ENOMEM);

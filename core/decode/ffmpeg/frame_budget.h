@@ -49,6 +49,12 @@ class AvFrameBudget {
   // REQUIRES: ctx not opened yet.
   void Install(AVCodecContext* ctx);
 
+  // Lowers the frames' share for the rest of the sample: the decoder's
+  // other buffers, once known, come out of the same bound (a refusal then
+  // counts them in what it needs). REQUIRES: limit_bytes <= Reset's.
+  void SetLimit(uint64_t limit_bytes) { limit_ = limit_bytes; }
+  uint64_t limit() const { return limit_; }
+
   bool refused() const { return refused_; }
   // ResourceExhausted naming the codec's frame size, its reference frames
   // and the limit. REQUIRES: refused().
@@ -63,7 +69,8 @@ class AvFrameBudget {
   static void Release(void* opaque, uint8_t* data);
   int Take(AVCodecContext* ctx, AVFrame* frame, int flags);
 
-  uint64_t limit_ = 0;
+  uint64_t max_ = 0;    // the sample's bound (Reset)
+  uint64_t limit_ = 0;  // what of it the frames may use (SetLimit)
   uint64_t live_ = 0;
   uint64_t peak_ = 0;
   bool refused_ = false;
