@@ -78,6 +78,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
                                    Rng& rng, uint8_t* out) {
   absl::Status st = RunClip(bytes, spec, rng, out);
   trace_.frame_bytes_peak = frame_budget_.peak_bytes();
+  trace_.frame_bytes_left = frame_budget_.live_bytes();
   // Per-worker state does not keep the size of one big sample.
   if (scratch_.capacity() > kKeptBytes) std::vector<uint8_t>().swap(scratch_);
   size_t oriented_bytes = 0;

@@ -88,6 +88,7 @@ class VideoClipDecoder final : public SampleDecoder {
     int frames_decoded = 0;
     bool seeked = false;            // decoding started at a seek (not at the stream's start)
     uint64_t frame_bytes_peak = 0;  // most codec frame-buffer bytes alive at once
+    uint64_t frame_bytes_left = 0;  // still counted after the sample (0: all released)
   };
 
   VideoClipDecoder();

@@ -341,12 +341,14 @@ TEST_CASE("video: the frame buffers of a clip are counted until they are release
     // the frame being converted), never a growing count.
     CHECK(decoder.last().frame_bytes_peak >= 96u * 64 * 3 / 2);
     CHECK(decoder.last().frame_bytes_peak < 64u * 96 * 64 * 3 / 2);
+    CHECK(decoder.last().frame_bytes_left == 0);  // the codec and every frame let go
   }
   // A budget too small for one frame refuses the first.
   spec.max_decode_memory = 96 * 64;
   absl::Status st = decoder.Run(bytes, spec, rng, out.data());
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
   CHECK_THAT(std::string(st.message()), Catch::Contains("the codec's frames are 96x64"));
+  CHECK(decoder.last().frame_bytes_left == 0);
 }
 
 TEST_CASE("video: MPEG-4 Part 2 in MP4 (no frame size before decoding) decodes", "[video]") {
