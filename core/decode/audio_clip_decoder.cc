@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/status_macros.h"
 #include "core/decode/ffmpeg/error.h"
 #include "core/decode/ffmpeg/memory_input.h"
@@ -25,8 +26,54 @@ namespace {
 constexpr int kSwrFilterSize = 32;
 // Output buffers larger than this (per channel) are freed after their sample.
 constexpr size_t kKeptPlaneFloats = size_t{4} << 20;
+// A resampler (ResamplerBytes) larger than this is freed after its sample.
+constexpr uint64_t kKeptResamplerBytes = uint64_t{8} << 20;
 // Most input channels libswresample mixes (SWR_CH_MAX).
 constexpr int kMaxInputChannels = 64;
+// Most output samples per input sample (upsampling ratio): 16 Hz at least
+// for 16 kHz, 375 Hz for 384 kHz.
+constexpr int64_t kMaxUpsampling = 1024;
+// Samples (per channel, in or out) handed to one swr_convert call at most:
+// libswresample sizes its intermediate buffers (all input channels when it
+// resamples before mixing) to one call's output.
+constexpr int64_t kChunkSamples = 16384;
+
+double Mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// What libswresample allocates to resample `channels` channels of `in_rate`
+// Hz to `out_rate`, one call at a time (kChunkSamples): its filter bank
+// (ceil(32 / (0.97 * min(1, out / in))) taps, rounded up to 8, for up to 1025
+// phases, 8-byte elements at most) and, for every input channel, four
+// buffers of a call's samples plus the filter's history.
+uint64_t ResamplerBytes(int64_t in_rate, int channels, int64_t out_rate) {
+  const double factor = std::min(1.0, 0.97 * static_cast<double>(out_rate) / in_rate);
+  const double taps = std::ceil(kSwrFilterSize / factor);
+  if (!(taps < 1e12)) return UINT64_MAX;
+  const auto length = (static_cast<uint64_t>(taps) + 7) / 8 * 8;
+  const uint64_t bank = length * 1025 * 8;
+  const uint64_t buffers = uint64_t(channels) * 8 * (4 * uint64_t(kChunkSamples) + length);
+  return bank + buffers;
+}
+
+// Refuses input rates and channel counts the resampler would need too much
+// memory (or absurd ratios) for, before it is built.
+absl::Status CheckResampling(const TransformSpec& spec, int64_t in_rate, int channels) {
+  const int64_t out_rate = spec.audio.sample_rate;
+  if (in_rate <= 0 || channels <= 0) return absl::OkStatus();  // checked where they are used
+  if (in_rate * kMaxUpsampling < out_rate) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audio: a sample rate of ", in_rate, " Hz is too low to resample to ", out_rate,
+        " Hz (at most ", kMaxUpsampling, " output samples per input sample)"));
+  }
+  const uint64_t need = ResamplerBytes(in_rate, channels, out_rate);
+  if (need > spec.max_decode_memory) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "audio: resampling %d channels from %d Hz to %d Hz needs about %.1f MiB, more than "
+        "max_decode_memory (%.1f MiB)",
+        channels, in_rate, out_rate, Mib(need), Mib(spec.max_decode_memory)));
+  }
+  return absl::OkStatus();
+}
 
 // The seek path's way of saying "not exact here; decode the whole file".
 // Never leaves this file.
@@ -126,6 +173,7 @@ absl::Status AudioClipDecoder::OpenSource(std::span<const uint8_t> bytes, const 
                                                    " channels (at most ", kMaxInputChannels,
                                                    " are mixed)"));
   }
+  RETURN_IF_ERROR(CheckResampling(spec, par->sample_rate, par->ch_layout.nb_channels));
   // The declared duration, before anything is decoded.
   double declared = -1;
   if (s->stream->duration > 0) {
@@ -163,6 +211,10 @@ absl::Status AudioClipDecoder::SetUpResampler(const TransformSpec& spec, const A
     av_channel_layout_uninit(&in_layout);
     return absl::InvalidArgumentError(absl::StrCat("audio: decoded frames have ", in_channels,
                                                    " channels at ", frame->sample_rate, " Hz"));
+  }
+  if (absl::Status st = CheckResampling(spec, frame->sample_rate, in_channels); !st.ok()) {
+    av_channel_layout_uninit(&in_layout);
+    return st;
   }
   const int out_channels = spec.audio.channels;
   const bool same =
@@ -231,21 +283,37 @@ absl::Status AudioClipDecoder::Reserve(const TransformSpec& spec, int64_t more) 
   }
   for (auto& plane : planes_) {
     if (static_cast<int64_t>(plane.size()) < need) {
-      plane.resize(std::max<size_t>(static_cast<size_t>(need), plane.size() * 2));
+      // Doubling, but never past what max_samples lets the sample reach.
+      const auto cap = static_cast<size_t>(spec.audio.max_samples) + static_cast<size_t>(more);
+      plane.resize(std::min(std::max<size_t>(static_cast<size_t>(need), plane.size() * 2), cap));
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status AudioClipDecoder::Feed(const TransformSpec& spec, const AVFrame* frame, int offset) {
-  const int n = frame->nb_samples - offset;
-  if (n <= 0) return absl::OkStatus();
+  // A call's samples, in and out, stay under kChunkSamples (but one input
+  // sample at least): libswresample's buffers are sized to one call.
+  const int64_t rate = std::max(frame->sample_rate, 1);
+  const int64_t chunk = std::clamp<int64_t>(
+      std::min(kChunkSamples, kChunkSamples * rate / spec.audio.sample_rate), 1, kChunkSamples);
+  for (int at = offset; at < frame->nb_samples; at += static_cast<int>(chunk)) {
+    const int n = static_cast<int>(std::min<int64_t>(chunk, frame->nb_samples - at));
+    RETURN_IF_ERROR(FeedChunk(spec, frame, at, n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AudioClipDecoder::FeedChunk(const TransformSpec& spec, const AVFrame* frame,
+                                         int offset, int n) {
   const auto format = static_cast<AVSampleFormat>(frame->format);
   const int bytes_per_sample = av_get_bytes_per_sample(format);
   const int channels = frame->ch_layout.nb_channels;
   const uint8_t* in[kMaxInputChannels] = {};
   if (av_sample_fmt_is_planar(format)) {
-    for (int c = 0; c < channels; ++c) in[c] = frame->extended_data[c] + offset * bytes_per_sample;
+    for (int c = 0; c < channels; ++c) {
+      in[c] = frame->extended_data[c] + static_cast<size_t>(offset) * bytes_per_sample;
+    }
   } else {
     in[0] = frame->extended_data[0] + static_cast<size_t>(offset) * bytes_per_sample * channels;
   }
@@ -508,6 +576,13 @@ absl::Status AudioClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   }
   for (auto& plane : planes_) {
     if (plane.capacity() > kKeptPlaneFloats) std::vector<float>().swap(plane);
+  }
+  // A resampler for many channels or a steep ratio is not kept either.
+  if (swr_ != nullptr && ResamplerBytes(swr_key_.in_rate, swr_key_.in_layout.nb_channels,
+                                        swr_key_.out_rate) > kKeptResamplerBytes) {
+    swr_.reset();
+    av_channel_layout_uninit(&swr_key_.in_layout);
+    swr_key_ = ResamplerKey{};
   }
   return st;
 }

@@ -31,17 +31,27 @@
 // first frames differ (overlap, bit reservoir, filter state), and raw MP3
 // seeks by byte estimates, so a seek would not be exact.
 //
-// Limits (errors of the sample, ResourceExhausted / DeadlineExceeded, never
-// an OOM or a hang): spec.audio.max_samples samples per channel decoded or
-// resampled, spec.audio.max_duration_seconds declared or decoded, and
+// Limits (errors of the sample, ResourceExhausted / DeadlineExceeded /
+// InvalidArgument, never an OOM or a hang): spec.audio.max_samples samples
+// per channel decoded or resampled, spec.audio.max_duration_seconds declared
+// or decoded, input rates more than 1024x below the output rate, the
+// resampler's filter bank and buffers (estimated from the rates and input
+// channels, from the header and again from the first frame, before
+// libswresample is set up) against spec.max_decode_memory, and
 // spec.max_decode_seconds of this thread's CPU time for the whole sample
 // (core/decode/ffmpeg/decode_budget.h: checked by the demuxer's interrupt callback and
 // reader and between packets; a wall-clock backstop at 10x the budget).
 //
 // FFmpeg's own threading is off (one decode per worker thread).
 //
+// The resampler is fed at most 16384 samples (in or out) per swr_convert
+// call: libswresample sizes its intermediate buffers, for every input
+// channel when it resamples before mixing, to one call.
+//
 // Thread-safety: one instance per worker thread (SampleDecoder's contract).
-// It keeps its frame, packet, resampler and output buffers between samples.
+// It keeps its frame, packet, resampler and output buffers between samples
+// (an output buffer over 16 MiB a channel and a resampler over 8 MiB are
+// freed after their sample).
 #pragma once
 
 #include <cstdint>
@@ -102,6 +112,7 @@ class AudioClipDecoder final : public SampleDecoder {
   absl::Status Pump(const TransformSpec& spec, Source* source, int64_t feed_from, int64_t want,
                     bool* complete);
   absl::Status Feed(const TransformSpec& spec, const AVFrame* frame, int offset);
+  absl::Status FeedChunk(const TransformSpec& spec, const AVFrame* frame, int offset, int n);
   absl::Status Flush(const TransformSpec& spec);
   absl::Status SetUpResampler(const TransformSpec& spec, const AVFrame* frame);
   absl::Status Reserve(const TransformSpec& spec, int64_t more);

@@ -5,12 +5,14 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/status_macros.h"
 #include "core/decode/ffmpeg/display_orientation.h"
 #include "core/decode/ffmpeg/error.h"
 #include "core/decode/ffmpeg/memory_input.h"
 
 extern "C" {
+#include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -21,6 +23,14 @@ constexpr const char* kWhat = "video";
 // Packets listed per file at most (about 46 hours at 25 fps), whatever the
 // duration limit: the list costs 9 bytes a packet.
 constexpr size_t kMaxPackets = size_t{1} << 22;
+// Buffers kept between samples (the eval scratch, the rotated frame) larger
+// than this are freed after their sample, and a scaler for frames wider than
+// kKeptScalerWidth: a worker does not stay at the high-water mark of one big
+// sample.
+constexpr size_t kKeptBytes = size_t{16} << 20;
+constexpr int kKeptScalerWidth = 4096;
+
+double Mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
 // One video packet as the demuxer lists it: its presentation time (or
 // decoding time when it has none) and whether it starts a keyframe.
@@ -66,6 +76,23 @@ VideoClipDecoder::~VideoClipDecoder() = default;
 
 absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
                                    Rng& rng, uint8_t* out) {
+  absl::Status st = RunClip(bytes, spec, rng, out);
+  trace_.frame_bytes_peak = frame_budget_.peak_bytes();
+  trace_.frame_bytes_left = frame_budget_.live_bytes();
+  // Per-worker state does not keep the size of one big sample.
+  if (scratch_.capacity() > kKeptBytes) std::vector<uint8_t>().swap(scratch_);
+  size_t oriented_bytes = 0;
+  for (AVBufferRef* b : oriented_->buf) oriented_bytes += b != nullptr ? b->size : 0;
+  if (oriented_bytes > kKeptBytes) av_frame_unref(oriented_.get());
+  if (sws_key_.src_w > kKeptScalerWidth || sws_key_.dst_w > kKeptScalerWidth) {
+    sws_.reset();
+    sws_key_ = SwsKey{};
+  }
+  return st;
+}
+
+absl::Status VideoClipDecoder::RunClip(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                                       Rng& rng, uint8_t* out) {
   if (frame_ == nullptr || oriented_ == nullptr || view_ == nullptr || packet_ == nullptr) {
     return AvError(AVERROR(ENOMEM), kWhat);
   }
@@ -97,22 +124,18 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   if (si < 0) return AvError(si, "video: finding the video stream");
   AVStream* stream = fmt->streams[si];
   const AVCodecParameters* par = stream->codecpar;
-  const int stored_width = par->width, stored_height = par->height;
-  if (stored_width <= 0 || stored_height <= 0) {
-    return SampleError("the video stream has no frame size");
-  }
-  if (uint64_t(stored_width) * uint64_t(stored_height) > spec.max_pixels) {
-    return SampleError(absl::StrCat("frame of ", stored_width, "x", stored_height,
+  // The container's frame size, when it gives one (MP4's MPEG-4 Part 2
+  // streams have none before a frame is decoded), refuses a file early; the
+  // size that counts is the codec's, from the first decoded frame (a
+  // bitstream may say another than its container).
+  if (uint64_t(std::max(par->width, 0)) * uint64_t(std::max(par->height, 0)) > spec.max_pixels) {
+    return SampleError(absl::StrCat("frame of ", par->width, "x", par->height,
                                     " exceeds max_pixels (", spec.max_pixels, ")"));
   }
   // The displayed frame: geometry and output follow it.
   const DisplayOrientation orientation =
       v.autorotate ? StreamOrientation(stream) : DisplayOrientation{};
   const bool rotate = !orientation.identity();
-  const int width = orientation.swap ? stored_height : stored_width;
-  const int height = orientation.swap ? stored_width : stored_height;
-  trace_.width = width;
-  trace_.height = height;
   trace_.orientation = orientation;
   const double tb = av_q2d(stream->time_base);
   if (!(tb > 0)) return SampleError("the video stream has no time base");
@@ -198,23 +221,66 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   }
   for (int k = 0; k < T; ++k) trace_.frame_pts.push_back(pts[idx[k]]);
 
-  // 3. Geometry: one box and one flip for the whole clip. The box's origin
+  // 3. Geometry: one box and one flip for the whole clip, drawn when the
+  // first frame gives the codec's frame size (set_geometry). The box's origin
   // is aligned to the chroma grid of the decoded frames' pixel format when
   // they come (a demuxer need not know the format: MP4's does not).
-  CropBox box{0, 0, height, width};
+  int stored_width = 0, stored_height = 0;  // the codec's, from the first frame
+  int width = 0, height = 0;                // displayed
+  CropBox box;
   EvalWindow window;
   bool flip = false;
-  if (spec.mode == AugmentMode::kTrain) {
-    box = RandomResizedCropBox(width, height, spec, rng);
-    flip = rng.Bernoulli(spec.flip_probability);
-  } else {
-    window = EvalCenterWindow(width, height, spec);
-  }
-  trace_.crop = box;
-  trace_.window = window;
-  trace_.flip = flip;
+  auto set_geometry = [&](const AVFrame* f) -> absl::Status {
+    stored_width = f->width;
+    stored_height = f->height;
+    if (stored_width <= 0 || stored_height <= 0) {
+      return SampleError("a decoded frame has no frame size");
+    }
+    if (uint64_t(stored_width) * uint64_t(stored_height) > spec.max_pixels) {
+      return SampleError(absl::StrCat("frame of ", stored_width, "x", stored_height,
+                                      " exceeds max_pixels (", spec.max_pixels, ")"));
+    }
+    width = orientation.swap ? stored_height : stored_width;
+    height = orientation.swap ? stored_width : stored_height;
+    box = CropBox{0, 0, height, width};
+    if (spec.mode == AugmentMode::kTrain) {
+      box = RandomResizedCropBox(width, height, spec, rng);
+      flip = rng.Bernoulli(spec.flip_probability);
+    } else {
+      window = EvalCenterWindow(width, height, spec);
+    }
+    // The decoder's own buffers come out of max_decode_memory with the
+    // codec's frames: eval keeps the whole resized frame (scratch_, 3 bytes
+    // a pixel), rotation a displayed copy of the frame (oriented_).
+    uint64_t extra = 0;
+    if (spec.mode == AugmentMode::kEval) {
+      extra += uint64_t(3) * window.resized_width * window.resized_height;
+    }
+    if (rotate) {
+      const int copy =
+          av_image_get_buffer_size(static_cast<AVPixelFormat>(f->format), width, height, 1);
+      extra += copy > 0 ? uint64_t(copy) : 0;
+    }
+    if (frame_budget_.live_bytes() + extra > spec.max_decode_memory) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("video: frames of %dx%d need about %.1f MiB to decode%s%s, more than "
+                          "max_decode_memory (%.1f MiB)",
+                          width, height, Mib(frame_budget_.live_bytes() + extra),
+                          spec.mode == AugmentMode::kEval ? " and resize" : "",
+                          rotate ? " and rotate" : "", Mib(spec.max_decode_memory)));
+    }
+    frame_budget_.SetLimit(spec.max_decode_memory - extra);
+    trace_.width = width;
+    trace_.height = height;
+    trace_.crop = box;
+    trace_.window = window;
+    trace_.flip = flip;
+    return absl::OkStatus();
+  };
 
-  // 4. Decode from the keyframe before the clip.
+  // 4. Decode from the keyframe before the clip. The codec's frame buffers
+  // are counted against max_decode_memory (frame_budget_), its frames held
+  // to max_pixels by FFmpeg too (codecs with their own allocator honour it).
   AvCodecContextPtr ctx(avcodec_alloc_context3(codec));
   if (ctx == nullptr) return AvError(AVERROR(ENOMEM), kWhat);
   if (int rc = avcodec_parameters_to_context(ctx.get(), par); rc < 0) {
@@ -223,8 +289,32 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
   ctx->thread_count = 1;
   ctx->thread_type = 0;
   ctx->pkt_timebase = stream->time_base;
+  ctx->max_pixels = static_cast<int64_t>(std::min<uint64_t>(spec.max_pixels, INT64_MAX));
+  frame_budget_.Reset(spec.max_decode_memory);
+  frame_budget_.Install(ctx.get());
+  // A failed decoder call: the budget's refusal, the codec's frame size over
+  // max_pixels, or FFmpeg's error.
+  auto decode_error = [&](int rc, const std::string& what) -> absl::Status {
+    if (frame_budget_.refused()) return frame_budget_.Refusal();
+    if (uint64_t(std::max(ctx->width, 0)) * uint64_t(std::max(ctx->height, 0)) > spec.max_pixels) {
+      return SampleError(absl::StrCat("the codec's frame of ", ctx->width, "x", ctx->height,
+                                      " exceeds max_pixels (", spec.max_pixels, ")"));
+    }
+    absl::Status st = AvError(rc, what);
+    if (rc == AVERROR(EINVAL) && ctx->width <= 0) {
+      // FFmpeg refuses a size over ctx->max_pixels before it sets the size.
+      return absl::Status(st.code(), absl::StrCat(st.message(), " (a frame size over max_pixels (",
+                                                  spec.max_pixels, ") is refused so)"));
+    }
+    return st;
+  };
   if (int rc = avcodec_open2(ctx.get(), codec, nullptr); rc < 0) {
-    return AvError(rc, absl::StrCat("video: opening the ", codec->name, " decoder"));
+    return decode_error(rc, absl::StrCat("video: opening the ", codec->name, " decoder"));
+  }
+  // What the codec read from its extradata, when it sets the size there.
+  if (uint64_t(std::max(ctx->width, 0)) * uint64_t(std::max(ctx->height, 0)) > spec.max_pixels) {
+    return SampleError(absl::StrCat("the codec's frame of ", ctx->width, "x", ctx->height,
+                                    " exceeds max_pixels (", spec.max_pixels, ")"));
   }
 
   const int64_t first = idx.front();
@@ -353,6 +443,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
           absl::StrCat("video: the clip needs more than max_frames_decoded (", v.max_frames_decoded,
                        ") decoded frames"));
     }
+    if (stored_width == 0) RETURN_IF_ERROR(set_geometry(f));
     if (f->width != stored_width || f->height != stored_height) {
       return SampleError(absl::StrCat("frame size changed from ", stored_width, "x", stored_height,
                                       " to ", f->width, "x", f->height));
@@ -443,12 +534,17 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
           rc = avcodec_send_packet(ctx.get(), pkt);
           av_packet_unref(pkt);
         }
+        if (frame_budget_.refused()) return frame_budget_.Refusal();
         if (rc < 0 && rc != AVERROR(EAGAIN) && rc != AVERROR_EOF) {
-          return AvError(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
+          return decode_error(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
         }
       }
       for (;;) {
         rc = avcodec_receive_frame(ctx.get(), frame_.get());
+        if (frame_budget_.refused()) {
+          av_frame_unref(frame_.get());
+          return frame_budget_.Refusal();
+        }
         if (rc == AVERROR(EAGAIN)) break;
         if (rc == AVERROR_EOF) {
           return absl::DataLossError(absl::StrCat("video: the stream ended before frame ",
@@ -456,7 +552,7 @@ absl::Status VideoClipDecoder::Run(std::span<const uint8_t> bytes, const Transfo
                                                   " decoded (corrupt or truncated file)"));
         }
         if (rc < 0)
-          return AvError(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
+          return decode_error(rc, absl::StrCat("video: decoding frame ", idx[next], " of ", n));
         absl::Status st = take(frame_.get(), &done, &restart);
         av_frame_unref(frame_.get());
         RETURN_IF_ERROR(st);

@@ -19,7 +19,9 @@
 // the clip's last frame; it falls back to the start of the stream when the
 // seek lands past the clip.
 //
-// Geometry (core/decode/crop_box.h, the image rules on the displayed frame size):
+// Geometry (core/decode/crop_box.h, the image rules on the displayed frame size,
+// that of the first decoded frame: the codec's, which may differ from the
+// container's, and the only one MPEG-4 Part 2 in MP4 has):
 // train: one RandomResizedCrop box and one flip draw per clip, the same for
 // every frame; the box's origin is aligned down to the chroma grid of the
 // decoded frames' pixel format (like FFmpeg's crop filter; its size is kept,
@@ -40,7 +42,12 @@
 // sample. Odd sizes are fine.
 //
 // Limits (each beyond: an error of the sample, InvalidArgument or
-// ResourceExhausted, with the reason): max_pixels per frame,
+// ResourceExhausted, with the reason): max_pixels per frame (the
+// container's size when it gives one, the codec's through
+// AVCodecContext.max_pixels and on the first frame), max_decode_memory for
+// the codec's frame buffers (core/decode/ffmpeg/frame_budget.h: counted in
+// get_buffer2 at the codec's frame size, refused before allocation) together
+// with the eval resize and rotation buffers kept here,
 // video.max_frames_decoded frames decoded per clip, video.max_duration_seconds
 // of video, and max_decode_seconds of this thread's CPU time
 // (core/decode/ffmpeg/decode_budget.h: the demuxer's interrupt callback and reader plus
@@ -48,7 +55,8 @@
 // (thread_count 1): the engine's workers are the parallelism.
 //
 // Thread-safety: not thread-safe; one per worker thread. Frame, packet and
-// scaler state are kept between samples.
+// scaler state are kept between samples; buffers over 16 MiB (and scalers
+// for frames over 4096 px wide) are freed after their sample.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +66,7 @@
 #include "absl/status/status.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/ffmpeg/display_orientation.h"
+#include "core/decode/ffmpeg/frame_budget.h"
 #include "core/decode/ffmpeg/handles.h"
 #include "core/decode/sample_decoder.h"
 
@@ -77,7 +86,9 @@ class VideoClipDecoder final : public SampleDecoder {
     EvalWindow window;                   // eval
     bool flip = false;
     int frames_decoded = 0;
-    bool seeked = false;  // decoding started at a seek (not at the stream's start)
+    bool seeked = false;            // decoding started at a seek (not at the stream's start)
+    uint64_t frame_bytes_peak = 0;  // most codec frame-buffer bytes alive at once
+    uint64_t frame_bytes_left = 0;  // still counted after the sample (0: all released)
   };
 
   VideoClipDecoder();
@@ -93,6 +104,11 @@ class VideoClipDecoder final : public SampleDecoder {
   const Trace& last() const { return trace_; }
 
  private:
+  absl::Status RunClip(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
+                       uint8_t* out);
+
+  // Declared first: it outlives the codec context and every frame.
+  AvFrameBudget frame_budget_;
   AvFramePtr frame_;
   AvFramePtr oriented_;  // autorotate: the displayed frame (its buffer reused)
   AvFramePtr view_;      // a cropped reference to oriented_

@@ -1,6 +1,6 @@
 """Video pipelines (kind: video) through the real daemon, on files made here
 with the ffmpeg CLI: every frame a distinct colour, several codecs and
-containers, a variable-frame-rate file, files with rotation metadata (90, 180
+containers (MPEG-4 Part 2 in MP4 among them), a variable-frame-rate file, files with rotation metadata (90, 180
 and 270 degrees), an odd size. Each clip is compared byte for byte with
 ffmpeg's own decode (autorotated, as ffmpeg does by default; with
 `autorotate: false`, ffmpeg -noautorotate) through the same filter chain
@@ -164,6 +164,8 @@ CASES = [
                  "-usage", "realtime"], (64, 48), 25, None),
     ("odd.mkv", ["-c:v", "libx264", "-pix_fmt", "yuv444p", "-g", "9"], (75, 51), 25, None),
     ("mpeg4.avi", ["-c:v", "mpeg4", "-g", "7", "-q:v", "3"], (96, 64), 25, None),
+    # MPEG-4 Part 2 in MP4: the demuxer gives no frame size before decoding
+    ("mpeg4.mp4", ["-c:v", "mpeg4", "-g", "7", "-q:v", "3"], (96, 64), 25, None),
     # variable frame rate: frame N shown at N*N/400 s
     ("vfr.mkv", ["-c:v", "libx264", "-pix_fmt", "yuv420p", "-g", "10", "-fps_mode", "passthrough"],
      (96, 64), 25, "settb=1/1000,setpts=N*N/400/TB"),

@@ -206,5 +206,39 @@ TEST_CASE("audio: the spec's checks name the field", "[audio]") {
         std::string::npos);
 }
 
+TEST_CASE("audio: absurd rates and resampler memory are refused before the resampler is built",
+          "[audio]") {
+  AudioClipDecoder d;
+  absl::Status st;
+  // 64 channels at 1 Hz, 64 KiB: 512 s that resampled to 16 kHz made
+  // libswresample hold all 64 channels of a frame's 16000-fold output.
+  const std::vector<int16_t> tiny(32 * 1024, 100);
+  Decode(d, Wav(1, 64, tiny), Spec(1, 16000), 0, &st);
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK_THAT(std::string(st.message()),
+             Catch::Contains("a sample rate of 1 Hz is too low to resample to 16000 Hz"));
+
+  // A steep downsampling needs a long filter: refused against max_decode_memory.
+  TransformSpec spec = Spec(2, 100);
+  spec.max_decode_memory = 4u << 20;
+  Decode(d, Wav(384000, 2, Ramp(4000, 2)), spec, 0, &st);
+  CHECK(absl::IsResourceExhausted(st));
+  CHECK_THAT(std::string(st.message()),
+             Catch::Contains("resampling 2 channels from 384000 Hz to 16000 Hz needs about") &&
+                 Catch::Contains("more than max_decode_memory (4.0 MiB)"));
+  spec.max_decode_memory = 128u << 20;
+  Decode(d, Wav(384000, 2, Ramp(4000, 2)), spec, 0, &st);
+  CHECK(st.ok());
+
+  // Within the ratio, many channels upsampled steeply decode (fed to the
+  // resampler a bounded chunk at a time), and the decoder is fine after.
+  Decode(d, Wav(16, 64, tiny), Spec(1, 16000), 0, &st);
+  CHECK(st.ok());
+  CHECK(d.trace().total_samples == 512 * 1000);
+  const std::vector<float> out = Decode(d, Wav(16000, 1, Ramp(10, 1)), Spec(1, 10), 0, &st);
+  REQUIRE(st.ok());
+  CHECK(out[9] == Value(9, 0) / 32768.0f);
+}
+
 }  // namespace
 }  // namespace conveyor

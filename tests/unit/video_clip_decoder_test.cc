@@ -255,5 +255,129 @@ TEST_CASE("video: the spec's video fields are validated", "[video]") {
   CHECK(ValidateTransformSpec(t).ok());
 }
 
+// Writes a 16-bit big-endian value at `at`.
+void PutBe16(std::vector<uint8_t>& b, size_t at, int v) {
+  b[at] = uint8_t(v >> 8);
+  b[at + 1] = uint8_t(v);
+}
+
+// An MP4 whose H.264 stream (its SPS) is `coded` px square while its
+// container (the avc1 sample entry and the track header) says 320x240: a
+// demuxer-only reading of the size sees 320x240.
+std::vector<uint8_t> MakeLyingMp4(const TempDir& dir, int coded) {
+  const std::string path = dir.Sub(absl::StrCat("lie", coded, ".mp4"));
+  const std::string cmd =
+      absl::StrCat("ffmpeg -v error -y -f lavfi -i color=c=gray:size=", coded, "x", coded,
+                   ":rate=25 -frames:v 2 -c:v libx264 -preset ultrafast -pix_fmt yuv420p ", path);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> b(std::istreambuf_iterator<char>(in), {});
+  const std::string bytes(b.begin(), b.end());
+  const size_t stsd = bytes.find("stsd");
+  REQUIRE(stsd != std::string::npos);
+  const size_t avc1 = bytes.find("avc1", stsd);  // the sample entry, not ftyp's brand
+  REQUIRE(avc1 != std::string::npos);
+  PutBe16(b, avc1 + 28, 320);  // sample entry: 6 reserved, index, 16 pre-defined, width, height
+  PutBe16(b, avc1 + 30, 240);
+  const size_t tkhd = bytes.find("tkhd");
+  REQUIRE(tkhd != std::string::npos);
+  const size_t end = tkhd - 4 +
+                     ((size_t(b[tkhd - 4]) << 24) | (size_t(b[tkhd - 3]) << 16) |
+                      (size_t(b[tkhd - 2]) << 8) | b[tkhd - 1]);
+  PutBe16(b, end - 8, 320);  // width and height, 16.16 fixed point, end the box
+  PutBe16(b, end - 6, 0);
+  PutBe16(b, end - 4, 240);
+  PutBe16(b, end - 2, 0);
+  return b;
+}
+
+TEST_CASE("video: frames larger than the container says are bounded by max_decode_memory",
+          "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  // 2048x2048 4:2:0 is 6 MiB a frame; with its reference frame 12 MiB.
+  const std::vector<uint8_t> lie = MakeLyingMp4(dir, 2048);
+  TransformSpec spec = ClipSpec(2, ClipStart::kStart);
+  spec.max_decode_memory = 8u << 20;
+  VideoClipDecoder decoder;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  Rng rng(0);
+  absl::Status st = decoder.Run(lie, spec, rng, out.data());
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(st.message()),
+             Catch::Contains("the codec's frames are 2048x2048 (yuv420p, 1 reference frame)") &&
+                 Catch::Contains("more than max_decode_memory (8.0 MiB)"));
+  // Refused before the codec allocated a frame of that size.
+  CHECK(decoder.last().frame_bytes_peak == 0);
+
+  // The same lie at a size the limit allows decodes at the codec's size.
+  const std::vector<uint8_t> small = MakeLyingMp4(dir, 512);
+  st = decoder.Run(small, spec, rng, out.data());
+  REQUIRE(st.ok());
+  CHECK(decoder.last().width == 512);
+  CHECK(decoder.last().height == 512);
+  CHECK(decoder.last().frame_bytes_peak > 512u * 512 * 3 / 2);
+  CHECK(decoder.last().frame_bytes_peak <= spec.max_decode_memory);
+
+  // max_pixels holds against the codec's size too, not only the container's.
+  spec.max_decode_memory = 128u << 20;
+  spec.max_pixels = 320 * 240;
+  st = decoder.Run(small, spec, rng, out.data());
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("512x512 exceeds max_pixels (76800)"));
+}
+
+TEST_CASE("video: the frame buffers of a clip are counted until they are released", "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  const std::vector<uint8_t> bytes = MakeVideo(dir, "count.mp4", 30, 10);
+  TransformSpec spec = ClipSpec(4, ClipStart::kCenter);
+  VideoClipDecoder decoder;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  Rng rng(0);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(decoder.Run(bytes, spec, rng, out.data()).ok());
+    // 96x64 4:2:0 frames, a few alive at once (the codec's references and
+    // the frame being converted), never a growing count.
+    CHECK(decoder.last().frame_bytes_peak >= 96u * 64 * 3 / 2);
+    CHECK(decoder.last().frame_bytes_peak < 64u * 96 * 64 * 3 / 2);
+    CHECK(decoder.last().frame_bytes_left == 0);  // the codec and every frame let go
+  }
+  // A budget too small for one frame refuses the first.
+  spec.max_decode_memory = 96 * 64;
+  absl::Status st = decoder.Run(bytes, spec, rng, out.data());
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("the codec's frames are 96x64"));
+  CHECK(decoder.last().frame_bytes_left == 0);
+}
+
+TEST_CASE("video: MPEG-4 Part 2 in MP4 (no frame size before decoding) decodes", "[video]") {
+  REQUIRE(HaveFfmpeg());  // scripts/install-deps.sh installs it
+  TempDir dir;
+  const std::string path = dir.Sub("mpeg4.mp4");
+  const std::string cmd = absl::StrCat(
+      "ffmpeg -v error -y -f lavfi -i testsrc2=size=96x64:rate=25 -frames:v 20 -c:v mpeg4 -g 5 ",
+      path);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> bytes(std::istreambuf_iterator<char>(in), {});
+  TransformSpec spec = ClipSpec(4, ClipStart::kCenter);
+  VideoClipDecoder decoder;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  Rng rng(0);
+  absl::Status st = decoder.Run(bytes, spec, rng, out.data());
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  CHECK(decoder.last().width == 96);
+  CHECK(decoder.last().height == 64);
+  CHECK(decoder.last().frames_in_video == 20);
+  // The limits apply to the decoded size.
+  spec.max_pixels = 96 * 64 - 1;
+  st = decoder.Run(bytes, spec, rng, out.data());
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  // The codec refuses the size before it sets it (no size to name).
+  CHECK_THAT(std::string(st.message()), Catch::Contains("max_pixels (6143)"));
+}
+
 }  // namespace
 }  // namespace conveyor
