@@ -97,7 +97,8 @@ absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d, MediaKind media,
     if (IsRemoteShard(d.shards.front())) {
       ASSIGN_OR_RETURN(loaded.shard_reader, get_reader());
     } else {
-      loaded.shard_reader = std::make_shared<LocalRangeReader>();
+      // Each shard opened once, here, and read through its fd from then on.
+      ASSIGN_OR_RETURN(loaded.shard_reader, LocalRangeReader::Open(d.shards));
     }
     TarDatasetOptions options;
     options.label_key = d.label_key;
@@ -187,6 +188,11 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
             "dataset {}: {} tar entries belong to no sample with an image (no key, "
             "no image member, or not a regular file)",
             DatasetName(d), dataset->tar->ignored());
+      }
+      if (dataset->tar != nullptr) {
+        for (const std::string& w : dataset->tar->warnings()) {
+          spdlog::warn("dataset {}: {}", DatasetName(d), w);
+        }
       }
       it = loaded.emplace(key, *std::move(dataset)).first;
     }
