@@ -70,20 +70,13 @@ absl::Status CheckDirectory(const std::string& path, absl::string_view role) {
 
 // Reads a whole list file into a string with as few read() calls as
 // possible. Opened with O_NONBLOCK and refused unless a regular file, so a
-// FIFO cannot block the load; a symbolic link is refused. (Sample files go through
-// core/data/file_reader.h.)
+// FIFO cannot block the load. (Sample files go through core/data/file_reader.h.)
 absl::StatusOr<std::string> ReadListFile(const std::string& path) {
-  // O_NOFOLLOW: the list file itself is not followed if it is a link (its
-  // folders may be: the config check resolved them against allowed_roots).
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) {
     const int err = errno;
     if (err == ENOENT) {
       return absl::NotFoundError(absl::StrCat("list file '", path, "' does not exist"));
-    }
-    if (err == ELOOP) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "list file '", path, "' is a symbolic link (refused: give the path of the file)"));
     }
     return ErrnoStatus(err, "cannot open list file", path);
   }

@@ -114,10 +114,8 @@ class DatasetIndex {
   // escape root. Files are NOT checked for existence (1 M stat calls at start
   // would be slow; fetch reports a missing file, or a path through a
   // symbolic link, as a bad sample). The list file must be a regular file: it
-  // is opened without blocking and anything else (a FIFO, a device, a folder,
-  // a symbolic link: the list file itself is not followed, its folders may
-  // be) is refused, so a FIFO cannot hang config loading. It is read once,
-  // by the factory.
+  // is opened without blocking and anything else (a FIFO, a device, a folder)
+  // is refused, so a FIFO cannot hang config loading.
   // Errors: NotFound when the list file or root is missing; InvalidArgument
   // naming the file and its type when it is not a regular file, naming
   // "file:line: reason" for a bad line and naming the file when it holds no
