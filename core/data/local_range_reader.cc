@@ -19,6 +19,24 @@
 #include "core/data/tar_dataset.h"
 
 namespace conveyor {
+namespace {
+
+bool IsUnder(const std::string& path, const std::string& root) {
+  if (root == "/") return !path.empty() && path.front() == '/';
+  return path.compare(0, root.size(), root) == 0 &&
+         (path.size() == root.size() || path[root.size()] == '/');
+}
+
+// The path the kernel gives for an open fd; empty when /proc is missing.
+std::string FdPath(int fd) {
+  char buf[4096];
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof(buf) || buf[0] != '/') return "";
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
 
 uint64_t LocalRangeReader::DefaultMaxOpenFiles() {
   struct rlimit rl;
@@ -27,7 +45,8 @@ uint64_t LocalRangeReader::DefaultMaxOpenFiles() {
 }
 
 absl::StatusOr<std::shared_ptr<const LocalRangeReader>> LocalRangeReader::Open(
-    const std::vector<std::string>& paths, uint64_t max_open_files) {
+    const std::vector<std::string>& paths, uint64_t max_open_files,
+    const std::vector<std::string>& allowed_roots) {
   if (max_open_files == 0) max_open_files = DefaultMaxOpenFiles();
   if (paths.size() > max_open_files) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -47,9 +66,20 @@ absl::StatusOr<std::shared_ptr<const LocalRangeReader>> LocalRangeReader::Open(
   const std::string root = CommonFolder(paths);
   UniqueFd root_fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root_fd) return PosixError(absl::StrCat("open folder ", EscapeText(root)), errno);
+  const std::string real_root = allowed_roots.empty() ? "" : FdPath(root_fd.get());
   std::map<std::pair<dev_t, ino_t>, const std::string*> seen;
   for (const std::string& path : paths) {
     const std::string rel = path.substr(root == "/" ? 1 : root.size() + 1);
+    if (!real_root.empty()) {
+      const std::string real = real_root == "/" ? "/" + rel : absl::StrCat(real_root, "/", rel);
+      bool under = false;
+      for (const std::string& allowed : allowed_roots) under |= IsUnder(real, allowed);
+      if (!under) {
+        return absl::PermissionDeniedError(
+            absl::StrCat(EscapeText(path), " (really ", EscapeText(real),
+                         ", as opened) lies outside the allowed roots"));
+      }
+    }
     absl::StatusOr<UniqueFd> fd = OpenFileBeneath(root_fd.get(), root, rel);
     if (!fd.ok()) return fd.status();
     struct stat st;

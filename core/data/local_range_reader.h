@@ -50,9 +50,16 @@ namespace conveyor {
 class LocalRangeReader final : public ByteRangeReader {
  public:
   // Opens each of `paths` (absolute, distinct) as above. `max_open_files`
-  // 0: DefaultMaxOpenFiles().
+  // 0: DefaultMaxOpenFiles(). With `allowed_roots` (absolute, symbolic
+  // links resolved, normalised): each shard as opened — the common folder's
+  // real path (/proc/self/fd) and the shard's path below it, where no link
+  // was followed — must lie under one of them, else PermissionDenied naming
+  // the shard and where it really is. The config check judged the paths
+  // before; this judges the files opened, so a folder swapped for a link in
+  // between cannot lead outside.
   static absl::StatusOr<std::shared_ptr<const LocalRangeReader>> Open(
-      const std::vector<std::string>& paths, uint64_t max_open_files = 0);
+      const std::vector<std::string>& paths, uint64_t max_open_files = 0,
+      const std::vector<std::string>& allowed_roots = {});
 
   // Half the process's soft RLIMIT_NOFILE (at least 1).
   static uint64_t DefaultMaxOpenFiles();

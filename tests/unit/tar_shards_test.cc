@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -339,6 +340,14 @@ TEST_CASE("LocalRangeReader refuses links, the same file twice and more shards t
   CHECK(absl::IsInvalidArgument(twice));
   CHECK(twice.message().find(a + " and " + dir.path() + "/hard.tar are the same file") !=
         absl::string_view::npos);
+  // The files opened are judged against the allowed roots (resolved).
+  const std::string real = std::filesystem::canonical(dir.path()).string();
+  CHECK(LocalRangeReader::Open({a, b}, 0, {real}).ok());
+  CHECK(LocalRangeReader::Open({a}, 0, {real + "/sub"}).ok());
+  absl::Status outside = LocalRangeReader::Open({a, b}, 0, {real + "/sub"}).status();
+  CHECK(absl::IsPermissionDenied(outside));
+  CHECK(outside.message() ==
+        b + " (really " + real + "/b.tar, as opened) lies outside the " + "allowed roots");
   absl::Status cap = LocalRangeReader::Open({a, b}, 1).status();
   CHECK(absl::IsResourceExhausted(cap));
   CHECK(cap.message().find("2 local shards need one open file each, more than the 1 allowed") !=
