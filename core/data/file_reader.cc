@@ -36,8 +36,9 @@ absl::Status LinkRefused(const std::string& shown) {
 }
 
 // fstat, the regular-file check, the size limit and the read, on an open fd.
-absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
-                          std::vector<uint8_t>* out, const FileReader& reader) {
+// Errors name `shown`; the reader's BeginRead gets `seam_name`.
+absl::Status ReadOpenFile(int fd, const std::string& shown, const std::string& seam_name,
+                          uint64_t max_bytes, std::vector<uint8_t>* out, const FileReader& reader) {
   struct stat st;
   if (fstat(fd, &st) != 0) return PosixError(absl::StrCat("fstat ", shown), errno);
   if (!S_ISREG(st.st_mode)) {
@@ -49,7 +50,7 @@ absl::Status ReadOpenFile(int fd, const std::string& shown, uint64_t max_bytes,
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s: file of %d bytes exceeds the %d-byte limit (max_file_bytes)", shown, size, max_bytes));
   }
-  reader.BeginRead(fd, shown);
+  reader.BeginRead(fd, seam_name);
   struct Ended {  // EndRead on every way out
     const FileReader& reader;
     int fd;
@@ -162,12 +163,11 @@ absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vec
                            const FileReader& reader) {
   UniqueFd fd(::open(path.c_str(), kOpenFlags));
   if (!fd) return PosixError(absl::StrCat("open ", path), errno);
-  return ReadOpenFile(fd.get(), path, max_bytes, out, reader);
+  return ReadOpenFile(fd.get(), path, path, max_bytes, out, reader);
 }
 
-absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
-                             std::string_view relative_path, uint64_t max_bytes,
-                             std::vector<uint8_t>* out, const FileReader& reader) {
+absl::StatusOr<UniqueFd> OpenFileBeneath(int dir_fd, std::string_view shown_root,
+                                         std::string_view relative_path) {
   const std::string rel(relative_path);  // NUL-terminated for the kernel
   int fd = -1;
   bool link = false;
@@ -203,8 +203,17 @@ absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
     }
     return PosixError(absl::StrCat("open ", shown), err);
   }
-  UniqueFd owned(fd);
-  return ReadOpenFile(fd, Shown(shown_root, relative_path), max_bytes, out, reader);
+  return UniqueFd(fd);
+}
+
+absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
+                             std::string_view relative_path, uint64_t max_bytes,
+                             std::vector<uint8_t>* out, const FileReader& reader) {
+  // Errors name the relative path alone: they reach clients.
+  absl::StatusOr<UniqueFd> fd = OpenFileBeneath(dir_fd, "", relative_path);
+  if (!fd.ok()) return fd.status();
+  return ReadOpenFile(fd->get(), std::string(relative_path), Shown(shown_root, relative_path),
+                      max_bytes, out, reader);
 }
 
 }  // namespace conveyor

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor {
 
@@ -44,8 +46,8 @@ namespace conveyor {
 class FileReader {
  public:
   virtual ~FileReader() = default;
-  // A read of `fd`, a regular file named `shown` (as errors name it:
-  // "<dataset root>/<relative path>" or the path given), begins.
+  // A read of `fd`, a regular file named `shown` ("<dataset root>/<relative
+  // path>" or the path given), begins.
   virtual void BeginRead(int /*fd*/, std::string_view /*shown*/) const {}
   // As pread(2): bytes read, 0 at the end of the file, -1 with errno set.
   virtual ssize_t Pread(int fd, void* buf, size_t count, off_t offset) const = 0;
@@ -81,12 +83,25 @@ absl::Status ReadWholeFile(const std::string& path, uint64_t max_bytes, std::vec
 // file is swapped for a link after the dataset was indexed. Uses openat2
 // (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, one call); where the kernel lacks
 // it (ENOSYS), opens folder by folder with O_NOFOLLOW. A link met is
-// PermissionDenied "<shown root>/<relative_path>: symbolic link refused ...",
-// an error of the sample. `shown_root` only names the file in errors.
+// PermissionDenied "<relative_path>: symbolic link refused ...", an error of
+// the sample. Errors name `relative_path` alone, never the server's folders
+// (they reach clients in failure reasons); `shown_root` names the file for
+// `reader` (BeginRead gets "<shown_root>/<relative_path>").
 absl::Status ReadFileBeneath(int dir_fd, std::string_view shown_root,
                              std::string_view relative_path, uint64_t max_bytes,
                              std::vector<uint8_t>* out,
                              const FileReader& reader = DefaultFileReader());
+
+// The open step of ReadFileBeneath, for files held open (tar shards): opens
+// `relative_path` below `dir_fd` read-only, without blocking and without
+// following any symbolic link on the way. Errors name the file as
+// "<shown_root>/<relative_path>" (just the relative path when shown_root is
+// empty): a link is PermissionDenied "...: symbolic link refused ...", a
+// way out ("..") PermissionDenied, others the errno's (PosixError). The
+// caller checks the type (fstat): a FIFO or device is opened, not refused,
+// here.
+absl::StatusOr<UniqueFd> OpenFileBeneath(int dir_fd, std::string_view shown_root,
+                                         std::string_view relative_path);
 
 // "regular file", "directory", "symbolic link", "FIFO", "socket",
 // "character device", "block device" or "unknown type" for st_mode.

@@ -53,7 +53,9 @@ class SampleSource {
 // never read and never waited on; files over max_file_bytes are refused
 // (ResourceExhausted, an error of the sample). The reads go through
 // `reader` (core/data/file_reader.h): null is plain pread; tests pass one
-// that injects faults.
+// that injects faults. Errors name the sample by its dataset-relative path
+// ("class_a/x.jpg: symbolic link refused ..."), never the server's absolute
+// one: they reach clients.
 class FileSampleSource final : public SampleSource {
  public:
   // REQUIRES: dataset != nullptr.

@@ -97,6 +97,7 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
     };
     ASSIGN_OR_RETURN(TarScan scan, ScanTar(reader, shard, limits, want));
     d->ignored_ += scan.ignored;
+    for (std::string& w : scan.warnings) d->warnings_.push_back(std::move(w));
     struct Group {
       std::string_view key;
       int image = -1;  // into scan.members
@@ -104,6 +105,8 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
       int label = -1;
     };
     std::vector<Group> groups;
+    uint64_t sparse = 0;  // sparse members of this shard, for one warning
+    const TarMember* first_sparse = nullptr;
     std::unordered_map<std::string_view, size_t> by_key;
     std::unordered_set<std::string_view> names;
     for (size_t m = 0; m < scan.members.size(); ++m) {
@@ -119,16 +122,35 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
                                                        ": member '", EscapeText(member.name),
                                                        "' appears twice in the shard"));
       }
+      if (member.sparse && sparse++ == 0) first_sparse = &member;
       auto [it, fresh] = by_key.emplace(key, groups.size());
       if (fresh) groups.push_back(Group{key});
       Group& g = groups[it->second];
+      // Two members of one role whose extensions differ only in case
+      // (000.cls, 000.CLS): which one is meant is anyone's guess.
+      auto same_role = [&](int other) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            shard, ": offset ", member.header_offset, ": sample '", EscapeText(key), "': members '",
+            EscapeText(scan.members[other].name), "' and '", EscapeText(member.name),
+            "' differ only in the case of their extension (one role, "
+            "two members)"));
+      };
       if (ext == label_key) {
+        if (g.label >= 0) return same_role(g.label);
         g.label = static_cast<int>(m);
-      } else if (const int rank = ImageRank(ext);
-                 rank >= 0 && (g.image < 0 || rank < g.image_rank)) {
-        g.image = static_cast<int>(m);
-        g.image_rank = rank;
+      } else if (const int rank = ImageRank(ext); rank >= 0) {
+        if (g.image >= 0 && rank == g.image_rank) return same_role(g.image);
+        if (g.image < 0 || rank < g.image_rank) {
+          g.image = static_cast<int>(m);
+          g.image_rank = rank;
+        }
       }
+    }
+    if (sparse > 0) {
+      d->warnings_.push_back(absl::StrCat(
+          shard, ": offset ", first_sparse->header_offset, ": ", sparse,
+          " sparse member(s), e.g. '", EscapeText(first_sparse->name),
+          "': sparse files are not served (each such image fails as its sample's error)"));
     }
     std::string shard_rel = shard.substr(root == "/" ? 1 : root.size() + 1);
     uint64_t count = 0;
@@ -143,6 +165,11 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
                          "' member holding its label (dataset.label_key)"));
       }
       const TarMember& label = scan.members[g.label];
+      if (label.sparse) {
+        return absl::InvalidArgumentError(absl::StrCat(shard, ": offset ", label.header_offset,
+                                                       ": label member '", EscapeText(label.name),
+                                                       "' is a sparse file (not supported)"));
+      }
       int32_t value = 0;
       if (!ParseLabel(label.data, &value)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -151,7 +178,8 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
             "'"));
       }
       const TarMember& image = scan.members[g.image];
-      d->locations_.push_back(Location{static_cast<uint32_t>(s), image.offset, image.size});
+      d->locations_.push_back(
+          Location{static_cast<uint32_t>(s), image.sparse, image.offset, image.size});
       entries.push_back(DatasetIndex::Entry{absl::StrCat(shard_rel, "/", image.name), value});
       ++count;
     }

@@ -17,7 +17,15 @@
 //    surrounded by ASCII whitespace (at most 64 bytes). A sample with an image
 //    but no label member, or a label that is not such an integer, is an
 //    error naming the shard and the member. JSON labels are not supported.
-//  - Two members with the same key and extension in one shard are an error.
+//  - Two members with the same key and extension in one shard are an error,
+//    and so are two label members, or two image members of the same
+//    extension, whose extensions differ only in case (000.cls / 000.CLS):
+//    "SHARD: offset N: sample 'KEY': members 'A' and 'B' differ only in the
+//    case of their extension".
+//  - Sparse members (core/data/tar_index.h) are not served: a sample whose
+//    image is one is indexed and its read fails (an error of that sample
+//    naming the member), a sparse label member is an error at load; one
+//    warning per shard names the first of them.
 //
 // The index is kept in memory (shared by every pipeline naming the same
 // shards, label key and shuffle buffer); nothing is written beside the
@@ -49,7 +57,8 @@ struct TarDatasetOptions {
 class TarDataset {
  public:
   struct Location {
-    uint32_t shard = 0;  // into shards()
+    uint32_t shard = 0;   // into shards()
+    bool sparse = false;  // a sparse member: refused when read
     uint64_t offset = 0;
     uint64_t size = 0;
   };
@@ -72,6 +81,9 @@ class TarDataset {
   const std::vector<uint64_t>& shard_sizes() const { return shard_sizes_; }
   // Members and entries that belong to no sample (see above), all shards.
   uint64_t ignored() const { return ignored_; }
+  // What the load found worth an operator's eye but not an error ("SHARD:
+  // offset N: ..."): data after the end of an archive, sparse members.
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   TarDataset() = default;
@@ -82,6 +94,7 @@ class TarDataset {
   std::vector<Location> locations_;
   std::shared_ptr<const DatasetIndex> index_;
   uint64_t ignored_ = 0;
+  std::vector<std::string> warnings_;
 };
 
 // The folder common to every path of `paths` (absolute, normalised): "/" at

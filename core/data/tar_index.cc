@@ -96,6 +96,8 @@ class Chunks {
 struct Pending {
   std::optional<std::string> name;
   std::optional<uint64_t> size;
+  bool sparse = false;                     // GNU.sparse.* records: a pax sparse member
+  std::optional<std::string> sparse_name;  // GNU.sparse.name: its real name (format 1.0)
 };
 
 // Parses pax records "LEN KEY=VALUE\n" (LEN counts the whole record).
@@ -133,6 +135,18 @@ std::optional<std::string> ParsePax(std::string_view data, const TarScanLimits& 
       }
       if (v > kMaxNumber) return "bad pax size";
       pending->size = v;
+    } else if (key.substr(0, 11) == "GNU.sparse.") {
+      // GNU tar's pax sparse formats (0.0, 0.1, 1.0): the member's data is
+      // not the file's bytes (a map and the non-hole parts); 1.0 hides the
+      // real name under "GNUSparseFile.N/" and gives it here.
+      pending->sparse = true;
+      if (key == "GNU.sparse.name") {
+        if (value.size() > limits.max_name_bytes) {
+          return absl::StrCat("GNU.sparse.name of ", value.size(), " bytes exceeds the limit of ",
+                              limits.max_name_bytes);
+        }
+        pending->sparse_name = std::string(value);
+      }
     }
     data.remove_prefix(len);
   }
@@ -164,10 +178,24 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
     }
     ASSIGN_OR_RETURN(const uint8_t* h, chunks.Get(pos, kBlock));
     if (std::all_of(h, h + kBlock, [](uint8_t b) { return b == 0; })) {
-      if (pending.name || pending.size) {
+      if (pending.name || pending.size || pending.sparse) {
         return error(pos, "the archive ends after an extended header, without its member");
       }
-      return scan;  // end-of-archive block
+      // End of archive. Writers pad it with zeros (two blocks, then up to a
+      // 10 KiB record); anything else after it, within the next chunk, is
+      // most likely another archive appended (cat a.tar b.tar): its members
+      // are not read (as tar without -i), and the caller is told.
+      const uint64_t look = std::min<uint64_t>(size - pos, std::max(limits.chunk_bytes, kBlock));
+      ASSIGN_OR_RETURN(const uint8_t* rest, chunks.Get(pos, look));
+      const uint8_t* data = std::find_if(rest, rest + look, [](uint8_t b) { return b != 0; });
+      if (data != rest + look) {
+        const uint64_t at = pos + static_cast<uint64_t>(data - rest) / kBlock * kBlock;
+        scan.warnings.push_back(absl::StrFormat(
+            "%s: offset %d: data after the end-of-archive block at offset %d (concatenated "
+            "archives?) is ignored: members past it are not served",
+            std::string(shard), at, pos));
+      }
+      return scan;
     }
     const std::optional<uint64_t> stored_sum = ParseNumber(h + 148, 8);
     if (!stored_sum || !ChecksumMatches(h, *stored_sum)) {
@@ -182,11 +210,29 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
     const std::optional<uint64_t> header_size = ParseNumber(h + 124, 12);
     if (!header_size) return error(pos, "bad size field");
     const char type = static_cast<char>(h[156]);
-    const bool regular = type == '0' || type == '\0' || type == '7';
+    const bool gnu_sparse = type == 'S';  // old GNU sparse: a map in the header
+    const bool regular = type == '0' || type == '\0' || type == '7' || gnu_sparse;
     const bool no_data = type >= '1' && type <= '6';  // links, devices, folders, FIFOs
     uint64_t data_size = no_data ? 0 : *header_size;
     if (regular && pending.size) data_size = *pending.size;
-    const uint64_t data_offset = pos + kBlock;
+    uint64_t data_offset = pos + kBlock;
+    if (gnu_sparse && h[482] != 0) {
+      // "isextended": the map goes on in extension blocks (21 entries and
+      // their own flag at byte 504 each) between the header and the data.
+      const uint64_t max_blocks = std::max<uint64_t>(1, limits.max_pax_bytes / kBlock);
+      for (uint64_t blocks = 1;; ++blocks) {
+        if (blocks > max_blocks) {
+          return error(
+              pos, absl::StrCat("GNU sparse map of more than ", max_blocks, " extension blocks"));
+        }
+        if (size - data_offset < kBlock) {
+          return error(pos, "GNU sparse map cut short (truncated shard)");
+        }
+        ASSIGN_OR_RETURN(const uint8_t* ext, chunks.Get(data_offset, kBlock));
+        data_offset += kBlock;
+        if (ext[504] == 0) break;
+      }
+    }
     if (data_size > size - data_offset) {
       return error(pos,
                    absl::StrFormat("entry of %d bytes runs past the end of the shard (%d bytes): "
@@ -219,7 +265,10 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
       case 'g': break;
       default: {
         std::string name;
-        if (pending.name) {
+        const bool sparse = regular && (gnu_sparse || pending.sparse);
+        if (sparse && pending.sparse_name) {
+          name = std::move(*pending.sparse_name);
+        } else if (pending.name) {
           name = std::move(*pending.name);
         } else {
           name = std::string(Field(h, 100));
@@ -241,7 +290,8 @@ absl::StatusOr<TarScan> ScanTar(const ByteRangeReader& reader, std::string_view 
         m.header_offset = pos;
         m.offset = data_offset;
         m.size = data_size;
-        if (want_data && want_data(name)) {
+        m.sparse = sparse;
+        if (!sparse && want_data && want_data(name)) {
           if (data_size > limits.max_data_bytes) {
             return error(pos, absl::StrCat("member '", EscapeText(name), "' of ", data_size,
                                            " bytes exceeds the limit of ", limits.max_data_bytes,

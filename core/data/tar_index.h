@@ -7,6 +7,18 @@
 // records are skipped). Directories, links, devices, FIFOs and other types
 // are not members (counted in `ignored`).
 //
+// Sparse files (GNU's 'S' members, with their extension blocks of the
+// sparse map, and GNU tar's pax sparse formats 0.0, 0.1 and 1.0, marked by
+// GNU.sparse.* records; 1.0's real name GNU.sparse.name is the member's
+// name) are listed with `sparse` set: their data is not the file's bytes,
+// so the caller refuses them by name; the members after them are read as
+// usual. Their data is never captured (want_data).
+//
+// The archive ends at its first end-of-archive (all-zero) block; data other
+// than zeros after it, within the next chunk (another archive appended to
+// this one), is not read, and a warning naming the shard and the offset is
+// returned in TarScan::warnings.
+//
 // Hostile input (a shard may come from anywhere): every header's checksum
 // is verified, numbers are parsed strictly (octal or GNU base-256, no
 // overflow), long names and pax records are bounded (TarScanLimits), and a
@@ -51,12 +63,14 @@ struct TarMember {
   uint64_t header_offset = 0;  // of its (first) header, for messages
   uint64_t offset = 0;         // of its data
   uint64_t size = 0;
-  std::string data;  // its bytes when want_data(name) said so; else empty
+  std::string data;     // its bytes when want_data(name) said so; else empty
+  bool sparse = false;  // a sparse file: `offset`/`size` are its archived form
 };
 
 struct TarScan {
-  std::vector<TarMember> members;  // regular files, in archive order
-  uint64_t ignored = 0;            // directories, links and other types
+  std::vector<TarMember> members;     // regular files, in archive order
+  uint64_t ignored = 0;               // directories, links and other types
+  std::vector<std::string> warnings;  // "SHARD: offset N: ..." for the log
 };
 
 // Scans `shard` (an object of `reader`). `want_data` (may be empty) picks

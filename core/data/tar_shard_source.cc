@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/text_escape.h"
 
@@ -25,9 +26,14 @@ TarShardSource::TarShardSource(std::shared_ptr<const TarDataset> dataset,
 absl::Status TarShardSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
   const TarDataset::Location& at = dataset_->location(index);
   if (at.size > max_file_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%s: member of %d bytes exceeds the %d-byte limit (max_file_bytes)",
-                        EscapeText(dataset_->index()->FullPath(index)), at.size, max_file_bytes_));
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: member of %d bytes exceeds the %d-byte limit (max_file_bytes)",
+        EscapeText(dataset_->index()->relative_path(index)), at.size, max_file_bytes_));
+  }
+  if (at.sparse) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(EscapeText(dataset_->index()->relative_path(index)),
+                     ": a sparse tar member (GNU or pax sparse file), not served"));
   }
   absl::Status st = reader_->ReadRange(dataset_->shards()[at.shard], at.offset, at.size, out);
   hinted_.Clear(index);

@@ -21,7 +21,9 @@
 // Errors: the reader's (its contract matches SampleSource's: errors of the
 // system carry IsSystemError's mark and are retried); a member larger than
 // max_file_bytes is ResourceExhausted naming the shard and member, an error
-// of the sample, refused before reading.
+// of the sample, refused before reading; so is a sparse member
+// (InvalidArgument). Messages name the sample's dataset-relative path
+// ("SHARD/MEMBER"), never the server's absolute one: they reach clients.
 //
 // Thread-safety: Read and Prefetch are safe concurrently (the reader's
 // contract; the per-sample marks are PrefetchMarks).

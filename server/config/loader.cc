@@ -90,14 +90,18 @@ struct LoadedDataset {
 using RemoteReaderGetter = std::function<absl::StatusOr<std::shared_ptr<const ByteRangeReader>>()>;
 
 absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d, MediaKind media,
-                                          const RemoteReaderGetter& get_reader) {
+                                          const RemoteReaderGetter& get_reader,
+                                          const std::vector<std::string>& allowed_real_roots) {
   LoadedDataset loaded;
   if (d.kind == DatasetSpec::Kind::kTarShards) {
     // ParseShards guarantees that the shards are all local or all remote.
     if (IsRemoteShard(d.shards.front())) {
       ASSIGN_OR_RETURN(loaded.shard_reader, get_reader());
     } else {
-      loaded.shard_reader = std::make_shared<LocalRangeReader>();
+      // Each shard opened once, here, and read through its fd from then on;
+      // the files opened are judged against allowed_roots again.
+      ASSIGN_OR_RETURN(loaded.shard_reader,
+                       LocalRangeReader::Open(d.shards, 0, allowed_real_roots));
     }
     TarDatasetOptions options;
     options.label_key = d.label_key;
@@ -140,6 +144,8 @@ std::string DatasetName(const DatasetSpec& d) {
 absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
     const DaemonConfig& config) {
   RETURN_IF_ERROR(CheckAllowedRoots(config));
+  std::vector<std::string> allowed_real_roots;  // as CheckAllowedRoots resolves them
+  for (const std::string& r : config.allowed_roots) allowed_real_roots.push_back(RealPath(r));
   std::map<std::string, LoadedDataset> loaded;
   std::vector<std::shared_ptr<const PipelineConfig>> out;
   // One reader (one I/O thread) for every URL dataset and remote shard of this config.
@@ -166,7 +172,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     auto it = loaded.find(key);
     if (it == loaded.end()) {
       const auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<LoadedDataset> dataset = LoadDataset(d, media, get_reader);
+      absl::StatusOr<LoadedDataset> dataset = LoadDataset(d, media, get_reader, allowed_real_roots);
       if (!dataset.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
             config.source, ": field ", field, DatasetField(d), ": ", dataset.status().message()));
@@ -187,6 +193,11 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
             "dataset {}: {} tar entries belong to no sample with an image (no key, "
             "no image member, or not a regular file)",
             DatasetName(d), dataset->tar->ignored());
+      }
+      if (dataset->tar != nullptr) {
+        for (const std::string& w : dataset->tar->warnings()) {
+          spdlog::warn("dataset {}: {}", DatasetName(d), w);
+        }
       }
       it = loaded.emplace(key, *std::move(dataset)).first;
     }

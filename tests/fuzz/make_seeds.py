@@ -241,6 +241,21 @@ def tar_seeds():
     _write("tar_fuzz", "gnu_long.tar", shard(tarfile.GNU_FORMAT, long_name))
     _write("tar_fuzz", "pax_long.tar", shard(tarfile.PAX_FORMAT, long_name))
     _write("tar_fuzz", "truncated.tar", shard(tarfile.GNU_FORMAT, sample)[:700])
+    # The hostile tar cases' shapes (tests/support/hostile_corpus.py): GNU
+    # sparse with an extension block, pax sparse 1.0, two archives end to
+    # end, label members differing only in case.
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
+    import hostile_corpus as hc
+    end = b"\0" * 1024
+    cls = hc._tar_member(b"a/000002.cls", b"1")
+    _write("tar_fuzz", "gnu_sparse.tar", hc._gnu_sparse_member(b"a/000002.jpg", b"\xff\xd8" * 300) +
+           cls + end)
+    _write("tar_fuzz", "pax_sparse.tar", hc._pax_sparse_member(b"a/000002.jpg", b"\xff\xd8jpeg") +
+           cls + end)
+    _write("tar_fuzz", "concatenated.tar",
+           shard(tarfile.GNU_FORMAT, sample) + shard(tarfile.GNU_FORMAT, long_name))
+    _write("tar_fuzz", "case_duplicate.tar",
+           shard(tarfile.GNU_FORMAT, sample + [("a/000001.CLS", b"4")]))
 
 
 def audio_seeds():

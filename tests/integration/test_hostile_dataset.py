@@ -243,6 +243,61 @@ def test_links_below_the_root_never_serve_outside_pixels(tmp_path, daemon_factor
     assert "symbolic link refused" in reasons["class_a/link.jpg"]
 
 
+def test_failure_reasons_name_dataset_relative_paths(tmp_path, daemon_factory):
+    """Issue 26 #8: what a client sees of a failure — Batch.failures' path
+    and reason, the status ending a fail_fast stream — names the sample by
+    its dataset-relative path, never by the server's absolute one: a file
+    too large, a FIFO, a symbolic link, a missing file, a tar member too
+    large and a tar shard cut short after start (a range past its end)."""
+    import io
+    import tarfile
+    root, samples = make_image_folder(tmp_path / "data" / "images", classes=1, per_class=4)
+    (root / "class_a" / "big.jpg").write_bytes(b"\xff\xd8" + bytes(300000))
+    os.mkfifo(root / "class_a" / "pipe.jpg")
+    os.symlink(root / "class_a" / "img_000.jpg", root / "class_a" / "link.jpg")
+    bad = {"class_a/big.jpg": "exceeds the 200000-byte limit",
+           "class_a/pipe.jpg": "not a regular file (FIFO)",
+           "class_a/link.jpg": "symbolic link refused",
+           "class_a/gone.jpg": "No such file or directory"}
+    listing = write_list_file(root / "list.txt", samples + [(p, 0) for p in bad])
+    shard = tmp_path / "data" / "shards" / "s.tar"
+    shard.parent.mkdir()
+    jpeg = (root / samples[0][0]).read_bytes()
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT) as tar:
+        for key, data in (("a", jpeg), ("b", b"\xff\xd8" + bytes(300000)), ("c", jpeg)):
+            for ext, payload in (("jpg", data), ("cls", b"0")):
+                info = tarfile.TarInfo("%s.%s" % (key, ext))
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    with tarfile.open(shard) as tar:
+        cut = tar.getmember("c.jpg").offset_data + 10
+    cfg = daemon_config(root, pipelines={
+        "files": pipeline_entry(root, dataset={"list": str(listing)}, max_failure_rate=1.0,
+                                max_file_bytes=200000),
+        "strict": pipeline_entry(root, dataset={"list": str(listing)}, max_file_bytes=200000,
+                                 error_policy="fail_fast"),
+        "tar": pipeline_entry(root, dataset={"shards": [str(shard)], "shuffle_buffer": 0},
+                              max_failure_rate=1.0, max_file_bytes=200000)},
+        allowed_roots=[str(tmp_path / "data")])
+    d = daemon_factory(cfg)
+    os.truncate(shard, cut)  # after the load: c.jpg now runs past the end
+
+    reasons = _reasons(_read_epoch_bounded(d.unix, "files", batch_size=4)["failures"])
+    reasons.update(_reasons(_read_epoch_bounded(d.unix, "tar", batch_size=4)["failures"]))
+    bad.update({"s.tar/b.jpg": "member of 300002 bytes exceeds", "s.tar/c.jpg": "file ended"})
+    assert sorted(reasons) == sorted(bad), reasons
+    problems = ["%s: %r, expected %r" % (p, reasons[p], want) for p, want in bad.items()
+                if want not in reasons[p]]
+    problems += ["%s: the reason names a server path: %r" % (p, r) for p, r in reasons.items()
+                 if str(tmp_path) in r]
+    t, strict = _epoch_in_thread(d.unix, "strict", batch_size=4)
+    t.join(scaled(30))
+    assert "error" in strict, strict
+    if str(tmp_path) in str(strict["error"]):
+        problems.append("the fail_fast status names a server path: %s" % strict["error"])
+    assert not problems, "\n".join(problems)
+
+
 # --- the hostile corpus (tests/support/hostile_corpus.py) ---------------------
 
 
@@ -261,7 +316,8 @@ def test_hostile_corpus_every_entry_gets_its_outcome(tmp_path):
     """Every entry of the hostile corpus through a real daemon (under ASan +
     UBSan in CI's asan stage): delivered ones with their label and the
     pixels PIL decodes, skipped ones reported with their reason, ignored
-    ones nowhere; the daemon serves the whole epoch and exits cleanly.
+    ones nowhere; the daemon serves the whole epoch and exits cleanly; no
+    reason names the server's absolute paths.
     As root the daemon runs without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH
     (setpriv), so that the mode-000 entry is unreadable to it as it is to
     any other user; every other file is root's own."""
@@ -323,6 +379,11 @@ def test_hostile_corpus_every_entry_gets_its_outcome(tmp_path):
     for path, (_, reason) in failures.items():
         if path not in known:
             problems.append("%s: reported (%r) but not an expected sample" % (path, reason))
+        # Issue 26 #8: clients learn dataset-relative paths, never the
+        # server's folders (the FIFO, link, unreadable... reasons once
+        # named the absolute path).
+        if str(tmp_path) in reason:
+            problems.append("%s: the reason names a server path: %r" % (path, reason))
     if len(served) + len(failures) != len(order):
         problems.append("%d served + %d reported, expected %d samples in the epoch" % (
             len(served), len(failures), len(order)))

@@ -8,13 +8,20 @@ tarfile, served by a real conveyord.
   checkpoint resumes with exactly the rest of the epoch.
 - Hostile shards (truncated, bad checksum, huge size field, '..' member
   names, non-UTF-8 names) give clear errors naming the shard and the offset,
-  at --check-config.
+  at --check-config; the hostile tar cases of tests/support/hostile_corpus.py
+  (case-duplicate roles, concatenated archives, GNU and pax sparse members,
+  one shard twice through a hard link, a shard that is a link) each get
+  their outcome, through a real daemon.
+- Shards are opened once, at load: a shard swapped for a link to a file
+  outside the allowed roots, or renamed over, after start still serves the
+  bytes that were indexed.
 """
 
 import io
 import json
 import os
 import subprocess
+import sys
 import tarfile
 import textwrap
 
@@ -22,9 +29,12 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import (CONVEYORD, PYTHON, Daemon, client_env, collect, daemon_config,
-                                  finish_daemons, pipeline_entry, require_daemon, scaled,
-                                  write_config)
+from conveyor_integration import (CONVEYORD, PYTHON, SOURCE_DIR, Daemon, client_env, collect,
+                                  daemon_config, finish_daemons, pipeline_entry, require_daemon,
+                                  scaled, write_config)
+
+sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
+import hostile_corpus as hc  # noqa: E402
 
 SEED = 5
 PER_SHARD = 10  # 48 samples: shards of 10, 10, 10, 10, 8
@@ -304,6 +314,133 @@ def test_remote_missing_and_outside_shards_are_refused(tmp_path, dataset):
     os.mkfifo(tmp_path / "fifo.tar")
     _refused(_check_config(tmp_path, {"shards": [str(tmp_path / "fifo.tar")]}),
              "not a regular file (FIFO)")
+
+
+# --- shards held open ------------------------------------------------------------
+def _imposter(shard, out, seed):
+    """A tar with `shard`'s member names and sizes (so every member at the
+    same offset) whose images are other pictures: a small JPEG padded with
+    zeros to the member's size (decoders stop at its end). Read at the
+    offsets the index took from `shard`, it decodes to other pixels."""
+    from PIL import Image
+    with tarfile.open(shard) as src, tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as dst:
+        for i, m in enumerate(src.getmembers()):
+            data = src.extractfile(m).read()
+            if m.name.endswith(".jpg"):
+                buf = io.BytesIO()
+                Image.new("RGB", (24, 24), ((seed * 70 + i * 30) % 256, 200, 40)).save(
+                    buf, "JPEG", quality=80)
+                assert buf.tell() <= len(data)
+                data = buf.getvalue() + b"\0" * (len(data) - buf.tell())
+            _add(dst, m.name, data)
+    return out
+
+
+def test_shards_swapped_after_start_serve_the_indexed_bytes(dataset, tmp_path):
+    """Issue 26 #2: once the daemon serves, one shard is replaced by a
+    symbolic link to a shard outside the allowed roots and another is
+    renamed over by another tar. Both imposters have the same members at the
+    same offsets, so a daemon that re-opens shards by path serves their
+    pixels (the secret one's from outside the roots, the other's under the
+    index's labels: wrong data, silently). Held open at load, the shards
+    still read the files that were indexed: the epoch is byte-identical to
+    the one before the swap. A new load of the swapped shards refuses the
+    link."""
+    root, samples = dataset
+    shards_dir = tmp_path / "data" / "shards"
+    paths = write_shards(root, samples[:20], shards_dir)  # 2 shards of 10
+    secret = tmp_path / "secret"  # outside the allowed roots (tmp_path/data)
+    secret.mkdir()
+    outside = _imposter(paths[0], secret / "outside.tar", 1)
+    renamed = _imposter(paths[1], tmp_path / "data" / "renamed.tar", 2)
+    dataset_field = {"shards": [str(p) for p in paths], "shuffle_buffer": 0}
+    cfg = daemon_config(root, pipelines={"t": pipeline_entry(root, dataset=dataset_field)},
+                        allowed_roots=[str(tmp_path / "data"), str(root.parent)])
+    d = Daemon(tmp_path / "daemon", cfg)
+    try:
+        d.start()
+        before = collect(_epoch(d.unix, "t", shuffle=False))
+        os.remove(paths[0])
+        os.symlink(outside, paths[0])
+        os.rename(renamed, paths[1])
+        after = collect(_epoch(d.unix, "t", shuffle=False))
+    finally:
+        finish_daemons([d])
+    assert before[0].tolist() == after[0].tolist() == list(range(20))
+    assert before[1].tolist() == after[1].tolist()
+    assert before[2].tobytes() == after[2].tobytes(), (
+        "pixels changed after the shards were swapped: the daemon read the imposters")
+    _refused(_check_config(tmp_path / "data", dataset_field,
+                           allowed=[str(tmp_path / "data"), str(tmp_path / "secret")]),
+             "%s: symbolic link refused" % paths[0])
+
+
+def test_the_same_shard_twice_through_a_hard_link_is_refused(tmp_path, dataset):
+    path = _one_shard(tmp_path, dataset)
+    os.link(path, tmp_path / "twin.tar")
+    _refused(_check_config(tmp_path, {"shards": [str(path), str(tmp_path / "twin.tar")]}),
+             "%s and %s are the same file" % (path, tmp_path / "twin.tar"))
+
+
+# --- the hostile tar corpus (tests/support/hostile_corpus.py) -----------------
+def test_hostile_tar_corpus_every_case_gets_its_outcome(tmp_path):
+    """Every hostile tar case: the refused ones stop --check-config with
+    their reason; the served ones through one daemon (ASan + UBSan in CI's
+    asan stage) deliver exactly their images with their labels, report
+    their skipped samples with the reason, log their warning at load — and
+    no failure reason a client sees names the server's folders (issue 26
+    #8: dataset-relative paths only)."""
+    folder = tmp_path / "data" / "tar"
+    cases = hc.build_tar(folder)
+    size = hc.DELIVERED_SIZE
+    problems = []
+    for c in cases:
+        if not c.refused:
+            continue
+        done = _check_config(tmp_path / "data", {"shards": list(c.shards)},
+                             allowed=[str(tmp_path / "data")])
+        if done.returncode == 0 or c.refused not in done.stderr:
+            problems.append("%s: expected refused with %r, got rc %d: %s" % (
+                c.name, c.refused, done.returncode, done.stderr.strip()[-300:]))
+    served = [c for c in cases if not c.refused]
+    pipelines = {"c%d" % i: pipeline_entry(
+        folder, augment="eval", size=size, resize_size=size, dct_scaling=False,
+        max_failure_rate=1.0, dataset={"shards": list(c.shards), "shuffle_buffer": 0})
+        for i, c in enumerate(served)}
+    cfg = daemon_config(folder, pipelines=pipelines, allowed_roots=[str(tmp_path / "data")])
+    d = Daemon(tmp_path / "daemon", cfg)
+    try:
+        d.start()
+        for i, c in enumerate(served):
+            labels, failures = {}, {}
+            for b in _epoch(d.unix, "c%d" % i, shuffle=False, batch_size=4):
+                for k, index in enumerate(b.indices):
+                    labels[int(index)] = int(b.labels[k])
+                for f in b.failures:
+                    failures[f.path] = (f.sample_index, f.reason)
+            order = sorted([p for p, _ in c.images] + [p for p, _ in c.skipped])
+            want_labels = {order.index(p): label for p, label in c.images}
+            if labels != want_labels:
+                problems.append("%s: served %r, expected %r" % (c.name, labels, want_labels))
+            want_failed = {p: order.index(p) for p, _ in c.skipped}
+            if {p: v[0] for p, v in failures.items()} != want_failed:
+                problems.append("%s: failures %r, expected %r" % (c.name, failures, want_failed))
+            for p, reason in c.skipped:
+                if p in failures and reason not in failures[p][1]:
+                    problems.append("%s: %s failed with %r, expected %r" % (
+                        c.name, p, failures[p][1], reason))
+            for p, (_, reason) in failures.items():
+                if str(tmp_path) in reason or str(tmp_path) in p:
+                    problems.append("%s: failure %s names a server path: %r" % (c.name, p, reason))
+    finally:
+        finish_daemons([d])
+    log = d.log()
+    for c in served:
+        if c.warning and not any(c.warning in line and c.shards[0] in line
+                                 for line in log.splitlines()):
+            problems.append("%s: no warning %r naming %s in the log" % (
+                c.name, c.warning, c.shards[0]))
+    assert not problems, "\n".join(problems)
 
 
 # --- remote shards -----------------------------------------------------------

@@ -295,3 +295,168 @@ def expected_pixels(root, entry):
     path = os.path.join(os.fsencode(os.path.abspath(root)), entry.reference)
     with Image.open(path) as img:
         return np.asarray(img.convert("RGB"))
+
+
+# --- hostile tar shards ----------------------------------------------------------
+# build_tar(folder) writes one case per entry of TAR_CASES under
+# `folder` and returns [TarCase]. A case is served (the shards load; `images`
+# maps each sample's dataset path, "SHARD/MEMBER", to the label it must come
+# with, `skipped` each failing sample's path to a substring of its reason,
+# `warning` a substring of the daemon's log at load) or refused at load
+# (`refused`: a substring of the error; --check-config fails).
+TAR_REASONS = {
+    "case_duplicate": "differ only in the case of their extension",
+    "sparse": "a sparse tar member",
+    "sparse_warning": "sparse member(s)",
+    "concatenated": "data after the end-of-archive block",
+    "same_file": "are the same file",
+    "link": "symbolic link refused",
+}
+
+
+@dataclass(frozen=True)
+class TarCase:
+    name: str
+    shards: tuple           # absolute paths (str), as the config lists them
+    images: tuple = ()      # served: ((dataset path, label), ...) of samples delivered
+    skipped: tuple = ()     # served: ((dataset path, reason substring), ...)
+    warning: str = ""       # served: a substring the load logs
+    refused: str = ""       # refused at load: a substring of the error
+
+
+def _tar_header(name, size, type_=b"0", extra=None, magic=b"ustar  \0"):
+    """A tar header block: GNU's magic by default, POSIX's b"ustar\\x0000"."""
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:108] = b"0000644\0"
+    h[108:116] = b"0000000\0"
+    h[116:124] = b"0000000\0"
+    h[124:136] = b"%011o\0" % size
+    h[136:148] = b"00000000000\0"
+    h[156:157] = type_
+    h[257:265] = magic
+    for offset, value in (extra or {}).items():
+        h[offset:offset + len(value)] = value
+    h[148:156] = b"        "
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def _pad(data):
+    return data + b"\0" * (-len(data) % 512)
+
+
+def _tar_member(name, data, type_=b"0", magic=b"ustar  \0"):
+    return _tar_header(name, len(data), type_, magic=magic) + _pad(data)
+
+
+def _pax_record(kv):
+    n = len(kv) + 2
+    while len(str(n)) + len(kv) + 2 != n:
+        n = len(str(n)) + len(kv) + 2
+    return b"%d %s\n" % (n, kv)
+
+
+def _gnu_sparse_member(name, data):
+    """An old GNU sparse member ('S') whose map goes on in an extension
+    block ("isextended"), as GNU tar --sparse --format=gnu writes files with
+    more than 4 holes: header (4 map entries), extension block (the 5th and
+    an empty one at the end of the file), then the archived data: `data` in
+    5 pieces of whole blocks (the last ones may be short or empty), each
+    after a hole of len(data) bytes."""
+    n = len(data)
+    piece = 512 * max(1, -(-n // (512 * 5)))  # whole blocks (GNU tar reads them so)
+    cuts = [min(n, piece * i) for i in range(5)] + [n]
+    entries = [b"%011o\0" % (2 * n * i + n) + b"%011o\0" % (cuts[i + 1] - cuts[i])
+               for i in range(5)]
+    real = 2 * n * 5 + n
+    header = _tar_header(name, n, b"S", {
+        386: b"".join(entries[:4]),   # the header's 4 map entries
+        482: b"\x01",                 # isextended
+        483: b"%011o\0" % real,       # realsize
+    })
+    ext = bytearray(512)  # ext[504] = 0: the last extension block
+    ext[0:48] = entries[4] + b"%011o\0" % real + b"%011o\0" % 0
+    return header + bytes(ext) + _pad(data)
+
+
+def _pax_sparse_member(name, data):
+    """GNU tar's pax sparse format 1.0: the real name in GNU.sparse.name,
+    the member named GNUSparseFile.N/, its data a map then the bytes."""
+    records = b"".join(_pax_record(kv) for kv in (
+        b"GNU.sparse.major=1", b"GNU.sparse.minor=0", b"GNU.sparse.name=" + name,
+        b"GNU.sparse.realsize=%d" % (len(data) * 4)))
+    # The map: 2 entries, the data at 0 and an empty one at the real end.
+    body = _pad(b"2\n0\n%d\n%d\n0\n" % (len(data), len(data) * 4)) + data
+    base = name.rsplit(b"/", 1)[-1]
+    posix = b"ustar\x0000"
+    return (_tar_member(b"./PaxHeaders.1/" + base, records, b"x", magic=posix) +
+            _tar_member(b"./GNUSparseFile.1/" + base, body, magic=posix))
+
+
+_TAR_END = b"\0" * 1024
+
+
+def build_tar(folder):
+    """Writes the hostile tar cases under `folder` (one sub-folder each) and
+    returns [TarCase]."""
+    folder = os.path.abspath(os.fsdecode(folder))
+    cases = []
+    seed = [100]
+
+    def jpeg():
+        seed[0] += 1
+        return _jpeg(_image(seed[0]))
+
+    def write(case, name, data):
+        d = os.path.join(folder, case)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def sample(key, label):
+        return _tar_member(key + b".jpg", jpeg()) + _tar_member(key + b".cls", b"%d" % label)
+
+    # Two label members differing only in case: which label is meant?
+    shard = write("case_duplicate", "s.tar", sample(b"000", 1) +
+                  _tar_member(b"000.CLS", b"2") + _TAR_END)
+    cases.append(TarCase("label members 000.cls and 000.CLS", (shard,),
+                         refused=TAR_REASONS["case_duplicate"]))
+    shard = write("case_duplicate_image", "s.tar", sample(b"000", 1) +
+                  _tar_member(b"000.JPG", jpeg()) + _TAR_END)
+    cases.append(TarCase("image members 000.jpg and 000.JPG", (shard,),
+                         refused=TAR_REASONS["case_duplicate"]))
+
+    # cat a.tar b.tar: b's members lie after a's end-of-archive blocks.
+    first = sample(b"a0", 0) + sample(b"a1", 1) + _TAR_END + b"\0" * 8192
+    shard = write("concatenated", "s.tar", first + sample(b"b0", 2) + _TAR_END)
+    cases.append(TarCase("concatenated archives", (shard,),
+                         images=(("s.tar/a0.jpg", 0), ("s.tar/a1.jpg", 1)),
+                         warning=TAR_REASONS["concatenated"]))
+
+    # Sparse members between ordinary ones: the rest of the shard serves.
+    for case, member in (("gnu_sparse", _gnu_sparse_member), ("pax_sparse", _pax_sparse_member)):
+        shard = write(case, "s.tar", sample(b"000", 0) + member(b"001.jpg", jpeg()) +
+                      _tar_member(b"001.cls", b"1") + sample(b"002", 2) + _TAR_END)
+        cases.append(TarCase("%s member" % case.replace("_", " "), (shard,),
+                             images=(("s.tar/000.jpg", 0), ("s.tar/002.jpg", 2)),
+                             skipped=(("s.tar/001.jpg", TAR_REASONS["sparse"]),),
+                             warning=TAR_REASONS["sparse_warning"]))
+
+    # The same shard twice: through a hard link (another name, one inode).
+    shard = write("same_file", "a.tar", sample(b"000", 0) + _TAR_END)
+    twin = os.path.join(os.path.dirname(shard), "b.tar")
+    os.link(shard, twin)
+    cases.append(TarCase("one shard listed twice through a hard link", (shard, twin),
+                         refused=TAR_REASONS["same_file"]))
+
+    # A shard that is a symbolic link, even to a shard inside the allowed
+    # roots (the config check passes it): links are not followed.
+    target = write("link", "target.tar", sample(b"000", 0) + _TAR_END)
+    shard = os.path.join(os.path.dirname(target), "s.tar")
+    os.symlink("target.tar", shard)
+    cases.append(TarCase("shard that is a symbolic link", (target, shard),
+                         refused=TAR_REASONS["link"]))
+    return cases

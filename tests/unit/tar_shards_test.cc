@@ -1,9 +1,13 @@
 // Tests of the tar-shard pieces: the header scanner (core/data/tar_index.h) over
 // hand-made archives in memory, brace patterns (core/data/brace_pattern.h), the
 // shard-local epoch order (core/data/shard_order.h) and LocalRangeReader.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -11,6 +15,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/data/brace_pattern.h"
+#include "core/data/file_reader.h"
 #include "core/data/local_range_reader.h"
 #include "core/data/sampler.h"
 #include "core/data/shard_order.h"
@@ -123,6 +128,81 @@ TEST_CASE("ScanTar refuses hostile archives naming shard and offset") {
   refused(notar + kEnd, "offset 0: header checksum mismatch");
 }
 
+// Sets a header block's checksum again after an edit.
+std::string Rechecksum(std::string h) {
+  std::memset(&h[148], ' ', 8);
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  const std::string cs = absl::StrFormat("%06o", sum);
+  std::memcpy(&h[148], cs.data(), 6);
+  h[154] = '\0';
+  return h;
+}
+
+// An old GNU sparse member ('S') whose map goes on in one extension block
+// ("isextended"), with `data` as its archived bytes.
+std::string GnuSparseMember(const std::string& name, const std::string& data) {
+  std::string h = Header(name, data.size(), 'S');
+  h[482] = 1;  // isextended: an extension block follows the header
+  std::string ext(512, '\0');
+  std::memcpy(&ext[0], "00000001000", 11);  // one more map entry; ext[504] = 0: the last block
+  std::string out = Rechecksum(h) + ext + data;
+  out.resize((out.size() + 511) / 512 * 512, '\0');
+  return out;
+}
+
+// A pax record "LEN KEY=VALUE\n".
+std::string PaxRecord(const std::string& kv) {
+  size_t len = kv.size() + 2;
+  while (std::to_string(len).size() + kv.size() + 2 != len)
+    len = std::to_string(len).size() + kv.size() + 2;
+  return std::to_string(len) + " " + kv + "\n";
+}
+
+TEST_CASE("ScanTar lists GNU and pax sparse members as sparse and reads on past them") {
+  const std::string pax = PaxRecord("GNU.sparse.major=1") + PaxRecord("GNU.sparse.minor=0") +
+                          PaxRecord("GNU.sparse.name=d/2.jpg") +
+                          PaxRecord("GNU.sparse.realsize=4096");
+  const std::string tar = GnuSparseMember("d/1.jpg", std::string(700, 's')) +
+                          Member("d/1.cls", "1") + Member("pax", pax, 'x') +
+                          Member("./GNUSparseFile.77/2.jpg", "1\n0\n4\nJPEG") +
+                          Member("d/2.cls", "2") + kEnd;
+  MemoryReader reader(tar);
+  auto scan = ScanTar(reader, "s.tar", TarScanLimits(), [](std::string_view n) {
+    return n.size() > 4 && n.substr(n.size() - 4) == ".cls";
+  });
+  REQUIRE(scan.ok());
+  REQUIRE(scan->members.size() == 4);
+  CHECK(scan->members[0].name == "d/1.jpg");
+  CHECK(scan->members[0].sparse);
+  CHECK(scan->members[0].offset == 1024);  // past the header and its extension block
+  CHECK(scan->members[1].name == "d/1.cls");
+  CHECK_FALSE(scan->members[1].sparse);
+  CHECK(scan->members[1].data == "1");
+  CHECK(scan->members[2].name == "d/2.jpg");  // the real name, not GNUSparseFile.77/
+  CHECK(scan->members[2].sparse);
+  CHECK(scan->members[3].name == "d/2.cls");
+  CHECK(scan->members[3].data == "2");
+  CHECK(scan->warnings.empty());
+}
+
+TEST_CASE("ScanTar warns about data after the end-of-archive block") {
+  const std::string first = Member("a.jpg", "JPEG") + Member("a.cls", "1");
+  MemoryReader reader(first + kEnd + Member("b.jpg", "JPEG") + Member("b.cls", "2") + kEnd);
+  auto scan = ScanTar(reader, "s.tar", TarScanLimits());
+  REQUIRE(scan.ok());
+  CHECK(scan->members.size() == 2);
+  REQUIRE(scan->warnings.size() == 1);
+  CHECK(scan->warnings[0] ==
+        "s.tar: offset 3072: data after the end-of-archive block at offset 2048 (concatenated "
+        "archives?) is ignored: members past it are not served");
+  // Zeros after the end (a writer's record padding) are no warning.
+  MemoryReader padded(first + kEnd + std::string(10240, '\0'));
+  auto quiet = ScanTar(padded, "s.tar", TarScanLimits());
+  REQUIRE(quiet.ok());
+  CHECK(quiet->warnings.empty());
+}
+
 TEST_CASE("ExpandBraces expands ranges and lists with limits") {
   auto one = ExpandBraces("/d/t-{000008..000011}.tar", 100);
   REQUIRE(one.ok());
@@ -198,17 +278,81 @@ TEST_CASE("LocalRangeReader reads ranges and refuses ranges past the end") {
   testing::TempDir dir;
   const std::string path = dir.path() + "/f.bin";
   std::ofstream(path) << "0123456789";
-  LocalRangeReader reader;
+  absl::StatusOr<std::shared_ptr<const LocalRangeReader>> opened = LocalRangeReader::Open({path});
+  REQUIRE(opened.ok());
+  const LocalRangeReader& reader = **opened;
   CHECK(*reader.Size(path) == 10);
   std::vector<uint8_t> out;
   REQUIRE(reader.ReadRange(path, 3, 4, &out).ok());
   CHECK(std::string(out.begin(), out.end()) == "3456");
   absl::Status past = reader.ReadRange(path, 8, 4, &out);
   CHECK(absl::IsOutOfRange(past));
-  CHECK(past.message().find("f.bin: bytes [8, 12) asked of a file of 10 bytes") !=
-        absl::string_view::npos);
+  // Named below the shards' common folder, never by the server's path.
+  CHECK(past.message().find("f.bin: bytes [8, 12) asked of a file of 10 bytes") == 0);
   CHECK(absl::IsNotFound(reader.ReadRange(dir.path() + "/none", 0, 1, &out)));
-  CHECK(absl::IsInvalidArgument(reader.ReadRange(dir.path(), 0, 1, &out)));
+  CHECK(absl::IsNotFound(LocalRangeReader::Open({dir.path() + "/none"}).status()));
+  CHECK(absl::IsInvalidArgument(LocalRangeReader::Open({dir.path()}).status()));
+}
+
+TEST_CASE("LocalRangeReader reads the file it opened, whatever the path names later") {
+  testing::TempDir dir;
+  std::ofstream(dir.path() + "/a.tar") << "original-a";
+  std::ofstream(dir.path() + "/b.tar") << "original-b";
+  std::ofstream(dir.path() + "/secret") << "outside!!!";
+  const std::string a = dir.path() + "/a.tar", b = dir.path() + "/b.tar";
+  absl::StatusOr<std::shared_ptr<const LocalRangeReader>> opened = LocalRangeReader::Open({a, b});
+  REQUIRE(opened.ok());
+  // a swapped for a link to another file, b renamed over by another file.
+  REQUIRE(::unlink(a.c_str()) == 0);
+  REQUIRE(::symlink((dir.path() + "/secret").c_str(), a.c_str()) == 0);
+  std::ofstream(dir.path() + "/c.tar") << "imposter-b";
+  REQUIRE(::rename((dir.path() + "/c.tar").c_str(), b.c_str()) == 0);
+  std::vector<uint8_t> out;
+  REQUIRE((*opened)->ReadRange(a, 0, 10, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "original-a");
+  REQUIRE((*opened)->ReadRange(b, 0, 10, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "original-b");
+}
+
+TEST_CASE("LocalRangeReader refuses links, the same file twice and more shards than its cap") {
+  testing::TempDir dir;
+  REQUIRE(::mkdir((dir.path() + "/sub").c_str(), 0755) == 0);
+  std::ofstream(dir.path() + "/sub/a.tar") << "aaaa";
+  std::ofstream(dir.path() + "/b.tar") << "bbbb";
+  const std::string a = dir.path() + "/sub/a.tar", b = dir.path() + "/b.tar";
+  REQUIRE(::symlink(a.c_str(), (dir.path() + "/link.tar").c_str()) == 0);
+  // A link to a folder between the common folder and the shard.
+  REQUIRE(::symlink((dir.path() + "/sub").c_str(), (dir.path() + "/lsub").c_str()) == 0);
+  for (const bool fallback : {false, true}) {  // openat2, and folder by folder
+    INFO((fallback ? "fallback" : "openat2"));
+    SetOpenat2MissingForTesting(fallback);
+    absl::Status link = LocalRangeReader::Open({b, dir.path() + "/link.tar"}).status();
+    CHECK(absl::IsPermissionDenied(link));
+    CHECK(link.message().find(dir.path() + "/link.tar: symbolic link refused") == 0);
+    CHECK(
+        absl::IsPermissionDenied(LocalRangeReader::Open({b, dir.path() + "/lsub/a.tar"}).status()));
+    CHECK(LocalRangeReader::Open({b, a}).ok());
+  }
+  SetOpenat2MissingForTesting(false);
+  // A hard link: another name for the same inode.
+  REQUIRE(::link(a.c_str(), (dir.path() + "/hard.tar").c_str()) == 0);
+  absl::Status twice = LocalRangeReader::Open({a, b, dir.path() + "/hard.tar"}).status();
+  CHECK(absl::IsInvalidArgument(twice));
+  CHECK(twice.message().find(a + " and " + dir.path() + "/hard.tar are the same file") !=
+        absl::string_view::npos);
+  // The files opened are judged against the allowed roots (resolved).
+  const std::string real = std::filesystem::canonical(dir.path()).string();
+  CHECK(LocalRangeReader::Open({a, b}, 0, {real}).ok());
+  CHECK(LocalRangeReader::Open({a}, 0, {real + "/sub"}).ok());
+  absl::Status outside = LocalRangeReader::Open({a, b}, 0, {real + "/sub"}).status();
+  CHECK(absl::IsPermissionDenied(outside));
+  CHECK(outside.message() ==
+        b + " (really " + real + "/b.tar, as opened) lies outside the " + "allowed roots");
+  absl::Status cap = LocalRangeReader::Open({a, b}, 1).status();
+  CHECK(absl::IsResourceExhausted(cap));
+  CHECK(cap.message().find("2 local shards need one open file each, more than the 1 allowed") !=
+        absl::string_view::npos);
+  CHECK(LocalRangeReader::Open({a, b}, 2).ok());
 }
 
 // A MemoryReader that records the Prefetch hints it gets.
@@ -283,7 +427,8 @@ TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards P
   TarShardSource small(*dataset, reader, 100);
   absl::Status big = small.Read(0, &out);
   CHECK(absl::IsResourceExhausted(big));
-  CHECK(big.message().find("/s/a.tar/d/2.jpeg: member of 600 bytes") != absl::string_view::npos);
+  // Named by its dataset-relative path, never the server's absolute one.
+  CHECK(big.message().find("a.tar/d/2.jpeg: member of 600 bytes") == 0);
   auto no_label = TarDataset::Load({"/s/b.tar"}, MemoryReader(Member("k.jpg", "x") + kEnd),
                                    TarDatasetOptions());
   CHECK(no_label.status().message() ==
@@ -299,6 +444,55 @@ TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards P
       TarDataset::Load({"/s/d.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
   CHECK(absl::IsInvalidArgument(
       TarDataset::Load({"rel.tar"}, MemoryReader(kEnd), TarDatasetOptions()).status()));
+}
+
+TEST_CASE("TarDataset refuses two members of one role differing only in case") {
+  auto load = [](const std::string& tar) {
+    return TarDataset::Load({"/s/a.tar"}, MemoryReader(tar + kEnd), TarDatasetOptions());
+  };
+  auto labels = load(Member("k.jpg", "x") + Member("k.cls", "1") + Member("k.CLS", "2"));
+  REQUIRE_FALSE(labels.ok());
+  CHECK(labels.status().message() ==
+        "/s/a.tar: offset 2048: sample 'k': members 'k.cls' and 'k.CLS' differ only in the case "
+        "of their extension (one role, two members)");
+  auto images = load(Member("k.JPG", "x") + Member("k.cls", "1") + Member("k.jpg", "y"));
+  REQUIRE_FALSE(images.ok());
+  CHECK(images.status().message().find("sample 'k': members 'k.JPG' and 'k.jpg' differ only") !=
+        absl::string_view::npos);
+  // Two image kinds are a preference, not a clash; other keys are other samples.
+  auto fine = load(Member("k.png", "p") + Member("k.jpg", "j") + Member("k.cls", "1") +
+                   Member("K.jpg", "J") + Member("K.cls", "2"));
+  REQUIRE(fine.ok());
+  CHECK((*fine)->size() == 2);
+}
+
+TEST_CASE("TarDataset serves the rest of a shard with sparse members; their samples fail") {
+  const std::string tar = Member("a.jpg", "JPEG") + Member("a.cls", "1") +
+                          GnuSparseMember("b.jpg", std::string(600, 's')) + Member("b.cls", "2") +
+                          Member("c.jpg", "JPEC") + Member("c.cls", "3") + kEnd;
+  auto reader = std::make_shared<MemoryReader>(tar);
+  auto dataset = TarDataset::Load({"/s/a.tar"}, *reader, TarDatasetOptions());
+  REQUIRE(dataset.ok());
+  REQUIRE((*dataset)->size() == 3);
+  REQUIRE((*dataset)->warnings().size() == 1);
+  CHECK((*dataset)->warnings()[0].find("/s/a.tar: offset 2048: 1 sparse member(s), e.g. 'b.jpg'") ==
+        0);
+  TarShardSource source(*dataset, reader, 1000);
+  std::vector<uint8_t> out;
+  REQUIRE(source.Read(0, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "JPEG");
+  absl::Status sparse = source.Read(1, &out);
+  CHECK(absl::IsInvalidArgument(sparse));
+  CHECK(sparse.message() ==
+        "a.tar/b.jpg: a sparse tar member (GNU or pax sparse file), not served");
+  REQUIRE(source.Read(2, &out).ok());
+  CHECK(std::string(out.begin(), out.end()) == "JPEC");
+  auto label = TarDataset::Load(
+      {"/s/b.tar"}, MemoryReader(Member("a.jpg", "J") + GnuSparseMember("a.cls", "1") + kEnd),
+      TarDatasetOptions());
+  REQUIRE_FALSE(label.ok());
+  CHECK(label.status().message().find("label member 'a.cls' is a sparse file") !=
+        absl::string_view::npos);
 }
 
 TEST_CASE(
