@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -79,6 +80,20 @@ constexpr int kReceiveWindowBytes = 64 << 10;
 // and send its HTTP/2 SETTINGS. Its first message came already (the
 // TcpListener waited for it), so a real client needs milliseconds.
 constexpr int kServerHandshakeTimeoutMs = 10 * 1000;
+
+// Raises the soft RLIMIT_NOFILE to the hard one, as a server that holds a
+// shard open per fd and many connections should: a shell's default soft
+// limit (1024) is far below what the kernel lets the process have. Returns
+// the old and new soft limits (equal: nothing changed or it failed).
+std::pair<rlim_t, rlim_t> RaiseFdLimit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return {0, 0};
+  const rlim_t old_soft = r.rlim_cur;
+  if (r.rlim_cur >= r.rlim_max) return {old_soft, old_soft};
+  r.rlim_cur = r.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &r) != 0) return {old_soft, old_soft};
+  return {old_soft, r.rlim_cur};
+}
 
 // The soft RLIMIT_NOFILE (0: unknown or unlimited beyond int).
 int FdLimit() {
@@ -469,6 +484,10 @@ int DaemonMain(int argc, char** argv) {
   }
   SetUpLogging(config->log_level, config->log_format);
   RouteFfmpegLogs();  // FFmpeg's own lines: escaped, at debug level
+  // Before the datasets load: each local shard holds an fd.
+  if (const auto [was, now] = RaiseFdLimit(); was != now) {
+    spdlog::info("open files limit raised from {} to {} (the hard limit)", was, now);
+  }
   absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> pipelines =
       LoadPipelines(*config);
   if (!pipelines.ok()) {

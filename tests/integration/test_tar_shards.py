@@ -20,6 +20,7 @@ tarfile, served by a real conveyord.
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -483,3 +484,39 @@ def test_shards_over_http_are_byte_identical_to_the_folder(dataset, shards, tmp_
         assert ranged < 48, "members were fetched in runs: %r" % st
     finally:
         server.stop()
+
+
+# --- the open files limit ----------------------------------------------------
+def test_daemon_raises_its_soft_fd_limit_so_one_fd_per_shard_fits(dataset, tmp_path):
+    """Each local shard holds an fd for the daemon's life, and a dataset of
+    more shards than half the limit is refused: the daemon raises its soft
+    RLIMIT_NOFILE to the hard one at start, so a daemon started from a shell
+    whose soft limit is low still loads a dataset of many shards. Here: 48
+    one-sample shards under a soft limit of 64 (would allow 32)."""
+    root, samples = dataset
+    out = tmp_path / "many"
+    paths = write_shards(root, samples, out, per_shard=1)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else None
+    if want is not None and want < 2 * len(paths) + 64:
+        pytest.skip("the hard open files limit (%d) is too low for the test" % hard)
+    cfg = daemon_config(root, pipelines={"tar": pipeline_entry(
+        root, dataset={"shards": [str(p) for p in paths]})},
+        allowed_roots=[str(root.parent), str(out)])
+    d = Daemon(tmp_path / "daemon", cfg, tcp=False)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    try:
+        d.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        with open("/proc/%d/limits" % d.pid) as f:
+            line = next(ln for ln in f if ln.startswith("Max open files"))
+        fields = line.split()
+        expected = "unlimited" if want is None else str(want)
+        assert fields[3] == expected, line
+        assert "open files limit raised from 64" in d.log()
+        got = _epoch(d.unix, "tar", shuffle=False)
+        assert sum(len(b.labels) for b in got) == len(samples)
+    finally:
+        finish_daemons([d])
