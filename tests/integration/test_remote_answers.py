@@ -240,6 +240,43 @@ def test_url_credentials_appear_in_no_message_and_no_log_line(images, tmp_path):
         server.stop()
 
 
+def test_shard_url_credentials_appear_in_no_sample_name_and_no_log_line(images, tmp_path):
+    root, samples = images
+    out = tmp_path / "shards"
+    names = write_shards(root, samples[:16], out)
+    # One member that does not decode, so a failure names a sample of the shard.
+    with tarfile.open(out / "shard-000002.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        for ext, data in (("jpg", b"no JPEG here " * 20), ("cls", b"0")):
+            info = tarfile.TarInfo("broken.%s" % ext)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    names.append("shard-000002.tar")
+    server = ObjectServer(out)
+    d = None
+    try:
+        shards = [secret_url(server.base, n) for n in names]
+        cfg = daemon_config(root, pipelines={
+            "remote": pipeline_entry(root, dataset={"shards": shards},
+                                     failure_rate_min_samples=1000)},
+            allowed_roots=[str(root.parent)])
+        cfg["remote"] = fast_remote()
+        d = Daemon(tmp_path / "daemon", cfg)
+        d.start()
+        indices, _, _, failures = collect(d.unix, "remote")
+        assert sorted(indices) == list(range(16))
+        assert len(failures) == 1, failures
+        _, path, reason = failures[0]
+        assert path.endswith("shard-000002.tar?…/broken.jpg"), path
+        assert_no_secret(path + reason, "a sample failure")
+        finish_daemons([d])
+        assert "shard-000000.tar" in d.log()
+        assert_no_secret(d.log(), "the daemon log")
+    finally:
+        if d is not None:
+            finish_daemons([d])
+        server.stop()
+
+
 # --- remote.failed_object ----------------------------------------------------------
 def test_failed_object_sample_policy_counts_a_dead_object_as_its_sample(images, tmp_path):
     root, _ = images
