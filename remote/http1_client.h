@@ -9,9 +9,10 @@
 //
 // It handles what a static object server sends (HTTP/1.0 or 1.1 answers
 // with a Content-Length); a 206 must name the range asked in its
-// Content-Range, else it is a failed transfer. Anything else (chunked or unsized bodies, 1xx, a
-// 200 to a Range request, an answer that is not HTTP) ends the transfer as
-// kUnsupported, unread, so the caller can send the request through libcurl,
+// Content-Range, else the transfer fails (kFailed, the body unread).
+// Anything else (chunked or unsized bodies, 1xx, a 200 to a Range request,
+// an answer that is not HTTP) ends the transfer as kUnsupported, unread,
+// so the caller can send the request through libcurl,
 // which stays the client for TLS, S3 signing, proxies and HEAD. A request
 // sent on a reused connection the server had closed meanwhile (nothing of
 // the answer came back) is sent again on a new connection, once per reused

@@ -56,8 +56,8 @@ std::optional<ContentRange> ParseContentRange(std::string_view value);
 // Content-Range field `value` (nullopt: the answer has none) must name
 // exactly that range (or, for a range past the object's end, the part up to
 // the end that its total says is there) and, when the size is known, that
-// total. "" when it
-// does; else why not, for messages (the field quoted, escaped and bounded).
+// total. "" when it does; else why not, for messages (the field quoted,
+// escaped and bounded).
 // REQUIRES: length > 0.
 std::string ContentRangeMismatch(std::optional<std::string_view> value, uint64_t offset,
                                  uint64_t length, uint64_t known_size);
