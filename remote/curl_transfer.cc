@@ -1,15 +1,20 @@
 // Transfers through libcurl (RemoteReader::Impl, remote/remote_reader_impl.h):
 // the pool of easy handles, a transfer's options (URL, range, S3 signing),
-// the write callback that takes the body straight into the request's buffer
-// (a range cut out of a 200 answer, a run's bytes into each part) and the
-// end of a transfer. All on the I/O thread.
+// the header callback that checks a 206's Content-Range against the range
+// asked, the write callback that takes the body straight into the request's
+// buffer (a range cut out of a 200 answer, a run's bytes into each part) and
+// the end of a transfer. All on the I/O thread.
 #include <algorithm>
+#include <optional>
+#include <string_view>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/engine/stats.h"
 #include "remote/backoff.h"
 #include "remote/curl_handles.h"
+#include "remote/http_response_head.h"
 #include "remote/remote_reader_impl.h"
 #include "spdlog/spdlog.h"
 
@@ -28,6 +33,43 @@ constexpr size_t kMaxErrorBody = 4096;
 // SHA-256 of an empty payload: S3 wants the payload hash in a header.
 constexpr char kEmptySha256[] =
     "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+// Object sizes remembered per I/O thread at most (HEADs of tar shards).
+constexpr size_t kMaxKnownSizes = 1 << 16;
+
+// Each line of an answer's head (the status line, each field, the blank line
+// at its end). For a range asked, a 206 must name that range in its
+// Content-Range: checked when the field comes (or at the end of the head
+// when none came), before any body byte is taken; a mismatch stops the
+// transfer (returning 0) with r->answer_error set.
+size_t TakeHeaderLine(char* data, size_t size, size_t n, void* user) {
+  Request* r = static_cast<Request*>(user);
+  const size_t len = size * n;
+  if (r->head || r->length == kWhole || r->range_checked) return len;
+  const std::string_view line(data, len);
+  long status = 0;
+  curl_easy_getinfo(r->easy.get(), CURLINFO_RESPONSE_CODE, &status);
+  if (status != 206) return len;
+  constexpr std::string_view kField = "content-range:";
+  std::optional<std::string_view> value;
+  if (line.size() >= kField.size() &&
+      absl::EqualsIgnoreCase(absl::string_view(line.data(), kField.size()),
+                             absl::string_view(kField.data(), kField.size()))) {
+    std::string_view v = line.substr(kField.size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() &&
+           (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t')) {
+      v.remove_suffix(1);
+    }
+    value = v;
+  } else if (line != "\r\n" && line != "\n") {
+    return len;  // another field
+  }
+  // (At the end of the head, value is absent: a 206 without Content-Range.)
+  r->range_checked = true;
+  r->answer_error = ContentRangeMismatch(value, r->offset, r->length, r->known_size);
+  return r->answer_error.empty() ? len : 0;
+}
 
 size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   Request* r = static_cast<Request*>(user);
@@ -126,6 +168,7 @@ absl::Status RemoteReader::Impl::StartCurl(const RequestPtr& r) {
   o.Set(CURLOPT_URL, r->full_url.c_str(), "CURLOPT_URL");
   o.Set(CURLOPT_PRIVATE, static_cast<void*>(r.get()), "CURLOPT_PRIVATE");
   o.Set(CURLOPT_WRITEDATA, static_cast<void*>(r.get()), "CURLOPT_WRITEDATA");
+  o.Set(CURLOPT_HEADERDATA, static_cast<void*>(r.get()), "CURLOPT_HEADERDATA");
   if (r->head) {
     o.Set(CURLOPT_NOBODY, 1L, "CURLOPT_NOBODY");
   } else {
@@ -169,6 +212,7 @@ absl::StatusOr<UniqueCurlEasy> RemoteReader::Impl::AcquireEasy() {
         "CURLOPT_CONNECTTIMEOUT_MS");
   o.Set(CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms), "CURLOPT_TIMEOUT_MS");
   o.Set(CURLOPT_WRITEFUNCTION, &WriteBody, "CURLOPT_WRITEFUNCTION");
+  o.Set(CURLOPT_HEADERFUNCTION, &TakeHeaderLine, "CURLOPT_HEADERFUNCTION");
   o.Set(CURLOPT_BUFFERSIZE, kReceiveBufferBytes, "CURLOPT_BUFFERSIZE");
   RETURN_IF_ERROR(o.status());
   return e;
@@ -200,6 +244,15 @@ void RemoteReader::Impl::Finished(CURL* easy, CURLcode code, std::mt19937_64* rn
       return Complete(r, absl::FailedPreconditionError(
                              absl::StrCat("HEAD ", r->name, ": the answer has no Content-Length")));
     }
+    if (len > 0 && r->http_status >= 200 && r->http_status < 300 &&
+        (known_sizes_.size() < kMaxKnownSizes || known_sizes_.count(r->full_url) != 0)) {
+      known_sizes_[r->full_url] = r->size;
+    }
+  }
+  if (!r->answer_error.empty()) {
+    // Not the answer asked (another range): dropped unread, like a cut one.
+    const std::string error = r->answer_error;
+    return Conclude(r, error, /*retryable=*/true, rng);
   }
   if (code == CURLE_OK && !r->target.empty() && r->http_status >= 200 && r->http_status < 300) {
     if (direct_ != nullptr) direct_->LearnFrom(*r, easy);

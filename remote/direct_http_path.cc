@@ -87,6 +87,9 @@ bool Http1DirectPath::TryStart(const RequestPtr& r) {
   g->head = absl::StrCat("GET ", r->target, " HTTP/1.1\r\nHost: ", r->host,
                          "\r\nUser-Agent: conveyord\r\nAccept: */*\r\n");
   g->range_asked = r->length != kWhole;
+  g->range_offset = r->offset;
+  g->range_length = g->range_asked ? r->length : 0;
+  g->object_size = r->known_size;
   if (g->range_asked) {
     absl::StrAppend(&g->head, "Range: bytes=", r->offset, "-", r->offset + r->length - 1, "\r\n");
   }

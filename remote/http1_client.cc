@@ -233,6 +233,12 @@ void Http1Client::ReadHead(Connection* c) {
         return Fail(c, Http1Get::Result::kUnsupported,
                     "the server ignored Range (it answered 200, not 206)");
       }
+      if (get->range_asked && h.status == 206) {
+        // Another range than the one asked would be served as this one.
+        std::string mismatch = ContentRangeMismatch(h.content_range, get->range_offset,
+                                                    get->range_length, get->object_size);
+        if (!mismatch.empty()) return Fail(c, Http1Get::Result::kFailed, std::move(mismatch));
+      }
       if (c->length > get->max_body) return Fail(c, Http1Get::Result::kTooLarge, "");
       PlanBody(c);
       c->got = 0;

@@ -8,9 +8,11 @@
 // is received with one recvmsg into many destinations.
 //
 // It handles what a static object server sends (HTTP/1.0 or 1.1 answers
-// with a Content-Length). Anything else (chunked or unsized bodies, 1xx, a
-// 200 to a Range request, an answer that is not HTTP) ends the transfer as
-// kUnsupported, unread, so the caller can send the request through libcurl,
+// with a Content-Length); a 206 must name the range asked in its
+// Content-Range, else the transfer fails (kFailed, the body unread).
+// Anything else (chunked or unsized bodies, 1xx, a 200 to a Range request,
+// an answer that is not HTTP) ends the transfer as kUnsupported, unread,
+// so the caller can send the request through libcurl,
 // which stays the client for TLS, S3 signing, proxies and HEAD. A request
 // sent on a reused connection the server had closed meanwhile (nothing of
 // the answer came back) is sent again on a new connection, once per reused
@@ -43,7 +45,13 @@ struct Http1Get {
   std::string pool;          // connection pool key: the address as text
   std::string head;          // the request head, ending with an empty line
   bool range_asked = false;  // a 200 (range ignored) is then kUnsupported
-  uint64_t max_body = 0;     // a 2xx body longer than this is kTooLarge, unread
+  // range_asked: the range's first byte and length, and the object's size
+  // when known (0: not). A 206 whose Content-Range names another range (or
+  // another size) is kFailed, unread: a cut answer (ContentRangeMismatch).
+  uint64_t range_offset = 0;
+  uint64_t range_length = 0;
+  uint64_t object_size = 0;
+  uint64_t max_body = 0;  // a 2xx body longer than this is kTooLarge, unread
   // Where a 2xx body goes. With no pieces, all of it into *body (resized to
   // the announced length). Else piece after piece, in order: the bytes of a
   // piece with a destination go there (resized to the bytes of the piece

@@ -4,6 +4,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/text_escape.h"
 
 namespace conveyor::remote {
 
@@ -43,6 +45,16 @@ bool HasToken(std::string_view value, std::string_view token) {
   }
   return false;
 }
+
+// A decimal number that is all of `s` (no sign, no spaces; fits uint64).
+bool ParseDecimal(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Bytes of a hostile Content-Range quoted in a message at most.
+constexpr size_t kMaxQuotedFieldBytes = 80;
 
 }  // namespace
 
@@ -119,6 +131,11 @@ ResponseHead ParseResponseHead(std::string_view bytes, size_t max_head_bytes) {
       }
       have_length = true;
       h.content_length = n;
+    } else if (EqualsIgnoreCase(name, "Content-Range")) {
+      if (h.content_range.has_value() && *h.content_range != value) {
+        return Fail(ResponseHead::Parse::kMalformed, "two different Content-Ranges");
+      }
+      h.content_range = value;
     } else if (EqualsIgnoreCase(name, "Transfer-Encoding")) {
       return Fail(ResponseHead::Parse::kUnsupported, "a Transfer-Encoding (chunked) body");
     } else if (EqualsIgnoreCase(name, "Connection")) {
@@ -135,6 +152,60 @@ ResponseHead ParseResponseHead(std::string_view bytes, size_t max_head_bytes) {
   h.head_bytes = end + 4;
   h.parse = ResponseHead::Parse::kOk;
   return h;
+}
+
+std::optional<ContentRange> ParseContentRange(std::string_view value) {
+  value = Trim(value);
+  // "bytes" SP first "-" last "/" (total | "*"); the unit is case-insensitive.
+  constexpr std::string_view kUnit = "bytes ";
+  if (value.size() < kUnit.size() || !EqualsIgnoreCase(value.substr(0, kUnit.size()), kUnit)) {
+    return std::nullopt;
+  }
+  value.remove_prefix(kUnit.size());
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  const size_t dash = value.find('-');
+  const size_t slash = value.find('/');
+  if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) {
+    return std::nullopt;
+  }
+  ContentRange r;
+  if (!ParseDecimal(value.substr(0, dash), &r.first) ||
+      !ParseDecimal(value.substr(dash + 1, slash - dash - 1), &r.last) || r.last < r.first) {
+    return std::nullopt;
+  }
+  const std::string_view total = value.substr(slash + 1);
+  if (total != "*") {
+    if (!ParseDecimal(total, &r.total) || r.last >= r.total) return std::nullopt;
+  }
+  return r;
+}
+
+std::string ContentRangeMismatch(std::optional<std::string_view> value, uint64_t offset,
+                                 uint64_t length, uint64_t known_size) {
+  const uint64_t last = offset + length - 1;
+  const std::string asked = absl::StrCat("bytes ", offset, "-", last);
+  if (!value.has_value()) {
+    return absl::StrCat("HTTP 206 answer without a Content-Range (", asked, " asked)");
+  }
+  const std::string quoted = EscapeText(*value, kMaxQuotedFieldBytes);
+  const std::optional<ContentRange> r = ParseContentRange(*value);
+  if (!r.has_value()) {
+    return absl::StrCat("HTTP 206 answer with a bad Content-Range '", quoted, "' (", asked,
+                        " asked)");
+  }
+  // A range that runs past the object's end is answered up to its end
+  // (the reader then reports the short read): the total says so.
+  const bool clipped =
+      r->last < last && r->total != ContentRange::kUnknownTotal && r->last + 1 == r->total;
+  if (r->first != offset || r->last > last || (r->last < last && !clipped)) {
+    return absl::StrCat("HTTP 206 answer for another range: Content-Range '", quoted, "', ", asked,
+                        " asked");
+  }
+  if (known_size != 0 && r->total != ContentRange::kUnknownTotal && r->total != known_size) {
+    return absl::StrCat("HTTP 206 answer from an object of another size: Content-Range '", quoted,
+                        "', the object had ", known_size, " bytes");
+  }
+  return "";
 }
 
 }  // namespace conveyor::remote

@@ -203,6 +203,10 @@ bool RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
   r->range_ignored = false;
   r->enough = false;
   r->too_large = false;
+  r->range_checked = false;
+  r->answer_error.clear();
+  const auto size = known_sizes_.find(r->full_url);
+  r->known_size = size != known_sizes_.end() ? size->second : 0;
   r->http_status = 0;
   ++r->attempt;
   if (!r->target.empty() && !r->head) {
@@ -248,6 +252,22 @@ void RemoteReader::Impl::CountStart() {
   }
 }
 
+// The status of a request that failed for good (`what` says how): an error
+// of the system (the engine retries the read, then ends the stream), or
+// with remote.failed_object: sample, an error of the object's sample when
+// `host` answers: it has answered some request, and no other object has
+// failed since its last answer (a host that fails everything is down).
+absl::Status RemoteReader::Impl::FailedForGood(const Host& host, std::string what) const {
+  if (options_.failed_object == RemoteOptions::FailedObject::kSample && host.answered &&
+      !host.several_failing) {
+    absl::StrAppend(&what,
+                    " (the host answers other objects: an error of this sample, "
+                    "remote.failed_object)");
+    return absl::UnavailableError(what);
+  }
+  return MarkSystemError(absl::UnavailableError(what));
+}
+
 // Judges a transfer's end: `transport_error` says why no answer came ("" =
 // one did: r->http_status and the body), `retryable` whether that is worth
 // another attempt. Retries it, or settles it (Complete).
@@ -266,6 +286,19 @@ void RemoteReader::Impl::Conclude(RequestPtr& r, const std::string& transport_er
   const bool failed = !transport_error.empty();
   const bool retry_transport = failed && retryable;
   const bool retry_http = !failed && IsRetryableHttpStatus(r->http_status);
+  Host& host = hosts_[r->host];
+  if (failed || retry_http) {
+    // One object failing while the host answers others, or several.
+    if (host.failing_key.empty()) {
+      host.failing_key = r->key;
+    } else if (host.failing_key != r->key) {
+      host.several_failing = true;
+    }
+  } else {
+    host.answered = true;
+    host.failing_key.clear();
+    host.several_failing = false;
+  }
   if (retry_transport || retry_http) {
     r->last_error = retry_transport ? transport_error : absl::StrCat("HTTP ", r->http_status);
     if (r->attempt < policy_.max_attempts) {
@@ -275,13 +308,15 @@ void RemoteReader::Impl::Conclude(RequestPtr& r, const std::string& transport_er
       delayed_.push_back(std::move(r));
       return;
     }
-    return Complete(r, MarkSystemError(absl::UnavailableError(
-                           absl::StrCat(verb, r->name, ": host ", EscapeText(r->host), " failed ",
-                                        r->attempt, " attempts, the last with: ", r->last_error))));
+    return Complete(
+        r,
+        FailedForGood(host, absl::StrCat(verb, r->name, ": host ", EscapeText(r->host), " failed ",
+                                         r->attempt, " attempts, the last with: ", r->last_error)));
   }
   if (failed) {
-    return Complete(r, MarkSystemError(absl::UnavailableError(absl::StrCat(
-                           verb, r->name, ": host ", EscapeText(r->host), ": ", transport_error))));
+    return Complete(
+        r, FailedForGood(host, absl::StrCat(verb, r->name, ": host ", EscapeText(r->host), ": ",
+                                            transport_error)));
   }
   const long s = r->http_status;
   if (s >= 400) {

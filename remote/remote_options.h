@@ -21,6 +21,13 @@ struct RemoteOptions {
   uint32_t max_attempts = 5;
   uint32_t initial_backoff_ms = 100;
   uint32_t max_backoff_ms = 5'000;
+  // What a read whose attempts are all spent is. kStream: an error of the
+  // system (the engine retries the read, then ends the stream UNAVAILABLE).
+  // kSample: an error of that object's sample (its stream's error_policy
+  // decides) while the host answers other objects; a host that has answered
+  // nothing, or whose other objects fail too, stays an error of the system.
+  enum class FailedObject { kStream, kSample };
+  FailedObject failed_object = FailedObject::kStream;
   // Plain http:// GETs through the reader's own HTTP/1.1 client
   // (remote/direct_http_path.h: the body received straight into the
   // sample's buffer) rather than libcurl. Off by default: libcurl is the one

@@ -11,10 +11,14 @@
 //    timeouts: remote/backoff.h) are retried up to max_attempts with
 //    exponential backoff and jitter. Then the read fails with UNAVAILABLE
 //    naming the host, marked as an error of the system (IsSystemError), so
-//    the engine retries it and then ends the stream. A 4xx answer (404
+//    the engine retries it and then ends the stream; with
+//    remote.failed_object: sample, unmarked (an error of the sample) while
+//    the host answers other objects. A 4xx answer (404
 //    missing, 403 forbidden) is an error of the sample (NotFound,
 //    PermissionDenied, ...) naming the object.
-//  - Ranges: "Range: bytes=a-b". 206 is checked against the range asked; a
+//  - Ranges: "Range: bytes=a-b". A 206 must name the range asked (and the
+//    size an earlier HEAD gave) in its Content-Range, else it is a cut
+//    answer, retried, its bytes never served; a
 //    server that ignores Range (200 with the whole object) is handled: the
 //    range is cut out of the stream and the transfer stopped after it.
 //  - Read-ahead: Prefetch / PrefetchWhole start a request now; its bytes are

@@ -79,6 +79,12 @@ class RemoteReader::Impl {
     uint32_t active = 0;
     double tokens = 1;
     uint64_t refilled_ns = 0;
+    // Whether the host answers (remote.failed_object: sample): it has given
+    // an answer that was not retried, and since the last such answer, the
+    // one object whose attempts failed (its request key) or several.
+    bool answered = false;
+    std::string failing_key;
+    bool several_failing = false;
   };
 
   // io_loop.cc: the I/O thread.
@@ -91,6 +97,9 @@ class RemoteReader::Impl {
   void FinishedDirect(DirectHttpPath::Outcome& o, std::mt19937_64* rng);
   void Conclude(RequestPtr& r, const std::string& transport_error, bool retryable,
                 std::mt19937_64* rng);
+  // A request failed for good: an error of the system or (remote.failed_object)
+  // of its sample, by what `host` has answered.
+  absl::Status FailedForGood(const Host& host, std::string what) const;
 
   // curl_transfer.cc: transfers through libcurl.
   // An error (the request is not started) when libcurl refuses the handle.
@@ -118,6 +127,9 @@ class RemoteReader::Impl {
   std::unordered_map<CURL*, RequestPtr> active_;
   std::vector<RequestPtr> delayed_;        // retries waiting for their time
   std::vector<UniqueCurlEasy> idle_easy_;  // easy handles kept for reuse (AcquireEasy)
+  // Object sizes learnt from HEAD answers, by URL fetched (at most
+  // kMaxKnownSizes): a 206 must come from an object of that size.
+  std::unordered_map<std::string, uint64_t> known_sizes_;
   // The direct path (remote.direct_http and no proxy); null when off. Made
   // before the thread starts.
   std::unique_ptr<DirectHttpPath> direct_;

@@ -54,6 +54,12 @@ struct Request {
   uint64_t skip = 0;           // bytes still to skip when range_ignored
   bool enough = false;         // the range is complete; the transfer was stopped
   bool too_large = false;
+  // The object's size when the I/O thread knows it (an earlier HEAD); 0: not.
+  uint64_t known_size = 0;
+  bool range_checked = false;  // libcurl: a 206's Content-Range was checked
+  // The answer is not the one asked (a 206 for another range): a cut
+  // answer, retried like one (ContentRangeMismatch says why).
+  std::string answer_error;
   uint32_t attempt = 0;  // attempts made
   uint64_t not_before_ns = 0;
   std::string last_error;

@@ -1,5 +1,7 @@
 #include "remote/url.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,7 +20,9 @@ bool HasSpaceOrControl(std::string_view s) {
 
 }  // namespace
 
-std::string RedactUrl(std::string_view url) {
+std::string RedactUrl(std::string_view url) { return EscapeText(StripUrlSecrets(url)); }
+
+std::string StripUrlSecrets(std::string_view url) {
   std::string out;
   const size_t scheme_end = url.find("://");
   std::string_view rest = url;
@@ -37,7 +41,50 @@ std::string RedactUrl(std::string_view url) {
   } else {
     out.append(rest);
   }
-  return EscapeText(out);
+  return out;
+}
+
+std::string RedactUrlsIn(std::string_view text) {
+  auto scheme_char = [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+  };
+  auto ends_url = [](char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\'' || c == '"' || c == '`' ||
+           c == '<' || c == '>';
+  };
+  std::string out;
+  size_t done = 0;  // text[0, done) is in out
+  size_t from = 0;
+  while (true) {
+    const size_t sep = text.find("://", from);
+    if (sep == std::string_view::npos) break;
+    size_t begin = sep;
+    while (begin > done && scheme_char(text[begin - 1])) --begin;
+    size_t end = sep + 3;
+    while (end < text.size() && !ends_url(text[end])) ++end;
+    if (begin == sep) {  // no scheme: not a URL
+      from = sep + 3;
+      continue;
+    }
+    out.append(text.substr(done, begin - done));
+    std::string url = StripUrlSecrets(text.substr(begin, end - begin));
+    // An authority without '@' that is not host[:port]: maybe "user:pass"
+    // cut short where the text was truncated.
+    const size_t a = url.find("://") + 3;
+    const size_t a_end = std::min(url.find_first_of("/?#", a), url.size());
+    const std::string_view authority = std::string_view(url).substr(a, a_end - a);
+    const size_t colon = authority.rfind(':');
+    if (!authority.empty() && authority.front() != '[' && colon != std::string_view::npos) {
+      const std::string_view port = authority.substr(colon + 1);
+      bool digits = true;
+      for (char c : port) digits &= absl::ascii_isdigit(static_cast<unsigned char>(c));
+      if (!digits || authority.find(':') != colon) url.replace(a, a_end - a, "…");
+    }
+    out.append(url);
+    done = from = end;
+  }
+  out.append(text.substr(done));
+  return out;
 }
 
 std::string AuthorityOf(std::string_view url) {

@@ -31,6 +31,18 @@ absl::StatusOr<ObjectUrl> ParseObjectUrl(std::string_view url);
 // "?…", control bytes and invalid UTF-8 escaped (EscapeText).
 std::string RedactUrl(std::string_view url);
 
+// `url` without its secrets as RedactUrl drops them, not escaped: for names
+// that are escaped where they are shown (a dataset's sample names).
+std::string StripUrlSecrets(std::string_view url);
+
+// `text` (a message that may quote URLs: a list file's bad line, a shard's
+// error) with the secrets of every URL in it dropped: from each
+// "scheme://" up to a space, a quote or the end, "user:pass@" goes and a
+// query becomes "?…"; an authority cut short before its '@' (a quote
+// truncated by "...") that is not host[:port] becomes "…". The rest of the
+// text is kept as it is.
+std::string RedactUrlsIn(std::string_view text);
+
 // scheme://host[:port] of an endpoint or URL → "host[:port]".
 std::string AuthorityOf(std::string_view url);
 

@@ -41,6 +41,9 @@ inline constexpr uint32_t kMaxBatchSize = 65536;
 
 struct PipelineConfig {
   std::string name;
+  // Sizes, labels and the names samples are shown by (failures, statuses,
+  // log lines). A `source` may read by names of its own: a URL dataset's
+  // source reads the URLs with their secrets, which these names lack.
   std::shared_ptr<const DatasetIndex> dataset;
   TransformSpec transform;
   ErrorPolicy error_policy = ErrorPolicy::kSkip;

@@ -77,7 +77,9 @@ absl::Status ParseShards(const YamlFields& y, const std::string& field, const YA
     if (pattern.empty()) return y.Error(field, item, "empty shard path");
     absl::StatusOr<std::vector<std::string>> expanded =
         ExpandBraces(pattern, kMaxShards - d->shards.size());
-    if (!expanded.ok()) return y.Error(field, item, std::string(expanded.status().message()));
+    if (!expanded.ok()) {  // (it may quote a URL: without its secrets)
+      return y.Error(field, item, remote::RedactUrlsIn(std::string(expanded.status().message())));
+    }
     for (const std::string& path : *expanded) {
       const bool remote = IsRemoteShard(path);
       if (!d->shards.empty() && remote != IsRemoteShard(d->shards.front())) {

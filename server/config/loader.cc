@@ -19,6 +19,7 @@
 #include "core/data/tar_dataset.h"
 #include "core/data/tar_shard_source.h"
 #include "remote/remote_reader.h"
+#include "remote/url.h"
 #include "remote/url_sample_source.h"
 #include "server/config/yaml_fields.h"
 #include "spdlog/spdlog.h"
@@ -80,7 +81,8 @@ namespace {
 
 // One dataset as loaded, shared by the pipelines that name it.
 struct LoadedDataset {
-  std::shared_ptr<const DatasetIndex> index;
+  std::shared_ptr<const DatasetIndex> index;            // what the sources read
+  std::shared_ptr<const DatasetIndex> display;          // what samples are named by (DisplayIndex)
   std::shared_ptr<const TarDataset> tar;                // tar shards only
   std::shared_ptr<const EpochOrder> order;              // tar shards only
   std::shared_ptr<const ByteRangeReader> shard_reader;  // tar shards only: local or remote
@@ -116,6 +118,59 @@ absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d, MediaKind media,
   return loaded;
 }
 
+// Whether the dataset's samples are read over the network (its names are
+// URLs, or tar shards behind URLs).
+bool IsRemoteDataset(const DatasetSpec& d) {
+  return d.kind == DatasetSpec::Kind::kUrlList ||
+         (d.kind == DatasetSpec::Kind::kTarShards && IsRemoteShard(d.shards.front()));
+}
+
+// The index the engine names samples by (Batch failures, statuses, log
+// lines). A dataset of URLs may carry secrets in them (`user:pass@`,
+// presigned query strings): then a copy whose names are the URLs without
+// them (remote::StripUrlSecrets), and the source keeps reading the real
+// ones; else the loaded index itself (no second copy).
+absl::StatusOr<std::shared_ptr<const DatasetIndex>> DisplayIndex(const DatasetSpec& d,
+                                                                 const LoadedDataset& loaded) {
+  const std::shared_ptr<const DatasetIndex>& index = loaded.index;
+  std::vector<DatasetIndex::Entry> entries;
+  if (d.kind == DatasetSpec::Kind::kUrlList) {
+    bool secrets = false;
+    for (size_t i = 0; i < index->size() && !secrets; ++i) {
+      const std::string url = index->relative_path(i);
+      secrets = remote::StripUrlSecrets(url) != url;
+    }
+    if (!secrets) return index;
+    entries.reserve(index->size());
+    for (size_t i = 0; i < index->size(); ++i) {
+      entries.push_back({remote::StripUrlSecrets(index->relative_path(i)), index->label(i)});
+    }
+  } else if (loaded.tar != nullptr && IsRemoteDataset(d)) {
+    // A tar sample is named "SHARD/MEMBER", SHARD relative to the common
+    // folder of the shards: the whole shard URL without its secrets then.
+    const std::vector<std::string>& shards = loaded.tar->shards();
+    bool secrets = false;
+    for (const std::string& shard : shards) secrets |= remote::StripUrlSecrets(shard) != shard;
+    if (!secrets) return index;
+    const std::string& root = index->root();
+    entries.reserve(index->size());
+    for (size_t i = 0; i < index->size(); ++i) {
+      const std::string& shard = shards[loaded.tar->location(i).shard];
+      const std::string rel = index->relative_path(i);
+      const size_t cut = root == "/" ? 1 : root.size() + 1;
+      const std::string shard_rel = shard.size() > cut ? shard.substr(cut) : shard;
+      std::string name =
+          rel.compare(0, shard_rel.size() + 1, shard_rel + "/") == 0
+              ? absl::StrCat(remote::StripUrlSecrets(shard), "/", rel.substr(shard_rel.size() + 1))
+              : remote::RedactUrlsIn(rel);
+      entries.push_back({std::move(name), index->label(i)});
+    }
+  } else {
+    return index;
+  }
+  return DatasetIndex::FromEntries(index->root(), entries, index->class_names());
+}
+
 const char* DatasetField(const DatasetSpec& d) {
   switch (d.kind) {
     case DatasetSpec::Kind::kImageFolder: return ".root";
@@ -131,10 +186,12 @@ std::string DatasetName(const DatasetSpec& d) {
     case DatasetSpec::Kind::kImageFolder: return d.root;
     case DatasetSpec::Kind::kListFile:
     case DatasetSpec::Kind::kUrlList: return d.list;
-    case DatasetSpec::Kind::kTarShards:
-      return d.shards.size() == 1
-                 ? d.shards.front()
-                 : absl::StrCat(d.shards.front(), " (+", d.shards.size() - 1, " shards)");
+    case DatasetSpec::Kind::kTarShards: {
+      // (URLs without their secrets.)
+      const std::string first = remote::RedactUrlsIn(d.shards.front());
+      return d.shards.size() == 1 ? first
+                                  : absl::StrCat(first, " (+", d.shards.size() - 1, " shards)");
+    }
   }
   return "";
 }
@@ -173,9 +230,22 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     if (it == loaded.end()) {
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<LoadedDataset> dataset = LoadDataset(d, media, get_reader, allowed_real_roots);
+      if (dataset.ok()) {
+        absl::StatusOr<std::shared_ptr<const DatasetIndex>> display = DisplayIndex(d, *dataset);
+        if (display.ok()) {
+          dataset->display = *std::move(display);
+        } else {
+          dataset = display.status();
+        }
+      }
       if (!dataset.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            config.source, ": field ", field, DatasetField(d), ": ", dataset.status().message()));
+        // A URL dataset's messages may quote its URLs (a bad line, a shard's
+        // error): without their secrets.
+        const std::string why = IsRemoteDataset(d)
+                                    ? remote::RedactUrlsIn(std::string(dataset.status().message()))
+                                    : std::string(dataset.status().message());
+        return absl::InvalidArgumentError(
+            absl::StrCat(config.source, ": field ", field, DatasetField(d), ": ", why));
       }
       const std::shared_ptr<const DatasetIndex>& index = dataset->index;
       const double ms =
@@ -202,7 +272,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       it = loaded.emplace(key, *std::move(dataset)).first;
     }
     auto pc = std::make_shared<PipelineConfig>(spec.config);
-    pc->dataset = it->second.index;
+    pc->dataset = it->second.display;
     if (it->second.tar != nullptr) {
       pc->source = std::make_shared<TarShardSource>(it->second.tar, it->second.shard_reader,
                                                     spec.config.max_file_bytes);
@@ -216,7 +286,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
           remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes);
       if (!source.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(config.source, ": field ", field, ".urls: ", source.status().message()));
+            absl::StrCat(config.source, ": field ", field,
+                         ".urls: ", remote::RedactUrlsIn(std::string(source.status().message()))));
       }
       pc->source = *std::move(source);
     }

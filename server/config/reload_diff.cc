@@ -96,6 +96,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("remote.max_attempts", ra.max_attempts, rb.max_attempts);
   d.Field("remote.initial_backoff_ms", ra.initial_backoff_ms, rb.initial_backoff_ms);
   d.Field("remote.max_backoff_ms", ra.max_backoff_ms, rb.max_backoff_ms);
+  d.Field("remote.failed_object", ra.failed_object, rb.failed_object);
   d.Field("remote.read_ahead_bytes", ra.read_ahead_bytes, rb.read_ahead_bytes);
   d.Field("remote.direct_http", ra.direct_http, rb.direct_http);
   d.Field("remote.io_threads", ra.io_threads, rb.io_threads);

@@ -51,6 +51,7 @@ const Section<RemoteOptions>& S3Section() {
 
 const Section<RemoteOptions>& RemoteSection() {
   using schema::Bool;
+  using schema::Enum;
   using schema::Manual;
   using schema::Number;
   using schema::Size;
@@ -72,6 +73,11 @@ const Section<RemoteOptions>& RemoteSection() {
                           kMaxInitialBackoffMs, "wait before the first retry (doubling, jittered)"),
       Uint<RemoteOptions>("max_backoff_ms", &RemoteOptions::max_backoff_ms, 0, kMaxBackoffMs,
                           "the longest wait between retries"),
+      Enum<RemoteOptions>("failed_object", &RemoteOptions::failed_object,
+                          std::vector<std::pair<std::string, RemoteOptions::FailedObject>>{
+                              {"stream", RemoteOptions::FailedObject::kStream},
+                              {"sample", RemoteOptions::FailedObject::kSample}},
+                          "what a read whose attempts are all spent is"),
       Size<RemoteOptions>("read_ahead_bytes", &RemoteOptions::read_ahead_bytes, kMinReadAheadBytes,
                           "bytes of samples read ahead for the reads to come"),
       Bool<RemoteOptions>("direct_http", &RemoteOptions::direct_http,

@@ -17,6 +17,11 @@ past the end), keep-alive connections, and induced trouble:
                       request arrives)
   --stall-after N     after N answers in all, answer nothing more (hold the
                       connections open)
+  --wrong-content-range F
+                      answer a fraction F of Range requests 206 with as many
+                      bytes of another range of the object (the next one, else
+                      the one before) and a Content-Range that names it
+  --fail-path SUBSTR  answer 503 to every request for a path containing SUBSTR
   --seed S            the trouble is drawn from random.Random(S)
 
 One thread, asyncio: a request's latency is a timer, not a sleeping thread,
@@ -56,6 +61,8 @@ class State:
         self.closed = 0   # --close-after-answers
         self.answered = 0
         self.served = {}
+        self.wrong_ranges = 0  # --wrong-content-range
+        self.path_failed = 0   # --fail-path
 
     def draw(self):
         """'fail', 'drop', 'cut' or 'ok' for the next request."""
@@ -148,6 +155,7 @@ async def answer(st, writer, method, target, headers, keep_alive):
     if path == "/__stats":
         body = json.dumps({"requests": st.requests, "failed": st.failed,
                            "dropped": st.dropped, "closed": st.closed, "served": st.served,
+                           "wrong_ranges": st.wrong_ranges, "path_failed": st.path_failed,
                            "cpu_s": time.process_time()}).encode()
         return send(200, body, {"Content-Type": "application/json"})
     if st.args.stall_after is not None and st.answered >= st.args.stall_after:
@@ -155,6 +163,9 @@ async def answer(st, writer, method, target, headers, keep_alive):
     st.answered += 1
     if st.args.latency_ms > 0:
         await asyncio.sleep(st.args.latency_ms / 1000.0)
+    if st.args.fail_path is not None and st.args.fail_path in path:
+        st.path_failed += 1
+        return send(503, b"this path always fails")
     what = st.draw()
     if what == "fail":
         return send(503, b"try again")
@@ -174,6 +185,15 @@ async def answer(st, writer, method, target, headers, keep_alive):
         status = 206
         extra["Content-Range"] = "bytes %d-%d/%d" % (rng[0], rng[1] - 1, size)
         start, end = rng
+        if st.args.wrong_content_range > 0 and st.rng.random() < st.args.wrong_content_range:
+            # The same length from elsewhere in the object, and a
+            # Content-Range that says so.
+            n = end - start
+            other = end if end + n <= size else (start - n if start >= n else size - n)
+            if other != start:
+                st.wrong_ranges += 1
+                start, end = other, other + n
+                extra["Content-Range"] = "bytes %d-%d/%d" % (start, end - 1, size)
     if head_only:
         writer.write(response_head(status, extra, end - start, keep_alive))
         return True
@@ -250,6 +270,8 @@ def main():
     p.add_argument("--chunked", action="store_true")
     p.add_argument("--close-after-answers", type=int)
     p.add_argument("--stall-after", type=int)
+    p.add_argument("--wrong-content-range", type=float, default=0)
+    p.add_argument("--fail-path")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     try:

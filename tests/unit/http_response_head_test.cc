@@ -78,6 +78,68 @@ TEST_CASE("ParseResponseHead says what is wrong with an answer that is not HTTP"
   }
 }
 
+TEST_CASE("ParseResponseHead keeps the Content-Range field as sent", "[http1]") {
+  const ResponseHead h =
+      P("HTTP/1.1 206 Partial Content\r\ncontent-range:  bytes 5-9/100 \r\n"
+        "Content-Length: 5\r\n\r\n");
+  REQUIRE(h.parse == Parse::kOk);
+  REQUIRE(h.content_range.has_value());
+  CHECK(*h.content_range == "bytes 5-9/100");
+  CHECK_FALSE(P("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").content_range.has_value());
+  // Two that disagree: which bytes these are cannot be told.
+  CHECK(P("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-4/10\r\n"
+          "Content-Range: bytes 5-9/10\r\nContent-Length: 5\r\n\r\n")
+            .parse == Parse::kMalformed);
+}
+
+TEST_CASE("ParseContentRange reads satisfied byte ranges, nothing else", "[http1]") {
+  const auto r = ParseContentRange("bytes 100-199/1000");
+  REQUIRE(r.has_value());
+  CHECK(r->first == 100);
+  CHECK(r->last == 199);
+  CHECK(r->total == 1000);
+  const auto unknown = ParseContentRange(" Bytes 0-0/* ");
+  REQUIRE(unknown.has_value());
+  CHECK(unknown->total == ContentRange::kUnknownTotal);
+  for (const char* bad :
+       {"", "bytes", "bytes */1000", "items 0-9/10", "bytes 9-0/10", "bytes 0-10/10", "bytes 0-9",
+        "bytes -9/10", "bytes 0-9/x", "bytes 0-9/10 extra", "bytes 0x1-9/10",
+        "bytes 99999999999999999999-1/2"}) {
+    INFO(bad);
+    CHECK_FALSE(ParseContentRange(bad).has_value());
+  }
+}
+
+TEST_CASE("ContentRangeMismatch: a 206 must name the range asked and the size known", "[http1]") {
+  // The range asked, with or without a known size.
+  CHECK(ContentRangeMismatch("bytes 100-199/1000", 100, 100, 0) == "");
+  CHECK(ContentRangeMismatch("bytes 100-199/1000", 100, 100, 1000) == "");
+  CHECK(ContentRangeMismatch("bytes 100-199/*", 100, 100, 1000) == "");
+  // A range past the end is answered up to the end (a short read, reported
+  // later), when the total says that is the end.
+  CHECK(ContentRangeMismatch("bytes 995-999/1000", 995, 10, 0) == "");
+  // The next range, of the right length: the bug this check is for.
+  const std::string next = ContentRangeMismatch("bytes 200-299/1000", 100, 100, 0);
+  CHECK(next.find("another range") != std::string::npos);
+  CHECK(next.find("'bytes 200-299/1000'") != std::string::npos);
+  CHECK(next.find("bytes 100-199 asked") != std::string::npos);
+  // Shorter or longer than asked, not at the object's end.
+  CHECK(ContentRangeMismatch("bytes 100-149/1000", 100, 100, 0) != "");
+  CHECK(ContentRangeMismatch("bytes 100-149/*", 100, 100, 0) != "");
+  CHECK(ContentRangeMismatch("bytes 100-299/1000", 100, 100, 0) != "");
+  // The object changed size since its HEAD.
+  const std::string resized = ContentRangeMismatch("bytes 100-199/2000", 100, 100, 1000);
+  CHECK(resized.find("another size") != std::string::npos);
+  CHECK(resized.find("1000 bytes") != std::string::npos);
+  // None, or junk (quoted escaped and bounded).
+  CHECK(ContentRangeMismatch(std::nullopt, 0, 10, 0).find("without a Content-Range") !=
+        std::string::npos);
+  const std::string junk = ContentRangeMismatch("bytes \x01" + std::string(500, 'x'), 0, 10, 0);
+  CHECK(junk.find("bad Content-Range") != std::string::npos);
+  CHECK(junk.find('\x01') == std::string::npos);
+  CHECK(junk.size() < 300);
+}
+
 }  // namespace
 }  // namespace conveyor::remote
 #endif  // CONVEYOR_HAVE_SERVER

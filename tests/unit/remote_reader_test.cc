@@ -558,6 +558,130 @@ TEST_CASE("RemoteReader's read-ahead stays within its byte budget", "[remote_rea
   CHECK(reader->counters().prefetch_hits >= 4);
 }
 
+TEST_CASE("RemoteReader never serves a 206 for another range: retried, then an error naming it",
+          "[remote_reader]") {
+  const bool direct = GENERATE(true, false);
+  Objects objs(4, 32 << 10);
+  std::vector<uint8_t> out;
+  {
+    // Every ranged answer is another range of the right length.
+    ObjectServer server(objs.dir.path(), {"--wrong-content-range", "1"});
+    RemoteOptions o = FastRetries();
+    o.max_attempts = 3;
+    o.direct_http = direct;
+    auto reader = Reader(o);
+    REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());  // (the host, for direct)
+    const absl::Status st = reader->ReadRange(server.Url("o0?sig=SECRET"), 1000, 500, &out);
+    INFO(st.message());
+    CHECK(st.code() == absl::StatusCode::kUnavailable);
+    CHECK(std::string(st.message()).find("o0") != std::string::npos);
+    CHECK(std::string(st.message()).find("another range") != std::string::npos);
+    CHECK(std::string(st.message()).find("bytes 1000-1499 asked") != std::string::npos);
+    CHECK(std::string(st.message()).find("SECRET") == std::string::npos);
+    CHECK(IsSystemError(st));
+    CHECK((reader->counters().direct_requests > 0) == direct);
+  }
+  {
+    // Half of them: the retries get every range right, runs too.
+    ObjectServer server(objs.dir.path(), {"--wrong-content-range", "0.5", "--seed", "2"});
+    RemoteOptions o = FastRetries();
+    o.max_attempts = 40;
+    o.direct_http = direct;
+    auto reader = Reader(o);
+    REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());
+    const std::vector<ByteRangeReader::Range> parts = {{100, 900}, {1200, 3000}, {4300, 77}};
+    for (int i = 0; i < 4; ++i) {
+      INFO(i);
+      const std::string url = server.Url("o" + std::to_string(i));
+      REQUIRE(reader->PrefetchRun(url, parts));
+      for (const auto& p : parts) {
+        REQUIRE(reader->ReadRange(url, p.offset, p.length, &out).ok());
+        CHECK(Str(out) == objs.data[i].substr(p.offset, p.length));
+      }
+      REQUIRE(reader->ReadRange(url, 20'000, 4096, &out).ok());
+      CHECK(Str(out) == objs.data[i].substr(20'000, 4096));
+    }
+    CHECK(ServerStat(*reader, server, "wrong_ranges") > 0);
+    CHECK(reader->counters().retries > 0);
+  }
+}
+
+TEST_CASE("RemoteReader refuses ranges of an object whose size changed since its HEAD",
+          "[remote_reader]") {
+  const bool direct = GENERATE(true, false);
+  Objects objs(1, 32 << 10);
+  ObjectServer server(objs.dir.path(), {});
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 2;
+  o.direct_http = direct;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());
+  auto size = reader->Size(server.Url("o0"));
+  REQUIRE(size.ok());
+  REQUIRE(reader->ReadRange(server.Url("o0"), 10, 100, &out).ok());
+  // Replaced by another object with more bytes: its ranges are not the
+  // bytes the index was built from.
+  std::ofstream(objs.dir.path() + "/o0", std::ios::binary) << objs.data[0] << "more bytes";
+  const absl::Status st = reader->ReadRange(server.Url("o0"), 10, 100, &out);
+  INFO(st.message());
+  CHECK(st.code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(st.message()).find("another size") != std::string::npos);
+}
+
+TEST_CASE(
+    "remote.failed_object: sample makes an object that always fails an error of its sample "
+    "while the host answers others; a host that answers nothing stays an error of the system",
+    "[remote_reader]") {
+  Objects objs(3, 8 << 10);
+  ObjectServer server(objs.dir.path(), {"--fail-path", "o1"});
+  const bool sample = GENERATE(true, false);
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 3;
+  o.failed_object =
+      sample ? RemoteOptions::FailedObject::kSample : RemoteOptions::FailedObject::kStream;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  // Nothing answered yet on this host: as before, an error of the system.
+  absl::Status st = reader->ReadWhole(server.Url("o1"), 1 << 20, &out);
+  CHECK(st.code() == absl::StatusCode::kUnavailable);
+  CHECK(IsSystemError(st));
+  REQUIRE(reader->ReadWhole(server.Url("o0"), 1 << 20, &out).ok());
+  st = reader->ReadWhole(server.Url("o1"), 1 << 20, &out);
+  INFO(st.message());
+  CHECK(st.code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(st.message()).find("o1") != std::string::npos);
+  CHECK(std::string(st.message()).find("HTTP 503") != std::string::npos);
+  CHECK(IsSystemError(st) == !sample);
+  // The host keeps answering the others.
+  REQUIRE(reader->ReadWhole(server.Url("o2"), 1 << 20, &out).ok());
+  CHECK(Str(out) == objs.data[2]);
+  CHECK(ServerStat(*reader, server, "path_failed") == 6);
+}
+
+TEST_CASE(
+    "remote.failed_object: sample leaves a host that fails every object an error of the "
+    "system",
+    "[remote_reader]") {
+  Objects objs(3, 8 << 10);
+  ObjectServer server(objs.dir.path(), {"--fail-path", "/o"});
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 3;
+  o.failed_object = RemoteOptions::FailedObject::kSample;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  REQUIRE(reader->ReadWhole(server.Url("__stats"), 1 << 20, &out).ok());  // it answered once
+  // Then every object fails: two of them at once.
+  REQUIRE(reader->PrefetchWhole(server.Url("o0"), 1 << 20));
+  REQUIRE(reader->PrefetchWhole(server.Url("o1"), 1 << 20));
+  const absl::Status a = reader->ReadWhole(server.Url("o0"), 1 << 20, &out);
+  const absl::Status b = reader->ReadWhole(server.Url("o1"), 1 << 20, &out);
+  CHECK(a.code() == absl::StatusCode::kUnavailable);
+  CHECK(b.code() == absl::StatusCode::kUnavailable);
+  // (The first to give up may have seen only its own failures.)
+  CHECK((IsSystemError(a) || IsSystemError(b)));
+}
+
 }  // namespace
 }  // namespace conveyor::remote
 #endif  // CONVEYOR_HAVE_SERVER

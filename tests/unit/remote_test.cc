@@ -74,6 +74,22 @@ TEST_CASE("RedactUrl drops user:password and the query string", "[remote]") {
   CHECK(std::string(u.status().message()).find("SECRET") == std::string::npos);
 }
 
+TEST_CASE("RedactUrlsIn drops the secrets of every URL quoted in a message", "[remote]") {
+  CHECK(StripUrlSecrets("https://bob:hunter2@host/a\xff.jpg?sig=S") == "https://host/a\xff.jpg?…");
+  CHECK(RedactUrlsIn("urls.tsv:3: path 'http://bob:hunter2@h:8080/a/../b.jpg?X-Amz-Signature=S' "
+                     "has a '..' component") ==
+        "urls.tsv:3: path 'http://h:8080/a/../b.jpg?…' has a '..' component");
+  // Several, at the start, at the end, with nothing to drop.
+  CHECK(RedactUrlsIn("s3://b/k?x=1 and http://h/p and https://u:p@h2/q") ==
+        "s3://b/k?… and http://h/p and https://h2/q");
+  CHECK(RedactUrlsIn("no URL here: a://") == "no URL here: a://");
+  CHECK(RedactUrlsIn("://x?y") == "://x?y");
+  // Quoted and truncated before the '@': not host[:port], so hidden.
+  CHECK(RedactUrlsIn("path 'http://bob:hunter2verylong...'") == "path 'http://…'");
+  CHECK(RedactUrlsIn("'http://[::1]:80/x' 'http://h:80/x'") ==
+        "'http://[::1]:80/x' 'http://h:80/x'");
+}
+
 TEST_CASE("Backoff doubles up to its cap, jittered within [base/2, base]", "[remote]") {
   BackoffPolicy p;
   p.initial_ns = 100;
