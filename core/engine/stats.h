@@ -55,6 +55,19 @@ struct StreamStats {
   uint64_t slots_held_by_consumer = 0;
   uint64_t consumers_waiting = 0;  // threads blocked in Stream::Next now
   uint64_t elapsed_ns = 0;
+  // Fetches waiting on an asynchronous read (a network) now, and the oldest
+  // of them, so a stream that makes no progress says on what: the object
+  // (redacted: no credentials, no query; "" until its read has started),
+  // its host, the bytes received so far and how long it has waited.
+  struct PendingFetch {
+    uint64_t sample_index = 0;
+    std::string object;
+    std::string host;
+    uint64_t bytes_received = 0;
+    uint64_t age_ns = 0;
+  };
+  uint64_t fetches_pending = 0;
+  std::optional<PendingFetch> oldest_fetch;
   std::array<StageStats, kNumStages> stages;
 };
 

@@ -161,6 +161,24 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
   w.Family("conveyor_stream_slots_held_by_clients", "gauge",
            "Batch slots handed to clients and not released yet.");
   w.Sample({}, held);
+  // Streams waiting on the network: how many fetches each has pending and
+  // how long the oldest has waited, by host (a stalled stream shows here).
+  w.Family("conveyor_stream_fetches_pending", "gauge",
+           "Fetches of an open stream waiting on the network now.");
+  for (const v1::StreamStats& st : s.streams()) {
+    if (st.fetches_pending() == 0) continue;
+    w.Sample({{"pipeline", st.pipeline()}, {"stream", absl::StrCat(st.stream_id())}},
+             st.fetches_pending());
+  }
+  w.Family("conveyor_stream_oldest_fetch_age_seconds", "gauge",
+           "How long the oldest pending fetch of an open stream has waited, by host.");
+  for (const v1::StreamStats& st : s.streams()) {
+    if (!st.has_oldest_fetch()) continue;
+    w.Seconds({{"pipeline", st.pipeline()},
+               {"stream", absl::StrCat(st.stream_id())},
+               {"host", st.oldest_fetch().host()}},
+              st.oldest_fetch().age_ns());
+  }
   w.Family("conveyor_slot_memory_bytes", "gauge",
            "Slot memory reserved by the open streams (counted against memory_budget).");
   w.Sample({}, s.slot_bytes_in_use());

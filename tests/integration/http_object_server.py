@@ -17,6 +17,8 @@ past the end), keep-alive connections, and induced trouble:
                       request arrives)
   --stall-after N     after N answers in all, answer nothing more (hold the
                       connections open)
+  --trickle-body-ms N send each answer's head at once, then its body one byte
+                      every N ms (a slow host: no worker may wait for it)
   --seed S            the trouble is drawn from random.Random(S)
 
 One thread, asyncio: a request's latency is a timer, not a sleeping thread,
@@ -189,6 +191,13 @@ async def answer(st, writer, method, target, headers, keep_alive):
         reset(writer)
         return False
     st.served[path] = st.served.get(path, 0) + 1
+    if st.args.trickle_body_ms is not None and not head_only:
+        writer.write(response_head(status, extra, len(data), keep_alive))
+        for at in range(len(data)):
+            writer.write(data[at:at + 1])
+            await writer.drain()
+            await asyncio.sleep(st.args.trickle_body_ms / 1000.0)
+        return True
     return send(status, data, extra)
 
 
@@ -250,6 +259,7 @@ def main():
     p.add_argument("--chunked", action="store_true")
     p.add_argument("--close-after-answers", type=int)
     p.add_argument("--stall-after", type=int)
+    p.add_argument("--trickle-body-ms", type=float)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     try:
