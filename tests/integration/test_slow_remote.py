@@ -2,18 +2,20 @@
 threads: 2 serves a stream over a host that sends each answer's head and
 then one body byte every 250 ms (http_object_server.py --trickle-body-ms),
 and a local 64-image pipeline: the local epoch still comes whole in
-seconds (no worker waits on the network); GetStats and the metrics show the
-stalled stream's pending fetch (object, host, bytes so far, age); SIGTERM
+seconds (no worker waits on the network); GetStats, `conveyor stats` and the
+metrics show the stalled stream's pending fetch (object, host, bytes so far, age); SIGTERM
 then stops the daemon at once with exit status 0."""
 
 import re
+import subprocess
 import threading
 import time
 import urllib.request
 
 import conveyor
-from conveyor_integration import (IMAGE_SIZE, daemon_config, make_image_folder, pipeline_entry,
-                                  read_epoch, scaled, wait_until)
+from conveyor_integration import (CLI, IMAGE_SIZE, PYTHON, client_env, daemon_config,
+                                  make_image_folder, pipeline_entry, read_epoch, scaled,
+                                  wait_until)
 from remote_fixtures import ObjectServer, image_files, write_url_list
 
 _METRICS_LINE = re.compile(r"Prometheus metrics on http://([0-9.]+):(\d+)/metrics")
@@ -83,6 +85,14 @@ def test_slow_host_stalls_only_its_own_stream(tmp_path, daemon_factory):
         assert f.object.startswith(server.base + "/class_"), f
         assert f.age_ns > 0
         assert st.samples_emitted == 0
+
+        # ... and `conveyor stats` prints it.
+        res = subprocess.run([PYTHON, str(CLI), "stats", "--server", d.unix], capture_output=True,
+                             text=True, timeout=60, env=client_env())
+        assert res.returncode == 0, res.stderr
+        assert re.search(r"waiting on the network: \d+ fetch\(es\); the oldest [0-9.]+ s, \d+ "
+                         r"bytes so far, http://127\.0\.0\.1:\d+/class_\S+ from %s"
+                         % re.escape(host), res.stdout), res.stdout
 
         m = _METRICS_LINE.search(d.log())
         assert m, d.log()
