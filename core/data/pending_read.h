@@ -34,8 +34,8 @@ class PendingRead {
   virtual void Cancel() = 0;
 
   struct Progress {
-    std::string object;  // what is read, redacted (no credentials, no query)
-    std::string host;    // host[:port] it is read from ("" when local)
+    std::string object;           // what is read, redacted (no credentials, no query)
+    std::string host;             // host[:port] it is read from ("" when local)
     uint64_t bytes_received = 0;  // so far (of the current attempt)
   };
   virtual Progress progress() const = 0;

@@ -186,8 +186,7 @@ StreamOptions Options() {
   return so;
 }
 
-TEST_CASE("a stream whose network reads hang does not hold the workers",
-          "[engine][async_fetch]") {
+TEST_CASE("a stream whose network reads hang does not hold the workers", "[engine][async_fetch]") {
   Fixture f;
   EngineOptions eo;
   eo.fetch_concurrency = 8;  // more than the workers: each could take them all

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
