@@ -77,6 +77,7 @@ RemoteReader::Impl::~Impl() {
   }
   if (driver_ != nullptr) driver_->Wake();
   if (thread_.joinable()) thread_.join();
+  RunReadyCompletions();  // asynchronous reads the I/O thread failed on its way out
   direct_.reset();
   driver_.reset();
   idle_easy_.clear();

@@ -3,8 +3,10 @@
 // submits one and waits for it; prefetches (single ranges, whole objects,
 // runs of parts) are started within the read-ahead byte budget and kept
 // until claimed or until they expire; a finished request is settled under
-// the reader's mutex and its reader woken.
+// the reader's mutex and its reader woken, or an asynchronous read's
+// completion run once the mutex is released.
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/engine/stats.h"
@@ -34,6 +36,66 @@ absl::Status RemoteReader::Impl::Await(const RequestPtr& r, std::vector<uint8_t>
   }
   if (size != nullptr) *size = r->size;
   return absl::OkStatus();
+}
+
+// An asynchronous read's handle: cancels by detaching the completion from
+// the request (under the reader's mutex), so the settling finds none.
+// REQUIRES: the reader outlives the handle's Cancel and progress calls (the
+// engine keeps the source, and with it the reader, alive while it holds one).
+class RemoteReader::Impl::Pending final : public PendingRead {
+ public:
+  Pending(const Impl* impl, RequestPtr r) : impl_(impl), r_(std::move(r)) {}
+
+  void Cancel() override {
+    ReadDone done;
+    {
+      MutexLock lock(&impl_->mu_);
+      done = std::exchange(r_->on_done, nullptr);
+      r_->out = nullptr;
+    }
+    if (done) done(absl::CancelledError(absl::StrCat("reading ", r_->name, ": cancelled")));
+  }
+
+  Progress progress() const override {
+    return Progress{r_->name, r_->host, r_->progress.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  const Impl* const impl_;
+  const RequestPtr r_;
+};
+
+std::shared_ptr<PendingRead> RemoteReader::Impl::AwaitAsync(const RequestPtr& r,
+                                                            std::vector<uint8_t>* out,
+                                                            ReadDone done) const {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    if (!r->done) {
+      r->on_done = std::move(done);
+      r->out = out;
+      return std::make_shared<Pending>(this, r);
+    }
+    // Done already (a prefetch that arrived): handed over here, as Await does.
+    status = r->status;
+    if (status.ok()) {
+      out->swap(r->body);
+      r->body.clear();
+      r->body.shrink_to_fit();
+    }
+  }
+  done(std::move(status));
+  return nullptr;
+}
+
+void RemoteReader::Impl::RunReadyCompletions() const {
+  std::vector<std::pair<ReadDone, absl::Status>> ready;
+  {
+    MutexLock lock(&mu_);
+    if (done_ready_.empty()) return;
+    ready.swap(done_ready_);
+  }
+  for (auto& [done, status] : ready) done(std::move(status));
 }
 
 absl::StatusOr<RequestPtr> RemoteReader::Impl::Claim(std::string_view object, uint64_t offset,
@@ -161,27 +223,30 @@ RemoteReader::Counters RemoteReader::Impl::counters() const {
 void RemoteReader::Impl::Complete(RequestPtr& r, absl::Status status) {
   ReleaseEasy(r.get());
   const uint64_t now = MonotonicNanos();
-  MutexLock lock(&mu_);
-  bool waited_for = false;
-  if (r->parts.empty()) {
-    waited_for = Settle(r, std::move(status), now);
-  } else {
-    // Each part holds its bytes already (Store). An answer that ended
-    // early (the object is shorter than the run) fails the parts it cut.
-    for (const RequestPtr& part : r->parts) {
-      absl::Status part_status = Unshared(status);
-      if (status.ok() && part->body.size() != part->length) {
-        part_status = absl::OutOfRangeError(absl::StrCat(
-            "GET ", r->name, ": bytes [", part->offset, ", ", part->offset + part->length,
-            ") asked, the object ends at byte ", r->offset + r->received));
+  {
+    MutexLock lock(&mu_);
+    bool waited_for = false;
+    if (r->parts.empty()) {
+      waited_for = Settle(r, std::move(status), now);
+    } else {
+      // Each part holds its bytes already (Store). An answer that ended
+      // early (the object is shorter than the run) fails the parts it cut.
+      for (const RequestPtr& part : r->parts) {
+        absl::Status part_status = Unshared(status);
+        if (status.ok() && part->body.size() != part->length) {
+          part_status = absl::OutOfRangeError(absl::StrCat(
+              "GET ", r->name, ": bytes [", part->offset, ", ", part->offset + part->length,
+              ") asked, the object ends at byte ", r->offset + r->received));
+        }
+        waited_for |= Settle(part, std::move(part_status), now);
       }
-      waited_for |= Settle(part, std::move(part_status), now);
+      r->done = true;
+      r->parts.clear();
     }
-    r->done = true;
-    r->parts.clear();
+    r.reset();
+    if (waited_for) cv_.SignalAll();  // only a claimed request has anyone waiting for it
   }
-  r.reset();
-  if (waited_for) cv_.SignalAll();  // only a claimed request has anyone waiting for it
+  RunReadyCompletions();  // asynchronous reads': after the mutex is released
 }
 
 // Marks `r` (a request or a run's part) done with `status` and settles the
@@ -201,6 +266,19 @@ bool RemoteReader::Impl::Settle(const RequestPtr& r, absl::Status status, uint64
     return false;
   }
   --claims_waiting_;
+  if (r->on_done) {
+    // An asynchronous read: its bytes go to its buffer now, its completion
+    // runs once the mutex is released (RunReadyCompletions).
+    if (r->status.ok()) {
+      r->out->swap(r->body);
+      r->body.clear();
+      r->body.shrink_to_fit();
+    }
+    done_ready_.emplace_back(std::exchange(r->on_done, nullptr), Unshared(r->status));
+    r->out = nullptr;
+  }
+  // (Otherwise a synchronous read, whose Await takes the result, or a
+  // cancelled asynchronous one, whose bytes go with the request.)
   return true;
 }
 

@@ -107,6 +107,27 @@ absl::Status RemoteReader::ReadRange(std::string_view object, uint64_t offset, u
   return ImplFor(object).Await(*r, out, nullptr);
 }
 
+std::shared_ptr<PendingRead> RemoteReader::ReadRangeAsync(std::string_view object, uint64_t offset,
+                                                          uint64_t length,
+                                                          std::vector<uint8_t>* out,
+                                                          ReadDone done) const {
+  if (length == 0) {
+    out->clear();
+    done(absl::OkStatus());
+    return nullptr;
+  }
+  if (length == kWhole || offset > kWhole - length) {
+    done(absl::OutOfRangeError(absl::StrCat(RedactUrl(object), ": bad range")));
+    return nullptr;
+  }
+  absl::StatusOr<RequestPtr> r = ImplFor(object).Claim(object, offset, length, length, false);
+  if (!r.ok()) {
+    done(r.status());
+    return nullptr;
+  }
+  return ImplFor(object).AwaitAsync(*r, out, std::move(done));
+}
+
 bool RemoteReader::Prefetch(std::string_view object, uint64_t offset, uint64_t length) const {
   if (length == 0 || length == kWhole || offset > kWhole - length) return true;  // ReadRange says
   return ImplFor(object).Prefetch(object, offset, length, length);
@@ -117,6 +138,18 @@ absl::Status RemoteReader::ReadWhole(std::string_view object, uint64_t max_bytes
   absl::StatusOr<RequestPtr> r = ImplFor(object).Claim(object, 0, kWhole, max_bytes, false);
   if (!r.ok()) return r.status();
   return ImplFor(object).Await(*r, out, nullptr);
+}
+
+std::shared_ptr<PendingRead> RemoteReader::ReadWholeAsync(std::string_view object,
+                                                          uint64_t max_bytes,
+                                                          std::vector<uint8_t>* out,
+                                                          ReadDone done) const {
+  absl::StatusOr<RequestPtr> r = ImplFor(object).Claim(object, 0, kWhole, max_bytes, false);
+  if (!r.ok()) {
+    done(r.status());
+    return nullptr;
+  }
+  return ImplFor(object).AwaitAsync(*r, out, std::move(done));
 }
 
 bool RemoteReader::PrefetchWhole(std::string_view object, uint64_t max_bytes) const {

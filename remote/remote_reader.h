@@ -45,8 +45,16 @@
 // apart). The work
 // is split over the files listed in remote/remote_reader_impl.h.
 //
+//  - Asynchronous reads claim their request as a synchronous one does, and
+//    instead of waiting attach their completion to it (under the reader's
+//    mutex); the I/O thread settles the request, hands the body over and
+//    runs the completion once the mutex is released. Cancel detaches the
+//    completion and runs it with CANCELLED; the transfer goes on and its
+//    bytes are dropped when it ends.
+//
 // Thread-safety: every method may be called concurrently from any thread.
-// Destruction stops the I/O thread; reads still waiting fail (CANCELLED).
+// Destruction stops the I/O thread; reads still waiting fail (CANCELLED),
+// asynchronous ones through their completion.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +82,14 @@ class RemoteReader final : public ByteRangeReader {
   absl::StatusOr<uint64_t> Size(std::string_view object) const override;
   absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
                          std::vector<uint8_t>* out) const override;
+  // Reads wait on the network: sources over this reader are read with
+  // ReadRangeAsync / ReadWholeAsync, whose `done` runs on the I/O thread
+  // once the bytes are there (or on the thread that cancels), never under
+  // the reader's lock.
+  bool reads_asynchronously() const override { return true; }
+  std::shared_ptr<PendingRead> ReadRangeAsync(std::string_view object, uint64_t offset,
+                                              uint64_t length, std::vector<uint8_t>* out,
+                                              ReadDone done) const override;
   bool Prefetch(std::string_view object, uint64_t offset, uint64_t length) const override;
   // One GET for neighbouring parts (gaps up to 64 KiB, at most 16 MiB a
   // request; further apart, a request each), cut into one read-ahead entry
@@ -85,6 +101,10 @@ class RemoteReader final : public ByteRangeReader {
   // of the object (ResourceExhausted naming it).
   absl::Status ReadWhole(std::string_view object, uint64_t max_bytes,
                          std::vector<uint8_t>* out) const;
+  // As ReadWhole, asynchronously (see ReadRangeAsync and
+  // core/data/pending_read.h): null when done already ran.
+  std::shared_ptr<PendingRead> ReadWholeAsync(std::string_view object, uint64_t max_bytes,
+                                              std::vector<uint8_t>* out, ReadDone done) const;
   // Starts reading the whole object for a ReadWhole to come. False when the
   // read-ahead budget is spent (nothing started; try later).
   bool PrefetchWhole(std::string_view object, uint64_t max_bytes) const;

@@ -12,7 +12,7 @@
 // Thread-safety: the members under "the I/O thread's own" and the methods
 // that start, drive or finish transfers (Loop down to Conclude) belong to the
 // I/O thread; mu_ guards the fields marked ABSL_GUARDED_BY; the public-facing
-// methods (Claim, Await, Prefetch, PrefetchRun, counters) may be called from
+// methods (Claim, Await, AwaitAsync, Prefetch, PrefetchRun, counters) may be called from
 // any thread. See remote/remote_reader.h.
 #pragma once
 
@@ -29,6 +29,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <curl/curl.h>
@@ -62,6 +63,11 @@ class RemoteReader::Impl {
                                         uint64_t max_bytes, bool head) const;
   // Waits for `r` (already submitted or prefetched) and hands over its result.
   absl::Status Await(const RequestPtr& r, std::vector<uint8_t>* out, uint64_t* size) const;
+  // Attaches an asynchronous read's completion to `r` (already submitted or
+  // prefetched), or, when r is done, hands its result over and runs `done`
+  // at once (then returns null). The handle cancels and reports progress.
+  std::shared_ptr<PendingRead> AwaitAsync(const RequestPtr& r, std::vector<uint8_t>* out,
+                                          ReadDone done) const;
   // Claims a prefetched request for the read, or submits a new one.
   absl::StatusOr<RequestPtr> Claim(std::string_view object, uint64_t offset, uint64_t length,
                                    uint64_t max_bytes, bool head) const;
@@ -110,8 +116,13 @@ class RemoteReader::Impl {
 
   // read_ahead.cc: settling finished requests, the read-ahead map.
   void Complete(RequestPtr& r, absl::Status status);
+  // Settles r; an asynchronous read's completion goes to done_ready_.
   bool Settle(const RequestPtr& r, absl::Status status, uint64_t now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the completions Settle queued. Called after settling, without mu_.
+  void RunReadyCompletions() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The handle of an asynchronous read (read_ahead.cc).
+  class Pending;
   void DropUnclaimed(uint64_t now);
 
   const RemoteOptions options_;
@@ -148,6 +159,9 @@ class RemoteReader::Impl {
   mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // done, unclaimed
   mutable uint64_t prefetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;  // started, not done, unclaimed
   mutable uint64_t avg_object_bytes_ ABSL_GUARDED_BY(mu_) = 128 << 10;
+  // Completions of asynchronous reads whose request was settled, to run
+  // once mu_ is released (RunReadyCompletions), with their status.
+  mutable std::vector<std::pair<ReadDone, absl::Status>> done_ready_ ABSL_GUARDED_BY(mu_);
   // Claimed requests not done yet: a reader waits (or is about to) for each.
   mutable uint64_t claims_waiting_ ABSL_GUARDED_BY(mu_) = 0;
   // The I/O thread has transfers in flight, so it will look at submissions

@@ -23,6 +23,7 @@ absl::Status Unshared(const absl::Status& s) {
 void Store(Request* r, std::string_view chunk) {
   uint64_t at = r->offset + r->received;  // the object offset of chunk[0]
   r->received += chunk.size();
+  r->progress.store(r->received, std::memory_order_relaxed);
   if (r->parts.empty()) {
     r->body.insert(r->body.end(), chunk.begin(), chunk.end());
     return;
@@ -43,6 +44,7 @@ void Store(Request* r, std::string_view chunk) {
                        chunk.begin() + static_cast<ptrdiff_t>(take));
       chunk.remove_prefix(take);
       at += take;
+      part.progress.store(part.body.size(), std::memory_order_relaxed);
     }
   }
 }

@@ -11,6 +11,7 @@
 // given only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include <curl/curl.h>
 
 #include "absl/status/status.h"
+#include "core/data/pending_read.h"
 #include "remote/curl_handles.h"
 #include "remote/http1_client.h"
 
@@ -47,7 +49,10 @@ struct Request {
   UniqueCurlSlist headers;           // the transfer's extra headers (S3), while it runs
   std::vector<uint8_t> body;
   uint64_t received = 0;  // bytes of the range (or object) taken so far
-  size_t cursor = 0;      // a run: the part the next bytes may belong to
+  // What received (a run's part: its body's size) was at the last chunk,
+  // for PendingRead::progress on any thread. Written by the I/O thread only.
+  std::atomic<uint64_t> progress{0};
+  size_t cursor = 0;  // a run: the part the next bytes may belong to
   long http_status = 0;
   bool status_seen = false;
   bool range_ignored = false;  // 200 to a Range request: cut the range out
@@ -75,6 +80,13 @@ struct Request {
   bool claimed = false;
   absl::Status status;
   uint64_t done_ns = 0;
+  // An asynchronous read's (ReadRangeAsync, ReadWholeAsync) completion and
+  // where its bytes go; settling the request hands the body to *out and
+  // queues `on_done` to run once the mutex is released. Empty for a
+  // synchronous read (it waits on the reader's condition variable) and once
+  // the read was cancelled (its bytes are then dropped with the request).
+  ReadDone on_done;
+  std::vector<uint8_t>* out = nullptr;
 };
 
 using RequestPtr = std::shared_ptr<Request>;
@@ -88,7 +100,7 @@ std::string RequestKey(bool head, uint64_t offset, uint64_t length, std::string_
 absl::Status Unshared(const absl::Status& s);
 
 // Takes the next bytes of r's range: into its body, or for a run into the
-// parts they fall in. The I/O thread's.
+// parts they fall in; updates `progress`. The I/O thread's.
 void Store(Request* r, std::string_view chunk);
 
 }  // namespace conveyor::remote

@@ -32,6 +32,14 @@ absl::Status UrlSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) co
   return st;
 }
 
+std::shared_ptr<PendingRead> UrlSampleSource::ReadAsync(uint64_t index, std::vector<uint8_t>* out,
+                                                        ReadDone done) const {
+  std::shared_ptr<PendingRead> pending =
+      reader_->ReadWholeAsync(urls_->relative_path(index), max_file_bytes_, out, std::move(done));
+  requested_.Clear(index);  // (as TarShardSource::ReadAsync's mark)
+  return pending;
+}
+
 void UrlSampleSource::Prefetch(std::span<const uint64_t> upcoming, bool /*every_sample*/) const {
   for (const uint64_t index : upcoming) {
     if (index >= urls_->size()) continue;

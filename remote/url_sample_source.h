@@ -5,7 +5,7 @@
 // the reads of upcoming samples (bounded by the reader's read-ahead budget)
 // so workers find their bytes already there.
 //
-// Thread-safety: Read and Prefetch may be called concurrently from any
+// Thread-safety: Read, ReadAsync and Prefetch may be called concurrently from any
 // thread (the per-sample marks are PrefetchMarks).
 #pragma once
 
@@ -31,6 +31,10 @@ class UrlSampleSource final : public SampleSource {
       uint64_t max_file_bytes);
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
+  // Always asynchronous: the engine reads with ReadAsync, no worker waits.
+  bool reads_asynchronously() const override { return true; }
+  std::shared_ptr<PendingRead> ReadAsync(uint64_t index, std::vector<uint8_t>* out,
+                                         ReadDone done) const override;
   void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
 
   UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,

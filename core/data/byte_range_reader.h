@@ -16,16 +16,23 @@
 // (core/base/posix_error.h) so the engine retries them and then ends the stream.
 // Messages name the object (for URLs without credentials or query secrets).
 //
+// Asynchronous reads: ReadRangeAsync starts a read and returns at once, its
+// `done` called when the bytes are there (core/data/pending_read.h); a reader
+// that waits on a network says so with reads_asynchronously(), and sources
+// over it then read that way, so no worker waits on the network.
+//
 // Thread-safety: every method may be called concurrently from any thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/data/pending_read.h"
 
 namespace conveyor {
 
@@ -41,6 +48,21 @@ class ByteRangeReader {
   // the object), never a silently short buffer. *out's capacity is reused.
   virtual absl::Status ReadRange(std::string_view object, uint64_t offset, uint64_t length,
                                  std::vector<uint8_t>* out) const = 0;
+
+  // Whether reads wait on a network (see above). False: ReadRangeAsync is
+  // ReadRange on the caller's thread.
+  virtual bool reads_asynchronously() const { return false; }
+
+  // As ReadRange, but returns at once: `done` gets the status once *out
+  // holds the range (*out is the read's until then). Returns the handle to
+  // cancel the read, or null when done already ran. The default runs
+  // ReadRange here and then done.
+  virtual std::shared_ptr<PendingRead> ReadRangeAsync(std::string_view object, uint64_t offset,
+                                                      uint64_t length, std::vector<uint8_t>* out,
+                                                      ReadDone done) const {
+    done(ReadRange(object, offset, length, out));
+    return nullptr;
+  }
 
   // Hint: a ReadRange of this range will follow soon. False when the
   // reader's read-ahead budget is spent (nothing started: hint again later);

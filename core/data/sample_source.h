@@ -11,8 +11,15 @@
 //     IsSystemError() in core/base/posix_error.h reports) are retried with
 //     backoff and then end the stream with UNAVAILABLE, never a short batch.
 //
-// Thread-safety: Read is called concurrently from every worker thread, so
-// implementations must be safe for concurrent use.
+// Asynchronous reads: a source whose reads wait on a network
+// (reads_asynchronously() true: URLs, remote tar shards) is read by the engine
+// with ReadAsync, which only starts the read: the worker goes on with other
+// work, and the read's I/O thread calls `done` once the bytes are there
+// (core/data/pending_read.h), so no worker ever waits on the network. Local
+// sources keep the default (Read on the worker: a pread).
+//
+// Thread-safety: Read and ReadAsync are called concurrently from every worker
+// thread, so implementations must be safe for concurrent use.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +30,7 @@
 #include "absl/status/status.h"
 #include "core/data/dataset_index.h"
 #include "core/data/file_reader.h"
+#include "core/data/pending_read.h"
 
 namespace conveyor {
 
@@ -33,6 +41,22 @@ class SampleSource {
   // dataset's size). *out's capacity is reused across calls: implementations
   // should resize, not reallocate, so a warmed-up stream allocates nothing.
   virtual absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const = 0;
+
+  // Whether reads wait on something other than this machine's disks (the
+  // network): the engine then reads with ReadAsync and never holds a worker
+  // for them.
+  virtual bool reads_asynchronously() const { return false; }
+
+  // Starts reading sample `index` into *out and returns at once; `done`
+  // gets Read's status once *out holds the bytes (see PendingRead for when
+  // and where it runs). *out is the read's until then. Returns the handle to
+  // cancel it, or null when done already ran (the read finished, or failed,
+  // before this returned). The default runs Read here and then done.
+  virtual std::shared_ptr<PendingRead> ReadAsync(uint64_t index, std::vector<uint8_t>* out,
+                                                 ReadDone done) const {
+    done(Read(index, out));
+    return nullptr;
+  }
 
   // Hint: Read(index) will be called soon for each of `upcoming` (in that
   // order). Sources whose reads take long (network) start them here, with

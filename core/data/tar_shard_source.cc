@@ -23,7 +23,7 @@ TarShardSource::TarShardSource(std::shared_ptr<const TarDataset> dataset,
   }
 }
 
-absl::Status TarShardSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
+absl::Status TarShardSource::CheckSize(uint64_t index) const {
   const TarDataset::Location& at = dataset_->location(index);
   if (at.size > max_file_bytes_) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -35,9 +35,31 @@ absl::Status TarShardSource::Read(uint64_t index, std::vector<uint8_t>* out) con
         absl::StrCat(EscapeText(dataset_->index()->relative_path(index)),
                      ": a sparse tar member (GNU or pax sparse file), not served"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status TarShardSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
+  if (absl::Status st = CheckSize(index); !st.ok()) return st;
+  const TarDataset::Location& at = dataset_->location(index);
   absl::Status st = reader_->ReadRange(dataset_->shards()[at.shard], at.offset, at.size, out);
   hinted_.Clear(index);
   return st;
+}
+
+std::shared_ptr<PendingRead> TarShardSource::ReadAsync(uint64_t index, std::vector<uint8_t>* out,
+                                                       ReadDone done) const {
+  if (absl::Status st = CheckSize(index); !st.ok()) {
+    done(std::move(st));
+    return nullptr;
+  }
+  const TarDataset::Location& at = dataset_->location(index);
+  // The mark is cleared when the read starts, not when it ends: it only
+  // keeps Prefetch from hinting a member twice, and the read has claimed
+  // whatever a hint started.
+  std::shared_ptr<PendingRead> pending = reader_->ReadRangeAsync(
+      dataset_->shards()[at.shard], at.offset, at.size, out, std::move(done));
+  hinted_.Clear(index);
+  return pending;
 }
 
 void TarShardSource::Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const {

@@ -25,7 +25,7 @@
 // (InvalidArgument). Messages name the sample's dataset-relative path
 // ("SHARD/MEMBER"), never the server's absolute one: they reach clients.
 //
-// Thread-safety: Read and Prefetch are safe concurrently (the reader's
+// Thread-safety: Read, ReadAsync and Prefetch are safe concurrently (the reader's
 // contract; the per-sample marks are PrefetchMarks).
 #pragma once
 
@@ -50,9 +50,15 @@ class TarShardSource final : public SampleSource {
   static constexpr uint64_t kRunSamples = 16;
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
+  // As the reader's: remote shards are read asynchronously (ReadRangeAsync).
+  bool reads_asynchronously() const override { return reader_->reads_asynchronously(); }
+  std::shared_ptr<PendingRead> ReadAsync(uint64_t index, std::vector<uint8_t>* out,
+                                         ReadDone done) const override;
   void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
 
  private:
+  // ResourceExhausted naming the member when it exceeds max_file_bytes.
+  absl::Status CheckSize(uint64_t index) const;
   // Hints `index` (its mark taken) with the rest of its run; false when the
   // reader refused (every mark this call took is cleared again).
   bool PrefetchWithRun(uint64_t index) const;

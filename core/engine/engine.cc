@@ -97,6 +97,9 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
                                                  absl::Status status) {
     scheduler->FinishDone(s, sequence, std::move(status));
   };
+  // Parked fetches come back before the scheduler's workers exit (its
+  // Shutdown waits for them), so the scheduler outlives every call.
+  c.fetch_done = [scheduler = scheduler_.get()](Task t) { scheduler->FetchDone(std::move(t)); };
   ASSIGN_OR_RETURN(
       std::unique_ptr<SlotArena> arena,
       SlotArena::Create(c.plan.options.num_slots, c.plan.layout.slot_bytes, c.plan.options.memory,

@@ -37,8 +37,9 @@ void Scheduler::Shutdown() {
     }
     work_cv_.SignalAll();
   }
-  out.Flush();
-  // Workers finish the tasks they run (their streams then leave) and exit.
+  out.Flush();  // cancels the parked reads: their dones come at once
+  // Workers finish the tasks they run and complete the parked ones (their
+  // streams then leave), and exit.
   for (auto& w : workers_) w.join();
   workers_.clear();
 }
@@ -102,7 +103,8 @@ void Scheduler::WorkerLoop() {
   // The worker's own costs, added to sched_stats_ at its next acquisition.
   SchedulerStats mine;
   while (true) {
-    const uint64_t requested = completed_pending ? t.finished_ns : MonotonicNanos();
+    // (A parked fetch finished on another thread, maybe long ago.)
+    const uint64_t requested = completed_pending && !t.parked ? t.finished_ns : MonotonicNanos();
     mu_.Lock();
     uint64_t acquired = MonotonicNanos();
     mine.lock_wait_ns += acquired - requested;
@@ -145,9 +147,18 @@ void Scheduler::WorkerLoop() {
     }
 
     bool woken = false;
+    bool finished_parked = false;
     uint64_t now = acquired;
     while (true) {
-      if (shutdown_) {
+      if (!completed_.empty()) {
+        // A parked fetch's read is done: complete it first (it frees a
+        // fetch place of its stream and feeds its decode).
+        t = std::move(completed_.front());
+        completed_.pop_front();
+        finished_parked = true;
+        break;
+      }
+      if (shutdown_ && parked_ == 0) {
         mine.lock_hold_ns += MonotonicNanos() - acquired;
         sched_stats_.tasks_run += mine.tasks_run;
         sched_stats_.lock_acquisitions += mine.lock_acquisitions;
@@ -158,7 +169,8 @@ void Scheduler::WorkerLoop() {
       }
       uint64_t retry_at = StreamMachine::kNever;
       t = Task();
-      if (PickTask(now, &t, &retry_at)) break;
+      // Shutting down: only the parked fetches are left to complete.
+      if (!shutdown_ && PickTask(now, &t, &retry_at)) break;
       if (woken) ++sched_stats_.idle_wakeups;
       // Nothing may run: sleep until someone makes work runnable, or until
       // the earliest retry when no other worker waits for an earlier one.
@@ -177,8 +189,24 @@ void Scheduler::WorkerLoop() {
       woken = true;
       now = acquired = MonotonicNanos();
     }
+    if (finished_parked) {
+      // Completed at the top of the loop, as a task this worker ran.
+      mine.lock_hold_ns += MonotonicNanos() - acquired;
+      mu_.Unlock();
+      completed_pending = true;
+      continue;
+    }
     // More work than this worker and someone asleep: pass the baton.
-    if (idle_ > wakes_pending_ && AnyRunnable(now, t.stream)) WakeOne();
+    if (idle_ > wakes_pending_ && (!completed_.empty() || AnyRunnable(now, t.stream))) WakeOne();
+    std::shared_ptr<StreamMachine> parked_stream;
+    if (t.kind == TaskKind::kFetch && t.stream->fetches_asynchronously()) {
+      // A network read: started here, completed by whoever takes it from
+      // completed_ once its bytes are there. This worker goes on at once.
+      t.stream->mu().AssertHeld();
+      t.stream->Park(&t);
+      ++parked_;
+      parked_stream = t.stream->shared_from_this();
+    }
     sched_stats_.tasks_run += mine.tasks_run;
     sched_stats_.lock_acquisitions += mine.lock_acquisitions;
     sched_stats_.lock_wait_ns += mine.lock_wait_ns;
@@ -186,9 +214,30 @@ void Scheduler::WorkerLoop() {
     mine = SchedulerStats();
     mu_.Unlock();
 
+    if (parked_stream != nullptr) {
+      const uint64_t start = MonotonicNanos();
+      mine.lock_hold_ns += start - acquired;
+      StreamMachine* s = parked_stream.get();
+      s->RunFetchAsync(std::move(t), std::move(parked_stream));
+      continue;  // (counted in tasks_run once completed)
+    }
     t.stream->RunTask(&t, decoder.get());  // sets started_ns first thing
     mine.lock_hold_ns += t.started_ns - acquired;
     completed_pending = true;
+  }
+}
+
+void Scheduler::FetchDone(Task t) {
+  std::shared_ptr<PendingRead> read;  // dropped after the lock is released
+  MutexLock lock(&mu_);
+  t.stream->mu().AssertHeld();
+  read = t.stream->Unpark(t.buffer);
+  completed_.push_back(std::move(t));
+  --parked_;
+  if (shutdown_) {
+    work_cv_.SignalAll();  // workers wait for the last parked fetch to exit
+  } else {
+    WakeOne();
   }
 }
 

@@ -21,6 +21,15 @@
 // a running task to end. Consumers blocked in Next wait on their own
 // stream's condition variable.
 //
+// Network reads: a fetch of a source that reads asynchronously is parked
+// (StreamMachine::Park, RunFetchAsync): the worker that picked it starts the
+// read and goes on with other work; the read's done (FetchDone, from the
+// I/O thread or the thread that cancels) queues the finished task in
+// completed_ and wakes one worker, which completes it like any task. No
+// worker ever waits on the network. Shutdown fails every stream, which
+// cancels their parked reads, and workers exit only once no parked fetch
+// is left (their dones come promptly: PendingRead's contract).
+//
 // Lifetime: a stream is registered from OpenStream until it can leave
 // (StreamMachine::CanLeave: no task in flight, and it failed, was cancelled,
 // or produced everything and its consumer took it all or left). Every call
@@ -28,6 +37,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -50,7 +60,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   void Start();
-  // Fails every stream with UNAVAILABLE and joins the workers. Idempotent.
+  // Fails every stream with UNAVAILABLE (cancelling their parked reads) and
+  // joins the workers once every parked fetch came back. Idempotent.
   void Shutdown();
 
   // The mutex every StreamMachine of this scheduler is guarded by.
@@ -70,6 +81,9 @@ class Scheduler {
   // A finisher's done for batch `sequence` of s (from any thread, no lock
   // held; s lives: see StreamMachine's finish step).
   void FinishDone(StreamMachine* s, uint64_t sequence, absl::Status status);
+  // A parked fetch's read is done (StreamMachine::Config::fetch_done): t
+  // is queued for a worker to complete. From any thread, no lock held.
+  void FetchDone(Task t);
   StreamStats Stats(StreamMachine* s);
   EngineStats Stats();
   SchedulerStats scheduler_stats();
@@ -111,6 +125,9 @@ class Scheduler {
   // Deadline of the timer worker's wait (StreamMachine::kNever: none).
   uint64_t timer_at_ ABSL_GUARDED_BY(mu_) = StreamMachine::kNever;
   SchedulerStats sched_stats_ ABSL_GUARDED_BY(mu_);
+  // Parked fetches whose read is under way, and those done, to complete.
+  uint32_t parked_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<Task> completed_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace conveyor

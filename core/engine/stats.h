@@ -4,7 +4,8 @@
 //
 // Stages, in data-flow order:
 //   sample  — computes the epoch order of a stream (once per epoch)
-//   fetch   — reads sample files into buffers
+//   fetch   — reads sample files into buffers (network reads on the remote
+//             reader's I/O thread: a worker only starts them)
 //   decode  — decodes and augments one sample straight into its batch slot
 //   collate — completes batches (compacts out failed samples) and emits them
 //             in order; waits for output space when the consumer holds every
@@ -37,7 +38,8 @@ struct StageStats {
   // `failures` split by the absl status code of each failure (index: the
   // code's number, 0-16): a bounded set of reasons for metrics.
   std::array<uint64_t, 17> failures_by_code{};
-  uint64_t busy_ns = 0;         // summed task time of workers in this stage
+  uint64_t busy_ns = 0;         // summed task time in this stage (a fetch over the network:
+                                // its read's time, though no worker waits for it)
   uint64_t wait_input_ns = 0;   // time with no input to work on (starved)
   uint64_t wait_output_ns = 0;  // time with input but no space to put output
   uint64_t queue_size = 0;      // items waiting in front of this stage now
@@ -55,6 +57,19 @@ struct StreamStats {
   uint64_t slots_held_by_consumer = 0;
   uint64_t consumers_waiting = 0;  // threads blocked in Stream::Next now
   uint64_t elapsed_ns = 0;
+  // Fetches waiting on an asynchronous read (a network) now, and the oldest
+  // of them, so a stream that makes no progress says on what: the object
+  // (redacted: no credentials, no query; "" until its read has started),
+  // its host, the bytes received so far and how long it has waited.
+  struct PendingFetch {
+    uint64_t sample_index = 0;
+    std::string object;
+    std::string host;
+    uint64_t bytes_received = 0;
+    uint64_t age_ns = 0;
+  };
+  uint64_t fetches_pending = 0;
+  std::optional<PendingFetch> oldest_fetch;
   std::array<StageStats, kNumStages> stages;
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/base/posix_error.h"
+#include "core/base/task_cancel.h"
 #include "core/data/sampler.h"
 #include "spdlog/spdlog.h"
 
@@ -69,6 +70,7 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
   // Not yet shared with any other thread; the lock is taken for the analysis.
   MutexLock lock(&mu_);
   buffer_bytes_.assign(num_buffers, 0);
+  parked_.resize(num_buffers);
   free_buffers_.reserve(num_buffers);
   for (uint32_t i = num_buffers; i > 0; --i) free_buffers_.push_back(i - 1);
   // Slots are handed out lowest first.
@@ -329,6 +331,64 @@ void StreamMachine::RunFetch(Task* t) const {
   t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
 }
 
+void StreamMachine::Park(Task* t) {
+  t->parked = true;
+  Parked& p = parked_[t->buffer];
+  p.active = true;
+  p.started_ns = MonotonicNanos();
+  p.index = t->batch->sample_index(t->position);
+  p.read = nullptr;
+  p.serial = t->park_serial = ++park_serials_;
+  ++parked_count_;
+}
+
+void StreamMachine::RunFetchAsync(Task t, std::shared_ptr<StreamMachine> self) {
+  t.started_ns = MonotonicNanos();
+  const uint32_t buffer = t.buffer;
+  const uint64_t serial = t.park_serial;
+  const uint64_t index = t.batch->sample_index(t.position);
+  // The task travels with the read; the machine lives until it is
+  // completed (it stays in flight), so `this` is valid in done.
+  std::shared_ptr<PendingRead> read = source_->ReadAsync(
+      index, &buffers_[buffer], [this, task = std::move(t)](absl::Status st) mutable {
+        task.status = std::move(st);
+        task.finished_ns = MonotonicNanos();
+        config_.fetch_done(std::move(task));
+      });
+  if (read == nullptr) return;  // done ran already
+  bool cancel = false;
+  {
+    MutexLock lock(&mu_);
+    Parked& p = parked_[buffer];
+    // Still this read's (the buffer was not completed and reused since)?
+    if (p.active && p.serial == serial) {
+      p.read = read;
+      // A Fail between Park and now found no handle to cancel.
+      cancel = terminal_;
+    }
+  }
+  if (cancel) read->Cancel();
+  // `read` and `self` are dropped here, without the lock.
+}
+
+std::shared_ptr<PendingRead> StreamMachine::Unpark(uint32_t buffer) {
+  Parked& p = parked_[buffer];
+  assert(p.active);
+  p.active = false;
+  --parked_count_;
+  return std::move(p.read);
+}
+
+void StreamMachine::CancelParked(Outbox* out) {
+  if (parked_count_ == 0) return;
+  for (const Parked& p : parked_) {
+    if (!p.active || p.read == nullptr) continue;
+    // The pipeline holds the source, which holds the reader the handle
+    // points into: kept alive until the call is made.
+    out->callbacks.push_back([read = p.read, pipeline = config_.pipeline] { read->Cancel(); });
+  }
+}
+
 BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   StageStats& st = stage(Stage::kFetch);
   st.busy_ns += t->finished_ns - t->started_ns;
@@ -394,6 +454,9 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   uint8_t* slot = arena_->slot(b->slot);
   uint8_t* dst = slot + l.images_offset + t->position * l.sample_bytes;
   Rng rng = Rng::ForKeys(config_.plan.options.seed, b->epoch, index);
+  // A cancel (or any failure of the stream) ends a long decode where its
+  // time budget is checked; its result is dropped (CompleteDecode).
+  const TaskCancelScope cancel_scope(&stop_decoding_);
   t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()), config_.plan.transform,
                            rng, dst);
   // A buffer that grew for a large file is not kept at that size: streams
@@ -428,6 +491,7 @@ BatchWork* StreamMachine::CompleteDecode(Task* t, Outbox* out) {
 void StreamMachine::Fail(absl::Status why, Outbox* out) {
   if (terminal_) return;
   terminal_ = true;
+  stop_decoding_.store(true, std::memory_order_relaxed);  // decodes running give up
   error_ = std::move(why);
   // Work not yet started is dropped; tasks in flight finish and are ignored.
   for (const Fetched& f : fetched_) {
@@ -437,6 +501,8 @@ void StreamMachine::Fail(absl::Status why, Outbox* out) {
   }
   fetched_.clear();
   retries_.clear();
+  // Reads parked on the network end now (their dones complete the tasks).
+  CancelParked(out);
   // Batches being finished are dropped as their done comes; those whose
   // done came (waiting for an earlier one) now.
   DropFinished();
@@ -504,6 +570,23 @@ StreamStats StreamMachine::Stats(uint64_t now) {
   st.slots_held_by_consumer = slots_held_;
   st.consumers_waiting = consumers_waiting_;
   st.elapsed_ns = now - created_ns_;
+  st.fetches_pending = parked_count_;
+  const Parked* oldest = nullptr;
+  for (const Parked& p : parked_) {
+    if (p.active && (oldest == nullptr || p.started_ns < oldest->started_ns)) oldest = &p;
+  }
+  if (oldest != nullptr) {
+    StreamStats::PendingFetch f;
+    f.sample_index = oldest->index;
+    f.age_ns = now > oldest->started_ns ? now - oldest->started_ns : 0;
+    if (oldest->read != nullptr) {  // (a progress call reads atomics only)
+      PendingRead::Progress pr = oldest->read->progress();
+      f.object = std::move(pr.object);
+      f.host = std::move(pr.host);
+      f.bytes_received = pr.bytes_received;
+    }
+    st.oldest_fetch = std::move(f);
+  }
   SnapshotStages(now, &st.stages);
   return st;
 }
@@ -539,6 +622,7 @@ void StreamMachine::CheckInvariants() const {
   assert(free_buffers_.size() + fetched_.size() + fetch_inflight_ + decode_inflight_ ==
          buffers_.size());
   assert(fetch_inflight_ + decode_inflight_ <= tasks_inflight_);
+  assert(parked_count_ <= fetch_inflight_);
   // A terminal stream queues no work.
   assert(!terminal_ || (fetched_.empty() && retries_.empty()));
   // Batches are emitted in order, never more than the stream has.

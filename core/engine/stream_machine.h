@@ -35,6 +35,17 @@
 // Close: no Finish starts after it (finish_mu_), and the finisher's Drain
 // waits for every done; so a done never outlives the machine.
 //
+// Fetches from a network (SampleSource::reads_asynchronously) do not hold a
+// worker: the worker that took the fetch only starts it (RunFetchAsync:
+// SampleSource::ReadAsync) and the task is parked — still counted in
+// tasks_inflight_ and fetch_inflight_, so the stream keeps its fetch bounds
+// and cannot leave — until the read's done hands the finished task to
+// Config::fetch_done (the scheduler's queue of completed tasks), where a
+// worker completes it as any other (Complete). A slow host thus costs its
+// stream only its own fetch_limit. Fail and Cancel cancel the stream's
+// parked reads (through the Outbox, without the lock), so a terminal
+// stream leaves as soon as their dones come.
+//
 // Memory of fetched samples: no fetch starts while the stream holds
 // fetch_bytes of fetched samples (queued or being decoded), so it holds at
 // most fetch_bytes + fetch_limit × max_file_bytes; a buffer that grew past
@@ -43,6 +54,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,6 +67,7 @@
 #include "absl/status/status.h"
 #include "core/base/mutex.h"
 #include "core/data/file_reader.h"
+#include "core/data/pending_read.h"
 #include "core/data/sampler.h"
 #include "core/decode/sample_decoder.h"
 #include "core/engine/batch_layout.h"
@@ -110,6 +123,8 @@ struct Task {
   uint32_t attempt = 0;           // fetch: earlier attempts that hit a system error
   uint64_t first_failure_ns = 0;  // fetch: when the first of them failed
   uint64_t epoch = 0;             // sample: the epoch to plan
+  bool parked = false;            // fetch: read asynchronously (RunFetchAsync)
+  uint64_t park_serial = 0;       // parked: which Park it was (buffers are reused)
   // Results, filled by Run.
   absl::Status status;
   std::shared_ptr<const EpochPlan> plan;
@@ -169,6 +184,11 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
     // Where a finisher's `done` goes (the engine sets it to the scheduler's
     // FinishDone). Called without any lock held. Needed with a finisher.
     std::function<void(StreamMachine*, uint64_t sequence, absl::Status)> finish_done;
+    // Where a parked fetch goes when its read is done (the engine sets it to
+    // the scheduler's FetchDone), with its status set. Called from any
+    // thread without any lock held. Needed when the source reads
+    // asynchronously.
+    std::function<void(Task)> fetch_done;
   };
 
   // REQUIRES: *mu outlives the machine (it is the scheduler's mutex); the
@@ -206,8 +226,22 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   bool PickTask(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether PickTask would find a task at `now` (for waking idle workers).
   bool HasRunnableTask(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs t without the lock. REQUIRES: t came from this machine's PickTask.
+  // Runs t without the lock. REQUIRES: t came from this machine's PickTask
+  // and is not parked.
   void RunTask(Task* t, SampleDecoder* decoder) const;
+
+  // ---- asynchronous fetches (see the header comment)
+  // Whether fetch tasks are parked (the source reads asynchronously).
+  bool fetches_asynchronously() const { return source_->reads_asynchronously(); }
+  // Marks fetch task t (just picked) parked: its read is about to start.
+  void Park(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts t's read without the lock and returns; the read's done passes t
+  // to Config::fetch_done. REQUIRES: Park(t) ran; `self` is this machine
+  // (keeps it alive while the call needs it).
+  void RunFetchAsync(Task t, std::shared_ptr<StreamMachine> self) ABSL_LOCKS_EXCLUDED(mu_);
+  // The parked read of `buffer` is done (its task goes to Complete next).
+  // Returns its handle, to be dropped once the lock is released.
+  std::shared_ptr<PendingRead> Unpark(uint32_t buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies a finished task. Returns a batch that completed with failures and
   // must be compacted (CompactBatch, without the lock) and then passed to
   // FinishCompaction; nullptr otherwise.
@@ -304,6 +338,8 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   void TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BatchWork* CompleteFetch(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFetch(Task* t) const;
+  // Queues the cancellation of every parked read that has its handle.
+  void CancelParked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   bool CanDecode() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeDecode(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -350,7 +386,10 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
 
   // ---- guarded by mu_
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
-  bool terminal_ ABSL_GUARDED_BY(mu_) = false;       // failed or cancelled: no new work
+  bool terminal_ ABSL_GUARDED_BY(mu_) = false;  // failed or cancelled: no new work
+  // terminal_, for decodes running without the lock (their TaskCancelScope:
+  // core/base/task_cancel.h): set once by Fail, read from any thread.
+  std::atomic<bool> stop_decoding_{false};
   bool consumer_gone_ ABSL_GUARDED_BY(mu_) = false;  // the Stream handle is gone
   absl::Status error_ ABSL_GUARDED_BY(mu_);          // why it is terminal
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // next batch to start
@@ -383,6 +422,19 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   };
   std::deque<Finishing> finishing_ ABSL_GUARDED_BY(mu_);
   uint32_t fetch_inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Parked fetches, by fetch buffer (a fetch in flight owns its buffer):
+  // active from Park to Unpark; `read` is set once ReadAsync returned a
+  // handle (null until then, and when done ran before it returned).
+  struct Parked {
+    bool active = false;
+    uint64_t started_ns = 0;
+    uint64_t index = 0;  // the sample read
+    uint64_t serial = 0;
+    std::shared_ptr<PendingRead> read;
+  };
+  std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
+  uint32_t parked_count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t park_serials_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes of the fetched samples in fetched_ or being decoded (each
   // buffer's size when its fetch completed, in buffer_bytes_), bounded by
   // config_.fetch_bytes in FetchRoom.

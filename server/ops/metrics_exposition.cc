@@ -1,8 +1,10 @@
 #include "server/ops/metrics_exposition.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -161,6 +163,26 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
   w.Family("conveyor_stream_slots_held_by_clients", "gauge",
            "Batch slots handed to clients and not released yet.");
   w.Sample({}, held);
+  // Fetches waiting on the network, per pipeline (streams are no label):
+  // how many, and how long the oldest has waited, by host, so a stalled
+  // host shows here.
+  std::map<std::string, uint64_t> pending;
+  std::map<std::pair<std::string, std::string>, uint64_t> oldest;
+  for (const v1::StreamStats& st : s.streams()) {
+    if (st.fetches_pending() == 0) continue;
+    pending[st.pipeline()] += st.fetches_pending();
+    if (!st.has_oldest_fetch()) continue;
+    uint64_t& age = oldest[{st.pipeline(), st.oldest_fetch().host()}];
+    age = std::max<uint64_t>(age, st.oldest_fetch().age_ns());
+  }
+  w.Family("conveyor_fetches_pending", "gauge",
+           "Fetches of the open streams waiting on the network now.");
+  for (const auto& [pipeline, n] : pending) w.Sample({{"pipeline", pipeline}}, n);
+  w.Family("conveyor_oldest_fetch_age_seconds", "gauge",
+           "How long the oldest pending fetch of the open streams has waited, by host.");
+  for (const auto& [key, age] : oldest) {
+    w.Seconds({{"pipeline", key.first}, {"host", key.second}}, age);
+  }
   w.Family("conveyor_slot_memory_bytes", "gauge",
            "Slot memory reserved by the open streams (counted against memory_budget).");
   w.Sample({}, s.slot_bytes_in_use());

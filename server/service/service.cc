@@ -264,6 +264,15 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
     o->set_elapsed_ns(s.elapsed_ns);
     for (const StageStats& st : s.stages) ToProto(st, o->add_stages());
     if (owner != peers.end()) o->set_peer(owner->second.described);
+    o->set_fetches_pending(s.fetches_pending);
+    if (s.oldest_fetch.has_value()) {
+      v1::PendingFetch* f = o->mutable_oldest_fetch();
+      f->set_sample_index(s.oldest_fetch->sample_index);
+      f->set_object(s.oldest_fetch->object);  // redacted by the reader
+      f->set_host(s.oldest_fetch->host);
+      f->set_bytes_received(s.oldest_fetch->bytes_received);
+      f->set_age_ns(s.oldest_fetch->age_ns);
+    }
   }
   return r;
 }

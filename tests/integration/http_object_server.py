@@ -22,6 +22,8 @@ past the end), keep-alive connections, and induced trouble:
                       bytes of another range of the object (the next one, else
                       the one before) and a Content-Range that names it
   --fail-path SUBSTR  answer 503 to every request for a path containing SUBSTR
+  --trickle-body-ms N send each answer's head at once, then its body one byte
+                      every N ms (a slow host: no worker may wait for it)
   --seed S            the trouble is drawn from random.Random(S)
 
 One thread, asyncio: a request's latency is a timer, not a sleeping thread,
@@ -209,6 +211,13 @@ async def answer(st, writer, method, target, headers, keep_alive):
         reset(writer)
         return False
     st.served[path] = st.served.get(path, 0) + 1
+    if st.args.trickle_body_ms is not None and not head_only:
+        writer.write(response_head(status, extra, len(data), keep_alive))
+        for at in range(len(data)):
+            writer.write(data[at:at + 1])
+            await writer.drain()
+            await asyncio.sleep(st.args.trickle_body_ms / 1000.0)
+        return True
     return send(status, data, extra)
 
 
@@ -272,6 +281,7 @@ def main():
     p.add_argument("--stall-after", type=int)
     p.add_argument("--wrong-content-range", type=float, default=0)
     p.add_argument("--fail-path")
+    p.add_argument("--trickle-body-ms", type=float)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     try:

@@ -136,6 +136,27 @@ TEST_CASE("metrics: label values are escaped, whatever the name holds", "[metric
                 R"(transport="inline"})") == 1);
 }
 
+TEST_CASE("metrics: fetches waiting on the network, per pipeline and host", "[metrics]") {
+  v1::GetStatsResponse st = SomeStats();
+  st.mutable_streams(0)->set_fetches_pending(3);
+  v1::PendingFetch* f = st.mutable_streams(0)->mutable_oldest_fetch();
+  f->set_host("objects.example:8080");
+  f->set_age_ns(2'500'000'000);
+  v1::StreamStats* other = st.add_streams();  // same pipeline and host, younger
+  other->set_stream_id(78);
+  other->set_pipeline("train");
+  other->set_fetches_pending(1);
+  other->mutable_oldest_fetch()->set_host("objects.example:8080");
+  other->mutable_oldest_fetch()->set_age_ns(1'000'000'000);
+  const std::string text = RenderPrometheusText(st);
+  const std::map<std::string, std::string> s = CheckFormat(text);
+  CHECK(s.at(R"(conveyor_fetches_pending{pipeline="train"})") == "4");
+  CHECK(
+      s.at(R"(conveyor_oldest_fetch_age_seconds{pipeline="train",host="objects.example:8080"})") ==
+      "2.500000000");
+  CHECK(text.find("78") == std::string::npos);  // no stream becomes a label
+}
+
 TEST_CASE("metrics: an idle daemon's exposition is valid too", "[metrics]") {
   v1::GetStatsResponse empty;
   const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(empty));

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -680,6 +681,93 @@ TEST_CASE(
   CHECK(b.code() == absl::StatusCode::kUnavailable);
   // (The first to give up may have seen only its own failures.)
   CHECK((IsSystemError(a) || IsSystemError(b)));
+// What an asynchronous read's done was called with, from whichever thread.
+struct DoneLog {
+  std::mutex mu;
+  std::vector<absl::Status> calls;
+  ReadDone Callback() {
+    return [this](absl::Status st) {
+      std::lock_guard<std::mutex> l(mu);
+      calls.push_back(std::move(st));
+    };
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> l(mu);
+    return calls.size();
+  }
+  absl::Status first() {
+    std::lock_guard<std::mutex> l(mu);
+    return calls.front();
+  }
+};
+
+TEST_CASE("RemoteReader's asynchronous reads complete on the I/O thread with the bytes",
+          "[remote_reader][async]") {
+  Objects objs(2);
+  ObjectServer server(objs.dir.path(), {"--latency-ms", "20"});
+  auto reader = Reader(FastRetries());
+  REQUIRE(reader->reads_asynchronously());
+  std::vector<uint8_t> range, whole;
+  DoneLog a, b;
+  std::shared_ptr<PendingRead> pa =
+      reader->ReadRangeAsync(server.Url("o0"), 1000, 333, &range, a.Callback());
+  std::shared_ptr<PendingRead> pb =
+      reader->ReadWholeAsync(server.Url("o1"), 1 << 20, &whole, b.Callback());
+  REQUIRE(testing::Eventually([&] { return a.count() == 1 && b.count() == 1; }));
+  CHECK(a.first().ok());
+  CHECK(b.first().ok());
+  CHECK(Str(range) == objs.data[0].substr(1000, 333));
+  CHECK(Str(whole) == objs.data[1]);
+  // A read whose prefetch already arrived completes before the call returns.
+  REQUIRE(reader->PrefetchWhole(server.Url("o0"), 1 << 20));
+  REQUIRE(testing::Eventually([&] { return reader->counters().readahead_bytes > 0; }));
+  DoneLog c;
+  std::vector<uint8_t> warm;
+  CHECK(reader->ReadWholeAsync(server.Url("o0"), 1 << 20, &warm, c.Callback()) == nullptr);
+  CHECK(c.count() == 1);
+  CHECK(Str(warm) == objs.data[0]);
+  // Errors come through done too, naming the object without its query.
+  DoneLog d;
+  std::vector<uint8_t> none;
+  reader->ReadWholeAsync(server.Url("missing?token=SECRET"), 1 << 20, &none, d.Callback());
+  REQUIRE(testing::Eventually([&] { return d.count() == 1; }));
+  CHECK(d.first().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(d.first().message()).find("SECRET") == std::string::npos);
+}
+
+TEST_CASE("RemoteReader: a slow read shows its progress; cancel and destruction end it at once",
+          "[remote_reader][async]") {
+  Objects objs(2, 4096);
+  ObjectServer server(objs.dir.path(), {"--trickle-body-ms", "50"});
+  auto reader = Reader(FastRetries());
+  std::vector<uint8_t> out = {1, 2, 3};
+  DoneLog log;
+  std::shared_ptr<PendingRead> p =
+      reader->ReadWholeAsync(server.Url("o0?sig=SECRET"), 1 << 20, &out, log.Callback());
+  REQUIRE(p != nullptr);
+  REQUIRE(testing::Eventually([&] { return p->progress().bytes_received >= 2; }));
+  const PendingRead::Progress pr = p->progress();
+  CHECK(pr.host == server.Url("").substr(7, server.Url("").size() - 8));
+  CHECK_THAT(pr.object, Catch::Contains("/o0"));
+  CHECK(pr.object.find("SECRET") == std::string::npos);
+  CHECK(log.count() == 0);
+  p->Cancel();
+  REQUIRE(log.count() == 1);  // at once, on this thread
+  CHECK(log.first().code() == absl::StatusCode::kCancelled);
+  p->Cancel();  // nothing more
+  CHECK(log.count() == 1);
+  CHECK(out == std::vector<uint8_t>{1, 2, 3});  // never written
+
+  // A read still pending when the reader goes fails with CANCELLED.
+  DoneLog gone;
+  std::vector<uint8_t> out2;
+  std::shared_ptr<PendingRead> q =
+      reader->ReadWholeAsync(server.Url("o1"), 1 << 20, &out2, gone.Callback());
+  REQUIRE(q != nullptr);
+  q.reset();
+  reader.reset();
+  REQUIRE(gone.count() == 1);
+  CHECK(gone.first().code() == absl::StatusCode::kCancelled);
 }
 
 }  // namespace

@@ -278,6 +278,12 @@ def format_stats(resp):
                          % (st.stream_id, st.pipeline, st.peer or "-", st.batches_emitted,
                             st.samples_emitted, st.samples_failed, st.slots_held_by_client,
                             st.slots_total, secs, rate))
+            if st.fetches_pending:
+                f = st.oldest_fetch
+                lines.append("    waiting on the network: %d fetch(es); the oldest %.1f s, %d bytes "
+                             "so far, %s from %s"
+                             % (st.fetches_pending, f.age_ns / 1e9, f.bytes_received,
+                                f.object or "(starting)", f.host or "-"))
     else:
         lines.append("streams: none open")
     return "\n".join(lines)

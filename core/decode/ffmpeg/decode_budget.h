@@ -12,6 +12,9 @@
 // budget stays for work this thread would wait for without running itself
 // (it never should): past it the budget is spent too.
 //
+// A decode of a stream that was cancelled meanwhile counts as spent at the
+// same checks (core/base/task_cancel.h), so a cancel ends it within a packet.
+//
 // Thread-safety: construct and check on the same thread (the clock is that
 // thread's); a copy is a plain value.
 #pragma once
@@ -19,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/base/task_cancel.h"
 #include "core/base/thread_cpu_clock.h"
 
 namespace conveyor {
@@ -47,7 +51,9 @@ class AvDecodeBudget {
 
   // True once this thread has used the budget's CPU time, or the backstop's
   // wall time has passed.
+  // A cancelled stream's decode (core/base/task_cancel.h) is given up here too.
   bool spent() const {
+    if (CurrentTaskCancelled()) return true;
     if (!limited()) return false;
     return ThreadCpuNs() > cpu_deadline_ns_ || std::chrono::steady_clock::now() > wall_deadline_;
   }
