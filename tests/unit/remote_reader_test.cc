@@ -681,6 +681,8 @@ TEST_CASE(
   CHECK(b.code() == absl::StatusCode::kUnavailable);
   // (The first to give up may have seen only its own failures.)
   CHECK((IsSystemError(a) || IsSystemError(b)));
+}
+
 // What an asynchronous read's done was called with, from whichever thread.
 struct DoneLog {
   std::mutex mu;
