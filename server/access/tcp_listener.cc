@@ -15,10 +15,10 @@
 #include <limits>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/epoll_events.h"
 #include "core/base/posix_error.h"
+#include "server/access/listen_address.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -34,24 +34,6 @@ constexpr auto kRefusalLogInterval = std::chrono::seconds(60);
 constexpr auto kFdRecountInterval = std::chrono::milliseconds(20);
 // While short of fds, how often the listener looks whether they are back.
 constexpr auto kPressureRecheck = std::chrono::milliseconds(500);
-
-absl::Status SplitHostPort(const std::string& text, std::string* host, std::string* port) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 == text.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("TCP address '", text, "' is not HOST:PORT"));
-  }
-  *host = text.substr(0, colon);
-  *port = text.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  int p = 0;
-  if (!absl::SimpleAtoi(*port, &p) || p < 0 || p > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TCP address '", text, "': port must be 0 … 65535"));
-  }
-  return absl::OkStatus();
-}
 
 // The peer's address without its port ("10.0.0.1", "::1"); "?" unknown.
 std::string PeerHost(int fd) {
@@ -286,19 +268,9 @@ TcpListener::TcpListener(int port, std::unique_ptr<EpollLoop> loop, Options opti
 absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(const std::string& host_port,
                                                                 Options options, OnAccept on_accept,
                                                                 OnFdPressure on_fd_pressure) {
-  std::string host, port;
-  if (absl::Status st = SplitHostPort(host_port, &host, &port); !st.ok()) return st;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const char* node = host.empty() || host == "*" ? nullptr : host.c_str();
-  if (int rc = ::getaddrinfo(node, port.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TCP address '", host_port, "': ", gai_strerror(rc)));
-  }
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addrs(found, &::freeaddrinfo);
+  absl::StatusOr<UniqueAddrInfo> resolved = ResolveListenAddress(host_port, "TCP");
+  if (!resolved.ok()) return resolved.status();
+  const UniqueAddrInfo addrs = *std::move(resolved);
   size_t count = 0;
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) ++count;
   // Every address of the host, as gRPC's own listener did ("localhost": ::1

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/epoll_events.h"
 #include "core/base/epoll_loop.h"
 #include "core/base/mutex.h"
 #include "core/base/posix_error.h"
+#include "server/access/listen_address.h"
 #include "server/transport/handshake.h"
 #include "spdlog/spdlog.h"
 
@@ -37,26 +37,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kConnectTimeout = std::chrono::seconds(10);
 constexpr auto kDrainTimeout = std::chrono::seconds(10);
-
-// Splits "HOST:PORT" / "[V6]:PORT" / ":PORT".
-absl::Status SplitHostPort(const std::string& text, std::string* host, std::string* port) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 == text.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data socket address '", text, "' is not HOST:PORT"));
-  }
-  *host = text.substr(0, colon);
-  *port = text.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  int p = 0;
-  if (!absl::SimpleAtoi(*port, &p) || p < 0 || p > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data socket address '", text, "': port must be 0 … 65535"));
-  }
-  return absl::OkStatus();
-}
 
 struct Chunk {
   const uint8_t* data;
@@ -460,19 +440,9 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
     if (!made.ok()) return made.status();
     tls_context = *std::move(made);
   }
-  std::string host, port;
-  if (absl::Status st = SplitHostPort(host_port, &host, &port); !st.ok()) return st;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const char* node = host.empty() || host == "*" ? nullptr : host.c_str();
-  if (int rc = ::getaddrinfo(node, port.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data socket address '", host_port, "': ", gai_strerror(rc)));
-  }
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addrs(found, &::freeaddrinfo);
+  absl::StatusOr<UniqueAddrInfo> resolved = ResolveListenAddress(host_port, "data socket");
+  if (!resolved.ok()) return resolved.status();
+  const UniqueAddrInfo addrs = *std::move(resolved);
   UniqueFd listen_fd;
   std::string last_error = "no address";
   for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
