@@ -19,8 +19,10 @@ SIGKILL); a sanitizer report in its log fails the test. Absolute RSS checks
 are skipped when the daemon is sanitized (daemon_sanitizer()).
 """
 
+import contextlib
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -347,6 +349,49 @@ def wait_until(predicate, timeout, interval=0.02):
         time.sleep(interval)
         value = predicate()
     return value
+
+
+@contextlib.contextmanager
+def fd_limited_daemon(workdir, cfg, fd_limit):
+    """A conveyord (unix socket in `workdir`, TCP 127.0.0.1 port 0, 2
+    threads) whose RLIMIT_NOFILE is `fd_limit` (soft and hard, set in the
+    child before exec, so the daemon cannot raise it): yields (process,
+    unix address, TCP port, log path); killed on the way out. For the tests
+    of what a daemon does when its fds run short."""
+    require_daemon()
+    workdir = Path(workdir)
+    config = write_config(workdir / "conveyord.yaml", cfg)
+    sock = workdir / "conveyor.sock"
+    port_file = workdir / "port"
+    log_path = workdir / "conveyord.log"
+
+    def limit_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [str(CONVEYORD), "--config", str(config), "--socket", str(sock), "--threads", "2",
+             "--tcp", "127.0.0.1:0", "--port-file", str(port_file)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=workdir, preexec_fn=limit_fds)
+    try:
+        def ready():
+            if proc.poll() is not None:
+                raise RuntimeError("conveyord exited with %s during start:\n%s"
+                                   % (proc.returncode, log_path.read_text(errors="replace")))
+            if not port_file.exists() or not port_file.read_text().strip() or not sock.exists():
+                return False
+            try:
+                conveyor.list_pipelines("unix://%s" % sock, timeout=2.0)
+                return True
+            except conveyor.ConveyorError:
+                return False
+
+        assert wait_until(ready, 30.0), "conveyord not ready:\n" + log_path.read_text()
+        yield proc, "unix://%s" % sock, int(port_file.read_text()), log_path
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 class Epoch:

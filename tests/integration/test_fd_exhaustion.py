@@ -14,9 +14,7 @@ needs its fd limit set in the child before exec."""
 import errno
 import os
 import re
-import resource
 import socket
-import subprocess
 import time
 
 import grpc
@@ -24,8 +22,7 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import (CONVEYORD, daemon_config, pb, pb_grpc, require_daemon,
-                                  wait_until, write_config)
+from conveyor_integration import (daemon_config, fd_limited_daemon, pb, pb_grpc, wait_until)
 
 # Enough for the daemon to start (gRPC, epoll sets, eventfds, the worker
 # pool) with a few dozen to spare for the flood.
@@ -59,41 +56,9 @@ def _connect_nonblocking(family, address):
 @pytest.fixture
 def low_fd_daemon(dataset, tmp_path):
     """(process, unix address, tcp address, fd socket path, log path)."""
-    require_daemon()
     root, _ = dataset
-    config = write_config(tmp_path / "conveyord.yaml", daemon_config(root))
-    sock = tmp_path / "conveyor.sock"
-    port_file = tmp_path / "port"
-    log_path = tmp_path / "conveyord.log"
-
-    def limit_fds():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [str(CONVEYORD), "--config", str(config), "--socket", str(sock), "--threads", "2",
-             "--tcp", "127.0.0.1:0", "--port-file", str(port_file)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, preexec_fn=limit_fds)
-    try:
-        def ready():
-            if proc.poll() is not None:
-                raise RuntimeError("conveyord exited with %s during start:\n%s"
-                                   % (proc.returncode, log_path.read_text(errors="replace")))
-            if not port_file.exists() or not port_file.read_text().strip() or not sock.exists():
-                return False
-            try:
-                conveyor.list_pipelines("unix://%s" % sock, timeout=2.0)
-                return True
-            except conveyor.ConveyorError:
-                return False
-
-        assert wait_until(ready, 30.0), "conveyord not ready:\n" + log_path.read_text()
-        tcp = "127.0.0.1:%d" % int(port_file.read_text())
-        yield proc, "unix://%s" % sock, tcp, str(sock) + ".fd", log_path
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    with fd_limited_daemon(tmp_path, daemon_config(root), FD_LIMIT) as (proc, unix, port, log_path):
+        yield proc, unix, "127.0.0.1:%d" % port, str(tmp_path / "conveyor.sock") + ".fd", log_path
 
 
 def _data_port(tcp):

@@ -19,15 +19,14 @@ Before the fix gRPC accepted each connection and held it for 120 s: the
 daemon reached its fd limit, new clients were refused and sample reads
 failed with "Too many open files" while health said SERVING.
 
-The daemon is started here rather than through the shared fixtures: it
-needs its fd limit set in the child before exec."""
+The daemon is started by fd_limited_daemon (conftest.py), which sets its
+fd limit in the child before exec."""
 
 import errno
 import os
 import re
 import resource
 import socket
-import subprocess
 import urllib.request
 
 import grpc
@@ -36,8 +35,8 @@ import pytest
 
 import conveyor
 from conveyor._proto.grpc.health.v1 import health_pb2, health_pb2_grpc
-from conveyor_integration import (CONVEYORD, daemon_config, pipeline_entry, require_daemon,
-                                  scaled, wait_until, write_config)
+from conveyor_integration import (daemon_config, fd_limited_daemon, pipeline_entry, require_daemon,
+                                  scaled, wait_until)
 
 FD_LIMIT = 256
 FLOOD = 1100
@@ -61,40 +60,13 @@ def flood_daemon(dataset, tmp_path):
     cfg = daemon_config(root, pipelines={
         "train": pipeline_entry(root, error_policy="fail_fast")},
         metrics={"listen": "127.0.0.1:0"})
-    config = write_config(tmp_path / "conveyord.yaml", cfg)
-    sock = tmp_path / "conveyor.sock"
-    port_file = tmp_path / "port"
-    log_path = tmp_path / "conveyord.log"
-
-    def limit_fds():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [str(CONVEYORD), "--config", str(config), "--socket", str(sock), "--threads", "2",
-             "--tcp", "127.0.0.1:0", "--port-file", str(port_file)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, preexec_fn=limit_fds)
     try:
-        def ready():
-            if proc.poll() is not None:
-                raise RuntimeError("conveyord exited with %s during start:\n%s"
-                                   % (proc.returncode, log_path.read_text(errors="replace")))
-            if not port_file.exists() or not port_file.read_text().strip() or not sock.exists():
-                return False
-            try:
-                conveyor.list_pipelines("unix://%s" % sock, timeout=2.0)
-                return True
-            except conveyor.ConveyorError:
-                return False
-
-        assert wait_until(ready, 30.0), "conveyord not ready:\n" + log_path.read_text()
-        m = re.search(r"Prometheus metrics on (http://[0-9.]+:\d+/metrics)", log_path.read_text())
-        assert m, log_path.read_text()
-        yield proc, "unix://%s" % sock, int(port_file.read_text()), m.group(1), log_path
+        with fd_limited_daemon(tmp_path, cfg, FD_LIMIT) as (proc, unix, port, log_path):
+            m = re.search(r"Prometheus metrics on (http://[0-9.]+:\d+/metrics)",
+                          log_path.read_text())
+            assert m, log_path.read_text()
+            yield proc, unix, port, m.group(1), log_path
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
