@@ -11,10 +11,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/base/unique_fd.h"
 
 namespace conveyor::server {
 
@@ -36,5 +38,20 @@ absl::Status SplitHostPort(const std::string& text, absl::string_view what, std:
 // parse or resolve. Never an empty list.
 absl::StatusOr<UniqueAddrInfo> ResolveListenAddress(const std::string& host_port,
                                                     absl::string_view what);
+
+// Listening sockets (non-blocking, close-on-exec, SO_REUSEADDR) bound to
+// `host_port`. kEveryAddress: one per address of the host, all on one port
+// (the first one's, when port 0 lets the kernel pick), IPv6 ones
+// IPV6_V6ONLY beside IPv4 ones; kFirstAddress: the first address that binds.
+// UNAVAILABLE naming `what` and the address when none binds; the parse and
+// resolve errors of ResolveListenAddress.
+struct ListenSockets {
+  std::vector<UniqueFd> fds;  // never empty
+  int port = 0;               // the port they are bound to
+};
+enum class BindAddresses { kEveryAddress, kFirstAddress };
+absl::StatusOr<ListenSockets> BindListenSockets(const std::string& host_port,
+                                                absl::string_view what, BindAddresses which,
+                                                int backlog);
 
 }  // namespace conveyor::server

@@ -268,57 +268,13 @@ TcpListener::TcpListener(int port, std::unique_ptr<EpollLoop> loop, Options opti
 absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Start(const std::string& host_port,
                                                                 Options options, OnAccept on_accept,
                                                                 OnFdPressure on_fd_pressure) {
-  absl::StatusOr<UniqueAddrInfo> resolved = ResolveListenAddress(host_port, "TCP");
-  if (!resolved.ok()) return resolved.status();
-  const UniqueAddrInfo addrs = *std::move(resolved);
-  size_t count = 0;
-  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) ++count;
   // Every address of the host, as gRPC's own listener did ("localhost": ::1
-  // and 127.0.0.1), on one port (the first one's when port 0 picks it).
-  std::vector<UniqueFd> sockets;
-  int bound_port = 0;
-  std::string last_error = "no address";
-  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
-    UniqueFd fd(
-        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd) {
-      last_error = std::string(PosixError("socket", errno).message());
-      continue;
-    }
-    const int one = 1;
-    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
-      return PosixError(absl::StrCat("TCP ", host_port, ": setsockopt SO_REUSEADDR"), errno);
-    }
-    // Beside an IPv4 address, an IPv6 one must not claim IPv4 too.
-    if (a->ai_family == AF_INET6 && count > 1 &&
-        ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0) {
-      return PosixError(absl::StrCat("TCP ", host_port, ": setsockopt IPV6_V6ONLY"), errno);
-    }
-    if (bound_port != 0) {
-      if (a->ai_family == AF_INET6) {
-        reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(bound_port);
-      } else if (a->ai_family == AF_INET) {
-        reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(bound_port);
-      }
-    }
-    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 1024) != 0) {
-      last_error = std::string(PosixError("bind/listen", errno).message());
-      continue;
-    }
-    sockaddr_storage bound{};
-    socklen_t len = sizeof(bound);
-    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-      return PosixError(absl::StrCat("TCP ", host_port, ": getsockname"), errno);
-    }
-    bound_port =
-        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    sockets.push_back(std::move(fd));
-  }
-  if (sockets.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on TCP ", host_port, ": ", last_error));
-  }
+  // and 127.0.0.1), on one port.
+  absl::StatusOr<ListenSockets> bound =
+      BindListenSockets(host_port, "TCP", BindAddresses::kEveryAddress, /*backlog=*/1024);
+  if (!bound.ok()) return bound.status();
+  std::vector<UniqueFd> sockets = std::move(bound->fds);
+  const int bound_port = bound->port;
   absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("TCP listener");
   if (!loop.ok()) return loop.status();
   std::unique_ptr<TcpListener> l(new TcpListener(bound_port, *std::move(loop), options,

@@ -440,42 +440,11 @@ absl::StatusOr<std::unique_ptr<DataSocketServer>> DataSocketServer::Start(
     if (!made.ok()) return made.status();
     tls_context = *std::move(made);
   }
-  absl::StatusOr<UniqueAddrInfo> resolved = ResolveListenAddress(host_port, "data socket");
-  if (!resolved.ok()) return resolved.status();
-  const UniqueAddrInfo addrs = *std::move(resolved);
-  UniqueFd listen_fd;
-  std::string last_error = "no address";
-  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
-    UniqueFd fd(
-        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd) {
-      last_error = std::string(PosixError("socket", errno).message());
-      continue;
-    }
-    const int one = 1;
-    if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
-      return PosixError(absl::StrCat("data socket ", host_port, ": setsockopt SO_REUSEADDR"),
-                        errno);
-    }
-    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), 64) != 0) {
-      last_error = std::string(PosixError("bind/listen", errno).message());
-      continue;
-    }
-    listen_fd = std::move(fd);
-    break;
-  }
-  if (!listen_fd) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on data socket ", host_port, ": ", last_error));
-  }
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  if (::getsockname(listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    return PosixError(absl::StrCat("data socket ", host_port, ": getsockname"), errno);
-  }
-  const int bound_port =
-      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  absl::StatusOr<ListenSockets> bound =
+      BindListenSockets(host_port, "data socket", BindAddresses::kFirstAddress, /*backlog=*/64);
+  if (!bound.ok()) return bound.status();
+  UniqueFd listen_fd = std::move(bound->fds.front());
+  const int bound_port = bound->port;
   absl::StatusOr<std::unique_ptr<EpollLoop>> loop = EpollLoop::Create("data socket");
   if (!loop.ok()) return loop.status();
   auto core = std::make_shared<Core>(*std::move(loop), std::move(tls_context));

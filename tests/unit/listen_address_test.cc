@@ -55,5 +55,36 @@ TEST_CASE("listen address: resolves to the host's addresses, every interface for
         std::string::npos);
 }
 
+int BoundPort(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
+                                       : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+TEST_CASE("listen sockets: every address on one port, or the first; a taken port is an error",
+          "[listen_address]") {
+  absl::StatusOr<ListenSockets> every =
+      BindListenSockets("localhost:0", "TCP", BindAddresses::kEveryAddress, 16);
+  REQUIRE(every.ok());
+  REQUIRE(!every->fds.empty());
+  CHECK(every->port > 0);
+  for (const UniqueFd& fd : every->fds) CHECK(BoundPort(fd.get()) == every->port);
+
+  absl::StatusOr<ListenSockets> first =
+      BindListenSockets("127.0.0.1:0", "data socket", BindAddresses::kFirstAddress, 16);
+  REQUIRE(first.ok());
+  REQUIRE(first->fds.size() == 1);
+  CHECK(BoundPort(first->fds.front().get()) == first->port);
+
+  // SO_REUSEADDR does not let a second listener onto a port that listens.
+  absl::StatusOr<ListenSockets> taken = BindListenSockets(
+      "127.0.0.1:" + std::to_string(first->port), "data socket", BindAddresses::kFirstAddress, 16);
+  CHECK(taken.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(std::string(taken.status().message()).find("cannot listen on data socket 127.0.0.1:") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace conveyor::server
