@@ -79,9 +79,11 @@ TEST_CASE("ParseResponseHead says what is wrong with an answer that is not HTTP"
 }
 
 TEST_CASE("ParseResponseHead keeps the Content-Range field as sent", "[http1]") {
-  const ResponseHead h =
-      P("HTTP/1.1 206 Partial Content\r\ncontent-range:  bytes 5-9/100 \r\n"
-        "Content-Length: 5\r\n\r\n");
+  // content_range points into the bytes parsed: they must outlive it.
+  const std::string text =
+      "HTTP/1.1 206 Partial Content\r\ncontent-range:  bytes 5-9/100 \r\n"
+      "Content-Length: 5\r\n\r\n";
+  const ResponseHead h = P(text);
   REQUIRE(h.parse == Parse::kOk);
   REQUIRE(h.content_range.has_value());
   CHECK(*h.content_range == "bytes 5-9/100");
