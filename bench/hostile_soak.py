@@ -98,6 +98,7 @@ for _p in (BENCH_DIR, os.path.join(SOURCE_DIR, "tests", "support"),
 
 import daemon_proc  # noqa: E402,F401  (puts the client package on sys.path)
 import proc_sampler  # noqa: E402
+from remote_fixtures import ObjectServer  # noqa: E402
 
 OBJECT_SERVER = os.path.join(SOURCE_DIR, "tests", "integration", "http_object_server.py")
 MiB = 1 << 20
@@ -401,35 +402,12 @@ class Proc:
         return self.report
 
 
-class ObjectServer:
-    """tests/integration/http_object_server.py on 127.0.0.1, a free port."""
-
-    def __init__(self, root, *flags):
-        self.flags = list(flags)
-        self.proc = subprocess.Popen([sys.executable, OBJECT_SERVER, "--root", root] + self.flags,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("PORT "):
-            self.stop()
-            raise RuntimeError("object server did not start (%s): %r" % (self.flags, line))
-        self.base = "http://127.0.0.1:%d" % int(line.split()[1])
-
-    def stats(self):
-        import urllib.request
-        try:
-            with urllib.request.urlopen(self.base + "/__stats", timeout=5) as r:
-                return json.loads(r.read())
-        except OSError as e:
-            return {"error": str(e)}
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def server_stats(server):
+    """The object server's /__stats, or what kept it from answering."""
+    try:
+        return server.stats()
+    except OSError as e:
+        return {"error": str(e)}
 
 
 def server_flags():
@@ -898,7 +876,7 @@ def run(args):
             "procs": reports,
             "stderr": {n: p.stderr[-600:] for n, p in procs.items() if p.report is None},
             "vanishers": {k: v for k, v in vanish.items() if k not in ("thread", "stop")},
-            "servers": {k: s.stats() for k, s in servers.items()},
+            "servers": {k: server_stats(s) for k, s in servers.items()},
             "slow_mode": result["slow_mode"]}
         result["idle_after"] = wait_idle(d.unix, 30)
         result["vmhwm"] = proc_sampler.proc_status_bytes(d.pid, "VmHWM") or 0
