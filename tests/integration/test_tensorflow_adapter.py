@@ -119,6 +119,7 @@ def test_cardinality_credits_and_prefetch(tf_python, daemon, tmp_path):
     assert r["resumed_pass"] == 6 - 2, r
     assert r["after_resumed"]["epoch"] == 1 and r["after_resumed"]["offset"] == 0, r
     assert all(e and "prefetch must be a number of elements" in e for e in r["refused_prefetch"]), r
+    assert r["numpy_prefetch"] == 6, r  # any integer type
 
 
 def test_training_example_runs(tf_python, daemon):

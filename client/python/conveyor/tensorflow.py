@@ -40,6 +40,7 @@ time per iterator; each iteration of the dataset opens its own stream.
 
 from __future__ import annotations
 
+import numbers
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
@@ -145,13 +146,13 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
         raise ValueError("conveyor.tensorflow.dataset: copy=False is not allowed: tf.data keeps "
                          "elements (prefetch) after the loader released their slot; use 'auto' "
                          "or True")
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    if isinstance(prefetch, bool) or not isinstance(prefetch, numbers.Integral) or prefetch < 0:
         raise ValueError("conveyor.tensorflow.dataset: prefetch must be a number of elements >= "
                          "0 (the stream's credits cover it; tf.data.AUTOTUNE has no bound), "
                          "got %r" % (prefetch,))
     spec = element_spec(loader.pipeline_info())
     if hasattr(loader, "credits"):
-        loader.credits = max(int(loader.credits), credits_for(prefetch))
+        loader.credits = max(int(loader.credits), credits_for(int(prefetch)))
     count = cardinality(loader, num_epochs)
 
     def generate() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
@@ -170,4 +171,4 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
     ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
     if count is not None:
         ds = ds.apply(tf.data.experimental.assert_cardinality(count))
-    return ds.prefetch(prefetch) if prefetch else ds
+    return ds.prefetch(int(prefetch)) if prefetch else ds

@@ -170,6 +170,7 @@ def cardinality(args):
         except ValueError as e:
             refused.append(str(e))
     out["refused_prefetch"] = refused
+    out["numpy_prefetch"] = int(ctf.dataset(ld, prefetch=np.int64(1)).cardinality())
     ld.close()
     return out
 
