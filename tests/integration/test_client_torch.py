@@ -3,7 +3,7 @@
 what a DataLoader over a TorchLoader says, the install hint without torch,
 and the package's extras against the README.
 
-Everything runs against a real daemon; the reference for "the same batches"
+The loaders run against a real daemon; the reference for "the same batches"
 is the plain Loader over the same pipeline, seed and epoch.
 """
 

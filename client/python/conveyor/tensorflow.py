@@ -158,9 +158,11 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
     def generate() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         if count is not None and _offset(loader) > 0:
             raise ValueError(
-                "conveyor.tensorflow.dataset: the loader now resumes mid-epoch (load_state_dict "
-                "after dataset()), so this pass is shorter than the %d elements the dataset "
-                "asserts: make the dataset after load_state_dict" % count)
+                "conveyor.tensorflow.dataset: the loader resumes mid-epoch (an earlier pass "
+                "left early, e.g. take(n), or load_state_dict after dataset()), so this pass "
+                "would be shorter than the %d elements the dataset asserts: finish each pass, "
+                "or make the dataset after load_state_dict (its cardinality is then unknown)"
+                % count)
         stream = loader.stream(num_epochs=num_epochs)
         try:
             for batch in stream:
