@@ -1,13 +1,17 @@
 """PyTorch: conveyor.torch's drop-in iterator (TorchLoader) and IterableDataset
-(ConveyorDataset), fork safety of a Loader, DLPack, torchrun's environment.
+(ConveyorDataset), fork safety of a Loader, DLPack, torchrun's environment,
+what a DataLoader over a TorchLoader says, the install hint without torch,
+and the package's extras against the README.
 
-Everything runs against a real daemon; the reference for "the same batches"
+The loaders run against a real daemon; the reference for "the same batches"
 is the plain Loader over the same pipeline, seed and epoch.
 """
 
 import gc
 import os
+import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -181,3 +185,86 @@ def test_a_plain_fork_child_opens_its_own_connection(daemon):
     assert os.waitstatus_to_exitcode(status[0]) == 0
     assert sum(b.num_samples for b in loader.epoch(1)) == 48
     loader.close()
+
+
+def test_a_dataloader_over_a_torch_loader_says_what_to_do(daemon):
+    """DataLoader(TorchLoader(...)) - a loader where a dataset belongs: its
+    first batch raises TypeError saying to iterate the TorchLoader, or to
+    wrap ConveyorDataset in a DataLoader (not "not subscriptable")."""
+    tl = ctorch.TorchLoader(daemon.unix, pipeline="train", batch_size=8)
+    dl = torch.utils.data.DataLoader(tl, batch_size=None)
+    with pytest.raises(TypeError) as e:
+        next(iter(dl))
+    msg = str(e.value)
+    assert "TorchLoader is the loader; iterate it directly" in msg, msg
+    assert "wrap ConveyorDataset in a DataLoader" in msg, msg
+    assert "subscriptable" not in msg, msg
+    # The way it names works, and the loader itself is unharmed.
+    dl = torch.utils.data.DataLoader(ctorch.ConveyorDataset(tl.loader), batch_size=None)
+    assert sum(x.shape[0] for x, _ in dl) == 48
+    assert sum(x.shape[0] for x, _ in tl) == 48
+    tl.close()
+
+
+# The hint of an adapter whose framework is missing, whichever adapter:
+# "<adapter> needs <module>, which is not installed in this interpreter (...):
+# pip install <package>".
+HINT = re.compile(r"^(conveyor\.\w+) needs (\w+), which is not installed in this interpreter "
+                  r"\(.*\): pip install (.+)$")
+
+
+def _hint_without(module, code):
+    """The ImportError message of `code` run in a fresh interpreter where
+    `module` cannot be imported (None in sys.modules, as if not installed)."""
+    shim = "import sys\nsys.modules[%r] = None\n" % module
+    run = ("try:\n" + "".join("    %s\n" % line for line in code.splitlines())
+           + "except ImportError as e:\n    print(e)\nelse:\n    print('imported')\n")
+    r = subprocess.run([PYTHON, "-c", shim + run], capture_output=True, text=True,
+                       env=client_env(), timeout=scaled(60))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_import_without_torch_names_the_package_like_jax_and_tensorflow():
+    torch_hint = _hint_without("torch", "import conveyor.torch")
+    m = HINT.match(torch_hint)
+    assert m, torch_hint
+    assert m.group(1, 2) == ("conveyor.torch", "torch"), torch_hint
+    assert m.group(3).startswith("torch "), torch_hint
+    # CPU-only hosts get the CPU index, the one the README names.
+    assert "--index-url %s" % TORCH_CPU_INDEX in m.group(3), torch_hint
+    for module, code in (("jax", "import conveyor.jax as cj\ncj.batch_sharding()"),
+                         ("tensorflow", "import conveyor.tensorflow as ct\nct.dataset(None)")):
+        hint = _hint_without(module, code)
+        m = HINT.match(hint)
+        assert m and m.group(2) == module, hint
+    # conveyor itself imports without torch.
+    assert _hint_without("torch", "import conveyor") == "imported"
+
+
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def test_package_metadata_says_what_the_readme_says_about_extras():
+    """pyproject.toml's extras are the ones client/python/README.md installs;
+    none pulls PyPI's torch (whose Linux wheels are CUDA builds with several
+    GB of nvidia-* wheels): the README installs torch from the CPU index on
+    CPU hosts, and the ImportError of conveyor.torch names the same index."""
+    import tomllib
+    from conveyor import _framework
+
+    client = Path(conveyor.__file__).resolve().parents[1]
+    meta = tomllib.loads((client / "pyproject.toml").read_text())["project"]
+    extras = meta.get("optional-dependencies", {})
+    readme = (client / "README.md").read_text()
+    named = set(re.findall(r"\./client/python\[(\w+)\]", readme))
+    assert named == set(extras), (named, sorted(extras))
+    requirement = re.compile(r"^\s*([A-Za-z0-9_.-]+)")
+    for extra, reqs in extras.items():
+        names = {requirement.match(r).group(1).lower() for r in reqs}
+        assert "torch" not in names, (extra, reqs)
+    for r in meta["dependencies"]:
+        assert requirement.match(r).group(1).lower() != "torch", r
+    install = readme[readme.index("## Install"):readme.index("## Use")]
+    assert "pip install torch --index-url %s" % TORCH_CPU_INDEX in install, install
+    assert TORCH_CPU_INDEX in _framework.TORCH_PIP

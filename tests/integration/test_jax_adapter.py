@@ -2,8 +2,9 @@
 real daemon: batches equal the plain Loader's byte for byte on every
 transport, DLPack hands the slot over without a copy when asked (buffer
 pointers), the default copies while the slot would be reused behind the
-array, sharding over 4 CPU devices puts each slice on its device, and the
-JAX training example trains. The JAX code runs in the virtual environment's
+array, sharding over 4 CPU devices puts each slice on its device,
+conveyor.jax.loader maps JAX's processes to ranks, and the JAX training
+example trains. The JAX code runs in the virtual environment's
 interpreter (frameworks/jax_checks.py); the daemon and the reference
 batches in this process.
 
@@ -15,10 +16,13 @@ import json
 import re
 import subprocess
 import sys
+import types
+import warnings
 
 import numpy as np
 import pytest
 
+import conveyor
 import conveyor_integration as ci
 
 CHECKS = ci.SOURCE_DIR / "tests" / "integration" / "frameworks" / "jax_checks.py"
@@ -30,8 +34,9 @@ def jax_python():
     return ci.venv_python("jax")
 
 
-def run_checks(python, check, server, out, *args, devices=None):
+def run_checks(python, check, server, out, *args, devices=None, extra_env=None):
     env = ci.client_env()
+    env.update(extra_env or {})
     env.pop("XLA_FLAGS", None)
     env["JAX_PLATFORMS"] = "cpu"
     if devices:
@@ -146,3 +151,63 @@ def test_copy_rule_helpers():
         assert fw.is_aligned(out) and out.ctypes.data % 64 == 0
         assert out.dtype == src.dtype and out.shape == src.shape and out.flags.c_contiguous
         np.testing.assert_array_equal(out, src)
+
+
+def test_loader_of_a_single_jax_process_keeps_the_loader_defaults(jax_python, daemon, tmp_path):
+    """The real JAX, one process (process_count() 1): conveyor.jax.loader
+    leaves rank / world size to $RANK / $WORLD_SIZE (here rank 1 of 2) and
+    reads that rank's shard; arguments given win."""
+    r = run_checks(jax_python, "ranks", daemon.unix, tmp_path,
+                   extra_env={"RANK": "1", "WORLD_SIZE": "2"})
+    assert r["process"] == [0, 1] and r["process_rank"] is None, r
+    assert r["rank"] == [1, 2] and r["given"] == [0, 3], r
+    want = ci.read_epoch(daemon.unix, rank=1, world_size=2)
+    assert r["indices"] == want.indices.tolist()
+
+
+class _FakeJax(types.ModuleType):
+    """What conveyor.jax reads of a multi-process JAX job."""
+
+    def __init__(self, index, count):
+        super().__init__("jax")
+        self.process_index = lambda: index
+        self.process_count = lambda: count
+
+
+def test_loader_maps_jax_processes_to_rank_and_world_size(monkeypatch):
+    """The mapping of conveyor.jax.loader, JAX monkeypatched (no daemon is
+    contacted: a Loader connects on first use): in a job of 4 processes,
+    process 3 is rank 3 of 4 whatever $RANK / $WORLD_SIZE say; arguments
+    given win; a single process keeps Loader's defaults; a Loader of world
+    size 1 iterated in a job of several processes is warned about."""
+    import conveyor.jax as cjax
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "jax", _FakeJax(3, 4))
+    address = "unix:///nonexistent/conveyor.sock"
+    assert cjax.process_rank() == (3, 4)
+    ld = cjax.loader(address, pipeline="train", batch_size=8)
+    assert (ld.rank, ld.world_size, ld.pipeline, ld.batch_size) == (3, 4, "train", 8)
+    given = cjax.loader(address, pipeline="train", batch_size=8, rank=0)
+    assert (given.rank, given.world_size) == (0, 4)
+    given = cjax.loader(address, pipeline="train", batch_size=8, rank=1, world_size=8)
+    assert (given.rank, given.world_size) == (1, 8)
+    alone = conveyor.Loader(address, pipeline="train", batch_size=8, rank=0, world_size=1)
+    with pytest.warns(RuntimeWarning, match="world_size=1 in a JAX job of 4 processes"):
+        cjax.iterate(alone)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cjax.iterate(ld)  # sharded: no warning
+
+    monkeypatch.setitem(sys.modules, "jax", _FakeJax(0, 1))
+    assert cjax.process_rank() is None
+    ld = cjax.loader(address, pipeline="train", batch_size=8)
+    assert (ld.rank, ld.world_size) == (1, 2)  # $RANK / $WORLD_SIZE, as conveyor.Loader
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    ld = cjax.loader(address, pipeline="train", batch_size=8)
+    assert (ld.rank, ld.world_size) == (0, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cjax.iterate(alone)  # one process: nothing to warn about

@@ -1,7 +1,8 @@
 """conveyor.tensorflow with the real TensorFlow (tensorflow-cpu from PyPI,
 scripts/venvs/tensorflow.txt) against a real daemon: the tf.data element
 spec comes from PipelineInfo, a prefetched dataset's batches equal the plain
-Loader's byte for byte on every transport, DLPack hands the slot over
+Loader's byte for byte on every transport, its cardinality is asserted and
+its prefetch covered by the stream's credits (no copies, no warning), DLPack hands the slot over
 without a copy when asked (buffer addresses), Keras model.fit trains over
 the dataset, and the TensorFlow training example trains. The TensorFlow
 code runs in the virtual environment's interpreter
@@ -92,6 +93,33 @@ def test_keras_fit(tf_python, daemon, tmp_path):
     assert len(result["loss"]) == 2 and all(math.isfinite(v) for v in result["loss"]), result
     # Each Keras epoch read one loader epoch to its end.
     assert result["state"]["epoch"] == 2 and result["state"]["offset"] == 0, result
+    # Keras knew the steps of each epoch (6/6, not 1/Unknown): the asserted cardinality.
+    assert result["cardinality"] == 6 and result["keras_steps"] == [6, 6], result
+    # The elements are the leased slots (safe lifetime), and the credits
+    # dataset() raised cover its prefetch: no batch was copied out for want
+    # of credits, so no warning.
+    assert result["lease"] == "safe", result
+    assert result["credits"][0] == 3 and result["credits"][1] >= 2 + 3, result
+    assert result["warnings"] == [], result
+
+
+def test_cardinality_credits_and_prefetch(tf_python, daemon, tmp_path):
+    r = run_checks(tf_python, "cardinality", daemon.unix, tmp_path)
+    assert r["batches_per_epoch"] == 6
+    assert (r["epochs_1"], r["epochs_2"], r["epochs_0"]) == (6, 12, r["infinite"]), r
+    assert r["credits_prefetch_5"] == r["credits_needed_5"] >= 5 + 3, r
+    # Two elements read, then a second pass of a dataset asserting 6: refused
+    # at once, saying why.
+    assert r["first_pass"] == 2
+    taken = r["state_after_take"]
+    assert taken["epoch"] == 0 and taken["offset"] == 16, taken
+    assert r["short_pass_error"] and "resumes mid-epoch" in r["short_pass_error"], r
+    # Made mid-epoch: cardinality unknown, and the pass reads the rest of the epoch.
+    assert r["resumed_cardinality"] == r["unknown"], r
+    assert r["resumed_pass"] == 6 - 2, r
+    assert r["after_resumed"]["epoch"] == 1 and r["after_resumed"]["offset"] == 0, r
+    assert all(e and "prefetch must be a number of elements" in e for e in r["refused_prefetch"]), r
+    assert r["numpy_prefetch"] == 6, r  # any integer type
 
 
 def test_training_example_runs(tf_python, daemon):
@@ -127,3 +155,7 @@ def test_readme_snippet_runs(tf_python, daemon):
     r = subprocess.run([tf_python, "-c", blocks[0]], capture_output=True, text=True, env=env,
                        timeout=ci.scaled(300))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    # Keras' progress bar knows the epoch's steps (48 samples / 8), and no
+    # epoch ran out of credits (the warning of copied batches).
+    assert "6/6" in r.stdout and "Unknown" not in r.stdout, r.stdout[-3000:]
+    assert "still referenced" not in r.stderr, r.stderr[-3000:]

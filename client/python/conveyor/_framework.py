@@ -1,6 +1,7 @@
-"""What the framework adapters (conveyor.jax, conveyor.tensorflow) share:
-importing the framework lazily, and deciding when a batch's images may be
-handed to a framework without a copy.
+"""What the framework adapters (conveyor.jax, conveyor.tensorflow,
+conveyor.torch) share: importing the framework (lazily for JAX and
+TensorFlow) with one install hint when it is missing, and deciding when a
+batch's images may be handed to a framework without a copy.
 
 The lifetime rule they follow: a framework array made from a batch's numpy
 view without a copy (DLPack, or the framework's own zero-copy conversion of
@@ -36,14 +37,29 @@ Copy = Union[str, bool]  # "auto", True or False
 COPY_MODES = ("auto", True, False)
 
 
+# What to install for each adapter (the hint of install_hint). PyPI's torch
+# wheels for Linux are CUDA builds that pull several GB of nvidia-* wheels:
+# CPU hosts take PyTorch's CPU index.
+TORCH_PIP = ("torch (CPU-only hosts: pip install torch --index-url "
+             "https://download.pytorch.org/whl/cpu)")
+JAX_PIP = "'jax[cpu]' (or jax with your accelerator's jaxlib)"
+TENSORFLOW_PIP = "tensorflow-cpu (or tensorflow)"
+
+
+def install_hint(module: str, pip_name: str, adapter: str, error: BaseException) -> str:
+    """The message of the ImportError an adapter raises when its framework
+    `module` cannot be imported: what is missing and what to install."""
+    return ("%s needs %s, which is not installed in this interpreter (%s): pip install %s"
+            % (adapter, module, error, pip_name))
+
+
 def require(module: str, pip_name: str, adapter: str) -> ModuleType:
     """Imports `module` (the framework) or raises ImportError naming the pip
     package that provides it."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError("%s needs %s, which is not installed in this interpreter (%s): "
-                          "pip install %s" % (adapter, module, e, pip_name)) from e
+        raise ImportError(install_hint(module, pip_name, adapter, e)) from e
 
 
 def check_copy(copy: Copy) -> Copy:

@@ -1,7 +1,7 @@
 """conveyor.jax: a conveyor stream's batches as jax.Arrays.
 
     import conveyor, conveyor.jax
-    loader = conveyor.Loader(address, pipeline="train", batch_size=256)
+    loader = conveyor.jax.loader(address, pipeline="train", batch_size=256)
     for images, labels in conveyor.jax.iterate(loader.epoch(0)):
         params = train_step(params, images, labels)
 
@@ -22,6 +22,14 @@ after jax.block_until_ready on the step's result); copy=True always copies.
 Note that jax.device_put and jnp.asarray of batch.images alias the slot on
 the CPU just the same: go through this module or copy.
 
+Multi-host jobs: conveyor.jax.loader(address, pipeline=, batch_size=, ...)
+is a conveyor.Loader whose rank and world_size default to
+jax.process_index() and jax.process_count() when JAX runs as several
+processes (after jax.distributed.initialize()), so that each process reads
+its own shard; rank= / world_size= given win, and a single-process job keeps
+Loader's defaults ($RANK / $WORLD_SIZE, else 0 / 1). iterate() warns when a
+Loader of world size 1 is read in a job of several processes.
+
 Device batches (Loader device=, transport="device_memory") are read through
 DLPack on their GPU without a copy (copy="auto" copies a device_memory
 batch on the device unless its slot stays leased, as above).
@@ -36,20 +44,61 @@ thread, like the stream itself.
 
 from __future__ import annotations
 
+import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ._device_feed import DeviceBatch
-from ._framework import Copy, check_copy, needs_copy, require, views_keep_slot
+from ._framework import JAX_PIP, Copy, check_copy, needs_copy, require, views_keep_slot
+from .loader import Loader
 
 if TYPE_CHECKING:
     from .loader import Batch
 
 
 def _jax() -> ModuleType:
-    return require("jax", "'jax[cpu]' (or jax with your accelerator's jaxlib)", "conveyor.jax")
+    return require("jax", JAX_PIP, "conveyor.jax")
+
+
+def process_rank() -> Optional[Tuple[int, int]]:
+    """(jax.process_index(), jax.process_count()) when this JAX job runs as
+    several processes (multi-host, after jax.distributed.initialize()), else
+    None: a single JAX process leaves rank and world size to conveyor.Loader's
+    defaults ($RANK / $WORLD_SIZE, else 0 / 1)."""
+    jax = _jax()
+    count = int(jax.process_count())
+    if count <= 1:
+        return None
+    return int(jax.process_index()), count
+
+
+def loader(address: Optional[str] = None, pipeline: str = "", batch_size: int = 0,
+           **loader_kwargs: Any) -> Loader:
+    """A conveyor.Loader for this JAX process: in a multi-process JAX job,
+    rank and world_size default to jax.process_index() and
+    jax.process_count() (each process - one per host - reads its own shard
+    of every epoch); arguments given win, and a single-process job keeps
+    Loader's defaults. The other arguments are Loader's."""
+    mapped = process_rank()
+    if mapped is not None:
+        loader_kwargs.setdefault("rank", mapped[0])
+        loader_kwargs.setdefault("world_size", mapped[1])
+    return Loader(address, pipeline=pipeline, batch_size=batch_size, **loader_kwargs)
+
+
+def _warn_unsharded(batches: Any) -> None:
+    """A Loader of world size 1 iterated in a multi-process JAX job: every
+    process would read the same batches."""
+    if getattr(batches, "world_size", None) != 1:
+        return
+    mapped = process_rank()
+    if mapped is not None:
+        warnings.warn("conveyor.jax: this loader has world_size=1 in a JAX job of %d processes: "
+                      "every process reads the same batches; make it with conveyor.jax.loader() "
+                      "(rank=jax.process_index(), world_size=jax.process_count())" % mapped[1],
+                      RuntimeWarning, stacklevel=3)
 
 
 def batch_sharding(devices: Optional[Sequence[Any]] = None, axis_name: str = "batch") -> Any:
@@ -129,6 +178,7 @@ def iterate(batches: Iterable[Batch], copy: Copy = "auto",
     given is closed when the iteration ends or is abandoned."""
     _jax()
     check_copy(copy)
+    _warn_unsharded(batches)
     return _iterate(batches, copy, sharding)
 
 

@@ -2,7 +2,7 @@
 
     import conveyor, conveyor.tensorflow
     loader = conveyor.Loader(address, pipeline="train", batch_size=256)
-    ds = conveyor.tensorflow.dataset(loader).prefetch(2)
+    ds = conveyor.tensorflow.dataset(loader)    # prefetched: prefetch=2
     model.fit(ds, epochs=10)          # each pass over ds is the loader's next epoch
 
 The dataset's elements are (images, labels) batches: images shaped
@@ -10,6 +10,13 @@ The dataset's elements are (images, labels) batches: images shaped
 NCHW or NHWC as the pipeline says), labels int64 [None] - the element spec
 comes from the daemon's PipelineInfo (element_spec()). The batch axis is
 None: a batch may be short (skipped samples, the last batch of an epoch).
+
+Prefetch, credits, cardinality: dataset() prefetches itself (prefetch=2)
+and raises the loader's credits to cover what tf.data holds
+(credits_for(prefetch)), so that the stream never runs out of slots while
+elements that are leased slots sit in the pipeline; and it asserts the
+dataset's cardinality (batches per epoch of this rank x num_epochs), so
+Keras knows the steps of an epoch.
 
 Copies: tf.data.Dataset.from_generator takes a 64-byte-aligned numpy array
 without a copy - the element is the daemon's slot itself - and keeps it in
@@ -33,12 +40,14 @@ time per iterator; each iteration of the dataset opens its own stream.
 
 from __future__ import annotations
 
+import numbers
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterator, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
 
 import numpy as np
 
-from ._framework import Copy, aligned_copy, check_copy, is_aligned, needs_copy, require
+from ._framework import (TENSORFLOW_PIP, Copy, aligned_copy, check_copy, is_aligned, needs_copy,
+                         require)
 from .loader import dtype_of
 
 if TYPE_CHECKING:
@@ -46,7 +55,7 @@ if TYPE_CHECKING:
 
 
 def _tf() -> ModuleType:
-    return require("tensorflow", "tensorflow-cpu (or tensorflow)", "conveyor.tensorflow")
+    return require("tensorflow", TENSORFLOW_PIP, "conveyor.tensorflow")
 
 
 def element_spec(pipeline_info: Any) -> Tuple[Any, Any]:
@@ -83,23 +92,77 @@ def to_tensors(batch: Batch, copy: Copy = "auto") -> Tuple[Any, Any]:
             tf.convert_to_tensor(batch.labels))
 
 
-def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto") -> Any:
+# Elements a dataset's pipeline holds besides its prefetch buffer, each a
+# leased slot on the zero-copy path: the batch the generator holds (released
+# when it takes the next), the element on its way from the generator into
+# the buffer, and the one the consumer (a Keras step) is working on - plus
+# the credit the daemon needs to send the next batch (conveyor.loader: a
+# stream copies batches out of their slots once arrays of released batches
+# hold all credits but one).
+HELD_BESIDES_PREFETCH = 4
+
+
+def credits_for(prefetch: int) -> int:
+    """The credits a stream needs so that a dataset prefetching `prefetch`
+    elements never runs out of slots (no copies, no warning)."""
+    return prefetch + HELD_BESIDES_PREFETCH
+
+
+def cardinality(loader: Any, num_epochs: int) -> Optional[int]:
+    """The number of elements of dataset(loader, num_epochs): batches per
+    epoch of this rank times num_epochs (tf.data.INFINITE_CARDINALITY for
+    num_epochs=0), or None when unknown: a loader without len(), or one
+    that resumes mid-epoch (a loaded state_dict; the first pass is shorter
+    than the next ones)."""
+    if not hasattr(loader, "__len__") or _offset(loader) > 0:
+        return None
+    if num_epochs == 0:
+        return int(_tf().data.INFINITE_CARDINALITY)
+    return len(loader) * num_epochs
+
+
+def _offset(loader: Any) -> int:
+    state = loader.state_dict() if hasattr(loader, "state_dict") else {}
+    return int(state.get("offset", 0))
+
+
+def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int = 2) -> Any:
     """A tf.data.Dataset of (images, labels) over `loader` (a conveyor.Loader,
     or any object with its pipeline_info() and stream(num_epochs=) methods
     whose streams yield conveyor Batches and have close()).
     Each iteration of the dataset opens one stream of `num_epochs` epochs
     (0: endless) from the loader's current epoch: with num_epochs=1 every
     Keras epoch reads the loader's next epoch, and a checkpointed
-    loader.state_dict() resumes where training stopped."""
+    loader.state_dict() resumes where training stopped.
+
+    The dataset is prefetched already (`prefetch` elements, 0: none; a fixed
+    number, not tf.data.AUTOTUNE), and the loader's credits are raised to
+    cover that prefetch (credits_for(prefetch): its streams then never run
+    out of slots while tf.data holds elements). Its cardinality is asserted
+    (cardinality()): Keras shows N/N steps, not 1/Unknown."""
     tf = _tf()
     check_copy(copy)
     if copy is False:
         raise ValueError("conveyor.tensorflow.dataset: copy=False is not allowed: tf.data keeps "
                          "elements (prefetch) after the loader released their slot; use 'auto' "
                          "or True")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, numbers.Integral) or prefetch < 0:
+        raise ValueError("conveyor.tensorflow.dataset: prefetch must be a number of elements >= "
+                         "0 (the stream's credits cover it; tf.data.AUTOTUNE has no bound), "
+                         "got %r" % (prefetch,))
     spec = element_spec(loader.pipeline_info())
+    if hasattr(loader, "credits"):
+        loader.credits = max(int(loader.credits), credits_for(int(prefetch)))
+    count = cardinality(loader, num_epochs)
 
     def generate() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        if count is not None and _offset(loader) > 0:
+            raise ValueError(
+                "conveyor.tensorflow.dataset: the loader resumes mid-epoch (an earlier pass "
+                "left early, e.g. take(n), or load_state_dict after dataset()), so this pass "
+                "would be shorter than the %d elements the dataset asserts: finish each pass, "
+                "or make the dataset after load_state_dict (its cardinality is then unknown)"
+                % count)
         stream = loader.stream(num_epochs=num_epochs)
         try:
             for batch in stream:
@@ -107,4 +170,7 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto") -> Any:
         finally:  # also when tf.data drops the iterator half-way
             stream.close()
 
-    return tf.data.Dataset.from_generator(generate, output_signature=spec)
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    if count is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(count))
+    return ds.prefetch(int(prefetch)) if prefetch else ds

@@ -15,6 +15,8 @@ It iterates in the training process itself (no worker processes: the daemon
 is the worker pool), yielding (images, labels) - plus the dataset indices
 with yield_indices=True - as tensors that share the batch's memory; with the
 default lifetime="safe" a kept tensor keeps its batch's slot (conveyor.loader).
+It is not a dataset: DataLoader(TorchLoader(...)) raises TypeError at its
+first batch, saying to iterate the TorchLoader or to wrap ConveyorDataset.
 
 ConveyorDataset: a torch.utils.data.IterableDataset over a Loader, for code
 that wants a DataLoader: DataLoader(ConveyorDataset(loader), batch_size=None).
@@ -33,6 +35,10 @@ labels) then come as CUDA tensors.
 rank / world_size / local_rank default to torchrun's $RANK / $WORLD_SIZE /
 $LOCAL_RANK (conveyor.Loader).
 
+Importing this module needs torch; without it the ImportError says what to
+install (on CPU-only hosts, PyTorch's CPU index: PyPI's Linux wheels are
+CUDA builds).
+
 Thread-safety: one iterator at a time per TorchLoader / dataset, as for a
 DataLoader.
 """
@@ -42,13 +48,22 @@ from __future__ import annotations
 from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
-import torch
-import torch.utils.data
 
-from ._device_array import DeviceArray
-from ._device_feed import DeviceBatch
-from .errors import ConveyorError
-from .loader import Batch, Loader
+from ._framework import TORCH_PIP, install_hint
+
+# ConveyorDataset subclasses torch's IterableDataset, so torch is needed at
+# import: a missing one is reported here with the install hint conveyor.jax
+# and conveyor.tensorflow give on first use.
+try:
+    import torch
+    import torch.utils.data
+except ImportError as e:
+    raise ImportError(install_hint("torch", TORCH_PIP, "conveyor.torch", e)) from e
+
+from ._device_array import DeviceArray  # noqa: E402
+from ._device_feed import DeviceBatch  # noqa: E402
+from .errors import ConveyorError  # noqa: E402
+from .loader import Batch, Loader  # noqa: E402
 
 __all__ = ["ConveyorDataset", "TorchLoader", "batch_tensors"]
 
@@ -81,6 +96,12 @@ def batch_tensors(batch: Union[Batch, DeviceBatch], yield_indices: bool = False)
     if indices is not None:
         return images, labels, indices
     return images, labels
+
+
+NOT_A_DATASET = (
+    "TorchLoader is the loader; iterate it directly (for images, labels in loader), or wrap "
+    "ConveyorDataset in a DataLoader: DataLoader(conveyor.torch.ConveyorDataset(loader), "
+    "batch_size=None)")
 
 
 class TorchLoader:
@@ -135,6 +156,11 @@ class TorchLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
+
+    def __getitem__(self, index: Any) -> Any:
+        # What DataLoader(TorchLoader(...)) reaches first (its sampler indexes
+        # the "dataset"): say what to do instead of "not subscriptable".
+        raise TypeError(NOT_A_DATASET)
 
     def __iter__(self) -> Iterator[Tensors]:
         """The current epoch (from where a loaded state left it)."""

@@ -8,8 +8,9 @@ against the time spent computing.
 
 Needs TensorFlow (pip install tensorflow-cpu; the project's
 scripts/venv.sh tensorflow makes an environment with it). The dataset is
-not prefetched here, so that a step's time splits cleanly into the wait for
-the daemon's batch and the computation; add .prefetch(2) in a real job.
+not prefetched here (prefetch=0), so that a step's time splits cleanly into
+the wait for the daemon's batch and the computation; a real job keeps
+dataset()'s default prefetch=2.
 """
 import argparse
 import os
@@ -100,7 +101,7 @@ def main():
     times = StepTimes(timed)
     try:
         model = build_model(loader.pipeline_info())
-        ds = ctf.dataset(timed, num_epochs=0)  # endless: fit stops after --steps
+        ds = ctf.dataset(timed, num_epochs=0, prefetch=0)  # endless: fit stops after --steps
         model.fit(ds, epochs=1, steps_per_epoch=args.steps, callbacks=[times], verbose=0)
     finally:
         loader.close()

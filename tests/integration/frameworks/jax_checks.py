@@ -7,6 +7,7 @@ with a message.
     jax_checks.py epoch --server ADDR --transport T --out DIR
     jax_checks.py pointers --server ADDR --out DIR
     jax_checks.py shard --server ADDR --out DIR      (XLA_FLAGS: 4 CPU devices)
+    jax_checks.py ranks --server ADDR --out DIR      ($RANK / $WORLD_SIZE: the test's)
 """
 
 import os
@@ -102,8 +103,26 @@ def shard(args):
     return {"devices": len(devices), "shards_checked": shards, "uneven_error": uneven}
 
 
+def ranks(args):
+    """conveyor.jax.loader under the real JAX, a single process: JAX's
+    process_index()/process_count() (0 and 1) leave rank and world size to
+    Loader's defaults (the environment's $RANK / $WORLD_SIZE, if any); the
+    loader reads that rank's shard; given arguments win."""
+    ld = cjax.loader(args.server, pipeline=args.pipeline, batch_size=args.batch_size,
+                     seed=args.seed)
+    indices = [int(i) for b in ld.epoch(0) for i in b.indices]
+    given = cjax.loader(args.server, pipeline=args.pipeline, batch_size=args.batch_size,
+                        rank=0, world_size=3)
+    out = {"process": [jax.process_index(), jax.process_count()],
+           "process_rank": cjax.process_rank(), "rank": [ld.rank, ld.world_size],
+           "given": [given.rank, given.world_size], "indices": indices}
+    ld.close()
+    given.close()
+    return out
+
+
 def main():
-    return check_main.run({"epoch": epoch, "pointers": pointers, "shard": shard})
+    return check_main.run({"epoch": epoch, "pointers": pointers, "shard": shard, "ranks": ranks})
 
 
 if __name__ == "__main__":

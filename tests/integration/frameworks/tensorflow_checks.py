@@ -4,11 +4,12 @@ the tensorflow virtual environment's interpreter
 what it saw under --out (npz arrays, result.json) for the test to compare
 with the plain Loader; a failed expectation exits non-zero with a message.
 
-    tensorflow_checks.py spec|epoch|pointers|fit --server ADDR --out DIR [--pipeline P]
+    tensorflow_checks.py spec|epoch|pointers|fit|cardinality --server ADDR --out DIR [--pipeline P]
 """
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -60,10 +61,10 @@ def spec(args):
 
 
 def epoch(args):
-    """One epoch through dataset(...).prefetch(4), every element kept until
+    """One epoch through dataset(..., prefetch=4), every element kept until
     the end: an element aliasing a refilled slot would show here."""
     ld = loader(args)
-    kept = list(ctf.dataset(ld).prefetch(4))
+    kept = list(ctf.dataset(ld, prefetch=4))
     np.savez(os.path.join(args.out, "epoch.npz"),
              images=np.concatenate([x.numpy() for x, _ in kept]),
              labels=np.concatenate([y.numpy() for _, y in kept]))
@@ -91,8 +92,15 @@ def pointers(args):
     return out
 
 
+def conveyor_warnings(caught):
+    return [str(w.message) for w in caught if str(w.message).startswith("conveyor")]
+
+
 def fit(args):
-    """Keras model.fit over two epochs of the prefetched dataset."""
+    """Keras model.fit over two epochs of the dataset as the README makes it
+    (prefetched by dataset() itself), on the default safe lifetime (the
+    elements are the leased slots): no batch is copied out of its slot for
+    want of credits (no warning), and Keras knows the steps per epoch."""
     ld = loader(args)
     info = ld.pipeline_info()
     shape = tuple(info.sample_shape)
@@ -104,14 +112,72 @@ def fit(args):
     model = tf.keras.Model(inputs, tf.keras.layers.Dense(info.num_classes)(x))
     model.compile(optimizer="sgd",
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit(ctf.dataset(ld).prefetch(2), epochs=2, verbose=0)
+    credits_before = ld.credits
+    ds = ctf.dataset(ld)
+    steps = []
+
+    class Steps(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            steps.append(self.params.get("steps"))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(ds, epochs=2, verbose=0, callbacks=[Steps()])
     state = ld.state_dict()
     ld.close()
-    return {"loss": [float(v) for v in history.history["loss"]], "state": state}
+    return {"loss": [float(v) for v in history.history["loss"]], "state": state,
+            "cardinality": int(ds.cardinality()), "keras_steps": steps,
+            "credits": [credits_before, ld.credits], "warnings": conveyor_warnings(caught),
+            "lease": ld.lifetime}
+
+
+def cardinality(args):
+    """The dataset's asserted cardinality (batches per epoch x epochs,
+    infinite for endless, unknown when resuming mid-epoch), what a pass
+    that turns out shorter says, the credits dataset() leaves the loader
+    with, and the prefetch it refuses."""
+    out = {}
+    ld = loader(args)
+    out["batches_per_epoch"] = len(ld)
+    for epochs in (1, 2, 0):
+        out["epochs_%d" % epochs] = int(ctf.dataset(ld, num_epochs=epochs).cardinality())
+    out["infinite"] = int(tf.data.INFINITE_CARDINALITY)
+    out["unknown"] = int(tf.data.UNKNOWN_CARDINALITY)
+    ctf.dataset(ld, prefetch=5)
+    out["credits_prefetch_5"] = ld.credits
+    out["credits_needed_5"] = ctf.credits_for(5)
+    # A pass left early leaves the loader mid-epoch: the next pass of a
+    # dataset asserting a full epoch says so at once.
+    ds = ctf.dataset(ld, prefetch=0)
+    out["first_pass"] = sum(1 for _ in ds.take(2))
+    out["state_after_take"] = ld.state_dict()
+    try:
+        sum(1 for _ in ds)
+        out["short_pass_error"] = None
+    except tf.errors.OpError as e:
+        out["short_pass_error"] = e.message
+    # A dataset made mid-epoch (after load_state_dict) has an unknown
+    # cardinality, and reads the rest of that epoch.
+    resumed = ctf.dataset(ld)
+    out["resumed_cardinality"] = int(resumed.cardinality())
+    out["resumed_pass"] = sum(1 for _ in resumed)
+    out["after_resumed"] = ld.state_dict()
+    refused = []
+    for bad in (tf.data.AUTOTUNE, -3, 1.5):
+        try:
+            ctf.dataset(ld, prefetch=bad)
+            refused.append(None)
+        except ValueError as e:
+            refused.append(str(e))
+    out["refused_prefetch"] = refused
+    out["numpy_prefetch"] = int(ctf.dataset(ld, prefetch=np.int64(1)).cardinality())
+    ld.close()
+    return out
 
 
 def main():
-    return check_main.run({"spec": spec, "epoch": epoch, "pointers": pointers, "fit": fit})
+    return check_main.run({"spec": spec, "epoch": epoch, "pointers": pointers, "fit": fit,
+                           "cardinality": cardinality})
 
 
 if __name__ == "__main__":
