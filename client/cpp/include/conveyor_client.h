@@ -57,15 +57,14 @@
  * must be rebuilt. Check at start-up that both ABI versions agree.
  *
  * Sized structs: set struct_size to sizeof the struct as you compiled it
- * (conveyor_stream_options_init does it for the options, `x =
- * {.struct_size = sizeof x}` for the others), so that a library and a caller built from different
- * headers agree on what is there. Later versions only append fields. A
- * struct the library reads (the options) may be larger than the library's
- * own if every byte past it is zero (fields this library does not know of
- * must be unset), else the call is CONVEYOR_INVALID_ARGUMENT; a struct it
- * writes (the infos) gets the fields the library knows and zeros past
- * them. A struct_size smaller than version 3's struct is
- * CONVEYOR_INVALID_ARGUMENT naming both sizes, never a partial read.
+ * (conveyor_stream_options_init does it for the options,
+ * `x = {.struct_size = sizeof x}` for the others), so that a library and
+ * a caller built from different headers agree on what is there. Later versions only append fields.
+ * A struct the library reads (the options) may be larger than the library's own if every byte past
+ * it is zero (fields this library does not know of must be unset), else the call is
+ * CONVEYOR_INVALID_ARGUMENT; a struct it writes (the infos) gets the fields the library knows and
+ * zeros past them. A struct_size smaller than version 3's struct is CONVEYOR_INVALID_ARGUMENT
+ * naming both sizes, never a partial read.
  *
  * Thread-safety: conveyor_last_error() is per thread (the message of the
  * last failed call on the calling thread). A conveyor_client may be used by
