@@ -336,6 +336,18 @@ def test_install_holds_the_library_headers_and_package_files(installed):
     assert not list(installed.rglob("conveyord")) and not list(installed.rglob("*.py"))
 
 
+def _sanitizer_flags():
+    """The flags of the sanitizer the library was built with (the asan stage
+    of scripts/test.sh): a program linking it must be built with them too,
+    or the sanitizer's runtime does not come first and it refuses to run."""
+    data = LIBRARY.resolve().read_bytes()
+    if b"__asan_init" in data:
+        return ["-fsanitize=address,undefined", "-fno-sanitize=vptr"]
+    if b"__tsan_init" in data:
+        return ["-fsanitize=thread"]
+    return []
+
+
 def _pkg_config(installed, *args):
     pc = _one(installed, "lib*/pkgconfig/conveyor-client.pc")
     env = dict(os.environ, PKG_CONFIG_PATH=str(pc.parent))
@@ -348,8 +360,8 @@ def _pkg_config(installed, *args):
 def _compile_c(installed, source, out):
     flags = _pkg_config(installed, "--cflags", "--libs")
     libdir = _pkg_config(installed, "--variable=libdir")[0]
-    r = subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", str(source), "-o", str(out),
-                        *flags, "-Wl,-rpath," + libdir], capture_output=True, text=True,
+    r = subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", *_sanitizer_flags(), str(source),
+                        "-o", str(out), *flags, "-Wl,-rpath," + libdir], capture_output=True, text=True,
                        timeout=scaled(120))
     assert r.returncode == 0, r.stderr
     return out
@@ -397,8 +409,10 @@ target_link_libraries(cpp_client_hpp PRIVATE ConveyorClient::conveyor_client)
 set_target_properties(cpp_client_hpp PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
 """)
     build = tmp_path / "consumer-build"
+    sanitize = " ".join(_sanitizer_flags())
     for cmd in (["cmake", "-S", str(project), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-                 "-DCMAKE_PREFIX_PATH=" + str(installed)],
+                 "-DCMAKE_PREFIX_PATH=" + str(installed), "-DCMAKE_C_FLAGS=" + sanitize,
+                 "-DCMAKE_CXX_FLAGS=" + sanitize, "-DCMAKE_EXE_LINKER_FLAGS=" + sanitize],
                 ["cmake", "--build", str(build), "-j", "2"]):
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(300))
         assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
