@@ -1,9 +1,15 @@
 // The C ABI (include/conveyor_client.h) over the C++ client: each handle
 // wraps one C++ object; each function turns an absl::Status into a code and
 // the thread's last error message, and catches every exception (bad_alloc)
-// so that none crosses into C.
+// so that none crosses into C. Caller-allocated structs are read and written
+// through their struct_size (ReadSized, WriteSized), so that a caller built
+// from another version of the header gets what both know, or a clear error.
 #include "conveyor_client.h"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -38,6 +44,55 @@ int Fail(absl::StatusCode code, absl::string_view message) {
   return Fail(absl::Status(code, message));
 }
 
+// The smallest struct_size accepted for each struct: version 3's, the first
+// with the field. Later versions append fields, so their structs are larger.
+constexpr size_t kStreamOptionsV3 = sizeof(conveyor_stream_options);
+constexpr size_t kStreamInfoV3 = sizeof(conveyor_stream_info);
+constexpr size_t kBatchInfoV3 = sizeof(conveyor_batch_info);
+
+absl::Status SizeTooSmall(const char* what, size_t size, size_t min) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": struct_size is ", size, ", this library (ABI version ",
+                   CONVEYOR_CLIENT_ABI_VERSION, ") needs at least ", min,
+                   ": set it to sizeof the struct (built against an older "
+                   "conveyor_client.h? rebuild against this one)"));
+}
+
+// Reads a caller's struct of `in->struct_size` bytes into *out (ours,
+// zeroed first): the prefix both know. Bytes past ours must be zero: they
+// are fields of a newer header that this library would silently ignore.
+template <typename T>
+absl::Status ReadSized(const T* in, const char* what, size_t min, T* out) {
+  const size_t size = in->struct_size;
+  if (size < min) return SizeTooSmall(what, size, min);
+  *out = T{};
+  std::memcpy(out, in, std::min(size, sizeof(T)));
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(T); i < size; ++i) {
+    if (bytes[i] != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": byte ", i, " of ", size, " is set, past the ", sizeof(T),
+                       " bytes this library (ABI version ", CONVEYOR_CLIENT_ABI_VERSION,
+                       ", conveyor_version() ", CONVEYOR_VERSION_STRING,
+                       ") knows: a field of a newer header; use a newer library or leave it 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Writes `ours` over the caller's struct of `out->struct_size` bytes: the
+// prefix both know, zeros past ours; struct_size stays the caller's.
+template <typename T>
+absl::Status WriteSized(const T& ours, const char* what, size_t min, T* out) {
+  const size_t size = out->struct_size;
+  if (size < min) return SizeTooSmall(what, size, min);
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(out);
+  std::memcpy(bytes, &ours, std::min(size, sizeof(T)));
+  if (size > sizeof(T)) std::memset(bytes + sizeof(T), 0, size - sizeof(T));
+  out->struct_size = static_cast<uint32_t>(size);
+  return absl::OkStatus();
+}
+
 // Runs `body` (returning an int code), turning exceptions into INTERNAL.
 template <typename Body>
 int Guard(Body&& body) noexcept {
@@ -55,6 +110,8 @@ int Guard(Body&& body) noexcept {
 extern "C" {
 
 int conveyor_abi_version(void) { return CONVEYOR_CLIENT_ABI_VERSION; }
+
+const char* conveyor_version(void) { return CONVEYOR_VERSION_STRING; }
 
 const char* conveyor_last_error(void) { return last_error.c_str(); }
 
@@ -98,21 +155,45 @@ int conveyor_connect(const char* address, const char* token, conveyor_client** o
 
 void conveyor_client_close(conveyor_client* client) { delete client; }
 
-void conveyor_stream_options_init(conveyor_stream_options* options) {
-  if (options == nullptr) return;
-  *options = conveyor_stream_options{};
-  options->num_epochs = 1;
-  options->world_size = 1;
-  options->credits = 4;
-  options->shuffle = 1;
+int conveyor_stream_options_init(conveyor_stream_options* options, size_t struct_size) {
+  return Guard([&] {
+    if (options == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_stream_options_init: NULL options");
+    }
+    if (struct_size < kStreamOptionsV3) {
+      return Fail(SizeTooSmall("conveyor_stream_options_init", struct_size, kStreamOptionsV3));
+    }
+    if (struct_size > UINT32_MAX) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("conveyor_stream_options_init: struct_size ", struct_size,
+                               " is not the size of a struct"));
+    }
+    conveyor_stream_options o{};
+    o.struct_size = static_cast<uint32_t>(struct_size);
+    o.num_epochs = 1;
+    o.world_size = 1;
+    o.credits = 4;
+    o.shuffle = 1;
+    std::memset(options, 0, struct_size);  // the caller's fields past ours too
+    std::memcpy(options, &o, sizeof(o));
+    return 0;
+  });
 }
 
-int conveyor_open_stream(conveyor_client* client, const conveyor_stream_options* options,
+int conveyor_open_stream(conveyor_client* client, const conveyor_stream_options* given,
                          conveyor_stream** out) {
   return Guard([&] {
-    if (client == nullptr || options == nullptr || out == nullptr || options->pipeline == nullptr) {
+    if (client == nullptr || given == nullptr || out == nullptr) {
       return Fail(absl::StatusCode::kInvalidArgument,
-                  "conveyor_open_stream: client, options, options->pipeline and out are required");
+                  "conveyor_open_stream: client, options and out are required");
+    }
+    conveyor_stream_options known;
+    absl::Status read = ReadSized(given, "conveyor_open_stream", kStreamOptionsV3, &known);
+    if (!read.ok()) return Fail(read);
+    const conveyor_stream_options* options = &known;
+    if (options->pipeline == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "conveyor_open_stream: options->pipeline is required");
     }
     cc::StreamOptions o;
     o.pipeline = options->pipeline;
@@ -144,13 +225,14 @@ int conveyor_open_stream(conveyor_client* client, const conveyor_stream_options*
   });
 }
 
-int conveyor_stream_get_info(const conveyor_stream* stream, conveyor_stream_info* info) {
+int conveyor_stream_get_info(const conveyor_stream* stream, conveyor_stream_info* out) {
   return Guard([&] {
-    if (stream == nullptr || info == nullptr) {
+    if (stream == nullptr || out == nullptr) {
       return Fail(absl::StatusCode::kInvalidArgument, "conveyor_stream_get_info: NULL argument");
     }
     const conveyor::v1::StreamOpened& op = stream->stream->opened();
-    *info = conveyor_stream_info{};
+    conveyor_stream_info known{};
+    conveyor_stream_info* info = &known;
     info->stream_id = op.stream_id();
     info->transport = op.transport();
     info->credits = stream->stream->credits();
@@ -159,15 +241,20 @@ int conveyor_stream_get_info(const conveyor_stream* stream, conveyor_stream_info
                                                : stream->stream->credits();
     info->samples_per_epoch = op.samples_per_epoch();
     info->batches_per_epoch = op.batches_per_epoch();
-    return 0;
+    absl::Status written = WriteSized(known, "conveyor_stream_get_info", kStreamInfoV3, out);
+    return written.ok() ? 0 : Fail(written);
   });
 }
 
 int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
-                         conveyor_batch_info* info) {
+                         conveyor_batch_info* out) {
   return Guard([&] {
-    if (stream == nullptr || batch == nullptr || info == nullptr) {
+    if (stream == nullptr || batch == nullptr || out == nullptr) {
       return Fail(absl::StatusCode::kInvalidArgument, "conveyor_stream_next: NULL argument");
+    }
+    // Checked before a batch is taken, so that a bad size loses none.
+    if (out->struct_size < kBatchInfoV3) {
+      return Fail(SizeTooSmall("conveyor_stream_next", out->struct_size, kBatchInfoV3));
     }
     absl::StatusOr<std::optional<cc::BatchLease>> next = stream->stream->Next();
     if (!next.ok()) return Fail(next.status());
@@ -181,7 +268,8 @@ int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
     }
     auto handle = std::make_unique<conveyor_batch>(conveyor_batch{std::move(lease)});
     const conveyor::v1::Batch& hdr = handle->lease.header();
-    *info = conveyor_batch_info{};
+    conveyor_batch_info known{};
+    conveyor_batch_info* info = &known;
     info->images = handle->lease.images();
     info->images_bytes = handle->lease.images_bytes();
     info->dtype = hdr.dtype();
@@ -203,6 +291,8 @@ int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
     info->device_pointer = handle->lease.device_pointer();
     info->cuda_stream = 0;  // ready on arrival (see the header)
     info->cuda_event = 0;
+    absl::Status written = WriteSized(known, "conveyor_stream_next", kBatchInfoV3, out);
+    if (!written.ok()) return Fail(written);
     *batch = handle.release();
     return 0;
   });

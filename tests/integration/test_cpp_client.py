@@ -10,6 +10,7 @@ unix socket (shared memory, fd hand-over) and over TCP (data socket).
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -20,7 +21,8 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import BUILD_DIR, daemon_config, read_epoch, scaled, wait_until
+from conveyor_integration import (BUILD_DIR, SOURCE_DIR, daemon_config, read_epoch, scaled,
+                                  wait_until)
 
 TOOLS = {"cpp": BUILD_DIR / "client" / "cpp" / "fetch_batches",
          "c": BUILD_DIR / "client" / "cpp" / "c_example"}
@@ -244,17 +246,201 @@ def test_shared_library_exports_only_the_c_abi():
     assert [n for n in names if not n.startswith("conveyor_")] == []
 
 
+HEADER = SOURCE_DIR / "client" / "cpp" / "include" / "conveyor_client.h"
+
+
+def abi_version():
+    return re.search(r"#define CONVEYOR_CLIENT_ABI_VERSION (\d+)", HEADER.read_text()).group(1)
+
+
+def project_version():
+    text = (SOURCE_DIR / "CMakeLists.txt").read_text()
+    return re.search(r"project\(conveyor VERSION ([0-9.]+)", text).group(1)
+
+
 def test_shared_library_carries_its_abi_version():
-    # The soname names CONVEYOR_CLIENT_ABI_VERSION of the header, and the
-    # GPU functions of version 2 are exported.
-    header = (Path(__file__).parents[2] / "client" / "cpp" / "include" /
-              "conveyor_client.h").read_text()
-    version = re.search(r"#define CONVEYOR_CLIENT_ABI_VERSION (\d+)", header).group(1)
+    # The soname names CONVEYOR_CLIENT_ABI_VERSION of the header; the file
+    # is libconveyor_client.so.ABI.PROJECT_VERSION; the GPU functions of
+    # version 2 and conveyor_version of version 3 are exported.
+    version = abi_version()
     dynamic = subprocess.run(["readelf", "-d", str(LIBRARY)], capture_output=True, text=True,
                              check=True).stdout
     assert "Library soname: [libconveyor_client.so.%s]" % version in dynamic, dynamic
+    real = LIBRARY.resolve()
+    assert real.name == "libconveyor_client.so.%s.%s" % (version, project_version()), real
+    assert (LIBRARY.parent / ("libconveyor_client.so.%s" % version)).resolve() == real
     out = subprocess.run(["nm", "-D", "--defined-only", str(LIBRARY)], capture_output=True,
                          text=True, check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
-    assert {"conveyor_abi_version", "conveyor_batch_device_pointer",
+    assert {"conveyor_abi_version", "conveyor_version", "conveyor_batch_device_pointer",
             "conveyor_batch_copy_images"} <= names
+
+
+@pytest.mark.parametrize("kind", ["cpp", "c"])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_usage_and_exits_0(kind, flag):
+    proc = subprocess.run([str(TOOLS[kind]), flag], capture_output=True, text=True,
+                          timeout=scaled(30))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: %s --server ADDRESS" % TOOLS[kind].name), proc.stdout
+    for option in ("--pipeline", "--batch-size", "--transport", "--out", "--help"):
+        assert option in proc.stdout, option
+    assert proc.stderr == ""
+    # A real usage error still exits 2, on stderr.
+    bad = subprocess.run([str(TOOLS[kind]), "--no-such-flag", "1"], capture_output=True,
+                         text=True, timeout=scaled(30))
+    assert bad.returncode == 2 and "usage:" in bad.stderr, (bad.returncode, bad.stderr)
+
+
+def test_c_example_reports_the_library_version():
+    proc = subprocess.run([str(TOOLS["c"]), "--version"], capture_output=True, text=True,
+                          timeout=scaled(30))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "c_example: libconveyor_client %s, ABI version %s (header %s)" % (
+        project_version(), abi_version(), abi_version()), proc.stdout
+
+
+# --- the installed package ---------------------------------------------------------
+COMPONENT = "conveyor-client"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """`cmake --install` of the component into a temporary prefix."""
+    prefix = tmp_path_factory.mktemp("prefix")
+    r = subprocess.run(["cmake", "--install", str(BUILD_DIR), "--prefix", str(prefix),
+                        "--component", COMPONENT], capture_output=True, text=True,
+                       timeout=scaled(120))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return prefix
+
+
+def _one(prefix, pattern):
+    found = sorted(prefix.glob(pattern))
+    assert len(found) == 1, (pattern, found, sorted(str(p) for p in prefix.rglob("*")))
+    return found[0]
+
+
+def test_install_holds_the_library_headers_and_package_files(installed):
+    version = abi_version()
+    lib = _one(installed, "lib*/libconveyor_client.so")
+    assert lib.is_symlink() and lib.resolve().name == "libconveyor_client.so.%s.%s" % (
+        version, project_version())
+    assert (lib.parent / ("libconveyor_client.so.%s" % version)).resolve() == lib.resolve()
+    for header in ("conveyor_client.h", "conveyor_client.hpp"):
+        assert _one(installed, "include/" + header).read_text() == (HEADER.parent / header).read_text()
+    _one(installed, "lib*/pkgconfig/conveyor-client.pc")
+    _one(installed, "lib*/cmake/ConveyorClient/ConveyorClientConfig.cmake")
+    _one(installed, "lib*/cmake/ConveyorClient/ConveyorClientConfigVersion.cmake")
+    # The component is the client's only: no daemon, no Python package.
+    assert not list(installed.rglob("conveyord")) and not list(installed.rglob("*.py"))
+
+
+def _sanitizer_flags():
+    """The flags of the sanitizer the library was built with (the asan stage
+    of scripts/test.sh): a program linking it must be built with them too,
+    or the sanitizer's runtime does not come first and it refuses to run."""
+    data = LIBRARY.resolve().read_bytes()
+    if b"__asan_init" in data:
+        return ["-fsanitize=address,undefined", "-fno-sanitize=vptr"]
+    if b"__tsan_init" in data:
+        return ["-fsanitize=thread"]
+    return []
+
+
+def _pkg_config(installed, *args):
+    pc = _one(installed, "lib*/pkgconfig/conveyor-client.pc")
+    env = dict(os.environ, PKG_CONFIG_PATH=str(pc.parent))
+    r = subprocess.run(["pkg-config", *args, "conveyor-client"], capture_output=True, text=True,
+                       env=env, timeout=scaled(30))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def _compile_c(installed, source, out):
+    flags = _pkg_config(installed, "--cflags", "--libs")
+    libdir = _pkg_config(installed, "--variable=libdir")[0]
+    r = subprocess.run(["cc", "-std=c11", "-Wall", "-Werror", *_sanitizer_flags(), str(source),
+                        "-o", str(out), *flags, "-Wl,-rpath," + libdir], capture_output=True, text=True,
+                       timeout=scaled(120))
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _same_as_the_built_c_example(daemon, exe, tmp_path):
+    params = dict(pipeline="train", batch_size=8, seed=3, epoch=0, rank=0, world_size=1)
+    want = run_tool("c", _args(daemon.unix, **params))
+    proc = subprocess.run([str(exe)] + _args(daemon.unix, **params), capture_output=True,
+                          text=True, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    got = Run(proc, None)
+    assert want.returncode == 0 and len(got.batches) == len(want.batches) > 0
+    np.testing.assert_array_equal(got.indices(), want.indices())
+    np.testing.assert_array_equal(got.labels(), want.labels())
+
+
+def test_pkg_config_builds_c_example_against_the_install(installed, daemon, tmp_path):
+    pc_version = _pkg_config(installed, "--modversion")[0]
+    assert pc_version == project_version()
+    assert _pkg_config(installed, "--variable=abi_version")[0] == abi_version()
+    exe = _compile_c(installed, SOURCE_DIR / "client" / "cpp" / "examples" / "c_example.c",
+                     tmp_path / "c_example")
+    # It runs on the installed library, not the build tree's.
+    ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True, check=True).stdout
+    assert str(installed) in ldd and str(BUILD_DIR) not in ldd, ldd
+    _same_as_the_built_c_example(daemon, exe, tmp_path)
+
+
+def test_find_package_builds_c_and_cpp_clients_against_the_install(installed, daemon, tmp_path):
+    project = tmp_path / "consumer"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(f"""
+cmake_minimum_required(VERSION 3.16)
+project(consumer C CXX)
+find_package(ConveyorClient {project_version()} REQUIRED)
+if(NOT ConveyorClient_ABI_VERSION EQUAL {abi_version()})
+  message(FATAL_ERROR "ConveyorClient_ABI_VERSION is ${{ConveyorClient_ABI_VERSION}}")
+endif()
+add_executable(c_example {SOURCE_DIR}/client/cpp/examples/c_example.c)
+target_link_libraries(c_example PRIVATE ConveyorClient::conveyor_client)
+set_target_properties(c_example PROPERTIES C_STANDARD 11)
+add_executable(cpp_client_hpp {SOURCE_DIR}/tests/integration/cpp_client_hpp.cc)
+target_link_libraries(cpp_client_hpp PRIVATE ConveyorClient::conveyor_client)
+set_target_properties(cpp_client_hpp PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+""")
+    build = tmp_path / "consumer-build"
+    sanitize = " ".join(_sanitizer_flags())
+    for cmd in (["cmake", "-S", str(project), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                 "-DCMAKE_PREFIX_PATH=" + str(installed), "-DCMAKE_C_FLAGS=" + sanitize,
+                 "-DCMAKE_CXX_FLAGS=" + sanitize, "-DCMAKE_EXE_LINKER_FLAGS=" + sanitize],
+                ["cmake", "--build", str(build), "-j", "2"]):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(300))
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    _same_as_the_built_c_example(daemon, build / "c_example", tmp_path)
+    # The C++ header over the C ABI reads the same epoch as the Python client.
+    want = read_epoch(daemon.unix, pipeline="train", batch_size=8, seed=11)
+    proc = subprocess.run([str(build / "cpp_client_hpp"), daemon.unix, "train", "8", "11"],
+                          capture_output=True, text=True, timeout=scaled(60))
+    assert proc.returncode == 0, proc.stderr
+    fields = dict(w.split("=", 1) for w in proc.stdout.split()[1:])
+    assert int(fields["batches"]) == want.batches_per_epoch
+    np.testing.assert_array_equal(np.array([int(v) for v in fields["indices"].split(",")]),
+                                  want.indices)
+    bad = subprocess.run([str(build / "cpp_client_hpp"), daemon.unix, "no-such", "8", "0"],
+                         capture_output=True, text=True, timeout=scaled(60))
+    assert bad.returncode == 1 and "NOT_FOUND" in bad.stderr, bad.stderr
+
+
+def test_struct_sizes_are_checked(installed, daemon, tmp_path):
+    """A caller built from another header: too small is INVALID_ARGUMENT
+    (nothing written, no batch lost), larger works when its unknown fields
+    are zero and is refused when one is set (tests/integration/
+    cpp_client_struct_sizes.c)."""
+    source = Path(__file__).with_name("cpp_client_struct_sizes.c")
+    checks = re.findall(r"^\s+check\(", source.read_text(), re.M)
+    exe = _compile_c(installed, source, tmp_path / "struct_sizes")
+    proc = subprocess.run([str(exe), daemon.unix, "train", "8"], capture_output=True, text=True,
+                          timeout=scaled(60))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    passed = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ok ")]
+    assert len(passed) == len(checks) >= 10 and "FAILED" not in proc.stdout, proc.stdout

@@ -6,9 +6,20 @@ config they embed, and meet the Pod Security level they claim.
   Kubernetes API's JSON schemas of 1.29 (native sidecars) and of the newest
   version kubernetes-validate bundles, offline, in the `k8s` virtual
   environment (scripts/venvs/k8s.txt). A deliberately broken copy must fail.
-- Images: only REGISTRY/NAME:VERSION placeholders (no tag-less or `latest`
-  image), each one rewritten by its folder's kustomization and by the
-  documented sed step.
+- Kustomize: each folder, as `kubectl kustomize` builds it, validates too;
+  the sidecar's holds namespaced objects only (its PriorityClass is an
+  optional file of its own).
+- Images: only YOUR_REGISTRY/NAME:VERSION placeholders (no tag-less or
+  `latest` image), which the kubelet refuses (InvalidImageName: judged by
+  the Docker client's reference parser, the kubelet's) as written and as the
+  kustomizations build them; each one rewritten to a valid reference by its
+  folder's kustomization once newName/newTag are set, and by the documented
+  sed step.
+- Nodes, sizing, metrics: the DaemonSet selects GPU nodes and tolerates
+  their taint; every container has requests, the daemons' memory request
+  is their limit, and the DaemonSet fits the node the README names;
+  metrics.listen is the named port "metrics", which the PodMonitors and
+  the prometheus.io annotations scrape.
 - Config: the ConfigMap's conveyord.yaml, with every path moved under a
   temporary folder standing for the container's mounts, passes
   `conveyord --check-config`; a daemon started on it answers the manifests'
@@ -21,8 +32,11 @@ config they embed, and meet the Pod Security level they claim.
 """
 
 import math
+import os
 import re
+import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,8 +49,17 @@ from pod_security import violations
 
 K8S = ci.SOURCE_DIR / "deploy" / "k8s"
 VARIANTS = {"daemonset": ["conveyord.yaml", "trainer-example.yaml"], "sidecar": ["job.yaml"]}
-MANIFESTS = [K8S / v / f for v, files in VARIANTS.items() for f in files]
-IMAGE_PLACEHOLDERS = {"REGISTRY/conveyord:VERSION", "REGISTRY/conveyor-trainer:VERSION"}
+# Optional files beside them, not in the kustomizations: plain Kubernetes
+# objects (validated with the rest) and PodMonitors (a CRD: checked here).
+OPTIONAL = {"sidecar": ["priority-class.yaml"]}
+PODMONITORS = {"daemonset": "podmonitor.yaml", "sidecar": "podmonitor.yaml"}
+MANIFESTS = [K8S / v / f for v, files in VARIANTS.items() for f in files] + [
+    K8S / v / f for v, files in OPTIONAL.items() for f in files]
+IMAGE_PLACEHOLDERS = {"YOUR_REGISTRY/conveyord:VERSION", "YOUR_REGISTRY/conveyor-trainer:VERSION"}
+# What a namespace-scoped user may create (the sidecar's kustomization).
+NAMESPACED_KINDS = {"ConfigMap", "Secret", "ServiceAccount", "Job", "Pod", "Deployment",
+                    "Service", "PersistentVolumeClaim", "Role", "RoleBinding"}
+METRICS_PORT_NAME = "metrics"
 SCHEMA_VERSIONS = ("1.29.0", "1.37.0")
 # What the worst case of config/README.md cannot read from a config: the
 # dataset index (ImageNet-1k is about 15 MiB) and the fixed part (code, gRPC).
@@ -44,7 +67,11 @@ INDEX_AND_FIXED = 320 * 2**20
 
 
 def load(path):
-    return [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+    return load_text(Path(path).read_text())
+
+
+def load_text(text):
+    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def pod_specs(docs):
@@ -160,6 +187,66 @@ def daemon_cases():
             yield pytest.param(docs, spec, id="%s:%s" % (variant, name))
 
 
+# --- kustomize, image references ------------------------------------------------
+def kubectl():
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.skip("kubectl (its built-in kustomize) is not installed")
+    return path
+
+
+def kustomize_build(folder):
+    """The objects `kubectl kustomize folder` builds (what apply -k applies)."""
+    r = subprocess.run([kubectl(), "kustomize", str(folder)], capture_output=True, text=True,
+                       timeout=ci.scaled(60))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def all_images(docs):
+    return [c["image"] for _, spec in pod_specs(docs) for c in containers(spec)]
+
+
+@pytest.fixture(scope="module")
+def image_reference_valid(tmp_path_factory):
+    """Whether the kubelet accepts an image reference: it parses it with
+    distribution/reference's ParseNormalizedNamed before pulling, and a
+    failure is the container's InvalidImageName. The Docker client's `pull`
+    runs that parser first, then connects to the daemon: here to a socket
+    that does not exist, so that nothing is ever pulled."""
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("the docker client (distribution/reference's parser) is not installed")
+    tmp = tmp_path_factory.mktemp("docker")
+    env = dict(os.environ, DOCKER_HOST="unix://%s/no-daemon.sock" % tmp,
+               DOCKER_CONFIG=str(tmp / "config"))
+    env.pop("DOCKER_CONTEXT", None)
+
+    def valid(ref):
+        r = subprocess.run([docker, "pull", "--quiet", ref], capture_output=True, text=True,
+                           env=env, timeout=ci.scaled(30))
+        out = r.stdout + r.stderr
+        assert r.returncode != 0, out
+        if "invalid reference format" in out or "must be lowercase" in out:
+            return False
+        assert "connect to the Docker daemon" in out, (ref, out)
+        return True
+
+    return valid
+
+
+def test_image_reference_check_tells_valid_from_invalid(image_reference_valid):
+    for ref in ("registry.example.com/ml/conveyord:1.4.0", "conveyord:0.1.0",
+                "registry.example.com:5000/ml/conveyord@sha256:" + "a" * 64,
+                # The old placeholder: a valid reference (the host "REGISTRY"),
+                # so it failed with ErrImagePull, not InvalidImageName.
+                "REGISTRY/conveyord:VERSION"):
+        assert image_reference_valid(ref), ref
+    for ref in ("YOUR_REGISTRY/conveyord:VERSION", "registry.example.com/ml/Conveyord:1",
+                "conveyord:bad tag", "registry.example.com/ml/conveyord:"):
+        assert not image_reference_valid(ref), ref
+
+
 # --- schema ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def k8s_python():
@@ -180,6 +267,19 @@ def test_manifests_validate_against_the_api_schemas(k8s_python, tmp_path, versio
         out.write_text(documented_sed(f.read_text()))
         substituted.append(out)
     r = kubernetes_validate(k8s_python, MANIFESTS + substituted, version)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ERROR" not in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_kustomize_builds_validate_against_the_api_schemas(k8s_python, tmp_path, version):
+    built = []
+    for variant in VARIANTS:
+        out = tmp_path / ("%s-built.yaml" % variant)
+        out.write_text(kustomize_build(K8S / variant))
+        assert load(out), variant
+        built.append(out)
+    r = kubernetes_validate(k8s_python, built, version)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ERROR" not in r.stdout + r.stderr
 
@@ -211,9 +311,58 @@ def test_images_are_placeholders_that_kustomize_and_sed_replace():
                     assert c["image"] in IMAGE_PLACEHOLDERS, (f, name, c["name"], c["image"])
                     if f in kustomization["resources"]:
                         assert c["image"].rsplit(":", 1)[0] in rewritten, (variant, c["image"])
-            assert "REGISTRY/" not in documented_sed(text), f
+            assert "YOUR_REGISTRY/" not in documented_sed(text), f
+        # As shipped the kustomization keeps the placeholders (README: apply
+        # -k unchanged fails with InvalidImageName, like apply -f).
         for i in kustomization["images"]:
-            assert i["newTag"] and i["newTag"] != "latest" and "/" in i["newName"], i
+            assert "%s:%s" % (i["newName"], i["newTag"]) in IMAGE_PLACEHOLDERS, i
+
+
+def test_unchanged_manifests_and_builds_name_images_the_kubelet_refuses(image_reference_valid):
+    for variant, files in VARIANTS.items():
+        built = all_images(load_text(kustomize_build(K8S / variant)))
+        assert built and set(built) <= IMAGE_PLACEHOLDERS, (variant, built)
+        written = [i for f in files for i in all_images(load(K8S / variant / f))]
+        for ref in set(built) | set(written):
+            assert not image_reference_valid(ref), "%s: %s would be pulled" % (variant, ref)
+        for f in files:
+            for ref in all_images(load_text(documented_sed((K8S / variant / f).read_text()))):
+                assert image_reference_valid(ref), (f, ref)
+
+
+def test_setting_the_kustomization_images_gives_valid_references(image_reference_valid, tmp_path):
+    """What `kustomize edit set image NAME=REF` writes: newName/newTag of the
+    entry named after the placeholder. The build then names those images."""
+    for variant in VARIANTS:
+        folder = tmp_path / variant
+        shutil.copytree(K8S / variant, folder)
+        k = yaml.safe_load((folder / "kustomization.yaml").read_text())
+        want = set()
+        for i in k["images"]:
+            i["newName"] = "registry.example.com/ml/" + i["name"].rsplit("/", 1)[1]
+            i["newTag"] = "1.4.0"
+            want.add("%s:%s" % (i["newName"], i["newTag"]))
+        (folder / "kustomization.yaml").write_text(yaml.safe_dump(k))
+        built = set(all_images(load_text(kustomize_build(folder))))
+        assert built == want, (variant, built)
+        assert all(image_reference_valid(ref) for ref in built), built
+
+
+# --- what each folder applies -----------------------------------------------------
+def test_sidecar_kustomization_is_namespaced_only():
+    """A namespace-scoped user applies the sidecar whole: nothing
+    cluster-scoped (its PriorityClass is priority-class.yaml, outside)."""
+    built = [d for d in load_text(kustomize_build(K8S / "sidecar")) if d]
+    kinds = {d["kind"] for d in built}
+    assert kinds <= NAMESPACED_KINDS, kinds - NAMESPACED_KINDS
+    assert {"ConfigMap", "Job"} <= kinds
+    assert all("namespace" not in d["metadata"] for d in built)  # the user's namespace
+    optional = load(K8S / "sidecar" / "priority-class.yaml")
+    assert [d["kind"] for d in optional] == ["PriorityClass"]
+    # The class the Job's comment names is the one the optional file defines.
+    name = optional[0]["metadata"]["name"]
+    assert re.search(r"#\s*priorityClassName: %s\b" % re.escape(name),
+                     (K8S / "sidecar" / "job.yaml").read_text())
 
 
 # --- Pod Security ----------------------------------------------------------------
@@ -259,10 +408,88 @@ def test_daemonset_needs_privileged_for_hostpath_only():
 @pytest.mark.parametrize("docs,spec", list(daemon_cases()))
 def test_pod_spec_basics(docs, spec):
     assert spec.get("automountServiceAccountToken") is False
-    classes = {d["metadata"]["name"] for d in docs if d["kind"] == "PriorityClass"}
-    assert spec.get("priorityClassName") in classes, (spec.get("priorityClassName"), classes)
+    if "priorityClassName" in spec:
+        classes = {d["metadata"]["name"] for d in docs if d["kind"] == "PriorityClass"}
+        assert spec["priorityClassName"] in classes, (spec["priorityClassName"], classes)
     for c in containers(spec):
         assert "resources" in c and c["resources"].get("limits"), c["name"]
+
+
+def test_every_container_has_requests():
+    for f in MANIFESTS:
+        for name, spec in pod_specs(load(f)):
+            for c in containers(spec):
+                requests = (c.get("resources") or {}).get("requests") or {}
+                assert {"cpu", "memory"} <= set(requests), (f.name, name, c["name"])
+                limits = c["resources"].get("limits") or {}
+                if "cpu" in limits:
+                    assert quantity_cpus(requests["cpu"]) <= quantity_cpus(limits["cpu"])
+                if "memory" in limits:
+                    assert quantity_bytes(requests["memory"]) <= quantity_bytes(limits["memory"])
+
+
+def test_daemonset_runs_on_gpu_nodes_and_fits_the_node_the_readme_names():
+    readme = (K8S / "README.md").read_text()
+    for name, spec in pod_specs(load(K8S / "daemonset" / "conveyord.yaml")):
+        selector = spec.get("nodeSelector") or {}
+        assert selector == {"nvidia.com/gpu.present": "true"}, selector
+        assert "nvidia.com/gpu.present" in readme
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+            spec.get("tolerations") or []), spec.get("tolerations")
+        m = re.search(r"a GPU node\s+of (\d+) CPUs and (\d+) GiB schedules", readme)
+        assert m, "README.md names no node size the DaemonSet fits"
+        cpus, gib = int(m.group(1)), int(m.group(2))
+        total_cpu = sum(quantity_cpus(c["resources"]["requests"]["cpu"])
+                        for c in spec["containers"])
+        total_mem = sum(quantity_bytes(c["resources"]["requests"]["memory"])
+                        for c in spec["containers"])
+        assert total_cpu <= cpus and total_mem <= gib * 2**30, (name, total_cpu, total_mem)
+
+
+@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
+def test_daemon_memory_request_is_its_limit(docs, spec):
+    """README, "Sizing": memory is not compressible, so the request is the
+    limit (the worst case), while the CPU request is below the limit."""
+    _, c, _ = embedded_config(docs, spec)
+    requests, limits = c["resources"]["requests"], c["resources"]["limits"]
+    assert quantity_bytes(requests["memory"]) == quantity_bytes(limits["memory"])
+    assert quantity_cpus(requests["cpu"]) < quantity_cpus(limits["cpu"])
+
+
+def metrics_port(cfg):
+    listen = str((cfg.get("metrics") or {}).get("listen", "none"))
+    assert listen != "none", "metrics.listen is off"
+    return int(listen.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
+def test_metrics_port_is_named_and_scraped(docs, spec):
+    cfg, c, _ = embedded_config(docs, spec)
+    port = metrics_port(cfg)
+    named = {p.get("name"): p["containerPort"] for p in c.get("ports") or []}
+    assert named.get(METRICS_PORT_NAME) == port, named
+    # The workload whose pod template this is, and its annotations.
+    workload = next(d for d in docs if d["kind"] in ("DaemonSet", "Job"))
+    template = workload["spec"]["template"]
+    annotations = template["metadata"].get("annotations") or {}
+    assert annotations.get("prometheus.io/scrape") == "true"
+    assert annotations.get("prometheus.io/port") == str(port)
+    assert annotations.get("prometheus.io/path") == "/metrics"
+    # The optional PodMonitor selects these pods and scrapes that port.
+    variant = next(v for v, files in VARIANTS.items() if load(K8S / v / files[0]) == docs)
+    monitors = load(K8S / variant / PODMONITORS[variant])
+    assert [m["kind"] for m in monitors] == ["PodMonitor"]
+    pm = monitors[0]
+    assert pm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert pm["metadata"].get("namespace") == workload["metadata"].get("namespace")
+    labels = template["metadata"]["labels"]
+    match = pm["spec"]["selector"]["matchLabels"]
+    assert match and all(labels.get(k) == v for k, v in match.items()), (match, labels)
+    endpoints = pm["spec"]["podMetricsEndpoints"]
+    assert [(e["port"], e.get("path", "/metrics")) for e in endpoints] == [
+        (METRICS_PORT_NAME, "/metrics")]
+    kustomization = yaml.safe_load((K8S / variant / "kustomization.yaml").read_text())
+    assert PODMONITORS[variant] not in kustomization["resources"]  # the CRD may be absent
 
 
 @pytest.mark.parametrize("docs,spec", list(daemon_cases()))
@@ -293,7 +520,7 @@ def test_manifest_agrees_with_its_config(docs, spec):
             if k in p["dataset"]]:
         m = mount_of(c, path)
         assert m and m.get("readOnly"), "%s is not on a read-only mount" % path
-    ports = set()
+    ports = {metrics_port(cfg)} if cfg.get("metrics") else set()
     for key in ("tcp", "data_tcp"):
         addr = str(cfg["listen"].get(key, "none"))
         if addr != "none" and int(addr.rsplit(":", 1)[1]) != 0:
@@ -334,6 +561,9 @@ def test_embedded_config_serves_and_answers_the_probe(docs, spec, tmp_path):
     # Two threads and a small budget on this machine; the rest as written.
     cfg["threads"] = 2
     cfg["memory_budget"] = "256MiB"
+    if cfg.get("metrics"):
+        metrics_port(cfg)
+        cfg["metrics"]["listen"] = "127.0.0.1:0"  # the pod's own address stands for 0.0.0.0
     config = tmp_path / "conveyord.yaml"
     config.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([str(ci.CONVEYORD), "--config", str(config), "--check-config"],
@@ -352,5 +582,15 @@ def test_embedded_config_serves_and_answers_the_probe(docs, spec, tmp_path):
             assert r.returncode == 0, (probe, argv, r.stdout, r.stderr)
         names = {p.name for p in conveyor.list_pipelines("unix://" + cfg["listen"]["unix"])}
         assert names == set(cfg["pipelines"])
+        if cfg.get("metrics"):
+            # What the annotations' path scrapes on the named port.
+            m = re.search(r"Prometheus metrics on http://([0-9.]+):(\d+)/metrics", d.log())
+            assert m, d.log_tail()
+            url = "http://%s:%s/metrics" % m.groups()
+            with urllib.request.urlopen(url, timeout=ci.scaled(10)) as r:
+                assert r.status == 200
+                text = r.read().decode()
+            assert "conveyor_" in text and all(
+                'pipeline="%s"' % n in text for n in cfg["pipelines"]), text[:2000]
     finally:
         ci.finish_daemons([d])

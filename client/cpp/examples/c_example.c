@@ -6,10 +6,13 @@
  *             [--epoch E] [--rank R] [--world-size W] [--credits C]
  *             [--transport auto|shared_memory|data_socket|inline|device_memory]
  *             [--gpu-uuid GPU-...] [--pin-memory 0|1] [--batches N] [--out FILE]
+ *   c_example --help | --version
  *
  * Prints "opened ...", one "batch ..." line per batch and "done ..." with
  * the rate and the resume state; --out appends the image bytes of every
- * batch to FILE. Exit 1 on an error (the library's message on stderr).
+ * batch to FILE. Exit 1 on an error (the library's message on stderr), 2
+ * on a usage error; --help prints the usage and exits 0, --version the
+ * library's version and ABI versions.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
@@ -27,9 +30,28 @@ static int fail(const char* what, int status) {
   return 1;
 }
 
+static const char kUsage[] =
+    "usage: c_example --server ADDRESS --pipeline NAME --batch-size N [options]\n"
+    "       c_example --help | --version\n"
+    "Reads batches from conveyord through the C ABI (libconveyor_client.so) and prints\n"
+    "one line per batch.\n"
+    "  --server ADDRESS     unix:///path.sock, /path.sock or HOST:PORT\n"
+    "  --pipeline NAME      a pipeline of the daemon's config\n"
+    "  --batch-size N       samples per batch\n"
+    "  --seed S             shuffle seed (0)\n"
+    "  --epoch E            first epoch (0)\n"
+    "  --rank R             this rank (0) ...\n"
+    "  --world-size W       ... of W (1)\n"
+    "  --credits C          batches held unreleased at most (4)\n"
+    "  --transport T        auto|shared_memory|data_socket|inline|device_memory (auto)\n"
+    "  --gpu-uuid GPU-...   the GPU of device_memory / pin-memory\n"
+    "  --pin-memory 0|1     page-lock the shared-memory slots for CUDA (0)\n"
+    "  --batches N          stop after N batches (0: the whole epoch)\n"
+    "  --out FILE           write every batch's image bytes to FILE\n"
+    "Exit status: 0 done, 1 an error (the library's message on stderr), 2 a usage error.\n";
+
 static int usage(const char* why) {
-  fprintf(stderr, "c_example: %s\nusage: c_example --server ADDRESS --pipeline NAME "
-                  "--batch-size N [options]\n", why);
+  fprintf(stderr, "c_example: %s\n%s", why, kUsage);
   return 2;
 }
 
@@ -55,11 +77,23 @@ int main(int argc, char** argv) {
   const char* out_path = NULL;
   unsigned long long max_batches = 0;
   conveyor_stream_options o;
-  conveyor_stream_options_init(&o);
+  if (conveyor_stream_options_init(&o, sizeof o) != CONVEYOR_OK) {
+    fprintf(stderr, "c_example: %s\n", conveyor_last_error());
+    return 1;
+  }
   for (int i = 1; i < argc; i += 2) {
     const char* flag = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     unsigned long long n = 0;
+    if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+      fputs(kUsage, stdout);
+      return 0;
+    }
+    if (strcmp(flag, "--version") == 0) {
+      printf("c_example: libconveyor_client %s, ABI version %d (header %d)\n", conveyor_version(),
+             conveyor_abi_version(), CONVEYOR_CLIENT_ABI_VERSION);
+      return 0;
+    }
     if (v == NULL) return usage("a flag needs a value");
     if (strcmp(flag, "--server") == 0) { server = v; continue; }
     if (strcmp(flag, "--pipeline") == 0) { o.pipeline = v; continue; }
@@ -106,8 +140,14 @@ int main(int argc, char** argv) {
     conveyor_client_close(client);
     return rc;
   }
-  conveyor_stream_info si;
-  conveyor_stream_get_info(stream, &si);
+  conveyor_stream_info si = {.struct_size = sizeof si};
+  rc = conveyor_stream_get_info(stream, &si);
+  if (rc != CONVEYOR_OK) {
+    rc = fail("conveyor_stream_get_info", rc);
+    conveyor_stream_close(stream);
+    conveyor_client_close(client);
+    return rc;
+  }
   printf("opened stream=%llu transport=%s batches_per_epoch=%llu\n",
          (unsigned long long)si.stream_id, transport_name(si.transport),
          (unsigned long long)si.batches_per_epoch);
@@ -123,7 +163,7 @@ int main(int argc, char** argv) {
   int status = 0;
   while (max_batches == 0 || batches < max_batches) {
     conveyor_batch* batch = NULL;
-    conveyor_batch_info info;
+    conveyor_batch_info info = {.struct_size = sizeof info};
     rc = conveyor_stream_next(stream, &batch, &info);
     if (rc == CONVEYOR_END_OF_STREAM) break;
     if (rc != CONVEYOR_OK) {

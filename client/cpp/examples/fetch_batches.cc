@@ -19,7 +19,7 @@
 // batches (default 0: from the open); the done line then also gives
 // timed_samples, timed_seconds and images_per_s over that span
 // (bench/scaling.sh). Exit 1 on an error (its message on stderr), 2 on a
-// usage error.
+// usage error; --help prints the usage and exits 0.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -51,12 +51,36 @@ struct Args {
   bool quiet = false;
   double seconds = 0;           // 0: no time limit
   uint64_t warmup_batches = 0;  // not counted in the timed span
+  bool help = false;            // --help: print the usage, exit 0
 };
 
+constexpr char kUsage[] =
+    "usage: fetch_batches --server ADDRESS --pipeline NAME --batch-size N [options]\n"
+    "       fetch_batches --help\n"
+    "Reads batches from conveyord with the C++ client and prints batches/s.\n"
+    "  --server ADDRESS       unix:///path.sock, /path.sock or HOST:PORT\n"
+    "  --pipeline NAME        a pipeline of the daemon's config\n"
+    "  --batch-size N         samples per batch\n"
+    "  --seed S               shuffle seed (0)\n"
+    "  --epoch E              first epoch (0)\n"
+    "  --epochs N             epochs to read (1; 0: endless)\n"
+    "  --rank R               this rank (0) ...\n"
+    "  --world-size W         ... of W (1)\n"
+    "  --credits C            batches held unreleased at most (4)\n"
+    "  --transport T          auto|shared_memory|data_socket|inline|device_memory (auto)\n"
+    "  --gpu-uuid GPU-...     the GPU of device_memory / --pin-memory\n"
+    "  --pin-memory           page-lock the shared-memory slots for CUDA\n"
+    "  --batches N            stop after N batches (0: no limit)\n"
+    "  --out FILE             write every batch's image bytes to FILE\n"
+    "  --hold N               keep the last N batches unreleased\n"
+    "  --pause-after N        print \"paused\" after N batches, wait for a line on stdin\n"
+    "  --resume-epoch E --resume-offset O   start at a resume point\n"
+    "  --seconds S            stop after S seconds (timed from --warmup-batches N)\n"
+    "  --quiet                no line per batch, only the \"done\" line\n"
+    "Exit status: 0 done, 1 an error (its message on stderr), 2 a usage error.\n";
+
 int Usage(const std::string& why) {
-  std::cerr << "fetch_batches: " << why
-            << "\nusage: fetch_batches --server ADDRESS --pipeline NAME --batch-size N [options]"
-               " (see the comment at the top of fetch_batches.cc)\n";
+  std::cerr << "fetch_batches: " << why << "\n" << kUsage;
   return 2;
 }
 
@@ -79,6 +103,10 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
       {"device_memory", v1::DEVICE_MEMORY}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      a.help = true;
+      return a;
+    }
     if (flag == "--quiet") {
       a.quiet = true;
       continue;
@@ -196,6 +224,10 @@ int main(int argc, char** argv) {
   std::string error;
   std::optional<Args> args = Parse(argc, argv, &error);
   if (!args) return Usage(error);
+  if (args->help) {
+    std::cout << kUsage;
+    return 0;
+  }
 
   absl::StatusOr<conveyor::client::Client> client = conveyor::client::Client::Create(args->server);
   if (!client.ok()) return Fail(client.status());

@@ -16,12 +16,12 @@
  *   if (conveyor_connect("unix:///run/conveyor/conveyor.sock", NULL, &c) != CONVEYOR_OK)
  *     fail(conveyor_last_error());
  *   conveyor_stream_options o;
- *   conveyor_stream_options_init(&o);
+ *   conveyor_stream_options_init(&o, sizeof o);
  *   o.pipeline = "imagenet-train"; o.batch_size = 256;
  *   conveyor_stream* s;
  *   if (conveyor_open_stream(c, &o, &s) != CONVEYOR_OK) fail(conveyor_last_error());
  *   conveyor_batch* b;
- *   conveyor_batch_info info;
+ *   conveyor_batch_info info = {.struct_size = sizeof info};
  *   int rc;
  *   while ((rc = conveyor_stream_next(s, &b, &info)) == CONVEYOR_OK) {
  *     train(info.images, info.shape, info.labels);  // no copy: the daemon's slot
@@ -47,11 +47,24 @@
  * streams that ask for a GPU; without one they fail with
  * CONVEYOR_FAILED_PRECONDITION naming why.
  *
- * ABI versions: CONVEYOR_CLIENT_ABI_VERSION is the version of this header,
- * conveyor_abi_version() the library's, and the library's soname carries it
- * (libconveyor_client.so.2). Version 2 appended fields to
- * conveyor_stream_options and conveyor_batch_info: code built against
- * version 1 must be rebuilt. Check at start-up that both versions agree.
+ * Versions: conveyor_version() is the library's release ("0.1.0"),
+ * CONVEYOR_CLIENT_ABI_VERSION the ABI version of this header and
+ * conveyor_abi_version() the library's; the soname carries the ABI version
+ * (libconveyor_client.so.3). Version 3 put a struct_size field first in
+ * every struct the caller allocates (conveyor_stream_options,
+ * conveyor_stream_info, conveyor_batch_info) and gave
+ * conveyor_stream_options_init a size: code built against versions 1 and 2
+ * must be rebuilt. Check at start-up that both ABI versions agree.
+ *
+ * Sized structs: set struct_size to sizeof the struct as you compiled it
+ * (conveyor_stream_options_init does it for the options,
+ * `x = {.struct_size = sizeof x}` for the others), so that a library and
+ * a caller built from different headers agree on what is there. Later versions only append fields.
+ * A struct the library reads (the options) may be larger than the library's own if every byte past
+ * it is zero (fields this library does not know of must be unset), else the call is
+ * CONVEYOR_INVALID_ARGUMENT; a struct it writes (the infos) gets the fields the library knows and
+ * zeros past them. A struct_size smaller than version 3's struct is CONVEYOR_INVALID_ARGUMENT
+ * naming both sizes, never a partial read.
  *
  * Thread-safety: conveyor_last_error() is per thread (the message of the
  * last failed call on the calling thread). A conveyor_client may be used by
@@ -62,6 +75,7 @@
 #ifndef CONVEYOR_CLIENT_H_
 #define CONVEYOR_CLIENT_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -69,7 +83,7 @@ extern "C" {
 #endif
 
 /* The ABI version of this header (see above). */
-#define CONVEYOR_CLIENT_ABI_VERSION 2
+#define CONVEYOR_CLIENT_ABI_VERSION 3
 
 #if defined(__GNUC__)
 #define CONVEYOR_API __attribute__((visibility("default")))
@@ -121,6 +135,10 @@ enum {
  * was built with. */
 CONVEYOR_API int conveyor_abi_version(void);
 
+/* The library's release, "MAJOR.MINOR.PATCH" (the project's version). Never
+ * NULL; static storage. */
+CONVEYOR_API const char* conveyor_version(void);
+
 /* The message of the last failed call on this thread ("" if none). Valid
  * until the next call of this library on the same thread. */
 CONVEYOR_API const char* conveyor_last_error(void);
@@ -136,6 +154,7 @@ CONVEYOR_API int conveyor_connect(const char* address, const char* token, convey
 CONVEYOR_API void conveyor_client_close(conveyor_client* client);
 
 typedef struct conveyor_stream_options {
+  uint32_t struct_size; /* sizeof(conveyor_stream_options): set by _init */
   const char* pipeline; /* required */
   uint32_t batch_size;  /* required: 1 .. the pipeline's max_batch_size */
   uint64_t seed;
@@ -159,9 +178,12 @@ typedef struct conveyor_stream_options {
                            (NULL or "": device 0) */
 } conveyor_stream_options;
 
-/* Defaults: num_epochs 1, world_size 1, credits 4, shuffle 1, the rest 0
- * (NULL). */
-CONVEYOR_API void conveyor_stream_options_init(conveyor_stream_options* options);
+/* Fills the caller's `struct_size` bytes at `options` with the defaults
+ * (num_epochs 1, world_size 1, credits 4, shuffle 1, the rest 0 or NULL)
+ * and sets options->struct_size = struct_size. Pass sizeof(*options).
+ * CONVEYOR_INVALID_ARGUMENT (nothing written) for NULL or a size below
+ * version 3's. */
+CONVEYOR_API int conveyor_stream_options_init(conveyor_stream_options* options, size_t struct_size);
 
 /* Opens a stream. *out is set on success only. */
 CONVEYOR_API int conveyor_open_stream(conveyor_client* client,
@@ -169,6 +191,7 @@ CONVEYOR_API int conveyor_open_stream(conveyor_client* client,
                                       conveyor_stream** out);
 
 typedef struct conveyor_stream_info {
+  uint32_t struct_size; /* set by the caller: sizeof(conveyor_stream_info) */
   uint64_t stream_id;
   int32_t transport; /* the one the daemon chose */
   uint32_t credits;
@@ -177,11 +200,13 @@ typedef struct conveyor_stream_info {
   uint64_t batches_per_epoch;
 } conveyor_stream_info;
 
+/* Fills *info (set info->struct_size first). */
 CONVEYOR_API int conveyor_stream_get_info(const conveyor_stream* stream,
                                           conveyor_stream_info* info);
 
 typedef struct conveyor_batch_info {
-  const void* images; /* images_bytes bytes, shaped `shape` */
+  uint32_t struct_size; /* set by the caller: sizeof(conveyor_batch_info) */
+  const void* images;   /* images_bytes bytes, shaped `shape` */
   uint64_t images_bytes;
   int32_t dtype;  /* CONVEYOR_UINT8, ... */
   int32_t layout; /* CONVEYOR_NCHW or CONVEYOR_NHWC */
@@ -206,7 +231,8 @@ typedef struct conveyor_batch_info {
   uint64_t cuda_event;     /* batch arrives (nothing to wait on) */
 } conveyor_batch_info;
 
-/* The next batch: *batch is the lease (release it), *info describes it.
+/* The next batch: *batch is the lease (release it), *info describes it
+ * (set info->struct_size first; it is kept from call to call).
  * Returns CONVEYOR_END_OF_STREAM (and sets nothing) when the stream ended;
  * an error ends the stream. */
 CONVEYOR_API int conveyor_stream_next(conveyor_stream* stream, conveyor_batch** batch,
