@@ -13,6 +13,7 @@ identity on the stream open and close lines."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import textwrap
@@ -24,7 +25,7 @@ import conveyor
 import pytest
 from conveyor.daemon import DaemonProcess
 from conveyor_integration import (CONVEYORD, IMAGE_SIZE, daemon_config, finish_daemons,
-                                  require_daemon, scaled, venv_python, write_config)
+                                  require_daemon, scaled, venv_python, wait_until, write_config)
 
 # Reads an exposition on stdin, parses it with prometheus-client's parser and
 # prints [{"name", "type", "samples": [[name, labels, value], ...]}] as JSON.
@@ -267,6 +268,38 @@ def test_healthz_and_readyz_for_http_probes(metrics_daemon):
     assert http_get(base + "/readyz") == (200, "ready\n")
     status, _ = http_get(base + "/readyz/more")
     assert status == 404
+
+
+def test_readyz_is_503_while_the_daemon_drains(daemon_factory, dataset):
+    root, _ = dataset
+    d = daemon_factory(daemon_config(root, metrics={"listen": "127.0.0.1:0"},
+                                     shutdown_timeout_seconds=5), name="drain")
+    base = metrics_url(d)[:-len("/metrics")]
+    assert http_get(base + "/readyz") == (200, "ready\n")
+    # A client that stops reading (its stream's batches are larger than the
+    # HTTP/2 window): the daemon's last write to it never completes, so
+    # gRPC's shutdown drains for shutdown_timeout_seconds.
+    stream = conveyor.open_stream(d.tcp, "train", 32, num_epochs=0, credits=8,
+                                  transport="inline", auto_release=False)
+    held = next(stream)
+    d.proc.send_signal(signal.SIGTERM)
+
+    def readyz():
+        try:
+            return http_get(base + "/readyz")
+        except (urllib.error.URLError, OSError):
+            return ("gone", "")
+
+    def not_ready():
+        answer = readyz()
+        return answer if answer[0] != 200 else None
+
+    status = wait_until(not_ready, timeout=10)
+    assert status and status[0] == 503, status
+    assert status[1].startswith("not ready: shutting down"), status
+    assert http_get(base + "/healthz") == (200, "ok\n")  # alive while it drains
+    del held
+    stream.close()
 
 
 def test_other_paths_and_methods_are_refused(metrics_daemon):
