@@ -35,9 +35,12 @@
 #include "server/config/system_cpus.h"
 #include "server/flags.h"
 #include "server/notifier.h"
+#include "server/ops/build_info.h"
+#include "server/ops/grpc_logging.h"
 #include "server/ops/logging.h"
 #include "server/ops/metrics_exposition.h"
 #include "server/ops/metrics_http_server.h"
+#include "server/ops/process_metrics.h"
 #include "server/probe.h"
 #include "server/reloader.h"
 #include "server/service/grpc_service.h"
@@ -221,18 +224,25 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   d->service_ = *std::move(service);
 
   // The metrics endpoint before any client socket: a busy metrics port
-  // refuses the start before clients could connect.
+  // refuses the start before clients could connect. /readyz says 503
+  // until Start has finished (every listener up) and again from the
+  // moment Shutdown begins.
   if (!config.metrics.listen.empty()) {
     ConveyorService* const service = d->service_.get();
     const std::atomic<const TcpListener*>* const tcp = &d->tcp_metrics_;
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics =
-        MetricsHttpServer::Start(config.metrics.listen, [service, tcp] {
+    const Daemon* const daemon = d.get();
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
+        config.metrics.listen,
+        [service, tcp] {
           std::string text = RenderPrometheusText(service->GetStats());
+          text += RenderBuildInfo(BuildVersion(), BuildRevision());
           if (const TcpListener* l = tcp->load(std::memory_order_acquire)) {
             text += l->MetricsText();
           }
+          text += RenderProcessMetrics(ReadProcessFigures());
           return text;
-        });
+        },
+        [daemon] { return daemon->NotReadyReason(); });
     if (!metrics.ok()) {
       return absl::Status(metrics.status().code(),
                           absl::StrCat("metrics.listen: ", metrics.status().message()));
@@ -379,7 +389,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
     if (absl::Status st = WritePortFile(port_file, d->tcp_port_); !st.ok()) return st;
     d->port_file_ = port_file;
   }
+  d->serving_.store(true, std::memory_order_release);
   return d;
+}
+
+std::string Daemon::NotReadyReason() const {
+  if (draining_.load(std::memory_order_acquire)) return "shutting down (draining streams)";
+  if (!serving_.load(std::memory_order_acquire)) return "starting";
+  if (short_of_fds_.load(std::memory_order_acquire)) {
+    return "short of file descriptors: new TCP connections are refused";
+  }
+  return "";
 }
 
 Daemon::Daemon(const DaemonConfig& config) : config_(config) {}
@@ -390,6 +410,7 @@ void Daemon::OnFdPressure(bool short_of_fds) {
   if (shut_down_ || server_ == nullptr) return;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   if (health == nullptr) return;
+  short_of_fds_.store(short_of_fds, std::memory_order_release);
   if (short_of_fds) {
     spdlog::warn("health: NOT_SERVING while new TCP connections are refused for want of fds");
   } else {
@@ -408,6 +429,7 @@ void Daemon::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  draining_.store(true, std::memory_order_release);
   const auto start = std::chrono::steady_clock::now();
   const bool serving = server_ != nullptr;
   if (server_ != nullptr) {
@@ -483,6 +505,9 @@ int DaemonMain(int argc, char** argv) {
     return kExitUsage;
   }
   SetUpLogging(config->log_level, config->log_format);
+  // gRPC's and protobuf's own lines through the same log, before any gRPC
+  // object exists (server/ops/grpc_logging.h).
+  RouteGrpcLogs(config->log_format, config->log_level);
   RouteFfmpegLogs();  // FFmpeg's own lines: escaped, at debug level
   // Before the datasets load: each local shard holds an fd.
   if (const auto [was, now] = RaiseFdLimit(); was != now) {

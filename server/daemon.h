@@ -1,6 +1,7 @@
 // The conveyord process: Daemon wires the parts together — engine, core
 // service, fd hand-over socket, data socket, gRPC server with gRPC's
-// default health service, metrics endpoint — and takes them down in order:
+// default health service, metrics endpoint (with /healthz and /readyz for
+// HTTP probes) — and takes them down in order:
 //   1. health → NOT_SERVING; new StreamBatches calls → UNAVAILABLE
 //   2. every open stream is cancelled (clients get UNAVAILABLE at once)
 //   3. the unix and TCP listeners stop accepting; grpc::Server::Shutdown
@@ -76,6 +77,11 @@ class Daemon {
   uint64_t max_message_bytes() const { return max_message_bytes_; }
   int data_port() const;  // 0 without a data socket
   ConveyorService& service() const { return *service_; }
+  // "" while the daemon serves; else why not, for the metrics endpoint's
+  // /readyz: "starting" until Start has finished, "shutting down" from the
+  // moment Shutdown begins, or short of fds (the TCP listener refuses
+  // connections). Safe from any thread.
+  std::string NotReadyReason() const;
 
  private:
   explicit Daemon(const DaemonConfig& config);
@@ -108,6 +114,11 @@ class Daemon {
   std::atomic<const TcpListener*> tcp_metrics_{nullptr};
   // Stopped before the server shuts down; hands connections to server_.
   std::unique_ptr<UnixListener> unix_listener_;
+
+  // Read by /readyz on civetweb's threads.
+  std::atomic<bool> serving_{false};       // Start has finished
+  std::atomic<bool> draining_{false};      // Shutdown has begun
+  std::atomic<bool> short_of_fds_{false};  // OnFdPressure's last word
 
   Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

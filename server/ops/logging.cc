@@ -79,11 +79,16 @@ void JsonLogFormatter::format(const spdlog::details::log_msg& msg, spdlog::memor
                 static_cast<int>(micros));
   const auto level = spdlog::level::to_string_view(msg.level);
   Append(dest, absl::StrFormat(
-                   R"({"ts":"%s","level":"%s","logger":"%s","thread":%d,"msg":"%s"})", ts,
+                   R"({"ts":"%s","level":"%s","logger":"%s","thread":%d,"msg":"%s")", ts,
                    JsonEscape(std::string_view(level.data(), level.size())),
                    JsonEscape(std::string_view(msg.logger_name.data(), msg.logger_name.size())),
                    msg.thread_id, JsonEscape(Payload(msg))));
-  Append(dest, "\n");
+  // Where a library's message came from (gRPC's: server/ops/grpc_logging.h).
+  if (msg.source.filename != nullptr) {
+    Append(dest, absl::StrFormat(R"(,"file":"%s","line":%d)", JsonEscape(msg.source.filename),
+                                 msg.source.line));
+  }
+  Append(dest, "}\n");
 }
 
 std::unique_ptr<spdlog::formatter> JsonLogFormatter::clone() const {

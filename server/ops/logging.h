@@ -9,6 +9,9 @@
 //   json  one JSON object per line with stable keys, in this order:
 //         {"ts":"2026-11-30T20:15:08.123456Z","level":"info",
 //          "logger":"conveyord","thread":1234,"msg":"..."}
+//         and, on the lines of a library that says where it logged from
+//         (logger "grpc": server/ops/grpc_logging.h), "file" and "line"
+//         after "msg".
 //         ts is UTC (RFC 3339, microseconds); level is spdlog's name (trace,
 //         debug, info, warning, error, critical). The line is valid JSON
 //         whatever the message holds: quotes, backslashes and control

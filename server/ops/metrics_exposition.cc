@@ -6,7 +6,10 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/text_escape.h"
@@ -16,6 +19,22 @@ namespace conveyor::server {
 namespace {
 
 using Label = std::pair<std::string_view, std::string_view>;
+
+// The lower-case names of every status code but OK, in the codes' order:
+// the reasons a stage's item may fail with, and the codes a stream may be
+// refused with. Their series exist from the start, zeros included, so that
+// rate() and increase() see a failure's first occurrence.
+const std::vector<std::string>& ErrorCodeNames() {
+  static const std::vector<std::string>* const names = [] {
+    auto* v = new std::vector<std::string>;
+    for (int c = 1; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
+      v->push_back(
+          absl::AsciiStrToLower(absl::StatusCodeToString(static_cast<absl::StatusCode>(c))));
+    }
+    return v;
+  }();
+  return *names;
+}
 
 // Appends families in order: a HELP and TYPE line, then its samples.
 class Writer {
@@ -30,6 +49,16 @@ class Writer {
   }
   void Sample(std::initializer_list<Label> labels, uint64_t value) {
     Line(labels, absl::StrCat(value));
+  }
+  // A sample of the family under another name (a histogram's _bucket,
+  // _sum and _count lines).
+  void SampleOf(std::string_view suffix, std::initializer_list<Label> labels,
+                const std::string& value) {
+    const std::string_view family = family_;
+    const std::string name = std::string(family) + std::string(suffix);
+    family_ = name;
+    Line(labels, value);
+    family_ = family;
   }
   // Nanoseconds as seconds, exactly (nine decimals).
   void Seconds(std::initializer_list<Label> labels, uint64_t ns) {
@@ -74,9 +103,11 @@ void RenderStages(const v1::GetStatsResponse& s, Writer* w) {
             "Failed items of the stage by reason (the status code of the failure), all streams "
             "since the daemon started.");
   for (const auto& st : stages) {
-    // Sorted, so that a scrape is stable whatever the map's order.
-    const std::map<std::string, uint64_t> by_reason(st.failures_by_reason().begin(),
-                                                    st.failures_by_reason().end());
+    // Sorted, so that a scrape is stable whatever the map's order; every
+    // known reason present, zeros included.
+    std::map<std::string, uint64_t> by_reason(st.failures_by_reason().begin(),
+                                              st.failures_by_reason().end());
+    for (const std::string& reason : ErrorCodeNames()) by_reason.emplace(reason, 0);
     for (const auto& [reason, n] : by_reason) {
       w->Sample({{"stage", st.name()}, {"reason", reason}}, n);
     }
@@ -123,6 +154,39 @@ void RenderDeliveries(const v1::GetStatsResponse& s, Writer* w) {
       w->Sample({{"pipeline", d.pipeline()}, {"transport", d.transport()}}, (d.*f.value)());
     }
   }
+}
+
+// Refused streams by code, and the clients' data wait per pipeline.
+void RenderClients(const v1::GetStatsResponse& s, Writer* w) {
+  w->Family("conveyor_streams_refused_total", "counter",
+            "StreamBatches calls refused before their stream opened, by status code (lower "
+            "case): bad requests, refused clients, limits (resource_exhausted), shutdown "
+            "(unavailable).");
+  std::map<std::string, uint64_t> refused(s.streams_refused_by_code().begin(),
+                                          s.streams_refused_by_code().end());
+  for (const std::string& code : ErrorCodeNames()) refused.emplace(code, 0);
+  for (const auto& [code, n] : refused) w->Sample({{"code", code}}, n);
+
+  w->Family("conveyor_client_data_wait_seconds", "histogram",
+            "How long clients waited for a batch: from the moment the client had a free credit "
+            "until the daemon handed it the batch, per pipeline.");
+  for (const v1::DataWaitStats& d : s.data_wait()) {
+    uint64_t cumulative = 0;
+    for (int b = 0; b < d.bucket_counts_size(); ++b) {
+      cumulative += d.bucket_counts(b);
+      const std::string le =
+          b < d.bucket_upper_ns_size() ? absl::StrCat(d.bucket_upper_ns(b) / 1e9) : "+Inf";
+      w->SampleOf("_bucket", {{"pipeline", d.pipeline()}, {"le", le}}, absl::StrCat(cumulative));
+    }
+    w->SampleOf("_sum", {{"pipeline", d.pipeline()}},
+                absl::StrFormat("%d.%09d", d.sum_ns() / 1000000000u, d.sum_ns() % 1000000000u));
+    w->SampleOf("_count", {{"pipeline", d.pipeline()}}, absl::StrCat(cumulative));
+  }
+  w->Family("conveyor_client_starved_seconds_total", "counter",
+            "Time clients waited for batches, summed over their batches, per pipeline (the sum "
+            "of conveyor_client_data_wait_seconds).");
+  for (const v1::DataWaitStats& d : s.data_wait())
+    w->Seconds({{"pipeline", d.pipeline()}}, d.sum_ns());
 }
 
 }  // namespace
@@ -190,6 +254,7 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
            "The daemon's memory_budget for batch slots.");
   w.Sample({}, s.slot_bytes_budget());
   RenderDeliveries(s, &w);
+  RenderClients(s, &w);
   return w.Take();
 }
 

@@ -3,7 +3,8 @@
 // ConveyorService::GetStats already collects — no bookkeeping of its own:
 //
 //   conveyor_stage_items_{in,out}_total{stage}         counters, all streams since start
-//   conveyor_stage_failures_total{stage,reason}        reason: the status code, lower case
+//   conveyor_stage_failures_total{stage,reason}        reason: the status code, lower case;
+//                                                      every stage x every non-OK code, 0 included
 //   conveyor_stage_busy_seconds_total{stage}
 //   conveyor_stage_waiting_seconds_total{stage,waiting_for="input"|"output"}
 //   conveyor_stage_queue_items{stage}, conveyor_stage_queue_capacity_items{stage},
@@ -13,6 +14,21 @@
 //   conveyor_slot_memory_bytes, conveyor_slot_memory_budget_bytes
 //   conveyor_delivered_{batches,images,bytes}_total{pipeline,transport}
 //   conveyor_worker_threads, conveyor_uptime_seconds
+//   conveyor_fetches_pending{pipeline}, conveyor_oldest_fetch_age_seconds{pipeline,host}
+//   conveyor_streams_refused_total{code}               StreamBatches calls refused before their
+//                                                      stream opened; every non-OK code, 0 included
+//   conveyor_client_data_wait_seconds{pipeline}        histogram: how long clients waited for a
+//                                                      batch (from a free credit to the batch),
+//                                                      buckets 0.001 0.0025 0.005 0.01 0.025 0.05
+//                                                      0.1 0.25 0.5 1 2.5 5 10 +Inf s
+//                                                      (server/service/delivery_counters.h)
+//   conveyor_client_starved_seconds_total{pipeline}    the histogram's sum, as a counter
+//
+// Failure series (stage failures, refusals) exist from the start at 0, so
+// that rate() and increase() see the first failure. The daemon appends
+// conveyor_build_info{version,revision} (server/ops/build_info.h), the TCP
+// listener's own families and the process_* collector set
+// (server/ops/process_metrics.h) to this text.
 //
 // Base units (seconds, bytes), counters end in _total, every family has its
 // HELP and TYPE lines. Labels are bounded by the code and the config

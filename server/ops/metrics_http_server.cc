@@ -21,13 +21,37 @@ int LogMessage(const mg_connection*, const char* message) {
   return 1;  // handled: civetweb prints nothing itself
 }
 
+// Answers a method other than GET and HEAD with 405 (true), or says the
+// request is a HEAD one.
+bool RefuseMethod(mg_connection* conn, bool* head) {
+  const mg_request_info* request = mg_get_request_info(conn);
+  *head = std::strcmp(request->request_method, "HEAD") == 0;
+  if (std::strcmp(request->request_method, "GET") == 0 || *head) return false;
+  mg_printf(conn,
+            "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\n"
+            "Content-Type: text/plain\r\nContent-Length: 19\r\nConnection: close\r\n\r\n"
+            "method not allowed\n");
+  return true;
+}
+
+int Reply(mg_connection* conn, bool head, int code, const char* reason, const char* content_type,
+          const std::string& body) {
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            code, reason, content_type, body.size());
+  if (!head) mg_write(conn, body.data(), body.size());
+  return code;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& address, Render render) {
+    const std::string& address, Render render, Readiness ready) {
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
-  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(std::move(render)));
+  std::unique_ptr<MetricsHttpServer> server(
+      new MetricsHttpServer(std::move(render), std::move(ready)));
   // Two threads answer scrapes (Prometheus scrapes one at a time); a
   // client gets 5 s to send its request and read the answer; no files.
   const char* options[] = {"listening_ports",
@@ -62,6 +86,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   server->port_ = ports[0].port;
   mg_set_request_handler(server->context_, "/metrics$", &MetricsHttpServer::HandleMetrics,
                          server.get());
+  mg_set_request_handler(server->context_, "/healthz$", &MetricsHttpServer::HandleHealth,
+                         server.get());
+  mg_set_request_handler(server->context_, "/readyz$", &MetricsHttpServer::HandleReady,
+                         server.get());
   return server;
 }
 
@@ -70,22 +98,26 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 int MetricsHttpServer::HandleMetrics(mg_connection* conn, void* self) {
-  const mg_request_info* request = mg_get_request_info(conn);
-  const bool head = std::strcmp(request->request_method, "HEAD") == 0;
-  if (std::strcmp(request->request_method, "GET") != 0 && !head) {
-    mg_printf(conn,
-              "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\n"
-              "Content-Type: text/plain\r\nContent-Length: 19\r\nConnection: close\r\n\r\n"
-              "method not allowed\n");
-    return 405;
-  }
-  const std::string body = static_cast<MetricsHttpServer*>(self)->render_();
-  mg_printf(conn,
-            "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            kPrometheusContentType, body.size());
-  if (!head) mg_write(conn, body.data(), body.size());
-  return 200;
+  bool head = false;
+  if (RefuseMethod(conn, &head)) return 405;
+  return Reply(conn, head, 200, "OK", kPrometheusContentType,
+               static_cast<MetricsHttpServer*>(self)->render_());
+}
+
+int MetricsHttpServer::HandleHealth(mg_connection* conn, void* /*self*/) {
+  bool head = false;
+  if (RefuseMethod(conn, &head)) return 405;
+  return Reply(conn, head, 200, "OK", "text/plain; charset=utf-8", "ok\n");
+}
+
+int MetricsHttpServer::HandleReady(mg_connection* conn, void* self) {
+  bool head = false;
+  if (RefuseMethod(conn, &head)) return 405;
+  const Readiness& ready = static_cast<MetricsHttpServer*>(self)->ready_;
+  const std::string why = ready ? ready() : std::string();
+  if (why.empty()) return Reply(conn, head, 200, "OK", "text/plain; charset=utf-8", "ready\n");
+  return Reply(conn, head, 503, "Service Unavailable", "text/plain; charset=utf-8",
+               absl::StrCat("not ready: ", why, "\n"));
 }
 
 }  // namespace conveyor::server

@@ -1,5 +1,6 @@
 #include "server/service/delivery_counters.h"
 
+#include "absl/strings/ascii.h"
 #include "server/transport/transport.h"
 
 namespace conveyor::server {
@@ -21,7 +22,21 @@ void DeliveryCounters::AddPipelines(const std::vector<std::string>& pipelines) {
       auto key = std::make_pair(p, static_cast<int>(t));
       if (cells_.find(key) == cells_.end()) cells_.emplace(key, std::make_unique<Cell>());
     }
+    if (waits_.find(p) == waits_.end()) waits_.emplace(p, std::make_unique<WaitCell>());
   }
+}
+
+void DeliveryCounters::WaitCell::Add(uint64_t wait_ns) {
+  size_t b = 0;
+  while (b < kUpperNs.size() && wait_ns > kUpperNs[b]) ++b;
+  buckets[b].fetch_add(1, std::memory_order_relaxed);
+  sum_ns.fetch_add(wait_ns, std::memory_order_relaxed);
+}
+
+DeliveryCounters::WaitCell* DeliveryCounters::FindWait(const std::string& pipeline) const {
+  MutexLock lock(&mu_);
+  auto it = waits_.find(pipeline);
+  return it == waits_.end() ? nullptr : it->second.get();
 }
 
 DeliveryCounters::Cell* DeliveryCounters::Find(const std::string& pipeline,
@@ -40,6 +55,35 @@ void DeliveryCounters::AppendTo(v1::GetStatsResponse* out) const {
     d->set_batches(cell->batches.load(std::memory_order_relaxed));
     d->set_images(cell->images.load(std::memory_order_relaxed));
     d->set_bytes(cell->bytes.load(std::memory_order_relaxed));
+  }
+  for (const auto& [pipeline, cell] : waits_) {
+    v1::DataWaitStats* w = out->add_data_wait();
+    w->set_pipeline(pipeline);
+    for (uint64_t upper : WaitCell::kUpperNs) w->add_bucket_upper_ns(upper);
+    // The count is the buckets' sum as read, so that it always equals the
+    // +Inf bucket of the exposition even while batches are being added.
+    uint64_t count = 0;
+    for (const auto& b : cell->buckets) {
+      const uint64_t n = b.load(std::memory_order_relaxed);
+      w->add_bucket_counts(n);
+      count += n;
+    }
+    w->set_count(count);
+    w->set_sum_ns(cell->sum_ns.load(std::memory_order_relaxed));
+  }
+}
+
+void StreamRefusals::Add(absl::StatusCode code) {
+  const int c = static_cast<int>(code);
+  if (c <= 0 || c >= kCodes) return;
+  counts_[c].fetch_add(1, std::memory_order_relaxed);
+}
+
+void StreamRefusals::AppendTo(v1::GetStatsResponse* out) const {
+  auto* by_code = out->mutable_streams_refused_by_code();
+  for (int c = 1; c < kCodes; ++c) {
+    (*by_code)[absl::AsciiStrToLower(absl::StatusCodeToString(static_cast<absl::StatusCode>(c)))] =
+        counts_[c].load(std::memory_order_relaxed);
   }
 }
 

@@ -174,7 +174,10 @@ grpc::ServerUnaryReactor* GrpcConveyorService::GetStats(grpc::CallbackServerCont
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GrpcConveyorService::StreamBatches(
     grpc::CallbackServerContext* context) {
   absl::StatusOr<ClientIdentity> client = Admit(*context);
-  if (!client.ok()) return new RefusedStream(client.status());
+  if (!client.ok()) {
+    service_->CountRefusedStream(client.status().code());
+    return new RefusedStream(client.status());
+  }
   return new StreamReactor(context, service_, *std::move(client));
 }
 

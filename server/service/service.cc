@@ -247,6 +247,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   r.set_streams_open(open_ids.size());
   r.set_slot_bytes_budget(options_.memory_budget);
   deliveries_->AppendTo(&r);
+  refusals_.AppendTo(&r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only
     // operators see it.
@@ -380,6 +381,7 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
   if (!stream_transport.ok()) return stream_transport.status();
   session->transport_ = *std::move(stream_transport);
   session->delivered_ = deliveries_->Find(pipeline->name, transport->kind());
+  session->data_wait_ = deliveries_->FindWait(pipeline->name);
 
   v1::StreamOpened& op = session->opened_;
   op.set_stream_id(stream->id());

@@ -95,6 +95,11 @@ class Session {
   void CountDelivered(uint64_t images, uint64_t bytes) const {
     if (delivered_ != nullptr) delivered_->Add(images, bytes);
   }
+  // Counts how long the client waited for a batch (GetStats.data_wait of
+  // the stream's pipeline).
+  void CountDataWait(uint64_t wait_ns) const {
+    if (data_wait_ != nullptr) data_wait_->Add(wait_ns);
+  }
 
  private:
   friend class ConveyorService;
@@ -114,7 +119,8 @@ class Session {
   // Both set before the session is handed out.
   std::unique_ptr<StreamTransport> transport_;
   v1::StreamOpened opened_;
-  DeliveryCounters::Cell* delivered_ = nullptr;  // the service's; outlives the session
+  DeliveryCounters::Cell* delivered_ = nullptr;      // the service's; outlives the session
+  DeliveryCounters::WaitCell* data_wait_ = nullptr;  // the service's too
 };
 
 class ConveyorService {
@@ -174,6 +180,10 @@ class ConveyorService {
   void BeginShutdown();
   bool shutting_down() const;
 
+  // Counts a StreamBatches call refused with `code` before its stream
+  // opened (GetStats.streams_refused_by_code). REQUIRES: code is not OK.
+  void CountRefusedStream(absl::StatusCode code) { refusals_.Add(code); }
+
   const ServiceOptions& options() const { return options_; }
 
  private:
@@ -213,6 +223,7 @@ class ConveyorService {
   const std::unique_ptr<Engine> engine_;
   const std::unique_ptr<TransportSet> transports_;
   const std::unique_ptr<DeliveryCounters> deliveries_;  // thread-safe itself
+  StreamRefusals refusals_;                             // thread-safe itself
 
   PipelineRegistry pipelines_;  // thread-safe itself
 

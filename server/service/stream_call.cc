@@ -51,6 +51,7 @@ StreamCall::~StreamCall() = default;
 void StreamCall::Start() {
   MutexLock lock(&mu_);
   if (service_->shutting_down()) {
+    service_->CountRefusedStream(absl::StatusCode::kUnavailable);
     EndLocked(absl::UnavailableError("daemon shutting down"));
     PumpLocked();
     return;
@@ -271,6 +272,7 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
                  EscapeText(open.pipeline(), kClientStringCap),
                  EscapeText(absl::StatusCodeToString(session.status().code()) + ": " +
                             std::string(session.status().message())));
+    service_->CountRefusedStream(session.status().code());
     MutexLock lock(&mu_);
     EndLocked(session.status());
     return;
@@ -290,7 +292,9 @@ void StreamCall::HandleOpen(const v1::OpenStream& open) {
   queue_.push_back(std::move(m));
   session_ = *std::move(session);
   stream_ = stream;
-  if (end_.has_value()) return;  // cancelled while opening: Detach cleans up
+  credits_ = o.num_slots;
+  waiting_since_ = Clock::now();  // every credit is free: the client waits for its first batch
+  if (end_.has_value()) return;   // cancelled while opening: Detach cleans up
   rpc_->StartRead();
 }
 
@@ -306,6 +310,10 @@ void StreamCall::HandleRelease(const v1::Release& release) {
     stream = stream_;
     bad = CheckReleaseLocked(release);
     if (!bad.ok()) EndLocked(bad);
+    // A client that held every credit has a free one again: it waits from now.
+    if (bad.ok() && !waiting_since_.has_value() && held_.size() < credits_) {
+      waiting_since_ = Clock::now();
+    }
   }
   if (!bad.ok()) {
     stream->Cancel(bad);
@@ -362,6 +370,15 @@ void StreamCall::AddBatchLocked(const BatchInfo& b) {
   session_->CountDelivered(b.num_samples, m.batch().images_bytes());
   queue_.push_back(std::move(m));
   held_[b.slot] = b.sequence;
+  // The client's wait for this batch ends; if it still has a free credit,
+  // its wait for the next one begins.
+  const Clock::time_point now = Clock::now();
+  if (waiting_since_.has_value()) {
+    session_->CountDataWait(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - *waiting_since_).count()));
+    waiting_since_.reset();
+  }
+  if (held_.size() < credits_) waiting_since_ = now;
 
   ++total_batches_;
   total_samples_ += b.num_samples;

@@ -19,6 +19,18 @@
 // message, most often on the worker that finished the batch). Nothing here
 // waits: a Pump that finds the lock taken leaves a note for the holder.
 //
+// Data wait: the call measures, per batch, how long its client waited for
+// it — from the moment the client had a free credit (the stream opened; a
+// Release gave a credit back to a client that held them all; the previous
+// batch went out while a credit was still free) until the batch is handed
+// to the transport — and counts it in the pipeline's histogram
+// (Session::CountDataWait). A wait that no batch ends (the stream's end) is
+// not counted.
+//
+// Refusals: a call refused before its stream opened (shutting down, or
+// ConveyorService::OpenStream's error) is counted by its status code
+// (ConveyorService::CountRefusedStream).
+//
 // The call ends once: the first reason (stream end, stream error, bad
 // request, cancel) is recorded, and Rpc::Finish is called when no write is
 // in flight — and, when the stream ended by itself and its transport says
@@ -102,6 +114,7 @@ class StreamCall {
   void Detach();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Gate;
 
   static void Wake(const std::shared_ptr<Gate>& gate);
@@ -145,6 +158,11 @@ class StreamCall {
   uint64_t total_batches_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t total_samples_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t total_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  // The stream's credits (slots), and since when its client has waited
+  // with a free one for a batch (unset: it holds all its credits, or no
+  // stream yet).
+  uint32_t credits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Clock::time_point> waiting_since_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace conveyor::server

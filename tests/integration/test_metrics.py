@@ -2,7 +2,10 @@
 scraped over HTTP and parsed by the official Python client's parser
 (prometheus-client, in the `metrics` virtual environment), its counters
 moving as streams run (images and bytes by pipeline and transport, streams
-open and total); startup errors for a bad or busy listen address; gRPC
+open and total, refused streams by code, the clients' data wait), failure
+series at zero from the start, the process_* collector set and
+conveyor_build_info, /healthz and /readyz for HTTP probes; startup errors
+for a bad or busy listen address; gRPC
 server reflection as grpcurl uses it (grpcio-reflection); JSON log lines
 and the journal's format from the daemon's own stderr, with the client's
 identity on the stream open and close lines."""
@@ -10,6 +13,7 @@ identity on the stream open and close lines."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import textwrap
@@ -21,7 +25,7 @@ import conveyor
 import pytest
 from conveyor.daemon import DaemonProcess
 from conveyor_integration import (CONVEYORD, IMAGE_SIZE, daemon_config, finish_daemons,
-                                  require_daemon, scaled, venv_python, write_config)
+                                  require_daemon, scaled, venv_python, wait_until, write_config)
 
 # Reads an exposition on stdin, parses it with prometheus-client's parser and
 # prints [{"name", "type", "samples": [[name, labels, value], ...]}] as JSON.
@@ -94,7 +98,7 @@ def test_scrape_counts_images_streams_and_bytes_by_transport(metrics_daemon, dat
     assert content_type.startswith("text/plain; version=0.0.4")
     # HELP and TYPE for every family; base units; no per-stream label.
     for f in before.values():
-        assert f["name"].startswith("conveyor_") and f["help"], f
+        assert f["name"].startswith(("conveyor_", "process_")) and f["help"], f
     assert before["conveyor_streams_opened"]["type"] == "counter"
     assert value(before, "conveyor_streams_open") == 0
     assert value(before, "conveyor_streams_opened_total") == 0
@@ -149,6 +153,153 @@ def test_scrape_counts_images_streams_and_bytes_by_transport(metrics_daemon, dat
     for key, v in was.items():
         assert now[key] >= v, key
     assert "stream_id" not in text and "pid" not in text
+
+
+ERROR_CODES = ["cancelled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+               "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+               "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+               "unauthenticated"]
+# conveyor_client_data_wait_seconds' buckets, as documented.
+DATA_WAIT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                     float("inf")]
+
+
+def test_process_collector_set_and_build_info(metrics_daemon):
+    _, families, _ = scrape(metrics_url(metrics_daemon))
+    types = {"process_cpu_seconds_total": "counter", "process_resident_memory_bytes": "gauge",
+             "process_virtual_memory_bytes": "gauge", "process_open_fds": "gauge",
+             "process_max_fds": "gauge", "process_start_time_seconds": "gauge",
+             "process_threads": "gauge"}
+    for sample, kind in types.items():
+        family = sample[:-len("_total")] if kind == "counter" else sample
+        assert families[family]["type"] == kind, families.get(family)
+    # The daemon's own figures, as /proc tells them to this test.
+    rss = value(families, "process_resident_memory_bytes")
+    assert 0.5 * metrics_daemon.rss_bytes() <= rss <= 2 * metrics_daemon.rss_bytes()
+    assert value(families, "process_virtual_memory_bytes") >= rss
+    fds = metrics_daemon.fd_count()
+    assert abs(value(families, "process_open_fds") - fds) <= 8, fds
+    assert value(families, "process_max_fds") >= value(families, "process_open_fds")
+    assert value(families, "process_threads") >= 2  # main, workers, gRPC's, civetweb's
+    # Started when this test's fixture started it: boot time + starttime ticks.
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    with open("/proc/%d/stat" % metrics_daemon.pid) as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    assert abs(value(families, "process_start_time_seconds") - started) < 1
+    assert time.time() - 600 < value(families, "process_start_time_seconds") <= time.time() + 1
+    assert value(families, "process_cpu_seconds_total") >= 0
+
+    info = families["conveyor_build_info"]
+    assert info["type"] == "gauge" and len(info["samples"]) == 1
+    name, labels, v = info["samples"][0]
+    assert v == 1 and sorted(labels) == ["revision", "version"]
+    version = subprocess.run([str(CONVEYORD), "--version"], capture_output=True, text=True,
+                             timeout=scaled(30)).stdout.split()[-1]
+    assert labels["version"] == version
+    assert re.fullmatch(r"[0-9a-f]{7,40}|unknown", labels["revision"]), labels
+
+
+def test_failure_series_exist_at_zero_and_refusals_count_by_code(metrics_daemon):
+    url = metrics_url(metrics_daemon)
+    _, before, _ = scrape(url)
+    stages = {lab["stage"] for _, lab, _ in before["conveyor_stage_items_in"]["samples"]}
+    assert {"fetch", "decode", "collate"} <= stages
+    for stage in stages:
+        for reason in ERROR_CODES:
+            assert value(before, "conveyor_stage_failures_total", stage=stage,
+                         reason=reason) == 0
+    for code in ERROR_CODES:
+        assert value(before, "conveyor_streams_refused_total", code=code) == 0
+    for pipeline in ("train", "eval"):
+        assert value(before, "conveyor_client_data_wait_seconds_count", pipeline=pipeline) == 0
+        assert value(before, "conveyor_client_starved_seconds_total", pipeline=pipeline) == 0
+
+    # Refused: a pipeline that does not exist (NOT_FOUND), twice; a request
+    # the daemon finds invalid (INVALID_ARGUMENT: rank past world_size).
+    for _ in range(2):
+        with pytest.raises(conveyor.ConveyorError):
+            next(iter(conveyor.open_stream(metrics_daemon.unix, "no-such-pipeline", 8)))
+    with pytest.raises(conveyor.ConveyorError):
+        next(iter(conveyor.open_stream(metrics_daemon.unix, "train", 8, rank=3, world_size=2)))
+    _, after, _ = scrape(url)
+    assert value(after, "conveyor_streams_refused_total", code="not_found") == 2
+    assert value(after, "conveyor_streams_refused_total", code="invalid_argument") == 1
+    for code in set(ERROR_CODES) - {"not_found", "invalid_argument"}:
+        assert value(after, "conveyor_streams_refused_total", code=code) == 0, code
+    assert value(after, "conveyor_streams_opened_total") == 0
+
+
+def test_data_wait_histogram_counts_every_batch(metrics_daemon, dataset):
+    _, samples = dataset
+    url = metrics_url(metrics_daemon)
+    assert consume(metrics_daemon.unix, "auto", batch_size=8) == len(samples)
+    batches = len(samples) // 8
+    _, families, _ = scrape(url)
+    family = families["conveyor_client_data_wait_seconds"]
+    assert family["type"] == "histogram"
+    buckets = [(lab["le"], v) for name, lab, v in family["samples"]
+               if name.endswith("_bucket") and lab["pipeline"] == "train"]
+    assert [float(le) for le, _ in buckets] == DATA_WAIT_BUCKETS
+    counts = [v for _, v in buckets]
+    assert counts == sorted(counts)  # cumulative
+    assert counts[-1] == batches
+    assert value(families, "conveyor_client_data_wait_seconds_count", pipeline="train") == batches
+    waited = value(families, "conveyor_client_data_wait_seconds_sum", pipeline="train")
+    assert waited > 0
+    assert value(families, "conveyor_client_starved_seconds_total",
+                 pipeline="train") == pytest.approx(waited)
+    assert value(families, "conveyor_client_data_wait_seconds_count", pipeline="eval") == 0
+
+
+def http_get(url):
+    """(status, body) of a GET, errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=scaled(10)) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_healthz_and_readyz_for_http_probes(metrics_daemon):
+    base = metrics_url(metrics_daemon)[:-len("/metrics")]
+    assert http_get(base + "/healthz") == (200, "ok\n")
+    assert http_get(base + "/readyz") == (200, "ready\n")
+    status, _ = http_get(base + "/readyz/more")
+    assert status == 404
+
+
+def test_readyz_is_503_while_the_daemon_drains(daemon_factory, dataset):
+    root, _ = dataset
+    d = daemon_factory(daemon_config(root, metrics={"listen": "127.0.0.1:0"},
+                                     shutdown_timeout_seconds=5), name="drain")
+    base = metrics_url(d)[:-len("/metrics")]
+    assert http_get(base + "/readyz") == (200, "ready\n")
+    # A client that stops reading (its stream's batches are larger than the
+    # HTTP/2 window): the daemon's last write to it never completes, so
+    # gRPC's shutdown drains for shutdown_timeout_seconds.
+    stream = conveyor.open_stream(d.tcp, "train", 32, num_epochs=0, credits=8,
+                                  transport="inline", auto_release=False)
+    held = next(stream)
+    d.proc.send_signal(signal.SIGTERM)
+
+    def readyz():
+        try:
+            return http_get(base + "/readyz")
+        except (urllib.error.URLError, OSError):
+            return ("gone", "")
+
+    def not_ready():
+        answer = readyz()
+        return answer if answer[0] != 200 else None
+
+    status = wait_until(not_ready, timeout=10)
+    assert status and status[0] == 503, status
+    assert status[1].startswith("not ready: shutting down"), status
+    assert http_get(base + "/healthz") == (200, "ok\n")  # alive while it drains
+    del held
+    stream.close()
 
 
 def test_other_paths_and_methods_are_refused(metrics_daemon):

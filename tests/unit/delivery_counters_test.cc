@@ -1,5 +1,6 @@
 // DeliveryCounters: one cell per pipeline and concrete transport, counts
-// that only grow, and the cells of pipelines a config reload adds.
+// that only grow, and the cells of pipelines a config reload adds; the
+// data-wait histogram's buckets; stream refusals by code.
 
 #include "server/service/delivery_counters.h"
 
@@ -56,6 +57,60 @@ TEST_CASE("delivery counters: a reload's new pipelines get cells, old counts sta
   REQUIRE(pairs.size() == 6);
   CHECK(std::count(pairs.begin(), pairs.end(), "train/shared_memory=4") == 1);
   CHECK(std::count(pairs.begin(), pairs.end(), "eval/data_socket=2") == 1);
+}
+
+TEST_CASE("data wait: each wait lands in the first bucket that holds it", "[metrics]") {
+  DeliveryCounters c({"train"});
+  CHECK(c.FindWait("eval") == nullptr);
+  DeliveryCounters::WaitCell* w = c.FindWait("train");
+  REQUIRE(w != nullptr);
+  w->Add(0);               // bucket 0 (<= 1 ms)
+  w->Add(1'000'000);       // exactly 1 ms: bucket 0 (le is inclusive)
+  w->Add(1'000'001);       // bucket 1 (<= 2.5 ms)
+  w->Add(3'000'000'000);   // bucket 11 (<= 5 s)
+  w->Add(60'000'000'000);  // past 10 s: the +Inf bucket
+  v1::GetStatsResponse r;
+  c.AppendTo(&r);
+  REQUIRE(r.data_wait_size() == 1);
+  const v1::DataWaitStats& d = r.data_wait(0);
+  CHECK(d.pipeline() == "train");
+  REQUIRE(d.bucket_upper_ns_size() == 13);
+  REQUIRE(d.bucket_counts_size() == 14);
+  CHECK(d.bucket_upper_ns(0) == 1'000'000);
+  CHECK(d.bucket_upper_ns(12) == 10'000'000'000);
+  CHECK(d.bucket_counts(0) == 2);
+  CHECK(d.bucket_counts(1) == 1);
+  CHECK(d.bucket_counts(11) == 1);
+  CHECK(d.bucket_counts(13) == 1);
+  CHECK(d.count() == 5);
+  CHECK(d.sum_ns() == 0 + 1'000'000 + 1'000'001 + 3'000'000'000 + 60'000'000'000);
+}
+
+TEST_CASE("data wait: a reload's new pipelines get a histogram, zeros included", "[metrics]") {
+  DeliveryCounters c({"train"});
+  c.AddPipelines({"train", "eval"});
+  v1::GetStatsResponse r;
+  c.AppendTo(&r);
+  REQUIRE(r.data_wait_size() == 2);
+  CHECK(r.data_wait(0).pipeline() == "eval");
+  CHECK(r.data_wait(0).count() == 0);
+  CHECK(r.data_wait(0).bucket_counts_size() == 14);
+}
+
+TEST_CASE("stream refusals: every code but OK, counted from zero", "[metrics]") {
+  StreamRefusals refusals;
+  refusals.Add(absl::StatusCode::kResourceExhausted);
+  refusals.Add(absl::StatusCode::kResourceExhausted);
+  refusals.Add(absl::StatusCode::kNotFound);
+  v1::GetStatsResponse r;
+  refusals.AppendTo(&r);
+  const auto& by_code = r.streams_refused_by_code();
+  CHECK(by_code.size() == 16);
+  CHECK(by_code.count("ok") == 0);
+  CHECK(by_code.at("resource_exhausted") == 2);
+  CHECK(by_code.at("not_found") == 1);
+  CHECK(by_code.at("unauthenticated") == 0);
+  CHECK(by_code.at("unavailable") == 0);
 }
 
 }  // namespace

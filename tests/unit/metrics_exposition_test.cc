@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/ops/metrics_exposition.h"
 
@@ -57,7 +58,7 @@ std::map<std::string, std::string> CheckFormat(const std::string& text) {
   REQUIRE(!text.empty());
   REQUIRE(text.back() == '\n');
   const std::regex help(R"(# HELP (conveyor_[a-z_]+) [^\n]+)");
-  const std::regex type(R"(# TYPE (conveyor_[a-z_]+) (counter|gauge))");
+  const std::regex type(R"(# TYPE (conveyor_[a-z_]+) (counter|gauge|histogram))");
   // name, optional {label="value",...}, a value; label values: escaped only.
   const std::regex sample(
       R"((conveyor_[a-z_]+)(\{[a-z_]+="(?:[^"\\\n]|\\[\\"n])*"(?:,[a-z_]+="(?:[^"\\\n]|\\[\\"n])*")*\})? ([0-9]+(?:\.[0-9]+)?))");
@@ -79,7 +80,13 @@ std::map<std::string, std::string> CheckFormat(const std::string& text) {
       CHECK(total == (kind == "counter"));  // counters, and only they, end in _total
     } else {
       REQUIRE(std::regex_match(line, m, sample));
-      CHECK(m[1] == typed);  // a sample belongs to the family announced last
+      // A sample belongs to the family announced last (a histogram's:
+      // its _bucket, _sum and _count lines).
+      if (kind == "histogram") {
+        CHECK((m[1] == typed + "_bucket" || m[1] == typed + "_sum" || m[1] == typed + "_count"));
+      } else {
+        CHECK(m[1] == typed);
+      }
       CHECK(samples.emplace(std::string(m[1]) + std::string(m[2]), m[3]).second);
     }
   }
@@ -162,6 +169,71 @@ TEST_CASE("metrics: an idle daemon's exposition is valid too", "[metrics]") {
   const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(empty));
   CHECK(s.at("conveyor_streams_open") == "0");
   CHECK(s.at("conveyor_stream_slots") == "0");
+  // Refusals have a series per code from the start, even with nothing set.
+  CHECK(s.at(R"(conveyor_streams_refused_total{code="resource_exhausted"})") == "0");
+}
+
+TEST_CASE("metrics: every stage has every failure reason, zeros included", "[metrics]") {
+  const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(SomeStats()));
+  const char* reasons[] = {"cancelled",
+                           "unknown",
+                           "invalid_argument",
+                           "deadline_exceeded",
+                           "not_found",
+                           "already_exists",
+                           "permission_denied",
+                           "resource_exhausted",
+                           "failed_precondition",
+                           "aborted",
+                           "out_of_range",
+                           "unimplemented",
+                           "internal",
+                           "unavailable",
+                           "data_loss",
+                           "unauthenticated"};
+  for (const char* stage : {"sample", "fetch", "decode", "collate", "deliver"}) {
+    for (const char* reason : reasons) {
+      const std::string key = absl::StrCat(R"(conveyor_stage_failures_total{stage=")", stage,
+                                           R"(",reason=")", reason, R"("})");
+      INFO(key);
+      REQUIRE(s.count(key) == 1);
+      const bool seen = std::string(stage) == "decode" && std::string(reason) == "invalid_argument";
+      CHECK(s.at(key) == (seen ? "1" : "0"));
+    }
+  }
+  CHECK(s.count(R"(conveyor_stage_failures_total{stage="decode",reason="ok"})") == 0);
+}
+
+TEST_CASE("metrics: refused streams by code, every code present", "[metrics]") {
+  v1::GetStatsResponse st = SomeStats();
+  (*st.mutable_streams_refused_by_code())["not_found"] = 3;
+  (*st.mutable_streams_refused_by_code())["unavailable"] = 1;
+  const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(st));
+  CHECK(s.at(R"(conveyor_streams_refused_total{code="not_found"})") == "3");
+  CHECK(s.at(R"(conveyor_streams_refused_total{code="unavailable"})") == "1");
+  CHECK(s.at(R"(conveyor_streams_refused_total{code="permission_denied"})") == "0");
+  CHECK(s.at(R"(conveyor_streams_refused_total{code="unauthenticated"})") == "0");
+  CHECK(s.count(R"(conveyor_streams_refused_total{code="ok"})") == 0);
+}
+
+TEST_CASE("metrics: the data-wait histogram is cumulative and ends in +Inf", "[metrics]") {
+  v1::GetStatsResponse st = SomeStats();
+  v1::DataWaitStats* w = st.add_data_wait();
+  w->set_pipeline("train");
+  w->add_bucket_upper_ns(1'000'000);    // 0.001 s
+  w->add_bucket_upper_ns(250'000'000);  // 0.25 s
+  w->add_bucket_counts(5);
+  w->add_bucket_counts(2);
+  w->add_bucket_counts(1);  // over 0.25 s
+  w->set_count(8);
+  w->set_sum_ns(1'500'000'001);
+  const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(st));
+  CHECK(s.at(R"(conveyor_client_data_wait_seconds_bucket{pipeline="train",le="0.001"})") == "5");
+  CHECK(s.at(R"(conveyor_client_data_wait_seconds_bucket{pipeline="train",le="0.25"})") == "7");
+  CHECK(s.at(R"(conveyor_client_data_wait_seconds_bucket{pipeline="train",le="+Inf"})") == "8");
+  CHECK(s.at(R"(conveyor_client_data_wait_seconds_count{pipeline="train"})") == "8");
+  CHECK(s.at(R"(conveyor_client_data_wait_seconds_sum{pipeline="train"})") == "1.500000001");
+  CHECK(s.at(R"(conveyor_client_starved_seconds_total{pipeline="train"})") == "1.500000001");
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 // no gRPC: one write at a time and StreamEnd before Finish, a failed
 // write, the wait for a shared-memory client's hand-over (woken by it, or
 // ended when the deadline's callback runs), an unparseable message, stale
-// Releases (the batch sequence they name), and Detach giving everything
-// back. Compiled only with the server library.
+// Releases (the batch sequence they name), Detach giving everything
+// back, and the call's figures: each batch's data wait, refusals by code. Compiled only with the
+// server library.
 #ifdef CONVEYOR_HAVE_SERVER
 
 #include <catch2/catch.hpp>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -267,6 +269,66 @@ TEST_CASE("stream call: Releases with the right sequences, or with none, are ser
   CHECK(rpc.finished()->ok());
   CHECK(batches == 3);
   call.Detach();
+}
+
+TEST_CASE("stream call: every batch's data wait is counted, the client's hold time is not",
+          "[stream_call][metrics]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  v1::OpenStream r = Request(2);
+  r.set_credits(1);
+  v1::ClientMessage open = OpenMessage(r);
+  call.OnRead(&open);
+  // The client holds each batch this long before releasing it: time it
+  // spends training, not waiting for data.
+  constexpr auto kHold = std::chrono::milliseconds(250);
+  int batches = 0;
+  while (true) {
+    std::optional<v1::ServerMessage> m;
+    REQUIRE(Eventually([&] { return (m = rpc.TakeWrite()).has_value() || rpc.finished(); }));
+    if (!m) break;
+    call.OnWriteDone(true);
+    if (m->has_end()) break;
+    if (!m->has_batch()) continue;
+    ++batches;
+    std::this_thread::sleep_for(kHold);
+    v1::ClientMessage release = ReleaseMessage(m->batch().slot());
+    call.OnRead(&release);
+  }
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  call.Detach();
+  const v1::GetStatsResponse stats = t.service->GetStats();
+  const v1::DataWaitStats* wait = nullptr;
+  for (const v1::DataWaitStats& w : stats.data_wait()) {
+    if (w.pipeline() == r.pipeline()) wait = &w;
+  }
+  REQUIRE(wait != nullptr);
+  CHECK(batches == 3);
+  CHECK(wait->count() == 3);
+  // Two of the three waits began after a hold: counting the holds would
+  // make at least 2 x kHold.
+  CHECK(wait->sum_ns() < 2 * std::chrono::nanoseconds(kHold).count());
+}
+
+TEST_CASE("stream call: a refused stream is counted by its code", "[stream_call][metrics]") {
+  ServiceFixture t;
+  FakeRpc rpc;
+  StreamCall call(t.service.get(), kTcpPeer, &rpc);
+  call.Start();
+  v1::OpenStream r = Request(2);
+  r.set_pipeline("no-such-pipeline");
+  v1::ClientMessage open = OpenMessage(r);
+  call.OnRead(&open);
+  REQUIRE(Eventually([&] { return rpc.finished().has_value(); }));
+  CHECK(absl::IsNotFound(*rpc.finished()));
+  call.Detach();
+  const v1::GetStatsResponse stats = t.service->GetStats();
+  const auto& refused = stats.streams_refused_by_code();
+  CHECK(refused.at("not_found") == 1);
+  CHECK(refused.at("invalid_argument") == 0);
+  CHECK(refused.size() == 16);
 }
 
 }  // namespace
