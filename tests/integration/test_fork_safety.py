@@ -179,3 +179,49 @@ def test_worker_refuses_at_once_where_grpc_fork_support_is_off(daemon, which, ho
     assert lines[-1] == {"parent_batches": EPOCH_BATCHES}
     # Refused at once: well inside the DataLoader's 60 s timeout.
     assert time.monotonic() - started < scaled(45)
+
+
+def test_a_plain_fork_with_a_tcp_stream_open_leaves_the_parents_stream_alone(daemon):
+    """os.fork() while a data-socket stream (TCP) is open, in this process: the
+    child drops and collects the inherited stream, reads an epoch over TCP
+    on connections of its own, and the parent's stream (its gRPC call and
+    its data socket) reads on to its end with the right batches."""
+    import gc
+
+    import conveyor
+    from conveyor import _fork
+
+    assert _fork.fork_support_active(), "conveyor was imported before grpc: fork support is on"
+    ref = [b.labels.tolist() for b in conveyor.Loader(daemon.tcp, pipeline="train",
+                                                       batch_size=4, seed=5).epoch(0)]
+    loader = conveyor.Loader(daemon.tcp, pipeline="train", batch_size=4, seed=5)
+    stream = loader.epoch(0)
+    assert stream.transport == "data_socket"
+    got = [next(stream).labels.tolist() for _ in range(2)]
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 3
+        try:
+            signal.alarm(int(scaled(60)))  # a hang ends the child, which fails the test
+            del stream
+            gc.collect()
+            n = sum(b.num_samples for b in loader.epoch(1))
+            code = 0 if n == 48 else 2
+        finally:
+            os._exit(code)
+    status = []
+
+    def reaped():
+        got_pid, st = os.waitpid(pid, os.WNOHANG)
+        if got_pid == pid:
+            status.append(st)
+        return bool(status)
+
+    if not wait_until(reaped, 90, interval=0.02):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish its epoch")
+    assert os.waitstatus_to_exitcode(status[0]) == 0
+    got += [b.labels.tolist() for b in stream]
+    assert got == ref
+    loader.close()
