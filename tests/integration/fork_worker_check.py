@@ -9,7 +9,7 @@ TorchLoader's epoch goes on.
 
 --grpc-first imports grpc before conveyor (gRPC's fork support then stays
 as the environment says). Prints one JSON object per try ({"try", "ok",
-"batches", "same", "error"}), then {"parent_batches"}; exit status 0 when
+"batches", "same": labels and image checksums as a plain Loader's, "error"}), then {"parent_batches"}; exit status 0 when
 it got there. --hold: then one more worker, and after its first batch
 print "WORKER <pid>" and wait (the test kills this process, and the worker
 must not outlive it).
@@ -31,8 +31,10 @@ import conveyor.torch as ctorch  # noqa: E402
 def main():
     address, tries = sys.argv[1], int(sys.argv[2])
     hold = "--hold" in sys.argv
-    ref = [b.labels.tolist() for b in conveyor.Loader(address, pipeline="train", batch_size=8,
-                                                       seed=3).epoch(0)]
+    # (labels, checksum of the images): the images come through the shared
+    # memory of the worker's own stream.
+    ref = [(b.labels.tolist(), int(b.images.sum(dtype="int64")))
+           for b in conveyor.Loader(address, pipeline="train", batch_size=8, seed=3).epoch(0)]
     train = ctorch.TorchLoader(address, pipeline="train", batch_size=4, seed=1)
     it = iter(train)
     parent = [next(it) for _ in range(2)]  # the stream is open: mid-epoch
@@ -43,7 +45,7 @@ def main():
         got, error = [], None
         try:
             for x, y in dl:
-                got.append(y.tolist())
+                got.append((y.tolist(), int(x.sum(dtype=torch.int64))))
         except Exception as e:  # the refusal under --grpc-first is the expected outcome there
             error = "%s: %s" % (type(e).__name__, e)
         print(json.dumps({"try": t, "ok": error is None and got == ref, "batches": len(got),
