@@ -6,6 +6,7 @@
 # and stops the daemon.
 #   DEMO_IMAGES (default 1000)  images to generate (once; kept for later runs)
 #   DEMO_EPOCHS (default 2)     epochs to stream
+#   DEMO_SOCKET (default /tmp/conveyor-demo/conveyor.sock)  the daemon's socket
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -24,7 +25,9 @@ if [ ! -f demo-data/.complete-"$IMAGES" ]; then
   touch demo-data/.complete-"$IMAGES"
 fi
 
-SOCKET=/tmp/conveyor-demo/conveyor.sock
+# DEMO_SOCKET: another path when a daemon already serves on the default one
+# (the launcher refuses a socket in use and names the pid using it).
+SOCKET="${DEMO_SOCKET:-/tmp/conveyor-demo/conveyor.sock}"
 # conveyor.daemon (the project's launcher) starts conveyord, waits for its
 # health check to say SERVING, runs the client commands with
 # $CONVEYOR_SERVER set, then stops the daemon (SIGTERM) and exits with the

@@ -13,7 +13,13 @@ opt-in reconnection to a restarted daemon (RetryPolicy), conveyor.errors for
 the exceptions. The CLI is `python3 -m conveyor --help`.
 """
 
+from ._fork import prepare_grpc_import as _prepare_grpc_import
 from ._stub_path import extend as _extend_path
+
+# gRPC's fork support (GRPC_ENABLE_FORK_SUPPORT=1) before grpc is first
+# imported: a forked DataLoader worker can then open streams of its own
+# while the parent's are open (conveyor/_fork.py).
+_prepare_grpc_import()
 
 # The generated gRPC stubs (conveyor._proto) are in the package once it is
 # installed, and in the build tree in a source checkout: conveyor/_stub_path.py.

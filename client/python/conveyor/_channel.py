@@ -15,6 +15,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
+from . import _fork
 from ._security import Security
 from ._stubs import pb, pb_grpc
 from .errors import InvalidRequest, from_rpc_error
@@ -42,7 +43,11 @@ def make_channel(address: str, options: Sequence[Tuple[str, Any]] = (),
                  security: Optional[Security] = None) -> grpc.Channel:
     """A gRPC channel to the daemon with 1 GiB message limits. `security`
     (a conveyor.Security; default Security.from_env()): TLS for TCP
-    addresses when it names a CA, its bearer token on every call."""
+    addresses when it names a CA, its bearer token on every call.
+    In a forked child where gRPC is not safe (conveyor/_fork.py) it raises
+    FailedPrecondition, naming the "spawn" / "forkserver" contexts."""
+    _fork.child_may_use_grpc()
+    _fork.note_channel()
     opts = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
     opts.extend(options)

@@ -41,4 +41,13 @@ def _close_all() -> None:
             pass
 
 
+def after_fork() -> "list[Any]":
+    """In a forked child (conveyor/_fork.py): a new lock (the parent's may
+    have been held by another thread at the fork) and the objects inherited,
+    which the child detaches rather than closes."""
+    global _lock
+    _lock = threading.Lock()
+    return list(_live)
+
+
 atexit.register(_close_all)

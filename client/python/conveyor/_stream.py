@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import grpc
 import numpy as np
 
-from . import _exit
+from . import _exit, _fork
 from ._batch import Batch, SampleFailure, check_lifetime, dtype_of
 from ._channel import stub_for
 from ._closing import ClosesOnExit
@@ -379,6 +379,19 @@ class Stream(ClosesOnExit):
                 self._transport.close()  # mappings and buffers live on while views of them do
             if self._owns_channel:
                 self._channel.close()
+
+    def _detach_after_fork(self) -> None:
+        """In a forked child (conveyor/_fork.py): the parent's call, channel
+        and transport are kept, never cancelled, closed or collected here
+        (that can hang, or end the parent's data socket); the stream is
+        over for this process. Batches already taken stay readable."""
+        _fork.keep(self._call, self._channel, self._transport, self._requests)
+        self._lock = threading.Lock()
+        self._call = None
+        self._transport = None
+        self._owns_channel = False
+        self._done = True
+        self._book.done = True
 
     def close(self) -> None:
         """Cancels the call if it is still running and releases every batch

@@ -16,6 +16,14 @@ bound port comes back through --port-file). Its stdout and stderr go to
 short pauses; a daemon that exits while starting raises DaemonError with the
 end of its log.
 
+The launcher trusts only its own child: before starting, a unix socket path
+some live process answers on is refused at once ("socket X is in use by pid
+N ...": the other daemon and its socket are left alone); and SERVING counts
+only once the peer of the unix socket (SO_PEERCRED) is the child's pid. A
+TCP-only daemon is its child's once the port file, which the child writes
+after binding (in a work folder where the stale one was removed), names the
+port.
+
 `health_status(channel)` is the one Python grpc.health.v1 client of the project:
 gRPC's own Health stub, generated from proto/grpc/health/v1/health.proto into
 conveyor._proto.grpc.health.v1 (no grpcio-health-checking package needed).
@@ -31,9 +39,12 @@ others meanwhile.
 """
 
 import argparse
+import errno
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -41,6 +52,7 @@ import time
 
 import grpc
 
+from . import _fork
 from ._stubs import health_grpc, health_pb
 from .loader import make_channel
 
@@ -83,6 +95,53 @@ def default_binary():
 
 class DaemonError(RuntimeError):
     """conveyord exited while starting, or was not SERVING in time."""
+
+
+class SocketInUse(DaemonError):
+    """Another live process answers on the unix socket path: `path`, `pid`
+    (None when the kernel does not tell)."""
+
+    def __init__(self, path, pid):
+        self.path, self.pid = path, pid
+        super().__init__(
+            "socket %s is in use by %s; not starting another conveyord on it (the other "
+            "process and its socket are left alone): stop it, or give another socket path"
+            % (path, _describe_pid(pid)))
+
+
+def _describe_pid(pid):
+    """"pid N (its command line)" as far as /proc tells."""
+    if not pid:
+        return "another process (its pid unknown)"
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = ""
+    return "pid %d (%s)" % (pid, cmd[:200]) if cmd else "pid %d" % pid
+
+
+def unix_socket_peer(path, timeout=1.0):
+    """The pid of the process listening on unix socket `path` (SO_PEERCRED
+    of a connection to it); None when nothing listens there (no file, a
+    stale socket file, not a socket). The connection is closed at once
+    without a byte sent."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        try:
+            s.connect(os.fspath(path))
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            return None
+        except OSError as e:
+            if e.errno in (errno.ENOTSOCK, errno.ECONNREFUSED):
+                return None
+            raise
+        cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, _uid, _gid = struct.unpack("3i", cred)
+        return pid
+    finally:
+        s.close()
 
 
 class DaemonProcess:
@@ -172,6 +231,10 @@ class DaemonProcess:
         """Starts the process without waiting; see wait_serving()."""
         if self.proc is not None:
             raise DaemonError("conveyord already started (pid %d)" % self.proc.pid)
+        if self.socket_path:
+            other = unix_socket_peer(self.socket_path)
+            if other is not None:
+                raise SocketInUse(self.socket_path, other)
         if self.tcp_listen:
             try:
                 os.unlink(self.port_file)  # a stale port from an earlier daemon in this folder
@@ -179,8 +242,12 @@ class DaemonProcess:
                 pass
         self._log = open(self.log_path, "ab")
         self.launched_at = time.monotonic()
+        env = self.env
+        if env is None and _fork.set_by_conveyor():
+            # The Python client's own gRPC fork support is not the daemon's business.
+            env = {k: v for k, v in os.environ.items() if k != _fork.ENV}
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     cwd=self.workdir, env=self.env)
+                                     cwd=self.workdir, env=env)
         return self
 
     def start(self, timeout=60.0):
@@ -206,9 +273,12 @@ class DaemonProcess:
         process exits or `timeout` s pass first."""
         deadline = time.monotonic() + timeout
         pause, channel, last = 0.002, None, "no answer yet"
+        other = None  # the pid of another process seen answering on the socket
         try:
             while True:
                 if self.proc.poll() is not None:
+                    if other is not None:
+                        raise SocketInUse(self.socket_path, other)
                     raise DaemonError("conveyord exited with status %s while starting:\n%s"
                                       % (self.proc.returncode, self.log_tail()))
                 if self.tcp_listen and self.port is None:
@@ -221,9 +291,19 @@ class DaemonProcess:
                     try:
                         status = health_status(channel, timeout=min(1.0, max(0.05, left)))
                         if status == SERVING:
-                            self.serving_at = time.monotonic()
-                            return self
-                        last = "health status %d" % status
+                            peer = self._foreign_peer()
+                            if peer is None:
+                                self.serving_at = time.monotonic()
+                                return self
+                            # Not ours: the child will exit (conveyord refuses a live
+                            # socket), or it is not SERVING in time.
+                            other = peer
+                            last = "the socket is answered by %s, not by this conveyord " \
+                                   "(pid %d)" % (_describe_pid(peer), self.proc.pid)
+                            channel.close()
+                            channel = None
+                        else:
+                            last = "health status %d" % status
                     except grpc.RpcError as e:
                         last = "%s: %s" % (e.code(), e.details())
                         # A fresh channel next time: a failed one waits out
@@ -239,6 +319,20 @@ class DaemonProcess:
         finally:
             if channel is not None:
                 channel.close()
+
+    def _foreign_peer(self):
+        """None when the unix socket's listener is the child (or there is no
+        unix socket: then the port file, written by the child, told the
+        port); else the pid that listens there instead (0: unknown)."""
+        if not self.socket_path:
+            return None
+        try:
+            peer = unix_socket_peer(self.socket_path)
+        except OSError:
+            return 0
+        if peer == self.proc.pid:
+            return None
+        return peer or 0
 
     def poll(self):
         return None if self.proc is None else self.proc.poll()

@@ -78,13 +78,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import grpc
 
 import re
 
-from . import _cuda_copy, _exit, _pinning
+from . import _cuda_copy, _exit, _fork, _pinning
 from ._device_feed import DeviceStream
 from ._batch import (LIFETIMES, Batch, SampleFailure, check_lifetime,  # noqa: F401  (re-exported)
                      dtype_of)
@@ -112,9 +112,6 @@ def _env_int(name: str, default: int) -> int:
 
 _FROM_ADDRESS = object()
 
-# Channels a forked child inherited from its parent's loaders: kept referenced
-# so that the child never runs their destructors (see Loader._check_fork).
-_FORKED_CHANNELS: List[grpc.Channel] = []
 _IMPORT_PID = os.getpid()  # a loader in another process runs in a fork of this one
 
 
@@ -327,12 +324,18 @@ class Loader:
         behind. The child leaves it alone (never closes or collects it: that
         would touch the parent's connection state) and opens its own."""
         if self._pid != os.getpid():
-            self._lock = threading.Lock()  # the parent may have held it while forking
-            self._position.after_fork()
-            if self._channel is not None:
-                _FORKED_CHANNELS.append(self._channel)
-            self._channel = None
-            self._pid = os.getpid()
+            self._detach_after_fork()
+
+    def _detach_after_fork(self) -> None:
+        # Also called by conveyor/_fork.py's at-fork hook in the child. The
+        # inherited channel stays referenced there for good (conveyor/_fork.py).
+        if self._pid == os.getpid():
+            return
+        self._lock = threading.Lock()  # the parent may have held it while forking
+        self._position.after_fork()
+        _fork.keep(self._channel)
+        self._channel = None
+        self._pid = os.getpid()
 
     def __getstate__(self) -> Dict[str, Any]:
         # Pickled for a spawned worker: everything but the lock and the
