@@ -3,16 +3,18 @@
 gRPC reports most failures to connect as UNAVAILABLE with text of its own
 ("failed to connect to all addresses", "Socket closed"). After such a
 failure the command line asks the address directly, with one cheap probe,
-and turns the two mistakes a user can fix into an AccessDenied (exit 6)
+and turns the mistakes a user can fix into an AccessDenied (exit 6)
 that names the fix:
 
 - a unix socket this user may not open (EACCES on connect): the socket's
   (or a parent folder's) mode and group, `usermod -aG GROUP $USER`, and the
   daemon's `listen.allowed_uids` / `allowed_gids`;
+- a unix socket whose daemon closes the connection before answering (a
+  uid its `listen.allowed_uids` / `allowed_gids` do not let in);
 - a TCP port that speaks TLS reached without --tls-ca: the probe sends a
   TLS ClientHello and sees a TLS record come back.
 
-explain() returns None when the probe finds neither (the daemon is down,
+explain() returns None when the probe finds none of them (the daemon is down,
 the port is closed, ...): the original error then stands. Functions only,
 no state; each probe opens one socket and closes it (timeout: 2 s).
 """
@@ -28,6 +30,9 @@ import stat
 from .errors import AccessDenied
 
 _PROBE_TIMEOUT_S = 2.0
+
+# What an HTTP/2 client sends first: the preface and an empty SETTINGS frame.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 # TLS record content types a TLS server answers a ClientHello with.
 _TLS_ALERT = 0x15
@@ -107,14 +112,32 @@ def _probe_unix(path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(_PROBE_TIMEOUT_S)
     try:
-        s.connect(path)
-    except OSError as e:
-        if e.errno in (errno.EACCES, errno.EPERM):
-            return AccessDenied(_socket_access_hint(path))
-        return None
+        try:
+            s.connect(path)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM):
+                return AccessDenied(_socket_access_hint(path))
+            return None
+        # A gRPC server sends its HTTP/2 SETTINGS at once; the daemon closes
+        # a connection of a uid its listen.allowed_uids / allowed_gids do
+        # not let in before writing a byte.
+        try:
+            s.sendall(_HTTP2_PREFACE)
+            answer = s.recv(1)
+        except socket.timeout:
+            return None
+        except OSError as e:
+            if e.errno not in (errno.ECONNRESET, errno.EPIPE):
+                return None
+            answer = b""
+        if answer:
+            return None
+        return AccessDenied(
+            "the daemon at %s closed the connection of uid %d (%s) before answering: it does "
+            "not let this user in; ask for it (or a group of it) to be added to the daemon's "
+            "listen.allowed_uids / allowed_gids" % (path, os.getuid(), _user_name(os.getuid())))
     finally:
         s.close()
-    return None
 
 
 def _client_hello():
