@@ -222,3 +222,34 @@ def test_fetch_epochs_fetches_whole_epochs_whatever_their_batches(daemon, datase
     res = run_cli("fetch", "--server", daemon.unix, "--pipeline", "train", "--epochs", 0,
                   "--out", tmp_path / "x")
     assert res.returncode == 2 and "--epochs must be at least 1" in res.stderr, res.stderr
+
+
+def test_stats_count_the_samples_of_cancelled_streams(daemon_factory, dataset):
+    """A stream cancelled mid-epoch leaves the list of open streams; what it
+    delivered stays in the daemon's totals, with a finished stream's."""
+    d = daemon_factory(daemon_config(dataset[0]))
+    whole = conveyor.open_stream(d.unix, "eval", 8, num_epochs=1, credits=2)
+    assert sum(b.num_samples for b in whole) == 48
+    whole.close()
+    cut = conveyor.open_stream(d.unix, "train", 8, num_epochs=1, credits=2)
+    read = sum(b.num_samples for _, b in zip(range(3), cut))
+    cut.close()  # cancelled mid-epoch: 3 of 6 batches read
+    assert wait_until(d.idle, 30)
+    res = run_cli("stats", "--server", d.unix, "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["streams"] == []
+    by_pipeline = {x["pipeline"]: x for x in got["deliveries"]}
+    assert by_pipeline["eval"]["samples"] == 48 and by_pipeline["eval"]["batches"] == 6
+    # Sent to the cancelled stream's client: what it read, and at most its
+    # credits' worth more that were on their way.
+    cancelled = by_pipeline["train"]
+    assert read == 24
+    assert read <= cancelled["samples"] <= read + 2 * 8, got
+    assert got["delivered"]["samples"] == 48 + cancelled["samples"]
+    assert got["delivered"]["batches"] == 6 + cancelled["batches"]
+    text = run_cli("stats", "--server", d.unix)
+    assert text.returncode == 0, text.stderr
+    assert "delivered since start: %d batches, %d samples" % (
+        got["delivered"]["batches"], got["delivered"]["samples"]) in text.stdout, text.stdout
+    assert "pipeline train over shared_memory: %d batches" % cancelled["batches"] in text.stdout

@@ -28,7 +28,7 @@ from ._channel import grpc_target
 from ._security import Security
 from ._text import table
 from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
-from .stats_view import stage_units, stats_dict, stream_images_per_s
+from .stats_view import delivered_totals, stage_units, stats_dict, stream_images_per_s
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -285,6 +285,15 @@ def format_stats(resp):
         lines.append(_table(headers, _stage_rows(resp.stages, resp.bottleneck)))
     lines.append("")
     lines.append("bottleneck: %s" % (resp.bottleneck or "none (idle)"))
+    # Every stream's batches, those of closed (finished or cancelled)
+    # streams too: the stream lines below are the open ones only.
+    total = delivered_totals(resp)
+    lines.append("delivered since start: %d batches, %d samples, %.1f MiB (all streams, closed "
+                 "ones included)" % (total["batches"], total["samples"], total["bytes"] / 2**20))
+    for d in resp.deliveries:
+        if d.batches:
+            lines.append("  pipeline %s over %s: %d batches, %d samples"
+                         % (d.pipeline, d.transport, d.batches, d.images))
     if resp.streams:
         lines.append("")
         lines.append("streams:")
