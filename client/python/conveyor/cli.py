@@ -1,7 +1,7 @@
 """The `conveyor` command line: list pipelines, fetch batches to files, show stats.
 
     conveyor pipelines [--server ADDR] [--json]
-    conveyor fetch --pipeline P (--batches N | --epochs E) --out DIR [--server ADDR] [--json] [...]
+    conveyor fetch --pipeline P (--batches N | --epochs K) --out DIR [--server ADDR] [--json] [...]
     conveyor stats [--server ADDR] [--json]
     conveyor top [--server ADDR] [--interval S] [--count N] [--json]
 
@@ -401,7 +401,7 @@ def build_parser():
 
     p = sub.add_parser("fetch", help="fetch batches into .npz/.npy files", formatter_class=fmt,
                        epilog=EPILOG, description=(
-                           "Fetch N batches (or E whole epochs) of a pipeline and write each "
+                           "Fetch N batches (or K whole epochs) of a pipeline and write each "
                            "one to DIR: "
                            "batch_00000.npz (arrays images, labels, indices) or, with --format npy, "
                            "batch_00000_images.npy, batch_00000_labels.npy, batch_00000_indices.npy. "
@@ -412,13 +412,13 @@ def build_parser():
     count = p.add_mutually_exclusive_group(required=True)
     count.add_argument("--batches", type=int, metavar="N",
                        help="batches to fetch (across epochs if N needs more than one)")
-    count.add_argument("--epochs", type=int, metavar="E",
-                       help="fetch E whole epochs, whatever their number of batches")
+    count.add_argument("--epochs", type=int, metavar="K",
+                       help="fetch K whole epochs, whatever their number of batches")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument("--batch-size", type=int, default=32, metavar="B", help="default: %(default)s")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="default: %(default)s")
     p.add_argument("--epoch", type=int, default=0, metavar="E",
-                   help="first epoch; later epochs follow if N or E needs them "
+                   help="first epoch; later epochs follow if N or K needs them "
                         "(default: %(default)s)")
     p.add_argument("--rank", type=int, default=None, metavar="R", help="default: 0")
     p.add_argument("--world-size", type=int, default=None, metavar="W", help="default: 1")
