@@ -76,8 +76,9 @@ std::vector<std::string> Strings(std::span<const std::string_view> list) {
 TEST_CASE("config/README.md's table of file extensions is the code's", "[data][docs]") {
   const std::map<std::string, Row> rows = ParseTable(ReadReadme());
   REQUIRE(rows.size() == 3);
-  const std::pair<const char*, MediaKind> kinds[] = {
-      {"`image`", MediaKind::kImage}, {"`video`", MediaKind::kVideo}, {"`audio`", MediaKind::kAudio}};
+  const std::pair<const char*, MediaKind> kinds[] = {{"`image`", MediaKind::kImage},
+                                                     {"`video`", MediaKind::kVideo},
+                                                     {"`audio`", MediaKind::kAudio}};
   for (const auto& [name, kind] : kinds) {
     INFO("kind " << name);
     const auto it = rows.find(name);
@@ -91,8 +92,7 @@ TEST_CASE("config/README.md's table of file extensions is the code's", "[data][d
   }
 }
 
-TEST_CASE("a tar sample's image member may have any image extension, gif included",
-          "[data][tar]") {
+TEST_CASE("a tar sample's image member may have any image extension, gif included", "[data][tar]") {
   // Every folder image extension is a tar image extension too (one set of
   // images, whatever the dataset's layout).
   std::vector<std::string> folder = Strings(ImageExtensions());
