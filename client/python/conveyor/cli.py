@@ -210,7 +210,7 @@ def _write_batch(out, number, fmt, batch):
 
 def cmd_fetch(args):
     # --batches N: N batches, across epochs if N needs them (an endless
-    # stream, left after N); --epochs E: E whole epochs, the stream ends by
+    # stream, left after N); --epochs K: K whole epochs, the stream ends by
     # itself after the last batch of the last one (whatever their count).
     if args.batches is not None and args.batches < 1:
         raise errors.InvalidRequest("--batches must be at least 1")
