@@ -37,7 +37,7 @@ struct Row {
 
 // "`.a .b`" -> {".a", ".b"}; "none" -> {}.
 std::vector<std::string> Extensions(std::string cell) {
-  std::string_view text = absl::StripAsciiWhitespace(cell);
+  absl::string_view text = absl::StripAsciiWhitespace(cell);
   if (text == "none") return {};
   text = absl::StripPrefix(absl::StripSuffix(text, "`"), "`");
   return absl::StrSplit(text, ' ', absl::SkipEmpty());
@@ -92,7 +92,7 @@ TEST_CASE("config/README.md's table of file extensions is the code's", "[data][d
   }
 }
 
-TEST_CASE("a tar sample's image member may have any image extension, gif included", "[data][tar]") {
+TEST_CASE("a tar sample's image member may have any image extension (gif too)", "[data][tar]") {
   // Every folder image extension is a tar image extension too (one set of
   // images, whatever the dataset's layout).
   std::vector<std::string> folder = Strings(ImageExtensions());

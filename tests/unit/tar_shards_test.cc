@@ -466,7 +466,7 @@ TEST_CASE("TarDataset refuses two members of one role differing only in case") {
   CHECK((*fine)->size() == 2);
 }
 
-TEST_CASE("TarDataset takes GIF image members, after every other image extension") {
+TEST_CASE("TarDataset takes GIF image members after every other image extension") {
   const std::string tar = Member("g.gif", "GIF8") + Member("g.cls", "1") + Member("b.GIF", "G") +
                           Member("b.tiff", "TIFF") + Member("b.cls", "2") + kEnd;
   auto dataset = TarDataset::Load({"/s/a.tar"}, MemoryReader(tar), TarDatasetOptions());
