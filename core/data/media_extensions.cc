@@ -8,11 +8,16 @@ constexpr std::string_view kImage[] = {".jpg", ".jpeg", ".png",  ".ppm",  ".pgm"
                                        ".bmp", ".tif",  ".tiff", ".webp", ".gif"};
 constexpr std::string_view kVideo[] = {".mp4", ".mkv", ".webm", ".mov", ".avi"};
 constexpr std::string_view kAudio[] = {".wav", ".flac", ".mp3", ".opus", ".ogg", ".m4a", ".aac"};
+constexpr std::string_view kTarImage[] = {".jpg", ".jpeg", ".png", ".webp", ".ppm",
+                                          ".pgm", ".bmp",  ".tif", ".tiff", ".gif"};
+static_assert(std::size(kTarImage) == std::size(kImage), "the image set in another order");
 }  // namespace
 
 std::span<const std::string_view> ImageExtensions() { return kImage; }
 std::span<const std::string_view> VideoExtensions() { return kVideo; }
 std::span<const std::string_view> AudioExtensions() { return kAudio; }
+
+std::span<const std::string_view> TarImageExtensions() { return kTarImage; }
 
 std::span<const std::string_view> ExtensionsFor(MediaKind kind) {
   switch (kind) {

@@ -13,6 +13,9 @@
 
 namespace conveyor {
 
+// config/README.md's table "File extensions" lists these sets; a unit test
+// (tests/unit/media_extensions_readme_test.cc) compares the two.
+//
 // Images: .jpg .jpeg .png .ppm .pgm .bmp .tif .tiff .webp .gif
 std::span<const std::string_view> ImageExtensions();
 // Videos: .mp4 .mkv .webm .mov .avi
@@ -21,6 +24,10 @@ std::span<const std::string_view> VideoExtensions();
 std::span<const std::string_view> AudioExtensions();
 // The set of `kind`.
 std::span<const std::string_view> ExtensionsFor(MediaKind kind);
+// Tar shards: the extensions a sample's image member may have, by
+// preference (a sample with several uses the first): .jpg .jpeg .png .webp
+// .ppm .pgm .bmp .tif .tiff .gif — the image set in another order.
+std::span<const std::string_view> TarImageExtensions();
 
 // Whether `file_name` ends in one of `extensions` (case-insensitive; the
 // extension is from the last '.').

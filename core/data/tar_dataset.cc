@@ -9,18 +9,20 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
+#include "core/data/media_extensions.h"
 
 namespace conveyor {
 namespace {
 
 constexpr uint64_t kMaxLabelBytes = 64;
 
-// Image extensions by preference (a sample with several uses the first).
+// The rank of `ext` (lower case, without its '.') among the image
+// extensions by preference (a sample with several uses the first), -1 for
+// none; TarImageExtensions() lists them with their dots.
 int ImageRank(std::string_view ext) {
-  static constexpr std::string_view kImages[] = {"jpg", "jpeg", "png", "webp", "ppm",
-                                                 "pgm", "bmp",  "tif", "tiff"};
-  for (size_t i = 0; i < std::size(kImages); ++i) {
-    if (ext == kImages[i]) return static_cast<int>(i);
+  const std::span<const std::string_view> images = TarImageExtensions();
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (images[i].substr(1) == ext) return static_cast<int>(i);
   }
   return -1;
 }

@@ -466,6 +466,17 @@ TEST_CASE("TarDataset refuses two members of one role differing only in case") {
   CHECK((*fine)->size() == 2);
 }
 
+TEST_CASE("TarDataset takes GIF image members after every other image extension") {
+  const std::string tar = Member("g.gif", "GIF8") + Member("g.cls", "1") + Member("b.GIF", "G") +
+                          Member("b.tiff", "TIFF") + Member("b.cls", "2") + kEnd;
+  auto dataset = TarDataset::Load({"/s/a.tar"}, MemoryReader(tar), TarDatasetOptions());
+  REQUIRE(dataset.ok());
+  REQUIRE((*dataset)->size() == 2);
+  CHECK((*dataset)->ignored() == 0);
+  CHECK((*dataset)->index()->relative_path(0) == "a.tar/g.gif");
+  CHECK((*dataset)->index()->relative_path(1) == "a.tar/b.tiff");  // tiff preferred to gif
+}
+
 TEST_CASE("TarDataset serves the rest of a shard with sparse members; their samples fail") {
   const std::string tar = Member("a.jpg", "JPEG") + Member("a.cls", "1") +
                           GnuSparseMember("b.jpg", std::string(600, 's')) + Member("b.cls", "2") +

@@ -1,7 +1,7 @@
 """The `conveyor` command line: list pipelines, fetch batches to files, show stats.
 
     conveyor pipelines [--server ADDR] [--json]
-    conveyor fetch --pipeline P --batches N --out DIR [--server ADDR] [--json] [...]
+    conveyor fetch --pipeline P (--batches N | --epochs K) --out DIR [--server ADDR] [--json] [...]
     conveyor stats [--server ADDR] [--json]
     conveyor top [--server ADDR] [--interval S] [--count N] [--json]
 
@@ -23,11 +23,12 @@ import time
 
 import numpy as np
 
-from . import errors, top
+from . import _diagnose, errors, top
+from ._channel import grpc_target
 from ._security import Security
 from ._text import table
 from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
-from .stats_view import stage_units, stats_dict, stream_images_per_s
+from .stats_view import delivered_totals, stage_units, stats_dict, stream_images_per_s
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -47,7 +48,9 @@ EPILOG = """exit codes:
   4  server unavailable (cannot connect, or the daemon is shutting down)
   5  data error (the stream failed on bad samples: DATA_LOSS)
   6  access denied (no or wrong token or certificate: UNAUTHENTICATED; a
-     pipeline the token may not open: PERMISSION_DENIED)
+     pipeline the token may not open: PERMISSION_DENIED; a unix socket this
+     user may not open: the message names its group; a TLS port reached
+     without --tls-ca)
 
 The server address is unix:///path.sock or host:port; it defaults to
 $CONVEYOR_SERVER, else unix:///run/conveyor/conveyor.sock. A daemon that
@@ -116,14 +119,17 @@ def cmd_pipelines(args):
 
 # --- fetch -------------------------------------------------------------------
 class _Progress:
-    """A one-line text bar on stdout, redrawn in place; only when enabled
-    (stdout is a terminal and no --json)."""
+    """A one-line text bar on stdout, redrawn in place and erased by
+    finish() (the summary, or an error, then starts on a clean line); only
+    when enabled (stdout is a terminal and no --json). `total` may be set
+    later (None: not known yet)."""
 
     def __init__(self, total, enabled):
         self.total = total
         self.enabled = enabled
         self.t0 = time.monotonic()
         self.last = 0.0
+        self.drawn = False
 
     def update(self, done, images, force=False):
         if not self.enabled:
@@ -133,16 +139,21 @@ class _Progress:
             return
         self.last = now
         width = 30
-        filled = int(width * done / self.total) if self.total else width
+        total = self.total or 0
+        filled = min(int(width * done / total), width) if total else 0
         rate = images / max(now - self.t0, 1e-9)
-        sys.stdout.write("\r[%s%s] %d/%d batches  %.0f images/s" %
-                         ("#" * filled, "." * (width - filled), done, self.total, rate))
+        # \r back to the line's start, ESC [K erases what a longer bar left
+        sys.stdout.write("\r[%s%s] %d/%s batches  %.0f images/s\033[K" %
+                         ("#" * filled, "." * (width - filled), done, total or "?", rate))
         sys.stdout.flush()
+        self.drawn = True
 
     def finish(self):
-        if self.enabled:
-            sys.stdout.write("\n")
+        """Erases the bar's line and leaves the cursor at its start."""
+        if self.enabled and self.drawn:
+            sys.stdout.write("\r\033[K")
             sys.stdout.flush()
+            self.drawn = False
 
 
 class OutputError(errors.ConveyorError):
@@ -198,8 +209,13 @@ def _write_batch(out, number, fmt, batch):
 
 
 def cmd_fetch(args):
-    if args.batches < 1:
+    # --batches N: N batches, across epochs if N needs them (an endless
+    # stream, left after N); --epochs K: K whole epochs, the stream ends by
+    # itself after the last batch of the last one (whatever their count).
+    if args.batches is not None and args.batches < 1:
         raise errors.InvalidRequest("--batches must be at least 1")
+    if args.epochs is not None and args.epochs < 1:
+        raise errors.InvalidRequest("--epochs must be at least 1")
     os.makedirs(args.out, exist_ok=True)
     world = args.world_size if args.world_size is not None else 1
     rank = args.rank if args.rank is not None else 0
@@ -210,16 +226,18 @@ def cmd_fetch(args):
     t0 = time.monotonic()
     try:
         with open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
-                         first_epoch=args.epoch, num_epochs=0, rank=rank, world_size=world,
-                         credits=args.credits, shuffle=not args.no_shuffle,
+                         first_epoch=args.epoch, num_epochs=args.epochs or 0, rank=rank,
+                         world_size=world, credits=args.credits, shuffle=not args.no_shuffle,
                          transport=args.transport, security=_security(args)) as stream:
+            if args.epochs is not None:
+                progress.total = args.epochs * stream.batches_per_epoch
             for batch in stream:
                 _write_batch(args.out, written, args.format, batch)
                 images += batch.num_samples
                 failed += len(batch.failures)
                 written += 1
                 progress.update(written, images)
-                if written >= args.batches:
+                if args.batches is not None and written >= args.batches:
                     break
             progress.update(written, images, force=True)
     finally:
@@ -267,6 +285,15 @@ def format_stats(resp):
         lines.append(_table(headers, _stage_rows(resp.stages, resp.bottleneck)))
     lines.append("")
     lines.append("bottleneck: %s" % (resp.bottleneck or "none (idle)"))
+    # Every stream's batches, those of closed (finished or cancelled)
+    # streams too: the stream lines below are the open ones only.
+    total = delivered_totals(resp)
+    lines.append("delivered since start: %d batches, %d samples, %.1f MiB (all streams, closed "
+                 "ones included)" % (total["batches"], total["samples"], total["bytes"] / 2**20))
+    for d in resp.deliveries:
+        if d.batches:
+            lines.append("  pipeline %s over %s: %d batches, %d samples"
+                         % (d.pipeline, d.transport, d.batches, d.images))
     if resp.streams:
         lines.append("")
         lines.append("streams:")
@@ -374,19 +401,25 @@ def build_parser():
 
     p = sub.add_parser("fetch", help="fetch batches into .npz/.npy files", formatter_class=fmt,
                        epilog=EPILOG, description=(
-                           "Fetch N batches of a pipeline and write each one to DIR: "
+                           "Fetch N batches (or K whole epochs) of a pipeline and write each "
+                           "one to DIR: "
                            "batch_00000.npz (arrays images, labels, indices) or, with --format npy, "
                            "batch_00000_images.npy, batch_00000_labels.npy, batch_00000_indices.npy. "
                            "Prints a summary with images/s (--json: as a JSON object), and a "
                            "progress bar while it runs when stdout is a terminal."))
     add_server(p)
     p.add_argument("--pipeline", required=True, help="pipeline name (see `conveyor pipelines`)")
-    p.add_argument("--batches", type=int, required=True, metavar="N", help="batches to fetch")
+    count = p.add_mutually_exclusive_group(required=True)
+    count.add_argument("--batches", type=int, metavar="N",
+                       help="batches to fetch (across epochs if N needs more than one)")
+    count.add_argument("--epochs", type=int, metavar="K",
+                       help="fetch K whole epochs, whatever their number of batches")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument("--batch-size", type=int, default=32, metavar="B", help="default: %(default)s")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="default: %(default)s")
     p.add_argument("--epoch", type=int, default=0, metavar="E",
-                   help="first epoch; later epochs follow if N needs them (default: %(default)s)")
+                   help="first epoch; later epochs follow if N or K needs them "
+                        "(default: %(default)s)")
     p.add_argument("--rank", type=int, default=None, metavar="R", help="default: 0")
     p.add_argument("--world-size", type=int, default=None, metavar="W", help="default: 1")
     p.add_argument("--credits", type=int, default=4, metavar="C",
@@ -435,6 +468,24 @@ def _fail(args, message, exit_code, code=None):
     return exit_code
 
 
+def _explained(args, error):
+    """`error`, or for a failure to connect whose cause a probe of the
+    address sees (a socket this user may not open, a TLS port reached
+    without --tls-ca) an AccessDenied that says what to fix."""
+    if not isinstance(error, errors.Unavailable) and \
+            getattr(error.code, "name", None) != "DEADLINE_EXCEEDED":
+        return error
+    try:
+        security = _security(args)
+        better = _diagnose.explain(grpc_target(args.server), security)
+    except errors.ConveyorError:
+        return error
+    if better is None:
+        return error
+    better.details = "%s (gRPC: %s)" % (better, error.details)
+    return better
+
+
 def main(argv=None):
     parser = build_parser()
     _Parser.argv = list(sys.argv[1:] if argv is None else argv)
@@ -442,6 +493,7 @@ def main(argv=None):
     try:
         return args.func(args)
     except errors.ConveyorError as e:
+        e = _explained(args, e)
         code = e.code.name if e.code is not None else None
         return _fail(args, e, exit_code_for(e), code)
     except KeyboardInterrupt:

@@ -69,6 +69,24 @@ def stream_dict(st):
     }
 
 
+def delivery_dict(d):
+    return {"pipeline": d.pipeline, "transport": d.transport, "batches": d.batches,
+            "samples": d.images, "bytes": d.bytes}
+
+
+def delivered_totals(resp):
+    """What every stream since the daemon started handed to its client —
+    open, finished and cancelled streams alike, since the daemon counts each
+    batch as it is sent (GetStatsResponse.deliveries): {"batches", "samples",
+    "bytes"}. The per-stream figures cover the open streams only."""
+    total = {"batches": 0, "samples": 0, "bytes": 0}
+    for d in resp.deliveries:
+        total["batches"] += d.batches
+        total["samples"] += d.images
+        total["bytes"] += d.bytes
+    return total
+
+
 def stats_dict(resp):
     """The JSON object of `conveyor stats --json` (keys documented in
     client/python/README.md)."""
@@ -82,6 +100,8 @@ def stats_dict(resp):
         "bottleneck": resp.bottleneck or None,
         "stages": [stage_dict(s) for s in resp.stages],
         "streams": [stream_dict(st) for st in resp.streams],
+        "delivered": delivered_totals(resp),
+        "deliveries": [delivery_dict(d) for d in resp.deliveries if d.batches],
     }
 
 
