@@ -65,6 +65,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/data/byte_range_reader.h"
+#include "remote/host_stats.h"
 #include "remote/remote_options.h"
 #include "remote/s3_credentials.h"
 
@@ -118,6 +119,9 @@ class RemoteReader final : public ByteRangeReader {
     uint64_t direct_requests = 0;  // attempts made by the direct HTTP/1.1 client
   };
   Counters counters() const;
+  // What the reader did with each host it has read from (sorted by host;
+  // the I/O threads' figures summed): remote/host_stats.h.
+  std::vector<HostStats> host_stats() const;
 
  private:
   class Impl;
