@@ -165,7 +165,11 @@ def stdlib_run(root, files, tmp_path, daemon_factory, **remote):
         d = daemon_factory(url_config(tmp_path, urls, **remote))
         check_epoch(read_epoch(d.unix, pipeline="http", batch_size=8, seed=3, epoch=0),
                     len(files))
-        return host_stats(d.unix, "127.0.0.1:%d" % server.port)
+        h = host_stats(d.unix, "127.0.0.1:%d" % server.port)
+        print("stdlib run %r: slow connects %d, attempts of 1 s or more %d, limit %d, drops %d"
+              % (remote, h.slow_connects, slow_attempts(h), h.connection_limit,
+                 h.limit_decreases))
+        return h
     finally:
         server.stop()
 
@@ -181,17 +185,19 @@ def test_python_http_server_with_the_defaults(images, tmp_path, daemon_factory):
     h = stdlib_run(root, files, tmp_path, daemon_factory)
     assert h.adaptive and 1 <= h.connection_limit <= 64
     assert attempts(h, 200) == len(files)
-    # Connects that waited for a SYN sent again are rare, and the limit
-    # dropped after each.
-    assert h.slow_connects <= max(2, len(files) // 20), h
-    assert slow_attempts(h) <= max(2, len(files) // 20), h
+    # Connects that waited for a SYN sent again are rare (a few where the
+    # server, busy, was slow to accept), and each burst of them lowered the
+    # limit. (64 fixed: most of the requests, below.)
+    assert h.slow_connects <= len(files) // 10, h
+    assert slow_attempts(h) <= len(files) // 10, h
     assert h.limit_decreases >= min(h.slow_connects, 1)
 
 
 def test_python_http_server_overflows_with_64_fixed(images, tmp_path, daemon_factory):
     root, files = images
     h = stdlib_run(root, files, tmp_path, daemon_factory, adaptive_connections=False)
-    assert not h.adaptive and h.connection_limit == 64
+    assert not h.adaptive and h.connection_limit == 64 and h.limit_decreases == 0
     assert attempts(h, 200) == len(files)
     # The backlog overflowed: the figures say why the epoch was slow.
-    assert h.slow_connects + slow_attempts(h) > 0, h
+    assert h.slow_connects >= len(files) // 4, h
+    assert slow_attempts(h) >= len(files) // 4, h
