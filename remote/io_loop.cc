@@ -93,17 +93,28 @@ void RemoteReader::Impl::Loop() {
   std::vector<DirectHttpPath::Outcome> direct_done;
   while (true) {
     std::vector<RequestPtr> fresh;
+    std::vector<RequestPtr> claimed;
     bool pause = false;
     bool busy = false;
     {
       MutexLock lock(&mu_);
       if (stopping_) break;
       fresh.swap(submissions_);
+      claimed.swap(claimed_first_);
       io_busy_ = busy = InFlight() > 0;
       pause = busy && claims_waiting_ == 0;
     }
     const uint64_t now = MonotonicNanos();
     for (RequestPtr& r : fresh) HostFor(r->host).queue.push_back(std::move(r));
+    // Reads that wait go before the read-ahead (a run's part is not queued
+    // itself: its run keeps its place).
+    for (const RequestPtr& r : claimed) {
+      std::deque<RequestPtr>& q = HostFor(r->host).queue;
+      const auto it = std::find(q.begin(), q.end(), r);
+      if (it == q.end() || it == q.begin()) continue;
+      q.erase(it);
+      q.push_front(r);
+    }
     // Retries whose wait is over go back to their host's queue.
     for (size_t i = 0; i < delayed_.size();) {
       if (delayed_[i]->not_before_ns <= now) {
@@ -162,6 +173,7 @@ void RemoteReader::Impl::Loop() {
   left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
   MutexLock lock(&mu_);
   left_over.insert(left_over.end(), submissions_.begin(), submissions_.end());
+  claimed_first_.clear();  // (each is in left_over already)
   const uint64_t now = MonotonicNanos();
   for (const RequestPtr& r : left_over) {
     ReleaseEasy(r.get());  // (the I/O thread's pool; still this thread)

@@ -178,6 +178,9 @@ class RemoteReader::Impl {
   mutable CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   mutable std::vector<RequestPtr> submissions_ ABSL_GUARDED_BY(mu_);
+  // Claimed requests not done: moved to the front of their host's queue
+  // when still waiting there (not started yet).
+  mutable std::vector<RequestPtr> claimed_first_ ABSL_GUARDED_BY(mu_);
   // Prefetched requests not claimed yet, by key.
   mutable std::unordered_map<std::string, RequestPtr> pending_ ABSL_GUARDED_BY(mu_);
   mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // done, unclaimed
