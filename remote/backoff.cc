@@ -37,4 +37,17 @@ bool IsRetryableCurlCode(int code) {
   }
 }
 
+bool IsCongestionStatus(long status) { return status == 503 || status == 429; }
+
+bool IsCongestionCurlCode(int code) {
+  switch (static_cast<CURLcode>(code)) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR: return true;
+    default: return false;
+  }
+}
+
 }  // namespace conveyor::remote

@@ -31,4 +31,12 @@ bool IsRetryableHttpStatus(long status);
 // failed DNS look-ups, TLS handshakes cut short.
 bool IsRetryableCurlCode(int code);
 
+// Whether an answer with this status says the host is overloaded (503,
+// 429): a congestion signal for its connection limit (remote/host_concurrency.h).
+bool IsCongestionStatus(long status);
+// Whether a transfer that failed with this CURLcode (as int) is a
+// congestion signal: the connection was refused, reset, timed out or closed
+// without an answer (not a failed name look-up or a TLS error).
+bool IsCongestionCurlCode(int code);
+
 }  // namespace conveyor::remote

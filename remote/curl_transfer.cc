@@ -234,8 +234,21 @@ void RemoteReader::Impl::Finished(CURL* easy, CURLcode code, std::mt19937_64* rn
   RequestPtr r = std::move(it->second);
   active_.erase(it);
   RemoveFromMulti(multi_.get(), easy);
-  --hosts_[r->host].active;
+  --HostFor(r->host).active;
   if (r->http_status == 0) curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &r->http_status);
+  {
+    AttemptEnd end;
+    end.status = r->http_status;
+    curl_off_t connect_us = 0, first_byte_us = 0;
+    curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+    curl_easy_getinfo(easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
+    end.connect_ns = static_cast<uint64_t>(std::max<curl_off_t>(0, connect_us)) * 1000;
+    end.first_byte_ns = static_cast<uint64_t>(std::max<curl_off_t>(0, first_byte_us)) * 1000;
+    end.connect_failed = code == CURLE_COULDNT_CONNECT || (code == CURLE_OPERATION_TIMEDOUT &&
+                                                           connect_us == 0 && r->http_status == 0);
+    end.congestion = IsCongestionCurlCode(code) || IsCongestionStatus(r->http_status);
+    EndAttempt(*r, end);
+  }
   if (r->head && code == CURLE_OK) {
     curl_off_t len = -1;
     curl_easy_getinfo(easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);

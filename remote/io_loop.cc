@@ -31,6 +31,8 @@ constexpr uint64_t kMaxWaitNs = 100'000'000;
 constexpr uint64_t kWakeGapNs = 2'000'000;
 // libcurl's connection cache holds this many times the per-host limit.
 constexpr long kIdleConnectionsPerHostLimit = 4;
+// Warnings about a host's limit dropping: at most one per host this often.
+constexpr uint64_t kLimitWarningGapNs = 10'000'000'000ull;
 // The I/O thread's name (at most 15 characters).
 constexpr char kIoThreadName[] = "remote-io";
 
@@ -91,21 +93,32 @@ void RemoteReader::Impl::Loop() {
   std::vector<DirectHttpPath::Outcome> direct_done;
   while (true) {
     std::vector<RequestPtr> fresh;
+    std::vector<RequestPtr> claimed;
     bool pause = false;
     bool busy = false;
     {
       MutexLock lock(&mu_);
       if (stopping_) break;
       fresh.swap(submissions_);
+      claimed.swap(claimed_first_);
       io_busy_ = busy = InFlight() > 0;
       pause = busy && claims_waiting_ == 0;
     }
     const uint64_t now = MonotonicNanos();
-    for (RequestPtr& r : fresh) hosts_[r->host].queue.push_back(std::move(r));
+    for (RequestPtr& r : fresh) HostFor(r->host).queue.push_back(std::move(r));
+    // Reads that wait go before the read-ahead (a run's part is not queued
+    // itself: its run keeps its place).
+    for (const RequestPtr& r : claimed) {
+      std::deque<RequestPtr>& q = HostFor(r->host).queue;
+      const auto it = std::find(q.begin(), q.end(), r);
+      if (it == q.end() || it == q.begin()) continue;
+      q.erase(it);
+      q.push_front(r);
+    }
     // Retries whose wait is over go back to their host's queue.
     for (size_t i = 0; i < delayed_.size();) {
       if (delayed_[i]->not_before_ns <= now) {
-        hosts_[delayed_[i]->host].queue.push_front(delayed_[i]);
+        HostFor(delayed_[i]->host).queue.push_front(delayed_[i]);
         delayed_[i] = delayed_.back();
         delayed_.pop_back();
       } else {
@@ -113,7 +126,10 @@ void RemoteReader::Impl::Loop() {
       }
     }
     uint64_t wake_ns = now + kMaxWaitNs;
-    for (auto& [name, h] : hosts_) StartQueued(&h, now, &wake_ns);
+    for (auto& [name, h] : hosts_) {
+      StartQueued(&h, now, &wake_ns);
+      PublishGauges(name, h);
+    }
     for (const RequestPtr& r : delayed_) wake_ns = std::min(wake_ns, r->not_before_ns);
     if (direct_ != nullptr) wake_ns = std::min(wake_ns, direct_->NextDeadline());
     if (!busy && InFlight() > 0) {
@@ -157,6 +173,7 @@ void RemoteReader::Impl::Loop() {
   left_over.insert(left_over.end(), delayed_.begin(), delayed_.end());
   MutexLock lock(&mu_);
   left_over.insert(left_over.end(), submissions_.begin(), submissions_.end());
+  claimed_first_.clear();  // (each is in left_over already)
   const uint64_t now = MonotonicNanos();
   for (const RequestPtr& r : left_over) {
     ReleaseEasy(r.get());  // (the I/O thread's pool; still this thread)
@@ -182,7 +199,7 @@ void RemoteReader::Impl::StartQueued(Host* h, uint64_t now, uint64_t* wake_ns) {
     h->tokens = std::min(burst, h->tokens + (now - h->refilled_ns) * 1e-9 * rate);
     h->refilled_ns = now;
   }
-  while (!h->queue.empty() && h->active < options_.max_connections_per_host) {
+  while (!h->queue.empty() && h->active < h->concurrency.limit()) {
     if (rate > 0 && h->tokens < 1) {
       *wake_ns = std::min(*wake_ns, now + static_cast<uint64_t>((1 - h->tokens) / rate * 1e9) + 1);
       return;
@@ -191,6 +208,56 @@ void RemoteReader::Impl::StartQueued(Host* h, uint64_t now, uint64_t* wake_ns) {
     RequestPtr r = std::move(h->queue.front());
     h->queue.pop_front();
     if (StartTransfer(r)) ++h->active;
+  }
+  // Requests wait for a place: the host's limit is what holds them.
+  if (!h->queue.empty()) h->concurrency.OnLimited();
+}
+
+RemoteReader::Impl::Host& RemoteReader::Impl::HostFor(const std::string& name) {
+  auto [it, fresh] = hosts_.try_emplace(name);
+  if (fresh) {
+    it->second.concurrency =
+        HostConcurrency(options_.max_connections_per_host, options_.adaptive_connections);
+  }
+  return it->second;
+}
+
+void RemoteReader::Impl::PublishGauges(const std::string& name, const Host& h) {
+  host_stats_.Update(name, [&](HostStats* s) {
+    s->in_flight = h.active;
+    s->queued = h.queue.size();
+    s->connection_limit = h.concurrency.limit();
+    s->max_connections = options_.max_connections_per_host;
+    s->limit_decreases = h.concurrency.decreases();
+    s->adaptive = options_.adaptive_connections;
+  });
+}
+
+void RemoteReader::Impl::EndAttempt(const Request& r, const AttemptEnd& end) {
+  const uint64_t now = MonotonicNanos();
+  Host& h = HostFor(r.host);
+  const uint32_t before = h.concurrency.limit();
+  const bool slow = end.connect_ns >= HostConcurrency::kSlowConnectNs;
+  const bool dropped =
+      end.congestion ? h.concurrency.OnCongestion(r.started_ns, now)
+                     : h.concurrency.OnAnswer(r.started_ns, end.first_byte_ns, end.connect_ns);
+  host_stats_.Update(r.host, [&](HostStats* s) {
+    s->RecordAttempt(end.status, now - std::min(now, r.started_ns), r.received);
+    if (end.connect_failed) ++s->connect_failures;
+    if (slow) ++s->slow_connects;
+  });
+  // Said at most once per host every kLimitWarningGapNs: the lowering is
+  // visible in the stats and metrics meanwhile.
+  if (dropped && (h.warned_ns == 0 || now - h.warned_ns >= kLimitWarningGapNs)) {
+    h.warned_ns = now;
+    const char* why = slow                 ? "a connect took over 0.9 s (its listen backlog full?)"
+                      : end.connect_failed ? "a connection failed"
+                      : end.status != 0    ? "it answered 503/429"
+                                           : "a transfer failed (reset, timed out, no answer)";
+    spdlog::warn(
+        "remote: host {}: {}; transfers in flight lowered from {} to {} (lowered {} times so "
+        "far; remote.adaptive_connections)",
+        EscapeText(r.host), why, before, h.concurrency.limit(), h.concurrency.decreases());
   }
 }
 
@@ -210,6 +277,7 @@ bool RemoteReader::Impl::StartTransfer(const RequestPtr& r) {
   r->known_size = size != known_sizes_.end() ? size->second : 0;
   r->http_status = 0;
   ++r->attempt;
+  r->started_ns = MonotonicNanos();
   if (!r->target.empty() && !r->head) {
     if (direct_ != nullptr && direct_->TryStart(r)) {
       CountStart();
@@ -235,13 +303,20 @@ size_t RemoteReader::Impl::InFlight() const {
 // through libcurl (the path gave its host up), as the same attempt.
 void RemoteReader::Impl::FinishedDirect(DirectHttpPath::Outcome& o, std::mt19937_64* rng) {
   RequestPtr r = std::move(o.request);
-  --hosts_[r->host].active;
+  Host& h = HostFor(r->host);
+  --h.active;
   if (o.to_libcurl) {
     --r->attempt;
-    hosts_[r->host].queue.push_front(std::move(r));
+    h.queue.push_front(std::move(r));
     return;
   }
   const bool failed = !o.transport_error.empty();
+  AttemptEnd end;
+  end.status = failed ? 0 : r->http_status;
+  const uint64_t now = MonotonicNanos();
+  end.first_byte_ns = now - std::min(now, r->started_ns);  // (the path tells no first byte)
+  end.congestion = failed || IsCongestionStatus(end.status);
+  EndAttempt(*r, end);
   Conclude(r, o.transport_error, /*retryable=*/failed, rng);
 }
 
@@ -287,7 +362,7 @@ void RemoteReader::Impl::Conclude(RequestPtr& r, const std::string& transport_er
   const bool failed = !transport_error.empty();
   const bool retry_transport = failed && retryable;
   const bool retry_http = !failed && IsRetryableHttpStatus(r->http_status);
-  Host& host = hosts_[r->host];
+  Host& host = HostFor(r->host);
   if (failed || retry_http) {
     // One object failing while the host answers others, or several.
     if (host.failing_key.empty()) {
@@ -304,6 +379,7 @@ void RemoteReader::Impl::Conclude(RequestPtr& r, const std::string& transport_er
     r->last_error = retry_transport ? transport_error : absl::StrCat("HTTP ", r->http_status);
     if (r->attempt < policy_.max_attempts) {
       retries_.fetch_add(1, std::memory_order_relaxed);
+      host_stats_.Update(r->host, [](HostStats* s) { ++s->retries; });
       r->not_before_ns = MonotonicNanos() + policy_.DelayNs(r->attempt, (*rng)());
       ReleaseEasy(r.get());
       delayed_.push_back(std::move(r));

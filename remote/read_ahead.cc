@@ -123,6 +123,9 @@ absl::StatusOr<RequestPtr> RemoteReader::Impl::Claim(std::string_view object, ui
     if (!r->done) {
       ++claims_waiting_;
       wake = true;  // a read waits: the I/O thread neither sleeps nor pauses on it
+      // Ahead of the read-ahead in its host's queue: a host's limit may hold
+      // few transfers (remote/host_concurrency.h), and a read waits on this one.
+      claimed_first_.push_back(r);
     }
   }
   if (wake) driver_->Wake();

@@ -9,8 +9,14 @@
 namespace conveyor::remote {
 
 struct RemoteOptions {
-  // Transfers in flight to one host at most (more wait their turn).
+  // Transfers in flight to one host at most (more wait their turn): the cap
+  // of the adaptive limit, or the fixed limit without it.
   uint32_t max_connections_per_host = 64;
+  // Whether each host's limit adapts (remote/host_concurrency.h: starts at
+  // 4, grows by one per round of answers while their latency holds, halves
+  // on refused/reset/timed-out connections, 503/429 and slow connects), or
+  // stays max_connections_per_host.
+  bool adaptive_connections = true;
   // Requests started per second per host at most; 0 = no limit.
   double requests_per_second_per_host = 0;
   uint32_t connect_timeout_ms = 5'000;

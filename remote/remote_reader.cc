@@ -196,6 +196,13 @@ RemoteReader::Counters RemoteReader::counters() const {
   return sum;
 }
 
+std::vector<HostStats> RemoteReader::host_stats() const {
+  std::vector<std::vector<HostStats>> parts;
+  parts.reserve(impls_.size());
+  for (const std::unique_ptr<Impl>& impl : impls_) parts.push_back(impl->host_stats());
+  return MergeHostStats(parts);
+}
+
 absl::StatusOr<std::shared_ptr<RemoteReader>> MakeRemoteRangeReader(const RemoteOptions& options) {
   absl::StatusOr<S3Config> s3 =
       ResolveS3Config(options, [](const char* n) { return std::getenv(n); });

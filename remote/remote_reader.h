@@ -5,8 +5,11 @@
 // requests can be in flight while no worker thread is held by any but the
 // reads that really wait, and a wake costs what the ready sockets cost.
 //
-//  - Per host: at most max_connections_per_host transfers at once and at
-//    most requests_per_second_per_host started per second; the rest queue.
+//  - Per host: at most its connection limit of transfers at once (adaptive,
+//    AIMD, up to max_connections_per_host: remote/host_concurrency.h; fixed
+//    at max_connections_per_host with remote.adaptive_connections off) and
+//    at most requests_per_second_per_host started per second; the rest
+//    queue. What each host did is counted (host_stats(), remote/host_stats.h).
 //  - Failures worth retrying (5xx, 429, refused/reset connections,
 //    timeouts: remote/backoff.h) are retried up to max_attempts with
 //    exponential backoff and jitter. Then the read fails with UNAVAILABLE
@@ -65,6 +68,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/data/byte_range_reader.h"
+#include "remote/host_stats.h"
 #include "remote/remote_options.h"
 #include "remote/s3_credentials.h"
 
@@ -118,6 +122,9 @@ class RemoteReader final : public ByteRangeReader {
     uint64_t direct_requests = 0;  // attempts made by the direct HTTP/1.1 client
   };
   Counters counters() const;
+  // What the reader did with each host it has read from (sorted by host;
+  // the I/O threads' figures summed): remote/host_stats.h.
+  std::vector<HostStats> host_stats() const;
 
  private:
   class Impl;

@@ -41,6 +41,8 @@
 #include "remote/curl_epoll_driver.h"
 #include "remote/curl_handles.h"
 #include "remote/direct_http_path.h"
+#include "remote/host_concurrency.h"
+#include "remote/host_stats.h"
 #include "remote/remote_reader.h"
 #include "remote/remote_request.h"
 #include "remote/url.h"
@@ -77,6 +79,8 @@ class RemoteReader::Impl {
   // One request for parts [first, last] of `object` (ascending, close together).
   bool PrefetchRun(std::string_view object, std::span<const ByteRangeReader::Range> parts) const;
   Counters counters() const;
+  // This I/O thread's hosts (any thread).
+  std::vector<HostStats> host_stats() const { return host_stats_.Snapshot(); }
 
  private:
   // The I/O thread's state of one host.
@@ -91,7 +95,25 @@ class RemoteReader::Impl {
     bool answered = false;
     std::string failing_key;
     bool several_failing = false;
+    // Transfers allowed in flight now (set by HostFor).
+    HostConcurrency concurrency{1, false};
+    uint64_t warned_ns = 0;  // the last warning about its limit dropping
   };
+  // What one attempt's end says about its host's congestion.
+  struct AttemptEnd {
+    long status = 0;             // the answer's HTTP status; 0: none
+    uint64_t first_byte_ns = 0;  // start to the first byte of the answer
+    uint64_t connect_ns = 0;     // the connect's time (0: a connection reused)
+    bool congestion = false;     // refused/reset/timed out/no answer, 503, 429
+    bool connect_failed = false;
+  };
+
+  // io_loop.cc: a host's state, made on first use.
+  Host& HostFor(const std::string& name);
+  // Accounts an attempt of `r` that ended: the host's stats and limit.
+  void EndAttempt(const Request& r, const AttemptEnd& end);
+  // Publishes h's gauges (in flight, queued, limit) to host_stats_.
+  void PublishGauges(const std::string& name, const Host& h);
 
   // io_loop.cc: the I/O thread.
   void Loop();
@@ -145,6 +167,8 @@ class RemoteReader::Impl {
   // before the thread starts.
   std::unique_ptr<DirectHttpPath> direct_;
 
+  // Per-host figures, recorded by the I/O thread, read by any.
+  HostStatsTable host_stats_;
   mutable std::atomic<uint64_t> requests_started_{0};
   mutable std::atomic<uint64_t> retries_{0};
   mutable std::atomic<uint64_t> prefetch_hits_{0};
@@ -154,6 +178,9 @@ class RemoteReader::Impl {
   mutable CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   mutable std::vector<RequestPtr> submissions_ ABSL_GUARDED_BY(mu_);
+  // Claimed requests not done: moved to the front of their host's queue
+  // when still waiting there (not started yet).
+  mutable std::vector<RequestPtr> claimed_first_ ABSL_GUARDED_BY(mu_);
   // Prefetched requests not claimed yet, by key.
   mutable std::unordered_map<std::string, RequestPtr> pending_ ABSL_GUARDED_BY(mu_);
   mutable uint64_t readahead_bytes_ ABSL_GUARDED_BY(mu_) = 0;    // done, unclaimed

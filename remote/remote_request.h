@@ -65,7 +65,8 @@ struct Request {
   // The answer is not the one asked (a 206 for another range): a cut
   // answer, retried like one (ContentRangeMismatch says why).
   std::string answer_error;
-  uint32_t attempt = 0;  // attempts made
+  uint32_t attempt = 0;     // attempts made
+  uint64_t started_ns = 0;  // the attempt's start (MonotonicNanos)
   uint64_t not_before_ns = 0;
   std::string last_error;
   uint64_t size = 0;  // HEAD: Content-Length

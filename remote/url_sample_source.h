@@ -40,6 +40,9 @@ class UrlSampleSource final : public SampleSource {
   UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
                   std::shared_ptr<const RemoteReader> reader, uint64_t max_file_bytes);
 
+  // The reader of the URLs (for its statistics).
+  const std::shared_ptr<const RemoteReader>& reader() const { return reader_; }
+
  private:
   const std::shared_ptr<const DatasetIndex> urls_;
   const std::shared_ptr<const RemoteReader> reader_;

@@ -55,6 +55,8 @@ class TarShardSource final : public SampleSource {
   std::shared_ptr<PendingRead> ReadAsync(uint64_t index, std::vector<uint8_t>* out,
                                          ReadDone done) const override;
   void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
+  // The reader of the shards (for its statistics).
+  const std::shared_ptr<const ByteRangeReader>& reader() const { return reader_; }
 
  private:
   // ResourceExhausted naming the member when it exceeds max_file_bytes.

@@ -89,6 +89,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   const remote::RemoteOptions &ra = a.remote, &rb = b.remote;
   d.Field("remote.max_connections_per_host", ra.max_connections_per_host,
           rb.max_connections_per_host);
+  d.Field("remote.adaptive_connections", ra.adaptive_connections, rb.adaptive_connections);
   d.Field("remote.requests_per_second_per_host", ra.requests_per_second_per_host,
           rb.requests_per_second_per_host);
   d.Field("remote.connect_timeout_ms", ra.connect_timeout_ms, rb.connect_timeout_ms);

@@ -59,6 +59,8 @@ const Section<RemoteOptions>& RemoteSection() {
   static const Section<RemoteOptions> kSection({
       Uint<RemoteOptions>("max_connections_per_host", &RemoteOptions::max_connections_per_host, 1,
                           kMaxConnectionsPerHost, "transfers in flight to one host at most"),
+      Bool<RemoteOptions>("adaptive_connections", &RemoteOptions::adaptive_connections,
+                          "each host's limit of transfers in flight adapts (AIMD)"),
       Number<RemoteOptions>("requests_per_second_per_host",
                             &RemoteOptions::requests_per_second_per_host, 0, kMaxRequestsPerSecond,
                             "requests started per second per host at most")

@@ -189,6 +189,73 @@ void RenderClients(const v1::GetStatsResponse& s, Writer* w) {
     w->Seconds({{"pipeline", d.pipeline()}}, d.sum_ns());
 }
 
+// The remote reader's figures per host (GetStatsResponse.remote_hosts):
+// hosts come from the config's datasets, so the label set is bounded.
+// Nothing without remote hosts (a daemon of local datasets only).
+void RenderRemoteHosts(const v1::GetStatsResponse& s, Writer* w) {
+  const auto& hosts = s.remote_hosts();
+  if (hosts.empty()) return;
+  w->Family("conveyor_remote_requests_total", "counter",
+            "Remote request attempts (retries included) by host and HTTP status of the answer "
+            "(code=\"none\": no answer: refused, reset, timed out).");
+  for (const v1::RemoteHostStats& h : hosts) {
+    for (const v1::RemoteStatusCount& c : h.attempts()) {
+      const std::string code = c.status() == 0 ? "none" : absl::StrCat(c.status());
+      w->Sample({{"host", h.host()}, {"code", code}}, c.count());
+    }
+  }
+  struct PerHost {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t (v1::RemoteHostStats::*value)() const;
+  };
+  const PerHost families[] = {
+      {"conveyor_remote_retries_total", "counter", "Remote attempts made again after a failure.",
+       &v1::RemoteHostStats::retries},
+      {"conveyor_remote_connect_failures_total", "counter",
+       "Remote connections refused or timed out while connecting.",
+       &v1::RemoteHostStats::connect_failures},
+      {"conveyor_remote_slow_connects_total", "counter",
+       "Remote connects that took 0.9 s or more (a SYN sent again: the host's listen backlog "
+       "overflowed).",
+       &v1::RemoteHostStats::slow_connects},
+      {"conveyor_remote_bytes_total", "counter", "Body bytes received from the host.",
+       &v1::RemoteHostStats::bytes},
+      {"conveyor_remote_connection_limit_decreases_total", "counter",
+       "Times the host's limit of transfers in flight was halved (remote.adaptive_connections).",
+       &v1::RemoteHostStats::limit_decreases},
+      {"conveyor_remote_in_flight", "gauge", "Remote transfers in flight to the host now.",
+       &v1::RemoteHostStats::in_flight},
+      {"conveyor_remote_queued", "gauge", "Remote requests waiting for a place on the host now.",
+       &v1::RemoteHostStats::queued},
+  };
+  for (const PerHost& f : families) {
+    w->Family(f.name, f.type, f.help);
+    for (const v1::RemoteHostStats& h : hosts) w->Sample({{"host", h.host()}}, (h.*f.value)());
+  }
+  w->Family("conveyor_remote_connection_limit", "gauge",
+            "Remote transfers allowed in flight to the host now (adaptive up to "
+            "remote.max_connections_per_host, or that fixed).");
+  for (const v1::RemoteHostStats& h : hosts) w->Sample({{"host", h.host()}}, h.connection_limit());
+  w->Family("conveyor_remote_request_seconds", "histogram",
+            "Latency of remote request attempts (start to end), by host.");
+  for (const v1::RemoteHostStats& h : hosts) {
+    uint64_t cumulative = 0;
+    for (int i = 0; i < h.latency_counts_size(); ++i) {
+      cumulative += h.latency_counts(i);
+      const std::string le = i < h.latency_bounds_seconds_size()
+                                 ? absl::StrCat(h.latency_bounds_seconds(i))
+                                 : std::string("+Inf");
+      w->SampleOf("_bucket", {{"host", h.host()}, {"le", le}}, absl::StrCat(cumulative));
+    }
+    const uint64_t ns = h.latency_sum_ns();
+    w->SampleOf("_sum", {{"host", h.host()}},
+                absl::StrFormat("%d.%09d", ns / 1000000000u, ns % 1000000000u));
+    w->SampleOf("_count", {{"host", h.host()}}, absl::StrCat(cumulative));
+  }
+}
+
 }  // namespace
 
 std::string PrometheusLabelValue(std::string_view value) {
@@ -255,6 +322,7 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
   w.Sample({}, s.slot_bytes_budget());
   RenderDeliveries(s, &w);
   RenderClients(s, &w);
+  RenderRemoteHosts(s, &w);
   return w.Take();
 }
 

@@ -13,6 +13,7 @@
 #include "core/base/text_escape.h"
 #include "core/engine/stats.h"
 #include "server/service/batch_message.h"
+#include "server/service/remote_host_stats.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -248,6 +249,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   r.set_slot_bytes_budget(options_.memory_budget);
   deliveries_->AppendTo(&r);
   refusals_.AppendTo(&r);
+  AppendRemoteHostStats(pipelines_.List(), &r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only
     // operators see it.

@@ -24,6 +24,9 @@ past the end), keep-alive connections, and induced trouble:
   --fail-path SUBSTR  answer 503 to every request for a path containing SUBSTR
   --trickle-body-ms N send each answer's head at once, then its body one byte
                       every N ms (a slow host: no worker may wait for it)
+  --busy-above K       answer 503 to a request that arrives while K others are
+                      being answered (in their --latency-ms wait): an
+                      overloaded server that sheds load
   --seed S            the trouble is drawn from random.Random(S)
 
 One thread, asyncio: a request's latency is a timer, not a sleeping thread,
@@ -65,6 +68,9 @@ class State:
         self.served = {}
         self.wrong_ranges = 0  # --wrong-content-range
         self.path_failed = 0   # --fail-path
+        self.in_progress = 0   # requests in their latency wait now
+        self.busy = 0          # --busy-above: answered 503
+        self.max_in_progress = 0
 
     def draw(self):
         """'fail', 'drop', 'cut' or 'ok' for the next request."""
@@ -158,13 +164,22 @@ async def answer(st, writer, method, target, headers, keep_alive):
         body = json.dumps({"requests": st.requests, "failed": st.failed,
                            "dropped": st.dropped, "closed": st.closed, "served": st.served,
                            "wrong_ranges": st.wrong_ranges, "path_failed": st.path_failed,
+                           "busy": st.busy, "max_in_progress": st.max_in_progress,
                            "cpu_s": time.process_time()}).encode()
         return send(200, body, {"Content-Type": "application/json"})
     if st.args.stall_after is not None and st.answered >= st.args.stall_after:
         await asyncio.sleep(3600)
     st.answered += 1
+    if st.args.busy_above is not None and st.in_progress >= st.args.busy_above:
+        st.busy += 1
+        return send(503, b"busy")
     if st.args.latency_ms > 0:
-        await asyncio.sleep(st.args.latency_ms / 1000.0)
+        st.in_progress += 1
+        st.max_in_progress = max(st.max_in_progress, st.in_progress)
+        try:
+            await asyncio.sleep(st.args.latency_ms / 1000.0)
+        finally:
+            st.in_progress -= 1
     if st.args.fail_path is not None and st.args.fail_path in path:
         st.path_failed += 1
         return send(503, b"this path always fails")
@@ -282,6 +297,7 @@ def main():
     p.add_argument("--wrong-content-range", type=float, default=0)
     p.add_argument("--fail-path")
     p.add_argument("--trickle-body-ms", type=float)
+    p.add_argument("--busy-above", type=int)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     try:

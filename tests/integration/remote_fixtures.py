@@ -8,13 +8,16 @@ import time
 from pathlib import Path
 
 SERVER = Path(__file__).resolve().parent / "http_object_server.py"
+# Python's own http.server with a listen backlog of choice (an ordinary server).
+STDLIB_SERVER = Path(__file__).resolve().parent / "stdlib_http_server.py"
 
 
 class ObjectServer:
-    """http_object_server.py on 127.0.0.1, a free port; stop() at the end."""
+    """http_object_server.py (or `script`, which prints "PORT n" alike) on
+    127.0.0.1, a free port; stop() at the end."""
 
-    def __init__(self, root, *args, timeout=20.0):
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), "--root", str(root), *args],
+    def __init__(self, root, *args, timeout=20.0, script=SERVER):
+        self.proc = subprocess.Popen([sys.executable, str(script), "--root", str(root), *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         line = ""

@@ -44,7 +44,10 @@ def test_slow_host_stalls_only_its_own_stream(tmp_path, daemon_factory):
         cfg["allowed_roots"] = [str(tmp_path)]
         # The trickle must not time out during the test: the host is slow,
         # not dead.
-        cfg["remote"] = {"request_timeout_ms": 600000}
+        # The trickling transfers never end, so an adaptive limit would stay
+        # at its start (4, all taken by reads-ahead): the limit fixed at 64,
+        # so that the stream's oldest fetch is one of those in flight.
+        cfg["remote"] = {"request_timeout_ms": 600000, "adaptive_connections": False}
         d = daemon_factory(cfg, threads=2)
 
         def read_slow():

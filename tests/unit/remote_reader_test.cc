@@ -451,6 +451,7 @@ TEST_CASE("RemoteReader keeps hundreds of transfers in flight from no worker thr
   ObjectServer server(objs.dir.path(), {"--latency-ms", "1500"});
   RemoteOptions o = FastRetries();
   o.max_connections_per_host = 512;
+  o.adaptive_connections = false;  // 512 at once, not grown to from 4
   auto reader = Reader(o);
   for (int i = 0; i < 200; ++i) {
     REQUIRE(reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20));
@@ -463,6 +464,59 @@ TEST_CASE("RemoteReader keeps hundreds of transfers in flight from no worker thr
     REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
     CHECK(Str(out) == objs.data[i]);
   }
+}
+
+TEST_CASE("RemoteReader halves a host's limit when it sheds load, and counts by host",
+          "[remote_reader]") {
+  Objects objs(24, 1000);
+  // 503 to a request that comes while 2 others wait their 100 ms.
+  ObjectServer server(objs.dir.path(), {"--latency-ms", "100", "--busy-above", "2"});
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 30;
+  auto reader = Reader(o);
+  for (int i = 0; i < 24; ++i) reader->PrefetchWhole(server.Url("o" + std::to_string(i)), 1 << 20);
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 24; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+    CHECK(Str(out) == objs.data[i]);
+  }
+  const std::vector<HostStats> hosts = reader->host_stats();
+  REQUIRE(hosts.size() == 1);
+  const HostStats& h = hosts[0];
+  CHECK(h.adaptive);
+  CHECK(h.max_connections == o.max_connections_per_host);
+  CHECK(h.attempts_by_status.at(200) == 24);
+  const uint64_t busy = h.attempts_by_status.count(503) ? h.attempts_by_status.at(503) : 0;
+  CHECK(busy > 0);  // started at 4 against a server that takes 2
+  CHECK(h.retries == busy);
+  CHECK(h.limit_decreases >= 1);
+  CHECK(h.connection_limit <= 4);
+  uint64_t bytes = 0;
+  for (const std::string& d : objs.data) bytes += d.size();
+  CHECK(h.bytes == bytes);  // the bodies of the 200s (a 503's is not counted)
+  uint64_t timed = 0;
+  for (const uint64_t n : h.latency_buckets) timed += n;
+  CHECK(timed == 24 + busy);
+}
+
+TEST_CASE("RemoteReader with adaptive_connections off keeps its fixed limit", "[remote_reader]") {
+  Objects objs(8, 100);
+  ObjectServer server(objs.dir.path(), {"--fail-fraction", "0.5", "--seed", "4"});
+  RemoteOptions o = FastRetries();
+  o.max_attempts = 30;
+  o.max_connections_per_host = 7;
+  o.adaptive_connections = false;
+  auto reader = Reader(o);
+  std::vector<uint8_t> out;
+  for (int i = 0; i < 8; ++i) {
+    REQUIRE(reader->ReadWhole(server.Url("o" + std::to_string(i)), 1 << 20, &out).ok());
+  }
+  const std::vector<HostStats> hosts = reader->host_stats();
+  REQUIRE(hosts.size() == 1);
+  CHECK_FALSE(hosts[0].adaptive);
+  CHECK(hosts[0].attempts_by_status.at(503) > 0);
+  CHECK(hosts[0].connection_limit == 7);
+  CHECK(hosts[0].limit_decreases == 0);
 }
 
 TEST_CASE("RemoteReader holds to its per-host connection limit and request rate",

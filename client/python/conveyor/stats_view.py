@@ -87,6 +87,46 @@ def delivered_totals(resp):
     return total
 
 
+# --- remote hosts (GetStatsResponse.remote_hosts) ---------------------------
+def remote_host_dict(h):
+    """One host of the daemon's remote reader: attempts by HTTP status ("none":
+    no answer), its adaptive connection limit and what lowered it."""
+    count = sum(h.latency_counts)
+    return {
+        "host": h.host,
+        "requests": {("none" if c.status == 0 else str(c.status)): c.count for c in h.attempts},
+        "retries": h.retries,
+        "connect_failures": h.connect_failures,
+        "slow_connects": h.slow_connects,
+        "bytes": h.bytes,
+        "mean_latency_s": round(h.latency_sum_ns / 1e9 / count, 6) if count else None,
+        "in_flight": h.in_flight,
+        "queued": h.queued,
+        "connection_limit": h.connection_limit,
+        "max_connections": h.max_connections,
+        "limit_decreases": h.limit_decreases,
+        "adaptive": h.adaptive,
+    }
+
+
+def format_remote_hosts(resp):
+    """The text lines of `conveyor stats` about remote hosts (none without)."""
+    if not resp.remote_hosts:
+        return []
+    lines = ["", "remote hosts:"]
+    for h in resp.remote_hosts:
+        d = remote_host_dict(h)
+        codes = " ".join("%s:%d" % kv for kv in sorted(d["requests"].items())) or "-"
+        mean = "%.1f ms" % (d["mean_latency_s"] * 1e3) if d["mean_latency_s"] is not None else "-"
+        lines.append("  %s  requests %s  retries %d  connect failures %d  slow connects %d  "
+                     "%.1f MiB  mean %s" % (d["host"], codes, d["retries"], d["connect_failures"],
+                                            d["slow_connects"], d["bytes"] / 2**20, mean))
+        lines.append("    in flight %d (queued %d)  limit %d of %d (%s, lowered %d times)"
+                     % (d["in_flight"], d["queued"], d["connection_limit"], d["max_connections"],
+                        "adaptive" if d["adaptive"] else "fixed", d["limit_decreases"]))
+    return lines
+
+
 def stats_dict(resp):
     """The JSON object of `conveyor stats --json` (keys documented in
     client/python/README.md)."""
@@ -102,6 +142,7 @@ def stats_dict(resp):
         "streams": [stream_dict(st) for st in resp.streams],
         "delivered": delivered_totals(resp),
         "deliveries": [delivery_dict(d) for d in resp.deliveries if d.batches],
+        "remote_hosts": [remote_host_dict(h) for h in resp.remote_hosts],
     }
 
 
