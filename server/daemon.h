@@ -50,6 +50,7 @@ class FdServer;
 class GrpcConveyorService;
 class MetricsHttpServer;
 class TcpListener;
+class TokenIdentifier;
 class UnixConnections;
 class UnixListener;
 
@@ -76,6 +77,9 @@ class Daemon {
   uint64_t max_message_bytes() const { return max_message_bytes_; }
   int data_port() const;  // 0 without a data socket
   ConveyorService& service() const { return *service_; }
+  // The bearer-token link of the access chain, for a config reload to
+  // replace its tokens; null without access.tokens.
+  TokenIdentifier* tokens() const { return tokens_; }
 
  private:
   explicit Daemon(const DaemonConfig& config);
@@ -96,6 +100,7 @@ class Daemon {
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<UnixConnections> unix_connections_;
   std::unique_ptr<ClientIdentifier> identifier_;
+  TokenIdentifier* tokens_ = nullptr;  // in identifier_'s chain (owned there)
   std::unique_ptr<GrpcConveyorService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
   // How TCP connections reach server_: the daemon's own listener accepts

@@ -13,6 +13,8 @@
 //   conveyor_slot_memory_bytes, conveyor_slot_memory_budget_bytes
 //   conveyor_delivered_{batches,images,bytes}_total{pipeline,transport}
 //   conveyor_worker_threads, conveyor_uptime_seconds
+//   conveyor_config_reloads_total{result="success"|"failure"},
+//   conveyor_config_last_reload_success_timestamp_seconds
 //
 // Base units (seconds, bytes), counters end in _total, every family has its
 // HELP and TYPE lines. Labels are bounded by the code and the config

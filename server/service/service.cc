@@ -247,6 +247,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   r.set_streams_open(open_ids.size());
   r.set_slot_bytes_budget(options_.memory_budget);
   deliveries_->AppendTo(&r);
+  reloads_->AppendTo(&r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only
     // operators see it.
