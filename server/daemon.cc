@@ -31,6 +31,7 @@
 #include "server/access/unix_connections.h"
 #include "server/access/unix_listener.h"
 #include "server/access/unix_socket.h"
+#include "server/check_config.h"
 #include "server/config/loader.h"
 #include "server/config/system_cpus.h"
 #include "server/flags.h"
@@ -281,6 +282,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   // without the .proto. It tells what the .proto in the repository tells.
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   d->identifier_ = std::move(access->identifier);
+  d->tokens_ = access->tokens;
   d->grpc_service_ = std::make_unique<GrpcConveyorService>(d->service_.get(), d->identifier_.get());
   grpc::ServerBuilder builder;
   // The unix socket is not gRPC's: the daemon's UnixListener accepts it,
@@ -504,6 +506,11 @@ int DaemonMain(int argc, char** argv) {
     std::cerr << "conveyord: " << EscapeText(config.status().message()) << "\n";
     return kExitUsage;
   }
+  // The file alone: nothing it names is opened (server/check_config.h).
+  if (flags->check_config && flags->no_data) {
+    std::cout << SchemaOnlyCheckReport(flags->config, *config);
+    return kExitOk;
+  }
   SetUpLogging(config->log_level, config->log_format);
   // gRPC's and protobuf's own lines through the same log, before any gRPC
   // object exists (server/ops/grpc_logging.h).
@@ -567,7 +574,8 @@ int DaemonMain(int argc, char** argv) {
   ServiceNotifier notifier([running] { return FiguresOf(running->service()); },
                            ServiceNotifier::DefaultOptions());
   notifier.Ready();
-  ConfigReloader reloader(*flags, *config, running->max_message_bytes(), &running->service());
+  ConfigReloader reloader(*flags, *config, running->max_message_bytes(), &running->service(),
+                          running->tokens());
   while (signals.Wait() == SignalWaiter::Request::kReload) {
     notifier.Reloading();
     (void)reloader.Reload();  // logs its outcome; a refused reload changes nothing

@@ -51,6 +51,7 @@ class FdServer;
 class GrpcConveyorService;
 class MetricsHttpServer;
 class TcpListener;
+class TokenIdentifier;
 class UnixConnections;
 class UnixListener;
 
@@ -82,6 +83,9 @@ class Daemon {
   // moment Shutdown begins, or short of fds (the TCP listener refuses
   // connections). Safe from any thread.
   std::string NotReadyReason() const;
+  // The bearer-token link of the access chain, for a config reload to
+  // replace its tokens; null without access.tokens.
+  TokenIdentifier* tokens() const { return tokens_; }
 
  private:
   explicit Daemon(const DaemonConfig& config);
@@ -102,6 +106,7 @@ class Daemon {
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<UnixConnections> unix_connections_;
   std::unique_ptr<ClientIdentifier> identifier_;
+  TokenIdentifier* tokens_ = nullptr;  // in identifier_'s chain (owned there)
   std::unique_ptr<GrpcConveyorService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
   // How TCP connections reach server_: the daemon's own listener accepts

@@ -20,6 +20,9 @@ gRPC on a unix socket (and optionally TCP).
   --config FILE          YAML config (default /etc/conveyor/conveyord.yaml);
                          config/README.md documents every field
   --check-config         validate FILE (and load its datasets), then exit
+  --no-data              with --check-config: validate FILE alone (every
+                         field and value, no dataset, token or TLS file
+                         read), for a host without the data (CI)
   --socket PATH          unix socket (listen.unix); '' disables it
   --tcp HOST:PORT        TCP listener (listen.tcp); port 0 picks a free one;
                          'none' disables it
@@ -45,8 +48,9 @@ Test aids (integration tests on machines without a GPU):
                                  the GPUs the host model has
 
 SIGHUP re-reads FILE: pipelines are added, removed or replaced for new
-streams (open streams keep theirs); a bad file, or one that changes other
-settings, is refused with a log line and the running config stays.
+streams (open streams keep theirs), the token files (access.tokens) are
+read again and log_level applies at once; a bad file, or one that changes
+other settings, is refused with a log line and the running config stays.
 
 Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT), 1 when serving fails,
 2 for bad flags or a bad config.
@@ -93,6 +97,8 @@ absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       if (st.ok()) f.probe = *v;
     } else if (arg == "--check-config") {
       st = flag(&f.check_config);
+    } else if (arg == "--no-data") {
+      st = flag(&f.no_data);
     } else if (arg == "--help" || arg == "-h") {
       st = flag(&f.help);
     } else if (arg == "--version") {
@@ -133,6 +139,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       st = absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "' (see --help)"));
     }
     if (!st.ok()) return st;
+  }
+  if (f.no_data && !f.check_config) {
+    return absl::InvalidArgumentError("--no-data: only with --check-config");
   }
   if (f.device_api == "host-model" && f.host_model_gpus.empty()) {
     return absl::InvalidArgumentError(

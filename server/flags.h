@@ -19,6 +19,9 @@ namespace conveyor::server {
 struct Flags {
   std::string config = "/etc/conveyor/conveyord.yaml";
   bool check_config = false;
+  // With check_config: the file alone (schema and every field's value), no
+  // dataset, token or TLS file read (server/check_config.h).
+  bool no_data = false;
   bool help = false;
   bool version = false;
   std::string port_file;

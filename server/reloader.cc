@@ -8,9 +8,12 @@
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
 #include "server/access/tls_credentials.h"
+#include "server/access/token_identifier.h"
 #include "server/config/loader.h"
 #include "server/config/reload_diff.h"
 #include "server/daemon.h"
+#include "server/ops/grpc_logging.h"
+#include "server/ops/logging.h"
 #include "server/service/service.h"
 #include "spdlog/spdlog.h"
 
@@ -25,11 +28,12 @@ std::string List(const std::vector<std::string>& names) {
 }  // namespace
 
 ConfigReloader::ConfigReloader(Flags flags, DaemonConfig running, uint64_t max_message_bytes,
-                               ConveyorService* service)
+                               ConveyorService* service, TokenIdentifier* tokens)
     : flags_(std::move(flags)),
       running_(std::move(running)),
       max_message_bytes_(max_message_bytes),
-      service_(service) {}
+      service_(service),
+      tokens_(tokens) {}
 
 absl::Status ConfigReloader::Reload() {
   spdlog::info("SIGHUP: reloading {}", EscapeText(flags_.config));
@@ -40,6 +44,8 @@ absl::Status ConfigReloader::Reload() {
   }
   absl::Status st = TryReload();
   if (!st.ok()) {
+    // Counted before it is logged: whoever saw the line sees the count.
+    service_->reloads().Failed();
     spdlog::error("config reload refused, the running config stays: {}", EscapeText(st.message()));
     summary_ = "last reload refused (see the log), running config unchanged";
   }
@@ -74,9 +80,30 @@ absl::Status ConfigReloader::TryReload() {
                      "restart conveyord to serve them"));
   }
 
+  // The token files, read again (ChangedRestartFields made sure the daemon
+  // has tokens exactly when `next` has): a file that fails refuses the reload.
+  TokenIdentifier::Tokens tokens;
+  if (tokens_ != nullptr && !next.access.tokens.empty()) {
+    absl::StatusOr<TokenIdentifier::Tokens> read = TokenIdentifier::ReadTokens(next.access);
+    if (!read.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flags_.config, ": ", read.status().message()));
+    }
+    tokens = *std::move(read);
+  }
+
+  // Everything checked: applied from here on.
   const PipelineChanges changes = ComparePipelines(running_, next);
   RETURN_IF_ERROR(service_->ReplacePipelines(std::move(pipelines)));
+  std::string live;  // the settings applied live, for the log line
+  if (tokens != nullptr) {
+    tokens_->Replace(std::move(tokens));
+    absl::StrAppend(&live, "; ", next.access.tokens.size(), " bearer token(s) read again");
+  }
+  const bool new_level = next.log_level != running_.log_level;
+  if (new_level) absl::StrAppend(&live, "; log_level ", running_.log_level, " -> ", next.log_level);
+  const std::string level = next.log_level;
   running_ = std::move(next);
+  service_->reloads().Succeeded();  // applied (and counted before it is logged)
 
   // Open streams of pipelines that went or changed keep their definition.
   std::set<std::string> old_defs(changes.removed.begin(), changes.removed.end());
@@ -86,9 +113,14 @@ absl::Status ConfigReloader::TryReload() {
   for (const v1::StreamStats& s : stats.streams()) keeping += old_defs.count(s.pipeline());
   spdlog::info(
       "config reloaded from {}: pipelines added {}, removed {}, changed {}, unchanged {}; "
-      "{} open stream(s) finish on the definition they opened with",
+      "{} open stream(s) finish on the definition they opened with{}",
       EscapeText(flags_.config), List(changes.added), List(changes.removed), List(changes.changed),
-      List(changes.unchanged), keeping);
+      List(changes.unchanged), keeping, live);
+  // After the line above, so that it is logged whatever the new level.
+  if (new_level) {
+    SetLogLevel(level);
+    SetGrpcLogLevel(level);  // how much gRPC core says follows the level too
+  }
   summary_ = absl::StrCat("last reload: ", changes.added.size(), " added, ", changes.removed.size(),
                           " removed, ", changes.changed.size(), " changed");
   return absl::OkStatus();

@@ -36,6 +36,7 @@ absl::StatusOr<Access> BuildAccess(const ListenConfig& listen, const AccessConfi
     absl::StatusOr<std::unique_ptr<TokenIdentifier>> tokens =
         TokenIdentifier::Create(access, std::move(a.identifier));
     if (!tokens.ok()) return tokens.status();
+    a.tokens = tokens->get();
     a.identifier = *std::move(tokens);
   }
   return a;

@@ -25,6 +25,10 @@ namespace conveyor::server {
 struct Access {
   std::unique_ptr<ClientIdentifier> identifier;
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+  // The bearer-token link of `identifier`'s chain (owned by it), for a
+  // config reload to replace its tokens (TokenIdentifier::Replace); null
+  // without access.tokens.
+  TokenIdentifier* tokens = nullptr;
 };
 
 // Reads the token files of `access` and checks the TLS files of `listen`.

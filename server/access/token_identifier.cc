@@ -79,9 +79,10 @@ TokenIdentifier::Digest TokenIdentifier::DigestOf(absl::string_view token) {
   return d;
 }
 
-absl::StatusOr<std::unique_ptr<TokenIdentifier>> TokenIdentifier::Create(
-    const AccessConfig& access, std::unique_ptr<ClientIdentifier> inner) {
-  std::vector<Token> tokens;
+absl::StatusOr<TokenIdentifier::Tokens> TokenIdentifier::ReadTokens(const AccessConfig& access) {
+  auto table = std::make_shared<Table>();
+  table->require_on_unix = access.require_token_on_unix;
+  std::vector<Token>& tokens = table->tokens;
   for (size_t i = 0; i < access.tokens.size(); ++i) {
     const TokenSpec& spec = access.tokens[i];
     const std::string field = absl::StrCat("access.tokens[", i, "].file");
@@ -98,9 +99,29 @@ absl::StatusOr<std::unique_ptr<TokenIdentifier>> TokenIdentifier::Create(
     }
     tokens.push_back(std::move(t));
   }
-  return std::unique_ptr<TokenIdentifier>(
-      new TokenIdentifier(std::move(tokens), access.require_token_on_unix, std::move(inner)));
+  return Tokens(std::move(table));
 }
+
+absl::StatusOr<std::unique_ptr<TokenIdentifier>> TokenIdentifier::Create(
+    const AccessConfig& access, std::unique_ptr<ClientIdentifier> inner) {
+  absl::StatusOr<Tokens> tokens = ReadTokens(access);
+  if (!tokens.ok()) return tokens.status();
+  return std::unique_ptr<TokenIdentifier>(
+      new TokenIdentifier(*std::move(tokens), std::move(inner)));
+}
+
+void TokenIdentifier::Replace(Tokens tokens) {
+  MutexLock lock(&mu_);
+  tokens.swap(tokens_);
+  // The old table is freed here or by the last call still reading it.
+}
+
+TokenIdentifier::Tokens TokenIdentifier::Current() const {
+  MutexLock lock(&mu_);
+  return tokens_;
+}
+
+size_t TokenIdentifier::num_tokens() const { return Current()->tokens.size(); }
 
 absl::StatusOr<ClientIdentity> TokenIdentifier::Identify(
     const grpc::ServerContextBase& context) const {
@@ -116,8 +137,9 @@ absl::StatusOr<ClientIdentity> TokenIdentifier::Identify(
 
 absl::StatusOr<ClientIdentity> TokenIdentifier::Authenticate(
     ClientIdentity identity, std::optional<absl::string_view> authorization) const {
+  const Tokens table = Current();  // one whole table for this call
   if (!authorization.has_value()) {
-    if (tokens_.empty() || (identity.is_unix() && !require_on_unix_)) return identity;
+    if (table->tokens.empty() || (identity.is_unix() && !table->require_on_unix)) return identity;
     return absl::UnauthenticatedError(absl::StrCat(
         "this daemon requires a bearer token on ", identity.is_unix() ? "its unix socket" : "TCP",
         " (metadata 'authorization: Bearer TOKEN'; the Python client's token_file= or "
@@ -134,7 +156,7 @@ absl::StatusOr<ClientIdentity> TokenIdentifier::Authenticate(
   // Every token is compared, whatever matched before: the time taken tells
   // nothing of which token (if any) matched.
   const Token* match = nullptr;
-  for (const Token& t : tokens_) {
+  for (const Token& t : table->tokens) {
     const bool equal = CRYPTO_memcmp(t.digest.data(), presented.data(), presented.size()) == 0;
     if (equal) match = &t;
   }

@@ -6,8 +6,11 @@
 // UNAUTHENTICATED; so is a unix call when access.require_token_on_unix is
 // set. A token presented that matches none is refused on every transport.
 //
-// Tokens are read from their files once, at start (ReadTokenFile); only
-// their SHA-256 digests are kept, and a presented token is compared by its
+// Tokens are read from their files at start (ReadTokenFile) and again at
+// each config reload (ReadTokens, then Replace: a SIGHUP makes a changed
+// token file's new token the valid one and its old one invalid at once;
+// a file that fails to read changes nothing). Only their SHA-256 digests
+// are kept, and a presented token is compared by its
 // digest against every configured one in constant time, so neither the
 // match nor its position shows in timing. No message or log line ever
 // quotes a token.
@@ -15,7 +18,9 @@
 // It wraps an inner identifier (peer address, unix credentials, TLS client
 // certificate) and refines the identity that one returns.
 //
-// Thread-safety: immutable after Create; Identify may run concurrently.
+// Thread-safety: Identify and Authenticate may run concurrently with each
+// other and with Replace; each call sees one whole token table, the old or
+// the new.
 #pragma once
 
 #include <array>
@@ -28,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/base/mutex.h"
 #include "server/access/identifier.h"
 
 namespace conveyor::server {
@@ -59,7 +65,18 @@ struct AccessConfig {
 absl::StatusOr<std::string> ReadTokenFile(const std::string& field, const std::string& path);
 
 class TokenIdentifier final : public ClientIdentifier {
+ private:
+  struct Table;
+
  public:
+  // The tokens of a config, read and checked, ready to Replace the ones in
+  // use (opaque: only digests inside).
+  using Tokens = std::shared_ptr<const Table>;
+
+  // Reads every token of `access` (ReadTokenFile); two tokens with the same
+  // content are refused. Errors name the field and the file.
+  static absl::StatusOr<Tokens> ReadTokens(const AccessConfig& access);
+
   // Reads every token of `access` (ReadTokenFile); two tokens with the same
   // content are refused. `inner` identifies the client first.
   static absl::StatusOr<std::unique_ptr<TokenIdentifier>> Create(
@@ -72,7 +89,11 @@ class TokenIdentifier final : public ClientIdentifier {
   absl::StatusOr<ClientIdentity> Authenticate(ClientIdentity identity,
                                               std::optional<absl::string_view> authorization) const;
 
-  size_t num_tokens() const { return tokens_.size(); }
+  // Calls from now on are judged by `tokens` (from ReadTokens) instead of
+  // the tokens in use: a config reload. REQUIRES: `tokens` non-null.
+  void Replace(Tokens tokens);
+
+  size_t num_tokens() const;
 
  private:
   using Digest = std::array<uint8_t, 32>;
@@ -82,16 +103,20 @@ class TokenIdentifier final : public ClientIdentifier {
     std::optional<std::set<std::string>> pipelines;
     bool is_operator = false;
   };
+  struct Table {
+    std::vector<Token> tokens;
+    bool require_on_unix = false;
+  };
 
-  TokenIdentifier(std::vector<Token> tokens, bool require_on_unix,
-                  std::unique_ptr<ClientIdentifier> inner)
-      : tokens_(std::move(tokens)), require_on_unix_(require_on_unix), inner_(std::move(inner)) {}
+  TokenIdentifier(Tokens tokens, std::unique_ptr<ClientIdentifier> inner)
+      : inner_(std::move(inner)), tokens_(std::move(tokens)) {}
 
   static Digest DigestOf(absl::string_view token);
+  Tokens Current() const;
 
-  const std::vector<Token> tokens_;
-  const bool require_on_unix_;
-  const std::unique_ptr<ClientIdentifier> inner_;
+  const std::unique_ptr<ClientIdentifier> inner_;  // constant after construction
+  mutable Mutex mu_;
+  Tokens tokens_ ABSL_GUARDED_BY(mu_);  // never null; swapped whole by Replace
 };
 
 }  // namespace conveyor::server

@@ -198,6 +198,13 @@ std::string DatasetName(const DatasetSpec& d) {
 
 }  // namespace
 
+std::string DatasetLoadKey(const PipelineSpec& spec) {
+  const DatasetSpec& d = spec.dataset;
+  return d.kind == DatasetSpec::Kind::kImageFolder
+             ? absl::StrCat(d.Key(), "\nkind:", ToString(spec.config.transform.kind))
+             : d.Key();
+}
+
 absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
     const DaemonConfig& config) {
   RETURN_IF_ERROR(CheckAllowedRoots(config));
@@ -223,9 +230,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     const DatasetSpec& d = spec.dataset;
     // A folder lists the files of its pipeline's kind (core/data/media_extensions.h).
     const MediaKind media = spec.config.transform.kind;
-    const std::string key = d.kind == DatasetSpec::Kind::kImageFolder
-                                ? absl::StrCat(d.Key(), "\nkind:", ToString(media))
-                                : d.Key();
+    const std::string key = DatasetLoadKey(spec);
     auto it = loaded.find(key);
     if (it == loaded.end()) {
       const auto start = std::chrono::steady_clock::now();

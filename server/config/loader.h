@@ -30,6 +30,11 @@ absl::StatusOr<DaemonConfig> LoadConfigFile(const std::string& path, const Syste
 // outside it. InvalidArgument naming the field and both paths otherwise.
 absl::Status CheckAllowedRoots(const DaemonConfig& config);
 
+// What tells the datasets of pipelines apart: pipelines with equal keys
+// share one loaded index (LoadPipelines). An image folder's key includes
+// its pipeline's media kind (the kind chooses the files it lists).
+std::string DatasetLoadKey(const PipelineSpec& spec);
+
 // CheckAllowedRoots, then loads every distinct dataset once (pipelines with
 // the same dataset share the index) and returns the finished, validated
 // pipelines in config order. A dataset that is missing or unreadable is

@@ -16,17 +16,6 @@ class Diff {
   std::vector<std::string> fields;
 };
 
-bool SameTokens(const std::vector<TokenSpec>& a, const std::vector<TokenSpec>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].file != b[i].file || a[i].pipelines != b[i].pipelines ||
-        a[i].is_operator != b[i].is_operator) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool SameTransform(const TransformSpec& a, const TransformSpec& b) {
   return a.kind == b.kind && a.video == b.video && a.audio == b.audio && a.mode == b.mode &&
          a.output_height == b.output_height && a.output_width == b.output_width &&
@@ -58,9 +47,10 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("listen.allowed_gids", la.allowed_gids, lb.allowed_gids);
   d.Field("listen.operator_uids", la.operator_uids, lb.operator_uids);
   d.Field("listen.operator_gids", la.operator_gids, lb.operator_gids);
-  if (!SameTokens(a.access.tokens, b.access.tokens)) d.fields.emplace_back("access.tokens");
-  d.Field("access.require_token_on_unix", a.access.require_token_on_unix,
-          b.access.require_token_on_unix);
+  // The tokens (their files read again) and require_token_on_unix apply
+  // live, as long as some stay configured: whether there are any decides
+  // the identifier chain and the TCP listener's checks, built at start.
+  if (a.access.tokens.empty() != b.access.tokens.empty()) d.fields.emplace_back("access.tokens");
   const EngineOptions &ea = a.engine, &eb = b.engine;
   d.Field("threads", ea.num_threads, eb.num_threads);
   d.Field("engine.fetch_queue_capacity", ea.fetch_queue_capacity, eb.fetch_queue_capacity);
@@ -77,7 +67,6 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("memory_budget", a.memory_budget, b.memory_budget);
   d.Field("gpu_memory_budget", a.gpu_memory_budget, b.gpu_memory_budget);
   d.Field("max_streams", a.max_streams, b.max_streams);
-  d.Field("log_level", a.log_level, b.log_level);
   d.Field("log_format", a.log_format, b.log_format);
   d.Field("metrics.listen", a.metrics.listen, b.metrics.listen);
   d.Field("shutdown_timeout_seconds", a.shutdown_timeout_seconds, b.shutdown_timeout_seconds);

@@ -20,9 +20,11 @@ namespace conveyor::server {
 // "listen.tcp", "engine.fetch_concurrency") whose values differ between
 // `running` and `next` and that a running daemon cannot change: every
 // daemon-wide field except allowed_roots (which only judges the datasets
-// being loaded). Empty when the two differ at most in their pipelines and
-// allowed_roots. When a field is added to DaemonConfig, it must be compared
-// here (or documented as applied live).
+// being loaded), log_level (applied live) and access (the tokens, their
+// files read again, applied live — unless one of the two has tokens and the
+// other none: "access.tokens"). Empty when the two differ at most in those
+// and their pipelines. When a field is added to DaemonConfig, it must be
+// compared here (or documented as applied live).
 std::vector<std::string> ChangedRestartFields(const DaemonConfig& running,
                                               const DaemonConfig& next);
 

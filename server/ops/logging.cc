@@ -128,8 +128,12 @@ void SetUpLogging(const std::string& level, const std::string& format) {
   } else {
     logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%L%$ %v");
   }
-  spdlog::set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
+  SetLogLevel(level);
   spdlog::flush_on(spdlog::level::info);
+}
+
+void SetLogLevel(const std::string& level) {
+  spdlog::set_level(spdlog::level::from_str(level == "warning" ? "warn" : level));
 }
 
 }  // namespace conveyor::server

@@ -34,6 +34,11 @@ namespace conveyor::server {
 // `level`: a name ValidateLogLevel accepts; `format`: "text" or "json".
 void SetUpLogging(const std::string& level, const std::string& format);
 
+// Changes the least severe level logged (a config reload), from now on and
+// for every logger; `level` as for SetUpLogging. Safe while other threads
+// log (spdlog's levels are atomics).
+void SetLogLevel(const std::string& level);
+
 // Whether `journal_stream` (the value of $JOURNAL_STREAM, "DEV:INODE")
 // names the file `fd` is open on.
 bool IsJournalStream(const char* journal_stream, int fd);

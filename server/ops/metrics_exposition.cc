@@ -256,6 +256,20 @@ void RenderRemoteHosts(const v1::GetStatsResponse& s, Writer* w) {
   }
 }
 
+// Config reloads (SIGHUP): applied and refused, and when the config last
+// loaded (the start until a reload is applied). Both results always present.
+void RenderReloads(const v1::GetStatsResponse& s, Writer* w) {
+  w->Family("conveyor_config_reloads_total", "counter",
+            "Config reloads (SIGHUP) since the daemon started, by result: success (applied) or "
+            "failure (refused; the running config stayed).");
+  w->Sample({{"result", "success"}}, s.config_reloads_succeeded());
+  w->Sample({{"result", "failure"}}, s.config_reloads_failed());
+  w->Family("conveyor_config_last_reload_success_timestamp_seconds", "gauge",
+            "When the config last loaded successfully (the start, or the last applied reload), "
+            "in seconds since the Unix epoch.");
+  w->Seconds({}, s.config_last_reload_success_unix_ns());
+}
+
 }  // namespace
 
 std::string PrometheusLabelValue(std::string_view value) {
@@ -323,6 +337,7 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
   RenderDeliveries(s, &w);
   RenderClients(s, &w);
   RenderRemoteHosts(s, &w);
+  RenderReloads(s, &w);
   return w.Take();
 }
 

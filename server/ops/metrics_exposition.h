@@ -23,6 +23,8 @@
 //                                                      0.1 0.25 0.5 1 2.5 5 10 +Inf s
 //                                                      (server/service/delivery_counters.h)
 //   conveyor_client_starved_seconds_total{pipeline}    the histogram's sum, as a counter
+//   conveyor_config_reloads_total{result="success"|"failure"},
+//   conveyor_config_last_reload_success_timestamp_seconds
 //
 // Failure series (stage failures, refusals) exist from the start at 0, so
 // that rate() and increase() see the first failure. The daemon appends

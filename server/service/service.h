@@ -43,6 +43,7 @@
 #include "server/service/client_limits.h"
 #include "server/service/delivery_counters.h"
 #include "server/service/pipeline_registry.h"
+#include "server/service/reload_counters.h"
 #include "server/transport/transport.h"
 
 namespace conveyor::server {
@@ -186,6 +187,10 @@ class ConveyorService {
 
   const ServiceOptions& options() const { return options_; }
 
+  // How the daemon's config reloads went (GetStats.config_reloads_*); the
+  // reloader records each outcome here.
+  ReloadCounters& reloads() const { return *reloads_; }
+
  private:
   friend class Session;
   using Clock = std::chrono::steady_clock;
@@ -224,6 +229,7 @@ class ConveyorService {
   const std::unique_ptr<TransportSet> transports_;
   const std::unique_ptr<DeliveryCounters> deliveries_;  // thread-safe itself
   StreamRefusals refusals_;                             // thread-safe itself
+  const std::unique_ptr<ReloadCounters> reloads_ = std::make_unique<ReloadCounters>();  // same
 
   PipelineRegistry pipelines_;  // thread-safe itself
 

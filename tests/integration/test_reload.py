@@ -2,20 +2,28 @@
 opened at once, removed ones refuse new streams (NOT_FOUND naming them)
 while their running streams finish, changed ones serve new streams with the
 new definition while running streams keep the old one — byte for byte the
-batches of a run without a reload. A config that fails validation, or one
-that changes settings a running daemon cannot change, is refused with a log
-line naming the problem, and the old config stays."""
+batches of a run without a reload. The token files are read again (a
+rotated token works at once, the old one is refused) and log_level applies
+at once. A config that fails validation, a token file that cannot be read,
+or a file that changes settings a running daemon cannot change, is refused
+with a log line naming the problem, and the old config stays. Each outcome
+is counted in GetStats and on /metrics (parsed by Prometheus' own parser).
+`--check-config --no-data` checks the fields without the data."""
 
+import os
+import secrets
 import signal
 import threading
 import subprocess
+import time
 
+import grpc
 import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import (CONVEYORD, daemon_config, pipeline_entry, scaled, wait_until,
-                                  write_config)
+from conveyor_integration import (CONVEYORD, _yaml, daemon_config, pb, pb_grpc, pipeline_entry,
+                                  scaled, wait_until, write_config)
 
 RELOADED = "config reloaded from "
 REFUSED = "config reload refused"
@@ -187,3 +195,169 @@ def test_streams_open_throughout_repeated_reloads(daemon_factory, dataset):
     errors = [r for r in results if isinstance(r, Exception)]
     assert not errors, errors[:3]
     assert results and set(results) <= {(8, 3, 64, 64), (8, 3, 32, 32)}, set(results)
+
+
+def _check(config, *flags):
+    return subprocess.run([str(CONVEYORD), "--config", str(config), "--check-config", *flags],
+                          capture_output=True, text=True, timeout=scaled(60))
+
+
+def _with_tokens(cfg, tokens, require_token_on_unix=False):
+    """The YAML of `cfg` with an access section of `tokens` ({name: file})
+    (conftest's writer does not nest maps in lists)."""
+    text = _yaml(cfg) + "\naccess:\n  require_token_on_unix: %s\n  tokens:\n" % (
+        "true" if require_token_on_unix else "false")
+    for name, path in tokens.items():
+        text += "    - {name: %s, file: '%s'}\n" % (name, path)
+    return text
+
+
+def test_check_config_no_data_checks_the_fields_without_the_data(tmp_path):
+    # Neither the dataset nor the token file exists on this "CI host".
+    missing = tmp_path / "data" / "imagenet"
+    config = write_config(tmp_path / "conveyord.yaml", _with_tokens(
+        daemon_config(missing), {"trainer": tmp_path / "secrets" / "trainer"}))
+    r = _check(config, "--no-data")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK: 2 pipeline(s) on 1 dataset(s): train, eval" in r.stdout, r.stdout
+    assert "--no-data" in r.stdout and not r.stderr, r.stdout + r.stderr
+    # The full check needs the data, and says which field lacks it.
+    r = _check(config)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "field pipelines.train.dataset.root" in r.stderr, r.stderr
+
+    # Every field is still checked: a bad value is the same error, exit 2.
+    bad = daemon_config(missing)
+    bad["pipelines"]["eval"]["max_batch_size"] = 0
+    r = _check(write_config(tmp_path / "bad.yaml", bad), "--no-data")
+    assert r.returncode == 2 and "field pipelines.eval.max_batch_size" in r.stderr, r.stderr
+    r = _check(write_config(tmp_path / "typo.yaml", dict(daemon_config(missing), thread=2)),
+               "--no-data")
+    assert r.returncode == 2 and "unknown field" in r.stderr, r.stderr
+    # A dataset outside allowed_roots, as written, too.
+    outside = daemon_config(missing, allowed_roots=[str(tmp_path / "elsewhere")])
+    r = _check(write_config(tmp_path / "outside.yaml", outside), "--no-data")
+    assert r.returncode == 2 and "allowed roots" in r.stderr, r.stderr
+    # --no-data means nothing on its own.
+    r = subprocess.run([str(CONVEYORD), "--config", str(config), "--no-data"],
+                       capture_output=True, text=True, timeout=scaled(30))
+    assert r.returncode == 2 and "--no-data: only with --check-config" in r.stderr, r.stderr
+
+
+def _token_file(path, token=None):
+    token = token or secrets.token_hex(32)
+    path.write_text(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def _list_code(address, token):
+    """The status code of ListPipelines over TCP with `token`."""
+    channel = grpc.insecure_channel(address)
+    try:
+        pb_grpc.ConveyorStub(channel).ListPipelines(
+            pb.ListPipelinesRequest(), timeout=scaled(10),
+            metadata=[("authorization", "Bearer " + token)])
+        return grpc.StatusCode.OK
+    except grpc.RpcError as e:
+        return e.code()
+    finally:
+        channel.close()
+
+
+def test_sighup_reads_the_token_files_again(daemon_factory, dataset, tmp_path):
+    root, _ = dataset
+    path = tmp_path / "trainer.token"
+    old = _token_file(path)
+    d = daemon_factory(_with_tokens(daemon_config(root), {"trainer": path}), name="tokens")
+    assert _list_code(d.tcp, old) == grpc.StatusCode.OK
+
+    new = _token_file(path)  # rotated on disk
+    # Until the reload the daemon holds the token it read.
+    assert _list_code(d.tcp, old) == grpc.StatusCode.OK
+    assert _list_code(d.tcp, new) == grpc.StatusCode.UNAUTHENTICATED
+    line = _reload(d, RELOADED)
+    assert "1 bearer token(s) read again" in line, line
+    assert _list_code(d.tcp, new) == grpc.StatusCode.OK
+    assert _list_code(d.tcp, old) == grpc.StatusCode.UNAUTHENTICATED
+
+    # A file that is not fit to hold a token refuses the reload, naming the
+    # field and the file; the token read before stays the valid one.
+    third = _token_file(path)
+    os.chmod(path, 0o644)
+    line = _reload(d, REFUSED)
+    assert "access.tokens[0].file" in line and str(path) in line, line
+    assert _list_code(d.tcp, new) == grpc.StatusCode.OK
+    assert _list_code(d.tcp, third) == grpc.StatusCode.UNAUTHENTICATED
+    path.write_text("short\n")
+    os.chmod(path, 0o600)
+    line = _reload(d, REFUSED)
+    assert "access.tokens[0].file" in line and "at least 16" in line, line
+    assert _list_code(d.tcp, new) == grpc.StatusCode.OK
+    for token in (old, new, third):
+        assert token not in d.log()
+
+
+def test_sighup_applies_log_level(daemon_factory, dataset):
+    # The fd hand-over of a shared-memory stream logs a debug line.
+    root, _ = dataset
+    d = daemon_factory(daemon_config(root), name="level")
+    marker = "fd hand-over: stream"
+    _run(d.unix, "eval")
+    assert marker not in d.log(), d.log_tail()
+    write_config(d.config_path, daemon_config(root, log_level="debug"))
+    line = _reload(d, RELOADED)
+    assert "log_level info -> debug" in line, line
+    _run(d.unix, "eval")
+    assert wait_until(lambda: marker in d.log(), 10), d.log_tail()
+    # And back: no more debug lines.
+    write_config(d.config_path, daemon_config(root, log_level="warn"))
+    before = d.log().count(marker)
+    # The reload's own line is logged before the level goes up to warn.
+    assert "log_level debug -> warn" in _reload(d, RELOADED)
+    assert conveyor.stats(d.unix).config_reloads_succeeded == 2
+    _run(d.unix, "eval")
+    assert d.log().count(marker) == before, d.log_tail()
+    # An unknown level is refused like any bad value.
+    write_config(d.config_path, daemon_config(root, log_level="loud"))
+    line = _reload(d, REFUSED)
+    assert "log_level" in line and "loud" in line, line
+
+
+def test_reloads_are_counted_in_stats_and_metrics(daemon_factory, dataset):
+    from test_metrics import metrics_url, scrape, value  # the official parser's reading
+    root, _ = dataset
+    started = time.time()
+    cfg = daemon_config(root, metrics={"listen": "127.0.0.1:0"})
+    d = daemon_factory(cfg, name="counted")
+    url = metrics_url(d)
+
+    def figures():
+        _, families, _ = scrape(url)
+        assert families["conveyor_config_reloads"]["type"] == "counter", families.keys()
+        assert families["conveyor_config_last_reload_success_timestamp_seconds"]["type"] == \
+            "gauge"
+        return (value(families, "conveyor_config_reloads_total", result="success"),
+                value(families, "conveyor_config_reloads_total", result="failure"),
+                value(families, "conveyor_config_last_reload_success_timestamp_seconds"))
+
+    ok, failed, at = figures()
+    # Before any reload: zeros, and the time the config loaded at start.
+    assert (ok, failed) == (0, 0)
+    assert started - 1 <= at <= time.time(), (started, at)
+
+    before = time.time()
+    _reload(d, RELOADED)
+    ok, failed, reloaded_at = figures()
+    assert (ok, failed) == (1, 0)
+    assert before - 0.01 <= reloaded_at <= time.time() and reloaded_at > at, (before, reloaded_at)
+
+    bad = dict(cfg, max_streams=0)
+    write_config(d.config_path, bad)
+    _reload(d, REFUSED)
+    ok, failed, at = figures()
+    assert (ok, failed, at) == (1, 1, reloaded_at)  # a refused reload leaves the time alone
+
+    st = conveyor.stats(d.unix)
+    assert (st.config_reloads_succeeded, st.config_reloads_failed) == (1, 1)
+    assert st.config_last_reload_success_unix_ns / 1e9 == pytest.approx(reloaded_at, abs=1e-6)

@@ -1,7 +1,9 @@
 """`cmake --install` installs conveyord, its systemd unit (with ExecStart at
 the installed binary, whatever --prefix says) and an example config; the
 installed unit passes `systemd-analyze verify`, which parses every setting
-and checks that the commands it runs exist."""
+and checks that the commands it runs exist. Its ExecStartPre checks the
+config's fields only (--no-data), and that check passes on the installed
+example config without its data."""
 
 import os
 import shutil
@@ -40,7 +42,8 @@ def test_install_puts_binary_unit_and_example_config(prefix):
     assert "Type=notify" in lines
     assert "ExecReload=/bin/kill -HUP $MAINPID" in lines
     assert "ExecStart=%s --config ${CONFIG}" % binary in lines
-    assert "ExecStartPre=%s --config ${CONFIG} --check-config" % binary in lines
+    # The schema check only: ExecStart indexes the datasets, once.
+    assert "ExecStartPre=%s --config ${CONFIG} --check-config --no-data" % binary in lines
     r = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout.startswith("conveyord "), r.stdout + r.stderr
 
@@ -62,3 +65,20 @@ def test_systemd_analyze_verify_catches_a_broken_unit(prefix, tmp_path):
     out = r.stdout + r.stderr
     assert r.returncode != 0, out
     assert "notifyy" in out and "is not executable" in out, out
+
+
+def test_unit_check_passes_without_the_data_the_full_check_needs(prefix):
+    # The example config names datasets under /data that this host lacks:
+    # ExecStartPre's schema check passes, the full check (what ExecStart
+    # does before it listens) refuses the missing dataset.
+    binary = str(prefix / "bin" / "conveyord")
+    example = str(prefix / "share" / "conveyor" / "examples" / "conveyord.yaml")
+    assert not os.path.exists("/data/imagenet/train"), "this host has the example's data"
+    r = subprocess.run([binary, "--config", example, "--check-config", "--no-data"],
+                       capture_output=True, text=True, timeout=scaled(60))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ": OK: " in r.stdout and "--no-data" in r.stdout, r.stdout
+    r = subprocess.run([binary, "--config", example, "--check-config"], capture_output=True,
+                       text=True, timeout=scaled(60))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "dataset" in r.stderr and "/data/imagenet" in r.stderr, r.stderr

@@ -236,6 +236,21 @@ TEST_CASE("metrics: the data-wait histogram is cumulative and ends in +Inf", "[m
   CHECK(s.at(R"(conveyor_client_starved_seconds_total{pipeline="train"})") == "1.500000001");
 }
 
+TEST_CASE("metrics: config reloads by result and the last success's time", "[metrics]") {
+  v1::GetStatsResponse stats;
+  stats.set_config_reloads_succeeded(3);
+  stats.set_config_reloads_failed(1);
+  stats.set_config_last_reload_success_unix_ns(1764700000123456789);
+  const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(stats));
+  CHECK(s.at(R"(conveyor_config_reloads_total{result="success"})") == "3");
+  CHECK(s.at(R"(conveyor_config_reloads_total{result="failure"})") == "1");
+  CHECK(s.at("conveyor_config_last_reload_success_timestamp_seconds") == "1764700000.123456789");
+  // Both results are there before any reload (a rate() of 0, not a gap).
+  const std::map<std::string, std::string> idle =
+      CheckFormat(RenderPrometheusText(v1::GetStatsResponse()));
+  CHECK(idle.at(R"(conveyor_config_reloads_total{result="failure"})") == "0");
+}
+
 }  // namespace
 }  // namespace conveyor::server
 

@@ -71,9 +71,42 @@ pipelines:
 )");
   const std::vector<std::string> fields = ChangedRestartFields(running, next);
   CHECK(fields == std::vector<std::string>{"listen.tcp", "threads", "engine.fetch_concurrency",
-                                           "memory_budget", "max_streams", "log_level",
-                                           "log_format", "metrics.listen",
-                                           "stream_idle_timeout_seconds", "per_client.max_memory"});
+                                           "memory_budget", "max_streams", "log_format",
+                                           "metrics.listen", "stream_idle_timeout_seconds",
+                                           "per_client.max_memory"});
+}
+
+TEST_CASE("log_level and the tokens apply live; adding the first token needs a restart",
+          "[reload]") {
+  const std::string tokens = R"(
+memory_budget: 1GiB
+allowed_roots: [/data]
+pipelines:
+  train: {dataset: {root: /data/train}, size: 224}
+  eval: {dataset: {root: /data/val}, augment: eval}
+access:
+  tokens:
+    - {name: a, file: /etc/conveyor/a.token}
+)";
+  const DaemonConfig running = Parse(tokens);
+  // Another level, another token, other files and rights: all live.
+  CHECK(ChangedRestartFields(running, Parse(R"(
+memory_budget: 1GiB
+allowed_roots: [/data]
+log_level: debug
+pipelines:
+  train: {dataset: {root: /data/train}, size: 224}
+  eval: {dataset: {root: /data/val}, augment: eval}
+access:
+  require_token_on_unix: true
+  tokens:
+    - {name: a, file: /etc/conveyor/a2.token, pipelines: [train]}
+    - {name: b, file: /etc/conveyor/b.token, operator: true}
+)"))
+            .empty());
+  // From tokens to none and from none to tokens: a restart.
+  CHECK(ChangedRestartFields(running, Parse(kBase)) == std::vector<std::string>{"access.tokens"});
+  CHECK(ChangedRestartFields(Parse(kBase), running) == std::vector<std::string>{"access.tokens"});
 }
 
 TEST_CASE("remote settings need a restart (the reader is built at start)", "[reload]") {

@@ -914,6 +914,16 @@ TEST_CASE("command-line flags override the config", "[config]") {
   CHECK(c->memory_budget == (64u << 20));
   CHECK(c->log_level == "warn");
 
+  CHECK_FALSE(f->no_data);
+  const char* schema_only[] = {"conveyord", "--check-config", "--no-data"};
+  absl::StatusOr<Flags> schema = ParseFlags(3, schema_only);
+  REQUIRE(schema.ok());
+  CHECK((schema->check_config && schema->no_data));
+  const char* no_data_alone[] = {"conveyord", "--no-data"};
+  absl::StatusOr<Flags> alone = ParseFlags(2, no_data_alone);
+  REQUIRE_FALSE(alone.ok());
+  CHECK(std::string(alone.status().message()) == "--no-data: only with --check-config");
+
   const char* bad_flag[] = {"conveyord", "--frobnicate"};
   CHECK_FALSE(ParseFlags(2, bad_flag).ok());
   const char* no_value[] = {"conveyord", "--threads"};

@@ -73,6 +73,42 @@ TEST_CASE("a token makes the client its principal with its pipelines", "[tokens]
   CHECK_FALSE(c->MayOpen("b"));
 }
 
+TEST_CASE("replaced tokens judge every call from then on; a bad file changes nothing", "[tokens]") {
+  TempDir dir;
+  AccessConfig access = Access(dir);
+  std::unique_ptr<TokenIdentifier> ids = Make(access);
+  const std::string old_auth = std::string("Bearer ") + kTrainer;
+  REQUIRE(ids->Authenticate(kTcp, old_auth).ok());
+
+  // The trainer's file now holds another token; ops loses its operator right.
+  constexpr char kRotated[] = "rotated-token-0123456789abcdef";
+  TokenFile(dir, "trainer", kRotated);
+  access.tokens[1].is_operator = false;
+  absl::StatusOr<TokenIdentifier::Tokens> next = TokenIdentifier::ReadTokens(access);
+  REQUIRE(next.ok());
+  // Read, not applied yet: the old token still counts.
+  CHECK(ids->Authenticate(kTcp, old_auth).ok());
+  ids->Replace(*std::move(next));
+  CHECK(ids->Authenticate(kTcp, old_auth).status().code() == absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<ClientIdentity> c = ids->Authenticate(kTcp, std::string("Bearer ") + kRotated);
+  REQUIRE(c.ok());
+  CHECK(c->principal == "trainer");
+  c = ids->Authenticate(kTcp, std::string("Bearer ") + kOps);
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->is_operator);
+
+  // A file others may read is refused by name, and nothing is replaced.
+  const std::string path = TokenFile(dir, "trainer", "another-token-0123456789abcdef");
+  REQUIRE(::chmod(path.c_str(), 0644) == 0);
+  absl::StatusOr<TokenIdentifier::Tokens> bad = TokenIdentifier::ReadTokens(access);
+  REQUIRE_FALSE(bad.ok());
+  const std::string why(bad.status().message());
+  CHECK(why.find("access.tokens[0].file") != std::string::npos);
+  CHECK(why.find(path) != std::string::npos);
+  CHECK(why.find("another-token") == std::string::npos);
+  CHECK(ids->Authenticate(kTcp, std::string("Bearer ") + kRotated).ok());
+}
+
 TEST_CASE("missing and wrong tokens are UNAUTHENTICATED and never quoted", "[tokens]") {
   TempDir dir;
   std::unique_ptr<TokenIdentifier> ids = Make(Access(dir));
