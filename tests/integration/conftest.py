@@ -351,6 +351,42 @@ def wait_until(predicate, timeout, interval=0.02):
     return value
 
 
+def wait_for_child(pid, timeout, what="the forked child"):
+    """Waits up to `timeout` s (scaled()) for child `pid` to exit and returns
+    its exit code; a child still running then is killed and the test fails
+    naming `what`."""
+    status = []
+
+    def reaped():
+        got, st = os.waitpid(pid, os.WNOHANG)
+        if got == pid:
+            status.append(st)
+        return bool(status)
+
+    if not wait_until(reaped, timeout, interval=0.02):
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("%s did not finish in %s s" % (what, timeout))
+    return os.waitstatus_to_exitcode(status[0])
+
+
+NOBODY = 65534  # the uid (and gid) of nobody/nogroup on Debian
+
+
+@pytest.fixture
+def group_shared_dir():
+    """A folder in /tmp that only root and group nogroup may enter (pytest's
+    own folders are root-only), setgid so the sockets made in it are of that
+    group too: for tests that connect as a second uid."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="conveyor-group-", dir="/tmp")
+    os.chown(d, 0, NOBODY)
+    os.chmod(d, 0o2750)
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def fd_limited_daemon(workdir, cfg, fd_limit):
     """A conveyord (unix socket in `workdir`, TCP 127.0.0.1 port 0, 2

@@ -20,16 +20,13 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
 import conveyor
-from conveyor_integration import (Daemon, PYTHON, client_env, daemon_config, finish_daemons,
-                                  scaled, wait_until)
+from conveyor_integration import (NOBODY, PYTHON, Daemon, client_env, daemon_config,
+                                  finish_daemons, scaled, wait_until)
 
-NOBODY = 65534
 OTHER_UID = 65533  # allowed in the "refused" daemon; nobody runs as it
 
 pytestmark = [
@@ -105,18 +102,7 @@ def run_as_nobody(*args):
 
 
 @pytest.fixture
-def shared_dir():
-    """A folder the second uid can reach through its group (pytest's own are
-    root-only); setgid, so the sockets made in it are of that group too."""
-    d = tempfile.mkdtemp(prefix="conveyor-access-", dir="/tmp")
-    os.chown(d, 0, NOBODY)
-    os.chmod(d, 0o2750)
-    yield Path(d)
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def start_daemon(tmp_path_factory, dataset, shared_dir):
+def start_daemon(tmp_path_factory, dataset, group_shared_dir):
     started = []
 
     def start(allowed_uids, **fields):
@@ -124,7 +110,7 @@ def start_daemon(tmp_path_factory, dataset, shared_dir):
         cfg = daemon_config(root, listen={"unix_mode": "0660", "allowed_uids": allowed_uids},
                             **fields)
         d = Daemon(tmp_path_factory.mktemp("access"), cfg)
-        d.socket_path = shared_dir / ("conveyor%d.sock" % len(started))
+        d.socket_path = group_shared_dir / ("conveyor%d.sock" % len(started))
         started.append(d)
         return d.start()
 

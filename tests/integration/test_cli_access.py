@@ -17,15 +17,12 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from conveyor_integration import (CLI, PYTHON, Daemon, client_env, daemon_config,
+from conveyor_integration import (NOBODY, CLI, PYTHON, Daemon, client_env, daemon_config,
                                   finish_daemons, require_daemon, scaled)
 
-NOBODY = 65534
 OTHER_UID = 65533
 
 needs_root = pytest.mark.skipif(
@@ -77,25 +74,14 @@ def test_plaintext_client_against_a_tls_port_names_tls_ca(tmp_path, dataset):
 
 
 @pytest.fixture
-def shared_dir():
-    """A folder nobody may enter through its group (setgid: the sockets made
-    in it are of that group too)."""
-    d = tempfile.mkdtemp(prefix="conveyor-cli-access-", dir="/tmp")
-    os.chown(d, 0, NOBODY)
-    os.chmod(d, 0o2750)
-    yield Path(d)
-    shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def start_daemon(tmp_path_factory, dataset, shared_dir):
+def start_daemon(tmp_path_factory, dataset, group_shared_dir):
     started = []
 
     def start(listen):
         require_daemon()
         d = Daemon(tmp_path_factory.mktemp("access"), daemon_config(dataset[0], listen=listen),
                    tcp=False)
-        d.socket_path = shared_dir / ("conveyor%d.sock" % len(started))
+        d.socket_path = group_shared_dir / ("conveyor%d.sock" % len(started))
         started.append(d)
         return d.start()
 

@@ -20,7 +20,7 @@ import torch.utils.data
 
 import conveyor
 import conveyor.torch as ctorch
-from conveyor_integration import PYTHON, client_env, scaled, wait_until
+from conveyor_integration import PYTHON, client_env, scaled, wait_for_child
 
 
 def _epoch_indices(address, epoch, batch_size=8, rank=0, world_size=1, seed=0):
@@ -170,19 +170,7 @@ def test_a_plain_fork_child_opens_its_own_connection(daemon):
             code = 0 if sum(b.num_samples for b in loader.epoch(0)) == 48 else 2
         finally:
             os._exit(code)
-    status = []
-
-    def reaped():
-        got, st = os.waitpid(pid, os.WNOHANG)
-        if got == pid:
-            status.append(st)
-        return bool(status)
-
-    if not wait_until(reaped, 60, interval=0.05):
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child did not finish its epoch")
-    assert os.waitstatus_to_exitcode(status[0]) == 0
+    assert wait_for_child(pid, 60, "the forked child's epoch") == 0
     assert sum(b.num_samples for b in loader.epoch(1)) == 48
     loader.close()
 

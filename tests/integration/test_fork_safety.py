@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from conveyor_integration import PYTHON, SOURCE_DIR, client_env, scaled, venv_python, wait_until
+from conveyor_integration import (PYTHON, SOURCE_DIR, client_env, scaled, venv_python,
+                                  wait_for_child, wait_until)
 
 CHECK = str(SOURCE_DIR / "tests" / "integration" / "fork_worker_check.py")
 TRIES = 3
@@ -227,19 +228,7 @@ def test_a_plain_fork_with_a_tcp_stream_open_leaves_the_parents_stream_alone(dae
             code = 0 if n == 48 else 2
         finally:
             os._exit(code)
-    status = []
-
-    def reaped():
-        got_pid, st = os.waitpid(pid, os.WNOHANG)
-        if got_pid == pid:
-            status.append(st)
-        return bool(status)
-
-    if not wait_until(reaped, 90, interval=0.02):
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child did not finish its epoch")
-    assert os.waitstatus_to_exitcode(status[0]) == 0
+    assert wait_for_child(pid, 90, "the forked child's epoch") == 0
     got += [b.labels.tolist() for b in stream]
     assert got == ref
     loader.close()

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -21,6 +20,7 @@
 #include "server/config/config.h"
 #include "server/config/config_doc.h"
 #include "server/config/schema.h"
+#include "tests/support/config_readme.h"
 
 namespace conveyor::server {
 namespace {
@@ -29,15 +29,6 @@ const SystemInfo kMachine{uint64_t{8} << 30, 0};
 
 absl::StatusOr<DaemonConfig> Parse(const std::string& yaml) {
   return ParseConfig(yaml, "schema.yaml", "/etc", kMachine);
-}
-
-std::string ReadReadme() {
-  const char* dir = std::getenv("CONVEYOR_SOURCE_DIR");
-  const std::string root = dir != nullptr ? dir : CONVEYOR_SOURCE_DIR;
-  std::ifstream in(root + "/config/README.md");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // `rows` by field, for look-ups.
@@ -78,7 +69,7 @@ TEST_CASE("config/README.md's field tables are the schema's", "[config][schema]"
   if (const char* out = std::getenv("CONVEYOR_CONFIG_SCHEMA_OUT")) {
     std::ofstream(out) << ConfigSchemaMarkdown();
   }
-  const std::string readme = ReadReadme();
+  const std::string readme = conveyor::testing::ReadConfigReadme();
   REQUIRE_FALSE(readme.empty());
   ExpectTableMatches(readme, kDaemonFieldsHeading, DaemonFieldDocs());
   ExpectTableMatches(readme, kPipelineFieldsHeading, PipelineFieldDocs());

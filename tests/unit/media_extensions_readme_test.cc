@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -17,18 +16,10 @@
 #include "absl/strings/strip.h"
 #include "core/base/media_kind.h"
 #include "core/data/media_extensions.h"
+#include "tests/support/config_readme.h"
 
 namespace conveyor {
 namespace {
-
-std::string ReadReadme() {
-  const char* dir = std::getenv("CONVEYOR_SOURCE_DIR");
-  const std::string root = dir != nullptr ? dir : CONVEYOR_SOURCE_DIR;
-  std::ifstream in(root + "/config/README.md");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct Row {
   std::vector<std::string> folder;  // the folder column's extensions
@@ -74,7 +65,7 @@ std::vector<std::string> Strings(std::span<const std::string_view> list) {
 }
 
 TEST_CASE("config/README.md's table of file extensions is the code's", "[data][docs]") {
-  const std::map<std::string, Row> rows = ParseTable(ReadReadme());
+  const std::map<std::string, Row> rows = ParseTable(conveyor::testing::ReadConfigReadme());
   REQUIRE(rows.size() == 3);
   const std::pair<const char*, MediaKind> kinds[] = {{"`image`", MediaKind::kImage},
                                                      {"`video`", MediaKind::kVideo},
