@@ -190,6 +190,10 @@ def test_a_dataloader_over_a_torch_loader_says_what_to_do(daemon):
     # The way it names works, and the loader itself is unharmed.
     dl = torch.utils.data.DataLoader(ctorch.ConveyorDataset(tl.loader), batch_size=None)
     assert sum(x.shape[0] for x, _ in dl) == 48
+    # A plain Loader in the same place says the same.
+    with pytest.raises(TypeError) as e:
+        next(iter(torch.utils.data.DataLoader(tl.loader, batch_size=None)))
+    assert "wrap it in a DataLoader as DataLoader(conveyor.torch.ConveyorDataset" in str(e.value)
     assert sum(x.shape[0] for x, _ in tl) == 48
     tl.close()
 

@@ -446,6 +446,14 @@ class Loader:
     def __len__(self) -> int:
         return self.batches_per_epoch()
 
+    def __getitem__(self, index: Any) -> Any:
+        # What DataLoader(Loader(...)) reaches first (its sampler indexes the
+        # "dataset"): say what to do instead of "not subscriptable".
+        raise TypeError(
+            "a Loader is the loader, not a dataset: iterate it directly (for batch in loader), "
+            "or under torch wrap it in a DataLoader as "
+            "DataLoader(conveyor.torch.ConveyorDataset(loader), batch_size=None)")
+
     def state_dict(self) -> Dict[str, Any]:
         self._check_fork()
         return self._position.state_dict(self.pipeline, self.seed)
