@@ -25,7 +25,8 @@ import conveyor
 import pytest
 from conveyor.daemon import DaemonProcess
 from conveyor_integration import (CONVEYORD, IMAGE_SIZE, daemon_config, finish_daemons,
-                                  require_daemon, scaled, venv_python, wait_until, write_config)
+                                  pipeline_entry, require_daemon, scaled, venv_python, wait_until,
+                                  write_config)
 
 # Reads an exposition on stdin, parses it with prometheus-client's parser and
 # prints [{"name", "type", "samples": [[name, labels, value], ...]}] as JSON.
@@ -272,16 +273,25 @@ def test_healthz_and_readyz_for_http_probes(metrics_daemon):
 
 def test_readyz_is_503_while_the_daemon_drains(daemon_factory, dataset):
     root, _ = dataset
-    d = daemon_factory(daemon_config(root, metrics={"listen": "127.0.0.1:0"},
+    # Batches of 32 x 3 x 224 x 224 bytes (4.8 MB), so that the 16 a stream
+    # may have out (77 MB) are far more than the HTTP/2 window and the
+    # socket buffers take (here about 5 batches).
+    d = daemon_factory(daemon_config(root, pipelines={"train": pipeline_entry(root, size=224)},
+                                     metrics={"listen": "127.0.0.1:0"},
                                      shutdown_timeout_seconds=5), name="drain")
     base = metrics_url(d)[:-len("/metrics")]
     assert http_get(base + "/readyz") == (200, "ready\n")
-    # A client that stops reading (its stream's batches are larger than the
-    # HTTP/2 window): the daemon's last write to it never completes, so
-    # gRPC's shutdown drains for shutdown_timeout_seconds.
-    stream = conveyor.open_stream(d.tcp, "train", 32, num_epochs=0, credits=8,
+    # A client that stops reading: once the daemon has made all its credits'
+    # batches, its writes to the client wait on the window and never
+    # complete, so gRPC's shutdown drains for shutdown_timeout_seconds.
+    stream = conveyor.open_stream(d.tcp, "train", 32, num_epochs=0, credits=16,
                                   transport="inline", auto_release=False)
     held = next(stream)
+
+    def all_credits_out():
+        return any(st.batches_emitted >= 16 for st in conveyor.stats(d.unix).streams)
+
+    assert wait_until(all_credits_out, timeout=60), str(conveyor.stats(d.unix).streams)
     d.proc.send_signal(signal.SIGTERM)
 
     def readyz():
