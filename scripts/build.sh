@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds Conveyor into BUILD_DIR (default ./build), Release,
 # with ccache when present. Incremental: re-running rebuilds only what changed.
-# Extra arguments are passed to cmake's configure step.
+# Extra arguments are passed to cmake's configure step. BUILD_TARGETS (space-
+# separated target names) builds only those; default: everything.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -16,4 +17,6 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
 elif [ $# -gt 0 ]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" "$@"
 fi
-cmake --build "$BUILD_DIR" -j "$JOBS"
+targets=()
+for t in ${BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"

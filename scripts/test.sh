@@ -34,6 +34,9 @@ export JOBS
 # code in the frameworks' own interpreters against a daemon that the other
 # suites already run sanitized.
 SANITIZED_EXCLUDE="pytest.python.test_bench_smoke|pytest.python.test_peers_smoke|pytest.integration.test_jax_adapter|pytest.integration.test_tensorflow_adapter"
+# Checks of the sources themselves (the include graph, clang-format): the
+# same in every build, so only the release stage runs them.
+SOURCE_CHECKS="^layers\\.|^style\\."
 TIMES=()
 
 # The cached virtual environments of scripts/venvs/ (framework adapters,
@@ -61,7 +64,7 @@ stage_asan() {
   local dir="${ASAN_DIR:-$ROOT/build-asan}"
   BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_ASAN=ON \
     -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
-  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "$SANITIZED_EXCLUDE"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "$SANITIZED_EXCLUDE|$SOURCE_CHECKS"
 }
 
 stage_tsan() {
@@ -69,7 +72,11 @@ stage_tsan() {
   # Without CUDA: the CUDA runtime is not built with TSan either, and this is
   # the stage that proves a build without CUDA (the device transport's logic
   # runs here on the host model all the same).
-  BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_TSAN=ON \
+  # Only what the unit tests and fuzz replays need (conveyor_unit_checks):
+  # conveyord, the test tools and the client's programs serve the suites
+  # this stage does not run.
+  BUILD_TARGETS=conveyor_unit_checks BUILD_DIR="$dir" "$ROOT/scripts/build.sh" \
+    -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_TSAN=ON \
     -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF \
     -DCONVEYOR_CUDA=OFF
   # The unit tests: the engine's threads, the side sockets' threads, the
@@ -82,13 +89,16 @@ stage_tsan() {
   # (README, "Testing"). The same goes for the unit tests that start an
   # in-process gRPC server ("service over gRPC", and "probe:", which asks
   # gRPC's own health service).
-  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "^pytest\.|^service over gRPC|^probe:"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
+    -E "^pytest\.|^service over gRPC|^probe:|$SOURCE_CHECKS"
 }
 
 stage_tsa() {
   local dir="${TSA_DIR:-$ROOT/build-tsa}"
   if [ ! -f "$dir/CMakeCache.txt" ]; then
-    CC=clang CXX=clang++ BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug \
+    # Build type None: no optimisation and no debug information, since
+    # compiling is the whole check.
+    CC=clang CXX=clang++ BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=None \
       -DCONVEYOR_THREAD_SAFETY=ON -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_BENCH=OFF
   else
     BUILD_DIR="$dir" "$ROOT/scripts/build.sh"
