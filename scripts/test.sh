@@ -26,6 +26,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAGES="${CONVEYOR_TEST_STAGES:-release asan tsan tsa}"
 JOBS="${JOBS:-$(nproc)}"
 export JOBS
+# The virtual environments of scripts/venvs/ (scripts/venv.sh) live in the
+# user's cache, not in the checkout, so a fresh clone (CI's) reuses the ones
+# an earlier run made instead of installing TensorFlow, JAX and the
+# validators from PyPI again; each is remade when its pinned file changes.
+export CONVEYOR_VENV_DIR="${CONVEYOR_VENV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/conveyor/venvs}"
 
 "$ROOT/scripts/install-deps.sh"
 
