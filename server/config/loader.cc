@@ -296,6 +296,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       }
       pc->source = *std::move(source);
     }
+    if (pc->cache_output) pc->output_cache = std::make_shared<OutputCache>(pc->cache_output_bytes);
     if (absl::Status st = ValidatePipelineConfig(*pc); !st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(config.source, ": field pipelines.", spec.config.name, ": ", st.message()));
