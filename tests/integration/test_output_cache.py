@@ -5,6 +5,7 @@ the cache; a pipeline that draws random numbers (`augment: train`) is
 refused at config load, naming the field and why."""
 
 import json
+import signal
 import subprocess
 
 import conveyor
@@ -12,7 +13,7 @@ import numpy as np
 
 from conveyor_integration import (CLI, CONVEYORD, PYTHON, client_env, daemon_config,
                                   pipeline_entry, read_epoch, require_daemon, scaled,
-                                  write_config)
+                                  wait_until, write_config)
 
 
 def _cache_stats(address, pipeline):
@@ -69,6 +70,43 @@ def test_eval_epochs_after_the_first_come_from_the_cache(daemon_factory, dataset
     (doc,) = json.loads(cli("--json"))["output_caches"]
     assert (doc["pipeline"], doc["hits"], doc["misses"], doc["entries"]) == ("cached", 2 * n, n, n)
 
+
+
+def _reload(d, cfg):
+    """Writes `cfg`, sends SIGHUP and waits for the reload to be applied."""
+    write_config(d.config_path, cfg)
+    before = d.log().count("config reloaded")
+    d.signal(signal.SIGHUP)
+    assert wait_until(lambda: d.log().count("config reloaded") > before or d.poll() is not None,
+                      60), d.log_tail()
+    assert d.poll() is None, d.log_tail()
+
+
+def test_a_reload_keeps_the_cache_and_never_serves_old_output(daemon_factory, dataset):
+    root, samples = dataset
+    n = len(samples)
+
+    def config(**fields):
+        return daemon_config(root, pipelines={
+            "cached": pipeline_entry(root, augment="eval", cache_output=True, **fields)})
+    d = daemon_factory(config(size=64, cache_output_bytes="32MiB"))
+    at_64 = read_epoch(d.unix, pipeline="cached", batch_size=16)
+    assert at_64.images.shape[1:] == (3, 64, 64)
+
+    # Another output size: the same cache (its counters go on), new keys.
+    _reload(d, config(size=48, cache_output_bytes="32MiB"))
+    at_48 = read_epoch(d.unix, pipeline="cached", batch_size=16)
+    assert at_48.images.shape[1:] == (3, 48, 48)
+    c = _cache_stats(d.unix, "cached")
+    assert (c.hits, c.misses, c.entries) == (0, 2 * n, 2 * n)
+    again = read_epoch(d.unix, pipeline="cached", batch_size=16)
+    np.testing.assert_array_equal(again.images, at_48.images)
+    assert _cache_stats(d.unix, "cached").hits == n
+
+    # Another bound: a new, empty cache.
+    _reload(d, config(size=48, cache_output_bytes="16MiB"))
+    c = _cache_stats(d.unix, "cached")
+    assert (c.hits, c.misses, c.entries, c.capacity_bytes) == (0, 0, 0, 16 << 20)
 
 
 def test_a_random_pipeline_with_cache_output_is_refused(tmp_path, dataset):
