@@ -34,6 +34,8 @@ def test_eval_epochs_after_the_first_come_from_the_cache(daemon_factory, dataset
         "plain": pipeline_entry(root, augment="eval"),
     }))
     n = len(samples)
+    # Its bound is said at start, beside the slots' memory budget.
+    assert "pipeline cached: output cache (cache_output) of up to 64.0 MiB" in d.log()
     first = read_epoch(d.unix, pipeline="cached", batch_size=8, epoch=0)
     c = _cache_stats(d.unix, "cached")
     assert (c.hits, c.misses, c.inserts, c.entries) == (0, n, n, n)
