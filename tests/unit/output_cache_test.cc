@@ -177,6 +177,34 @@ TEST_CASE("the output cache is safe for concurrent lookups and inserts", "[outpu
   CHECK(s.evictions > 0);
 }
 
+TEST_CASE("a file's identity: regular files only, and it changes with the file", "[output_cache]") {
+  TempDir dir;
+  const std::filesystem::path root(dir.path());
+  MakeImageFolder(root, 1, 2);
+  auto index = DatasetIndex::LoadImageFolder(root.string());
+  REQUIRE(index.ok());
+  FileSampleSource source(*index, 1 << 20);
+  std::string a, b, a_again;
+  REQUIRE(source.Identity(0, &a));
+  REQUIRE(source.Identity(1, &b));
+  REQUIRE(source.Identity(0, &a_again));
+  CHECK(a == a_again);
+  CHECK(a != b);
+  CHECK_THAT(a, Catch::StartsWith("file:") && Catch::Contains("class_0/img_1000.jpg"));
+  // Rewritten (another size): another identity.
+  testing::WriteFile(root / "class_0" / "img_1000.jpg", testing::EncodeNoiseJpeg(40, 30, 5));
+  std::string rewritten;
+  REQUIRE(source.Identity(0, &rewritten));
+  CHECK(rewritten != a);
+  // A link or a missing file has none (Read refuses them).
+  std::filesystem::remove(root / "class_0" / "img_1001.jpg");
+  std::string none;
+  CHECK_FALSE(source.Identity(1, &none));
+  std::filesystem::create_symlink(root / "class_0" / "img_1000.jpg",
+                                  root / "class_0" / "img_1001.jpg");
+  CHECK_FALSE(source.Identity(1, &none));
+}
+
 TEST_CASE("only a transform that draws nothing may cache its output", "[output_cache]") {
   TransformSpec t;
   CHECK(RandomDraws(t) != nullptr);  // train
