@@ -378,6 +378,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
       "{:.1f} MiB, max {} streams, max message {:.1f} MiB",
       CONVEYOR_VERSION, d->service_->ListPipelines().pipelines_size(), threads,
       config.memory_budget / 1048576.0, config.max_streams, max_message_bytes / 1048576.0);
+  // Output caches are bounded apart from memory_budget (the slots'): said
+  // once, so the whole worst case (config/README.md) can be added up.
+  for (const PipelineSpec& p : config.pipelines) {
+    if (!p.config.cache_output) continue;
+    spdlog::info(
+        "pipeline {}: output cache (cache_output) of up to {:.1f} MiB, beside the slot "
+        "memory budget",
+        EscapeText(p.config.name), p.config.cache_output_bytes / 1048576.0);
+  }
   if (!unix_path.empty()) {
     spdlog::info("listening on unix:{} (mode {:o}; allowed: {}), fd hand-over on {}", unix_path,
                  config.listen.unix_mode, d->unix_listener_->policy().Describe(), fd_path);

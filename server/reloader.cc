@@ -65,7 +65,7 @@ absl::Status ConfigReloader::TryReload() {
         ": changes settings a running daemon cannot change: ", absl::StrJoin(fields, ", "),
         "; restart conveyord to apply them (or undo them to reload the pipelines)"));
   }
-  ASSIGN_OR_RETURN(PipelineList pipelines, LoadPipelines(next));
+  ASSIGN_OR_RETURN(PipelineList pipelines, LoadPipelines(next, service_->Pipelines()));
   // The gRPC server's send limit was fixed at start.
   std::vector<std::string> too_large;
   for (const auto& p : pipelines) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,6 +70,15 @@ class SampleSource {
   // by this stream too; otherwise other ranks, perhaps on other nodes, read
   // some of them, and a source should fetch only the samples named.
   virtual void Prefetch(std::span<const uint64_t> /*upcoming*/, bool /*every_sample*/) const {}
+
+  // Appends to *out what identifies the bytes Read(index) would return now
+  // (a file's path with its size, mtime, ctime, device and inode; a tar
+  // member's shard and place), so that output cached under it
+  // (core/engine/output_cache.h) is never served for other bytes. Returns
+  // false, *out unspecified, when the source cannot tell cheaply (the
+  // default; network sources) or the sample is not a readable file: the
+  // sample is then neither looked up nor cached. Cheap: one fstatat at most.
+  virtual bool Identity(uint64_t /*index*/, std::string* /*out*/) const { return false; }
 };
 
 // Reads sample `index` whole, relative to the dataset's root fd and without
@@ -87,6 +97,7 @@ class FileSampleSource final : public SampleSource {
                    std::shared_ptr<const FileReader> reader = nullptr)
       : dataset_(std::move(dataset)), max_file_bytes_(max_file_bytes), reader_(std::move(reader)) {}
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
+  bool Identity(uint64_t index, std::string* out) const override;
 
  private:
   const std::shared_ptr<const DatasetIndex> dataset_;

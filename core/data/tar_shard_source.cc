@@ -62,6 +62,13 @@ std::shared_ptr<PendingRead> TarShardSource::ReadAsync(uint64_t index, std::vect
   return pending;
 }
 
+bool TarShardSource::Identity(uint64_t index, std::string* out) const {
+  const TarDataset::Location& at = dataset_->location(index);
+  const std::string& shard = dataset_->shards()[at.shard];
+  absl::StrAppend(out, "tar:", shard.size(), ":", shard, ":", at.offset, ":", at.size, ";");
+  return true;
+}
+
 void TarShardSource::Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const {
   for (const uint64_t index : upcoming) {
     const TarDataset::Location& at = dataset_->location(index);

@@ -55,6 +55,10 @@ class TarShardSource final : public SampleSource {
   std::shared_ptr<PendingRead> ReadAsync(uint64_t index, std::vector<uint8_t>* out,
                                          ReadDone done) const override;
   void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
+  // The shard's name with the member's offset and size: shards are indexed
+  // once and held open, so a member's place names its bytes for the life
+  // of the dataset (a reload indexes again, with a new cache).
+  bool Identity(uint64_t index, std::string* out) const override;
   // The reader of the shards (for its statistics).
   const std::shared_ptr<const ByteRangeReader>& reader() const { return reader_; }
 

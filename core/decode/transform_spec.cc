@@ -237,4 +237,26 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
   return absl::OkStatus();
 }
 
+const char* RandomDraws(const TransformSpec& spec) {
+  switch (spec.kind) {
+    case MediaKind::kImage:
+      return spec.mode == AugmentMode::kTrain ? "augment: train draws a random crop and flip"
+                                              : nullptr;
+    case MediaKind::kVideo:
+      if (spec.mode == AugmentMode::kTrain) {
+        return "augment: train draws a random crop and flip of each clip";
+      }
+      return spec.video.clip_start == ClipStart::kRandom
+                 ? "clip_start: random draws the clip's start"
+                 : nullptr;
+    case MediaKind::kAudio:
+      if (spec.audio.crop == AudioCrop::kRandom ||
+          (spec.audio.crop == AudioCrop::kAuto && spec.mode == AugmentMode::kTrain)) {
+        return "audio.crop: random (or auto with augment: train) draws the clip's start";
+      }
+      return nullptr;
+  }
+  return "an unknown kind";
+}
+
 }  // namespace conveyor

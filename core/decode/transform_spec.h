@@ -146,4 +146,11 @@ const char* ToString(AudioPadding p);  // "end", "both"
 // Returns InvalidArgument naming the bad field, or OK.
 absl::Status ValidateTransformSpec(const TransformSpec& spec);
 
+// What `spec` draws from a sample's Rng, in words ("augment: train draws a
+// random crop and flip"), or nullptr when it draws nothing, so that a sample's
+// output depends only on its bytes and the spec (every epoch alike): images in
+// eval mode; video in eval mode with clip_start center or start; audio whose
+// effective crop is centre (audio.crop centre, or auto with eval).
+const char* RandomDraws(const TransformSpec& spec);
+
 }  // namespace conveyor

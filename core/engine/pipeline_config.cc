@@ -32,6 +32,19 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
   if (absl::Status s = ValidateTransformSpec(c.transform); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrFormat("pipeline %s: %s", c.name, s.message()));
   }
+  if (c.cache_output || c.output_cache != nullptr) {
+    if (const char* draws = RandomDraws(c.transform); draws != nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pipeline %s: cache_output: refused for a pipeline that draws random numbers (%s): "
+          "its output differs every epoch; only deterministic pipelines (augment: eval; video "
+          "clip_start center or start; audio crop centre) may cache their output",
+          c.name, draws));
+    }
+  }
+  if (c.cache_output && c.output_cache == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: cache_output is set but no output_cache was made for it", c.name));
+  }
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "core/data/sample_source.h"
 #include "core/data/sampler.h"
 #include "core/decode/transform_spec.h"
+#include "core/engine/output_cache.h"
 
 namespace conveyor {
 
@@ -58,6 +59,16 @@ struct PipelineConfig {
   // The epoch permutation of the sampler (core/data/sampler.h). Null: the global
   // shuffle (EpochPermutation); tar shards bring their shard-local order.
   std::shared_ptr<const EpochOrder> order;
+  // The pipeline's output served from a cache (`cache_output`,
+  // core/engine/output_cache.h): whoever builds the config makes
+  // `output_cache` with cache_output_bytes when cache_output is set. Only
+  // for a transform that draws nothing (RandomDraws): ValidatePipelineConfig
+  // refuses the others. The cache is shared by every stream of the pipeline
+  // and is itself thread-safe (the one mutable thing a config points to).
+  // Sources that read over the network are not cached (no cheap identity).
+  bool cache_output = false;
+  uint64_t cache_output_bytes = uint64_t{1} << 30;
+  std::shared_ptr<OutputCache> output_cache;
 };
 
 // InvalidArgument naming the bad field, or OK.

@@ -53,6 +53,10 @@ struct StreamStats {
   uint64_t batches_emitted = 0;
   uint64_t samples_emitted = 0;
   uint64_t samples_failed = 0;
+  // Samples the pipeline's output cache served (nothing read or decoded),
+  // and those it was asked for and did not hold (cache_output).
+  uint64_t output_cache_hits = 0;
+  uint64_t output_cache_misses = 0;
   uint64_t slots_total = 0;
   uint64_t slots_held_by_consumer = 0;
   uint64_t consumers_waiting = 0;  // threads blocked in Stream::Next now

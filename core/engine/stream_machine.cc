@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "core/base/posix_error.h"
@@ -31,6 +32,16 @@ constexpr size_t kPrefetchLookahead = 256;
 const SampleSource* ChooseSource(const PipelineConfig& p,
                                  const std::unique_ptr<SampleSource>& fallback) {
   return p.source != nullptr ? p.source.get() : fallback.get();
+}
+
+// The stream's output cache: the pipeline's, unless its source reads over
+// the network (no cheap identity) or the stream's transform draws random
+// numbers (ValidatePipelineConfig refuses such a pipeline already).
+OutputCache* ChooseCache(const PipelineConfig& p, const TransformSpec& transform,
+                         const SampleSource* source) {
+  if (p.output_cache == nullptr || source->reads_asynchronously()) return nullptr;
+  if (RandomDraws(transform) != nullptr) return nullptr;
+  return p.output_cache.get();
 }
 }  // namespace
 
@@ -62,11 +73,15 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
                                                                config_.pipeline->max_file_bytes,
                                                                config_.file_reader)),
       created_ns_(MonotonicNanos()),
+      cache_(ChooseCache(*config_.pipeline, config_.plan.transform,
+                         ChooseSource(*config_.pipeline, default_source_))),
+      transform_key_(cache_ != nullptr ? TransformFingerprint(config_.plan.transform) : ""),
       mu_(*mu) {
   source_ = ChooseSource(*config_.pipeline, default_source_);
   // Fetch buffers: one per queued sample, plus one per decode in flight.
   const uint32_t num_buffers = config_.fetch_capacity + config_.decode_limit;
   buffers_.resize(num_buffers);
+  if (cache_ != nullptr) cache_keys_.resize(num_buffers);
   // Not yet shared with any other thread; the lock is taken for the analysis.
   MutexLock lock(&mu_);
   buffer_bytes_.assign(num_buffers, 0);
@@ -327,8 +342,38 @@ void StreamMachine::AnnounceAfter(const BatchWork& b, uint32_t position) const {
 }
 
 void StreamMachine::RunFetch(Task* t) const {
-  // This task has exclusive use of its buffer.
-  t->status = source_->Read(t->batch->sample_index(t->position), &buffers_[t->buffer]);
+  // This task has exclusive use of its buffer (and its cache key).
+  const uint64_t index = t->batch->sample_index(t->position);
+  if (cache_ != nullptr && ServeFromCache(t, index)) return;
+  t->status = source_->Read(index, &buffers_[t->buffer]);
+}
+
+bool StreamMachine::ServeFromCache(Task* t, uint64_t index) const {
+  std::string& key = cache_keys_[t->buffer];
+  key.clear();
+  if (!source_->Identity(index, &key)) {
+    key.clear();  // not cached: the decode writes straight into the slot
+    return false;
+  }
+  key.append(transform_key_);
+  t->cache_lookup = true;
+  const OutputCache::Bytes hit = cache_->Lookup(key);
+  const BatchLayout& l = config_.plan.layout;
+  // The key fixes the transform, so the size matches; checked all the same.
+  if (hit == nullptr || hit->size() != l.sample_bytes) return false;
+  key.clear();
+  uint8_t* slot = arena_->slot(t->batch->slot);
+  std::memcpy(slot + l.images_offset + t->position * l.sample_bytes, hit->data(), l.sample_bytes);
+  WriteLabelAndIndex(slot, t->position, index);
+  t->cache_hit = true;
+  return true;
+}
+
+void StreamMachine::WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_t index) const {
+  const BatchLayout& l = config_.plan.layout;
+  reinterpret_cast<int64_t*>(slot + l.labels_offset)[position] =
+      config_.pipeline->dataset->label(index);
+  reinterpret_cast<int64_t*>(slot + l.indices_offset)[position] = static_cast<int64_t>(index);
 }
 
 void StreamMachine::Park(Task* t) {
@@ -394,9 +439,16 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   st.busy_ns += t->finished_ns - t->started_ns;
   ++st.items_in;
   --fetch_inflight_;
+  if (t->cache_lookup) ++(t->cache_hit ? cache_hits_ : cache_misses_);
   if (terminal_) {
     free_buffers_.push_back(t->buffer);
     return nullptr;
+  }
+  if (t->cache_hit) {
+    // Written from the output cache: the position is done, nothing to decode.
+    ++st.items_out;
+    free_buffers_.push_back(t->buffer);
+    return PositionDone(t->batch, out);
   }
   if (t->status.ok()) {
     ++st.items_out;
@@ -457,15 +509,26 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   // A cancel (or any failure of the stream) ends a long decode where its
   // time budget is checked; its result is dropped (CompleteDecode).
   const TaskCancelScope cancel_scope(&stop_decoding_);
-  t->status = decoder->Run(std::span<const uint8_t>(buf.data(), buf.size()), config_.plan.transform,
-                           rng, dst);
+  const std::span<const uint8_t> bytes(buf.data(), buf.size());
+  std::string* key = cache_ != nullptr ? &cache_keys_[t->buffer] : nullptr;
+  if (key != nullptr && !key->empty()) {
+    // Decoded into a buffer of its own, copied into the slot and cached
+    // (see the header: slot memory is never what the cache keeps).
+    auto output = std::make_shared<std::vector<uint8_t>>(l.sample_bytes);
+    t->status = decoder->Run(bytes, config_.plan.transform, rng, output->data());
+    if (t->status.ok()) {
+      std::memcpy(dst, output->data(), l.sample_bytes);
+      cache_->Insert(std::move(*key), std::move(output));  // failed samples are not cached
+    }
+    key->clear();
+  } else {
+    t->status = decoder->Run(bytes, config_.plan.transform, rng, dst);
+  }
   // A buffer that grew for a large file is not kept at that size: streams
   // would otherwise keep max_file_bytes per buffer for good. Freed here,
   // outside the lock, by the task that owns the buffer.
   if (buf.capacity() > kKeptFetchBufferBytes) std::vector<uint8_t>().swap(buffers_[t->buffer]);
-  reinterpret_cast<int64_t*>(slot + l.labels_offset)[t->position] =
-      config_.pipeline->dataset->label(index);
-  reinterpret_cast<int64_t*>(slot + l.indices_offset)[t->position] = static_cast<int64_t>(index);
+  WriteLabelAndIndex(slot, t->position, index);
 }
 
 BatchWork* StreamMachine::CompleteDecode(Task* t, Outbox* out) {
@@ -566,6 +629,8 @@ StreamStats StreamMachine::Stats(uint64_t now) {
   st.batches_emitted = emitted_;
   st.samples_emitted = samples_emitted_;
   st.samples_failed = samples_failed_;
+  st.output_cache_hits = cache_hits_;
+  st.output_cache_misses = cache_misses_;
   st.slots_total = config_.plan.options.num_slots;
   st.slots_held_by_consumer = slots_held_;
   st.consumers_waiting = consumers_waiting_;

@@ -46,6 +46,17 @@
 // parked reads (through the Outbox, without the lock), so a terminal
 // stream leaves as soon as their dones come.
 //
+// The output cache (PipelineConfig::output_cache, core/engine/output_cache.h):
+// a fetch task first asks the cache for its sample, under the key of the
+// file's identity (SampleSource::Identity) and the stream's transform
+// (TransformFingerprint). On a hit it copies the cached bytes into the
+// sample's place in the slot and completes the position: nothing is read or
+// decoded. On a miss the key stays with the fetch buffer (cache_keys_, owned
+// like the buffer) and the decode writes into a fresh buffer that it copies
+// into the slot and hands to the cache, so the cache never holds bytes taken
+// from slot memory, which clients map writable. Failed samples are not
+// cached. Streams of a source that reads over the network do not use it.
+//
 // Memory of fetched samples: no fetch starts while the stream holds
 // fetch_bytes of fetched samples (queued or being decoded), so it holds at
 // most fetch_bytes + fetch_limit × max_file_bytes; a buffer that grew past
@@ -124,6 +135,8 @@ struct Task {
   uint64_t first_failure_ns = 0;  // fetch: when the first of them failed
   uint64_t epoch = 0;             // sample: the epoch to plan
   bool parked = false;            // fetch: read asynchronously (RunFetchAsync)
+  bool cache_lookup = false;      // fetch: the output cache was asked (a miss unless cache_hit)
+  bool cache_hit = false;         // fetch: the sample was written from the output cache
   uint64_t park_serial = 0;       // parked: which Park it was (buffers are reused)
   // Results, filled by Run.
   absl::Status status;
@@ -338,6 +351,12 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   void TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BatchWork* CompleteFetch(Task* t, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunFetch(Task* t) const;
+  // The output cache's part of a fetch: true when the sample was written
+  // into its slot from the cache (t->cache_hit); otherwise leaves the key
+  // for the decode in cache_keys_[t->buffer] (empty: not cached).
+  bool ServeFromCache(Task* t, uint64_t index) const;
+  // Writes the label and dataset index of sample `index` at `position`.
+  void WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_t index) const;
   // Queues the cancellation of every parked read that has its handle.
   void CancelParked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -375,6 +394,12 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   // Fetch buffers: the vector is fixed; buffer i's bytes belong to whoever
   // holds index i (free_buffers_, a fetched_ entry, or one running task).
   mutable std::vector<std::vector<uint8_t>> buffers_;
+  // The output cache, or null (none, or the source reads asynchronously);
+  // the transform's part of its keys; each fetch buffer's key (held with the
+  // buffer, like buffers_; empty: the sample is not to be cached).
+  OutputCache* const cache_;
+  const std::string transform_key_;
+  mutable std::vector<std::string> cache_keys_;
 
   Mutex& mu_;
   // Consumers blocked in Next wait here (not on the workers' condvar).
@@ -399,6 +424,8 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   uint64_t samples_emitted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t samples_seen_ ABSL_GUARDED_BY(mu_) = 0;  // of emitted batches, failed included
   uint64_t samples_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t cache_hits_ ABSL_GUARDED_BY(mu_) = 0;    // samples served by the output cache
+  uint64_t cache_misses_ ABSL_GUARDED_BY(mu_) = 0;  // asked of it and not there
   std::map<uint64_t, std::shared_ptr<const EpochPlan>> plans_ ABSL_GUARDED_BY(mu_);
   bool plan_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::unique_ptr<BatchWork>> open_ ABSL_GUARDED_BY(mu_);  // started, in order

@@ -206,7 +206,7 @@ std::string DatasetLoadKey(const PipelineSpec& spec) {
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
-    const DaemonConfig& config) {
+    const DaemonConfig& config, const std::vector<std::shared_ptr<const PipelineConfig>>& running) {
   RETURN_IF_ERROR(CheckAllowedRoots(config));
   std::vector<std::string> allowed_real_roots;  // as CheckAllowedRoots resolves them
   for (const std::string& r : config.allowed_roots) allowed_real_roots.push_back(RealPath(r));
@@ -295,6 +295,17 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
                          ".urls: ", remote::RedactUrlsIn(std::string(source.status().message()))));
       }
       pc->source = *std::move(source);
+    }
+    if (pc->cache_output) {
+      for (const std::shared_ptr<const PipelineConfig>& r : running) {
+        if (r->name == pc->name && r->output_cache != nullptr &&
+            r->output_cache->capacity_bytes() == pc->cache_output_bytes) {
+          pc->output_cache = r->output_cache;
+        }
+      }
+      if (pc->output_cache == nullptr) {
+        pc->output_cache = std::make_shared<OutputCache>(pc->cache_output_bytes);
+      }
     }
     if (absl::Status st = ValidatePipelineConfig(*pc); !st.ok()) {
       return absl::InvalidArgumentError(

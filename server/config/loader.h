@@ -38,8 +38,14 @@ std::string DatasetLoadKey(const PipelineSpec& spec);
 // CheckAllowedRoots, then loads every distinct dataset once (pipelines with
 // the same dataset share the index) and returns the finished, validated
 // pipelines in config order. A dataset that is missing or unreadable is
-// InvalidArgument naming its field.
+// InvalidArgument naming its field. A pipeline with cache_output takes over
+// the output cache of the pipeline of its name in `running` (a reload: the
+// pipelines served now) when that one has a cache of the same
+// cache_output_bytes, so a reload keeps what is cached (its keys hold the
+// transform and the files' identities: nothing stale is ever served);
+// otherwise it gets a new, empty one.
 absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines(
-    const DaemonConfig& config);
+    const DaemonConfig& config,
+    const std::vector<std::shared_ptr<const PipelineConfig>>& running = {});
 
 }  // namespace conveyor::server

@@ -162,6 +162,10 @@ const Section<PipelineSpec>& PipelineSection() {
                          0, kMaxFailureMinSamples, "judged once a stream has seen this many"),
       Size<PipelineSpec>("max_file_bytes", Pc(&PipelineConfig::max_file_bytes), 1,
                          "larger files are refused by the fetch stage"),
+      Bool<PipelineSpec>("cache_output", Pc(&PipelineConfig::cache_output),
+                         "serve a deterministic pipeline's samples from a cache of its output"),
+      Size<PipelineSpec>("cache_output_bytes", Pc(&PipelineConfig::cache_output_bytes), 1,
+                         "`cache_output`: the bound of the cache, in memory"),
       Manual<PipelineSpec>("audio", "map", "none", "`kind: audio`: the clips")
           .WithSubRows(AudioDocs()),
   });
@@ -232,6 +236,22 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
     t.resize_size = std::min<int>(kMaxOutputSide, (side * 256 + 223) / 224);
   }
   RETURN_IF_ERROR(ParseVideo(y, f, n, p));
+
+  // cache_output: only a pipeline whose output is the same every epoch.
+  if (n["cache_output_bytes"] && !pc.cache_output) {
+    return y.Error(sub("cache_output_bytes"), n["cache_output_bytes"],
+                   "is only for `cache_output: true`");
+  }
+  if (pc.cache_output) {
+    if (const char* draws = RandomDraws(t); draws != nullptr) {
+      return y.Error(
+          sub("cache_output"), n["cache_output"],
+          absl::StrCat("refused: this pipeline draws random numbers (", draws,
+                       "), so its output differs every epoch and cannot be cached; only "
+                       "deterministic pipelines may set it (augment: eval; video clip_start "
+                       "center or start; audio crop centre)"));
+    }
+  }
 
   // The core's own check, as the last word (names the transform field).
   if (absl::Status st = ValidateTransformSpec(t); !st.ok()) {

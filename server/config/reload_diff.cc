@@ -102,7 +102,8 @@ bool SamePipelineDefinition(const PipelineSpec& a, const PipelineSpec& b) {
          x.name == y.name && SameTransform(x.transform, y.transform) &&
          x.error_policy == y.error_policy && x.max_failure_rate == y.max_failure_rate &&
          x.failure_rate_min_samples == y.failure_rate_min_samples &&
-         x.max_batch_size == y.max_batch_size && x.max_file_bytes == y.max_file_bytes;
+         x.max_batch_size == y.max_batch_size && x.max_file_bytes == y.max_file_bytes &&
+         x.cache_output == y.cache_output && x.cache_output_bytes == y.cache_output_bytes;
 }
 
 PipelineChanges ComparePipelines(const DaemonConfig& running, const DaemonConfig& next) {

@@ -270,6 +270,38 @@ void RenderReloads(const v1::GetStatsResponse& s, Writer* w) {
   w->Seconds({}, s.config_last_reload_success_unix_ns());
 }
 
+// The output caches of the pipelines with cache_output: one series per
+// such pipeline (none without one).
+void RenderOutputCaches(const v1::GetStatsResponse& s, Writer* w) {
+  if (s.output_caches().empty()) return;
+  w->Family("conveyor_output_cache_hits_total", "counter",
+            "Samples served from a pipeline's output cache (cache_output): nothing read or "
+            "decoded.");
+  for (const v1::OutputCacheStats& c : s.output_caches()) {
+    w->Sample({{"pipeline", c.pipeline()}}, c.hits());
+  }
+  w->Family("conveyor_output_cache_misses_total", "counter",
+            "Samples looked up in a pipeline's output cache and not held there.");
+  for (const v1::OutputCacheStats& c : s.output_caches()) {
+    w->Sample({{"pipeline", c.pipeline()}}, c.misses());
+  }
+  w->Family("conveyor_output_cache_evictions_total", "counter",
+            "Samples dropped from a pipeline's output cache to make room.");
+  for (const v1::OutputCacheStats& c : s.output_caches()) {
+    w->Sample({{"pipeline", c.pipeline()}}, c.evictions());
+  }
+  w->Family("conveyor_output_cache_bytes", "gauge",
+            "Bytes a pipeline's output cache holds now (outputs, keys, bookkeeping).");
+  for (const v1::OutputCacheStats& c : s.output_caches()) {
+    w->Sample({{"pipeline", c.pipeline()}}, c.bytes());
+  }
+  w->Family("conveyor_output_cache_capacity_bytes", "gauge",
+            "The bound of a pipeline's output cache (cache_output_bytes).");
+  for (const v1::OutputCacheStats& c : s.output_caches()) {
+    w->Sample({{"pipeline", c.pipeline()}}, c.capacity_bytes());
+  }
+}
+
 }  // namespace
 
 std::string PrometheusLabelValue(std::string_view value) {
@@ -338,6 +370,7 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
   RenderClients(s, &w);
   RenderRemoteHosts(s, &w);
   RenderReloads(s, &w);
+  RenderOutputCaches(s, &w);
   return w.Take();
 }
 

@@ -25,6 +25,8 @@
 //   conveyor_client_starved_seconds_total{pipeline}    the histogram's sum, as a counter
 //   conveyor_config_reloads_total{result="success"|"failure"},
 //   conveyor_config_last_reload_success_timestamp_seconds
+//   conveyor_output_cache_{hits,misses,evictions}_total{pipeline},
+//   conveyor_output_cache_{bytes,capacity_bytes}{pipeline}   pipelines with cache_output only
 //
 // Failure series (stage failures, refusals) exist from the start at 0, so
 // that rate() and increase() see the first failure. The daemon appends

@@ -250,6 +250,19 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   deliveries_->AppendTo(&r);
   refusals_.AppendTo(&r);
   AppendRemoteHostStats(pipelines_.List(), &r);
+  for (const std::shared_ptr<const PipelineConfig>& p : pipelines_.List()) {
+    if (p->output_cache == nullptr) continue;
+    const OutputCache::Stats cs = p->output_cache->GetStats();
+    v1::OutputCacheStats* o = r.add_output_caches();
+    o->set_pipeline(p->name);
+    o->set_hits(cs.hits);
+    o->set_misses(cs.misses);
+    o->set_inserts(cs.inserts);
+    o->set_evictions(cs.evictions);
+    o->set_entries(cs.entries);
+    o->set_bytes(cs.bytes);
+    o->set_capacity_bytes(cs.capacity_bytes);
+  }
   reloads_->AppendTo(&r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only
@@ -269,6 +282,8 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
     for (const StageStats& st : s.stages) ToProto(st, o->add_stages());
     if (owner != peers.end()) o->set_peer(owner->second.described);
     o->set_fetches_pending(s.fetches_pending);
+    o->set_output_cache_hits(s.output_cache_hits);
+    o->set_output_cache_misses(s.output_cache_misses);
     if (s.oldest_fetch.has_value()) {
       v1::PendingFetch* f = o->mutable_oldest_fetch();
       f->set_sample_index(s.oldest_fetch->sample_index);

@@ -139,6 +139,8 @@ class ConveyorService {
   // open streams keep the definition they opened with. InvalidArgument
   // (and nothing replaced) unless they pass PipelineRegistry::Validate.
   absl::Status ReplacePipelines(PipelineList pipelines);
+  // The pipelines served now.
+  PipelineList Pipelines() const { return pipelines_.List(); }
   // The daemon-wide counters (stages with failures by reason, deliveries
   // by pipeline and transport, budget) and, per open stream, its stats — of every
   // stream for an operator, of `viewer`'s own streams (its LimitKey) for

@@ -164,6 +164,25 @@ TEST_CASE("metrics: fetches waiting on the network, per pipeline and host", "[me
   CHECK(text.find("78") == std::string::npos);  // no stream becomes a label
 }
 
+TEST_CASE("metrics: output caches, per pipeline with cache_output", "[metrics]") {
+  v1::GetStatsResponse st = SomeStats();
+  v1::OutputCacheStats* c = st.add_output_caches();
+  c->set_pipeline("eval");
+  c->set_hits(48);
+  c->set_misses(50);
+  c->set_evictions(2);
+  c->set_bytes(7'000'000);
+  c->set_capacity_bytes(64 << 20);
+  const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(st));
+  CHECK(s.at(R"(conveyor_output_cache_hits_total{pipeline="eval"})") == "48");
+  CHECK(s.at(R"(conveyor_output_cache_misses_total{pipeline="eval"})") == "50");
+  CHECK(s.at(R"(conveyor_output_cache_evictions_total{pipeline="eval"})") == "2");
+  CHECK(s.at(R"(conveyor_output_cache_bytes{pipeline="eval"})") == "7000000");
+  CHECK(s.at(R"(conveyor_output_cache_capacity_bytes{pipeline="eval"})") == "67108864");
+  // Without a cached pipeline, no family at all.
+  CHECK(RenderPrometheusText(SomeStats()).find("conveyor_output_cache") == std::string::npos);
+}
+
 TEST_CASE("metrics: an idle daemon's exposition is valid too", "[metrics]") {
   v1::GetStatsResponse empty;
   const std::map<std::string, std::string> s = CheckFormat(RenderPrometheusText(empty));

@@ -408,6 +408,33 @@ TEST_CASE("bad enum values are refused listing the choices", "[config]") {
                 {"field log_level: unknown log level 'loud'"});
 }
 
+TEST_CASE("cache_output: eval pipelines only, with a bound", "[config][output_cache]") {
+  const std::string head = "pipelines:\n  p:\n    dataset: {root: /data}\n";
+  absl::StatusOr<DaemonConfig> c =
+      Parse(head + "    augment: eval\n    cache_output: true\n    cache_output_bytes: 2GiB\n");
+  REQUIRE(c.ok());
+  CHECK(c->pipelines[0].config.cache_output);
+  CHECK(c->pipelines[0].config.cache_output_bytes == uint64_t{2} << 30);
+  c = Parse(head + "    augment: eval\n    cache_output: true\n");
+  REQUIRE(c.ok());
+  CHECK(c->pipelines[0].config.cache_output_bytes == uint64_t{1} << 30);
+  c = Parse(head);
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->pipelines[0].config.cache_output);
+  ExpectRefused(head + "    augment: train\n    cache_output: true\n",
+                {"field pipelines.p.cache_output: refused: this pipeline draws random numbers "
+                 "(augment: train draws a random crop and flip)"});
+  ExpectRefused(head + "    cache_output: true\n", {"field pipelines.p.cache_output: refused"});
+  ExpectRefused(head +
+                    "    kind: video\n    augment: eval\n    clip_start: random\n"
+                    "    cache_output: true\n",
+                {"field pipelines.p.cache_output: refused", "clip_start: random"});
+  ExpectRefused(head + "    augment: eval\n    cache_output_bytes: 1GiB\n",
+                {"field pipelines.p.cache_output_bytes: is only for `cache_output: true`"});
+  ExpectRefused(head + "    augment: eval\n    cache_output: true\n    cache_output_bytes: 0\n",
+                {"field pipelines.p.cache_output_bytes"});
+}
+
 TEST_CASE("negative and out-of-range numbers are refused", "[config]") {
   const std::string head = "pipelines:\n  p:\n    dataset: {root: /data}\n";
   ExpectRefused("threads: -1\n" + std::string(kMinimal), {"field threads: must not be negative"});

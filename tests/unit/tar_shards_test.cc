@@ -384,6 +384,23 @@ class RecordingReader final : public ByteRangeReader {
   MemoryReader inner_;
 };
 
+TEST_CASE("TarShardSource's identity of a member: its shard, offset and size", "[output_cache]") {
+  const std::string tar = Member("d/1.jpg", "JPEG") + Member("d/1.cls", "1") +
+                          Member("d/2.jpg", "JPEG") + Member("d/2.cls", "2") + kEnd;
+  auto reader = std::make_shared<RecordingReader>(tar);
+  auto dataset = TarDataset::Load({"/s/a.tar"}, *reader, TarDatasetOptions());
+  REQUIRE(dataset.ok());
+  REQUIRE((*dataset)->size() == 2);
+  TarShardSource source(*dataset, reader, 1000);
+  std::string first, second, again;
+  REQUIRE(source.Identity(0, &first));
+  REQUIRE(source.Identity(1, &second));
+  REQUIRE(source.Identity(0, &again));
+  CHECK(first == again);
+  CHECK(first != second);  // same name and bytes, another member
+  CHECK(first == "tar:8:/s/a.tar:512:4;");
+}
+
 TEST_CASE("TarDataset groups by key; TarShardSource reads one member, forwards Prefetch") {
   const std::string tar = Member("d/2.cls", "5\n") + Member("d/1.png", "PNG!") +
                           Member("d/1.jpg", "JPEG") + Member("d/1.cls", " 7 ") +

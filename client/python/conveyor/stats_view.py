@@ -127,6 +127,26 @@ def format_remote_hosts(resp):
     return lines
 
 
+def output_cache_dict(c):
+    return {"pipeline": c.pipeline, "hits": c.hits, "misses": c.misses, "inserts": c.inserts,
+            "evictions": c.evictions, "entries": c.entries, "bytes": c.bytes,
+            "capacity_bytes": c.capacity_bytes}
+
+
+def format_output_caches(resp):
+    """The text lines of `conveyor stats` about output caches (none without
+    a pipeline with cache_output)."""
+    if not resp.output_caches:
+        return []
+    lines = ["", "output caches (cache_output):"]
+    for c in resp.output_caches:
+        lines.append("  pipeline %s: hits %d  misses %d  evictions %d  %d samples  "
+                     "%.1f of %.1f MiB"
+                     % (c.pipeline, c.hits, c.misses, c.evictions, c.entries, c.bytes / 2**20,
+                        c.capacity_bytes / 2**20))
+    return lines
+
+
 def stats_dict(resp):
     """The JSON object of `conveyor stats --json` (keys documented in
     client/python/README.md)."""
@@ -143,6 +163,7 @@ def stats_dict(resp):
         "delivered": delivered_totals(resp),
         "deliveries": [delivery_dict(d) for d in resp.deliveries if d.batches],
         "remote_hosts": [remote_host_dict(h) for h in resp.remote_hosts],
+        "output_caches": [output_cache_dict(c) for c in resp.output_caches],
     }
 
 
