@@ -168,6 +168,7 @@ uint64_t Scheduler::BudgetWaitUntil(uint64_t now) {
 }
 
 void Scheduler::JoinGroup(StreamMachine* s) {
+  s->mu().AssertHeld();
   const StreamOptions& o = s->config().plan.options;
   ClientGroup* g = nullptr;
   if (!o.client.empty()) {
@@ -189,6 +190,7 @@ void Scheduler::JoinGroup(StreamMachine* s) {
 }
 
 void Scheduler::LeaveGroup(StreamMachine* s) {
+  s->mu().AssertHeld();
   ClientGroup* g = s->group();
   s->set_group(nullptr);
   auto it = std::find(g->streams.begin(), g->streams.end(), s);
