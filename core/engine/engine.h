@@ -1,10 +1,15 @@
 // Engine: the data-loading engine — one worker pool, sized to the machine's
-// cores, shared fairly by every open stream of every pipeline.
+// cores (or to EngineOptions::cpu_budget), shared fairly by every open
+// stream of every pipeline.
 //
-// Each worker repeatedly picks the next runnable task round-robin over the
-// open streams (sample → fetch → decode+augment into the batch slot →
-// collate) and never blocks on a full queue: a task whose output has no room
-// is not started. See core/engine/stream.h for the per-stream contract.
+// Each worker repeatedly picks the next runnable task (sample → fetch →
+// decode+augment into the batch slot → collate) and never blocks on a full
+// queue: a task whose output has no room is not started. Picks are fair
+// between clients by weight (StreamOptions::client, weight: stride
+// scheduling on the tasks' CPU time, round-robin among one client's
+// streams; core/engine/scheduler.h), and a CPU budget holds the process to
+// EngineOptions::cpu_budget CPUs. See core/engine/stream.h for the
+// per-stream contract.
 //
 // Thread-safety: all methods are safe to call concurrently. Destroying the
 // engine shuts it down (Shutdown): open streams' handles stay valid and
