@@ -78,8 +78,8 @@ TEST_CASE("a stream runs to its end under a fractional budget", "[engine][budget
   const testing::Collected got = Drain(**s);
   CHECK(got.end.ok());
   CHECK(got.batches.size() == 6);  // 12 samples × 2 epochs / 4
-  // 24 decodes of 2 ms at half a CPU: the bucket (10 ms deep) ran dry.
-  CHECK(engine->scheduler_stats().budget_waits > 0);
+  // (Whether the worker had to wait depends on how much CPU the host gave
+  // it: not asserted. The test below makes it wait for certain.)
 }
 
 TEST_CASE("shutdown wakes a worker the budget holds back", "[engine][budget]") {
