@@ -188,6 +188,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(engine_options);
   if (!engine.ok()) return engine.status();
   const int threads = (*engine)->num_threads();
+  if (engine_options.cpu_budget > 0) {
+    spdlog::info("engine.cpu_budget: {:.2f} CPUs -> {} worker threads, held to the budget",
+                 engine_options.cpu_budget, threads);
+  }
 
   if (const std::string data = DataSocketAddress(config.listen); !data.empty()) {
     absl::StatusOr<std::unique_ptr<DataSocketServer>> ds =

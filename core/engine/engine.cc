@@ -1,6 +1,7 @@
 #include "core/engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -45,7 +46,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                         kMaxEngineThreads));
   }
   RETURN_IF_ERROR(ValidateRetry(o));
+  if (!(o.cpu_budget >= 0) || !std::isfinite(o.cpu_budget)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cpu_budget must be 0 (no limit) or a positive number of CPUs, got %g", o.cpu_budget));
+  }
   if (o.num_threads == 0) o.num_threads = std::max(1u, std::thread::hardware_concurrency());
+  if (o.cpu_budget > 0) {
+    // More workers than the budget's CPUs could only take turns being held
+    // back; the throttle makes a fractional budget exact.
+    o.num_threads = std::min(o.num_threads, std::max(1, static_cast<int>(std::ceil(o.cpu_budget))));
+  }
   if (o.fetch_queue_capacity == 0) o.fetch_queue_capacity = std::max(4, 2 * o.num_threads);
   if (o.fetch_concurrency == 0) o.fetch_concurrency = 1;
   if (o.fetch_queue_bytes == 0) {

@@ -1,10 +1,15 @@
 // Engine: the data-loading engine — one worker pool, sized to the machine's
-// cores, shared fairly by every open stream of every pipeline.
+// cores (or to EngineOptions::cpu_budget), shared fairly by every open
+// stream of every pipeline.
 //
-// Each worker repeatedly picks the next runnable task round-robin over the
-// open streams (sample → fetch → decode+augment into the batch slot →
-// collate) and never blocks on a full queue: a task whose output has no room
-// is not started. See core/engine/stream.h for the per-stream contract.
+// Each worker repeatedly picks the next runnable task (sample → fetch →
+// decode+augment into the batch slot → collate) and never blocks on a full
+// queue: a task whose output has no room is not started. Picks are fair
+// between clients by weight (StreamOptions::client, weight: stride
+// scheduling on the tasks' CPU time, round-robin among one client's
+// streams; core/engine/scheduler.h), and a CPU budget holds the process to
+// EngineOptions::cpu_budget CPUs. See core/engine/stream.h for the
+// per-stream contract.
 //
 // Thread-safety: all methods are safe to call concurrently. Destroying the
 // engine shuts it down (Shutdown): open streams' handles stay valid and
@@ -26,6 +31,9 @@ namespace conveyor {
 
 // Largest worker pool an engine accepts (EngineOptions::num_threads).
 inline constexpr int kMaxEngineThreads = 1024;
+// CPU time the workers may run ahead of EngineOptions::cpu_budget (the
+// token bucket's depth), per CPU of the budget.
+inline constexpr absl::Duration kCpuBudgetBurst = absl::Milliseconds(20);
 
 struct EngineOptions {
   int num_threads = 0;  // 0: the number of cores
@@ -51,6 +59,15 @@ struct EngineOptions {
   absl::Duration fetch_retry_max_backoff = absl::Seconds(1);            // ≥ initial
   absl::Duration fetch_retry_deadline = absl::Seconds(30);              // > 0
 
+  // CPUs the workers may use together (1.5: 1.5 CPU-seconds per second),
+  // whatever the number of streams; 0: no limit. The pool then has at most
+  // ceil(cpu_budget) workers, and each worker accounts the CPU time of its
+  // own thread: while the pool is over budget (a token bucket refilled at
+  // cpu_budget CPUs, holding at most kCpuBudgetBurst of CPU time) workers
+  // wait before taking their next task. The daemon's other threads (gRPC,
+  // I/O) are not counted.
+  double cpu_budget = 0;  // ≥ 0, finite
+
   // Makes the per-worker-thread decoder of the decode stage. Null: a
   // MediaDecoder (the decoder of the pipeline's kind, core/decode/media_decoder.h).
   // Other decoders (synthetic ones for benchmarks) plug in here.
@@ -71,6 +88,10 @@ struct SchedulerStats {
   uint64_t lock_hold_ns = 0;       // holding it (picking and completing tasks)
   uint64_t wakeups = 0;            // workers woken to look for work
   uint64_t idle_wakeups = 0;       // ... that found none
+  // EngineOptions::cpu_budget: waits of workers while the pool was over
+  // budget, and their total length.
+  uint64_t budget_waits = 0;
+  uint64_t budget_wait_ns = 0;
 };
 
 class Engine {

@@ -2,15 +2,35 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <ctime>
 
 #include "core/base/status_macros.h"
+#include "core/base/thread_cpu_clock.h"
 #include "core/decode/media_decoder.h"
 
 namespace conveyor {
 
+namespace {
+
+// CPU time of the whole process, in ns.
+uint64_t ProcessCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
 Scheduler::Scheduler(const EngineOptions& options)
-    : options_(options), created_ns_(MonotonicNanos()) {
+    : options_(options),
+      created_ns_(MonotonicNanos()),
+      cpu_budget_(options.cpu_budget),
+      budget_burst_ns_(options.cpu_budget * absl::ToDoubleNanoseconds(kCpuBudgetBurst)) {
   MutexLock lock(&mu_);
+  budget_ns_ = budget_burst_ns_;
+  budget_at_ = created_ns_;
+  if (cpu_budget_ > 0) budget_cpu_ = ProcessCpuNs();
   for (int i = 0; i < kNumStages; ++i) finished_totals_[i].name = ToString(static_cast<Stage>(i));
 }
 
@@ -36,6 +56,7 @@ void Scheduler::Shutdown() {
       MaybeUnregister(s.get(), &out);
     }
     work_cv_.SignalAll();
+    budget_cv_.SignalAll();  // workers held back by the budget go on at once
   }
   out.Flush();  // cancels the parked reads: their dones come at once
   // Workers finish the tasks they run and complete the parked ones (their
@@ -54,6 +75,7 @@ void Scheduler::Register(const std::shared_ptr<StreamMachine>& s) {
     } else {
       s->set_registered(true);
       streams_.push_back(s);
+      JoinGroup(s.get());
       ++streams_total_;
       WakeOne();
     }
@@ -64,17 +86,123 @@ void Scheduler::Register(const std::shared_ptr<StreamMachine>& s) {
 // ---------------------------------------------------------------- the pool
 
 bool Scheduler::PickTask(uint64_t now, Task* t, uint64_t* retry_at) {
-  const size_t n = streams_.size();
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = (rr_ + k) % n;
-    StreamMachine* s = streams_[i].get();
-    s->mu().AssertHeld();
-    if (s->PickTask(now, t, retry_at)) {
-      rr_ = (i + 1) % n;  // fair: the next pick starts at the next stream
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    ClientGroup* g = groups_[gi].get();
+    const size_t n = g->streams.size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (g->rr + k) % n;
+      StreamMachine* s = g->streams[i];
+      s->mu().AssertHeld();
+      if (!s->PickTask(now, t, retry_at)) continue;
+      g->rr = (i + 1) % n;  // the group's next pick starts at its next stream
+      if (g->idle) {
+        // Back from idle: what it did not use while idle is not banked.
+        g->idle = false;
+        g->vtime = std::max(g->vtime, WakeVtime());
+      }
+      ++g->inflight;
+      vfloor_ = std::max(vfloor_, g->vtime);
+      Reorder(gi);
       return true;
     }
+    // Nothing runnable and nothing running: the group is idle (groups after
+    // the one picked are not looked at, but their virtual time is higher
+    // than its: waking them would not change them).
+    if (g->inflight == 0) g->idle = true;
   }
   return false;
+}
+
+double Scheduler::WakeVtime() const {
+  double lowest = 0;
+  bool any = false;
+  for (const auto& g : groups_) {
+    if (g->inflight > 0 && (!any || g->vtime < lowest)) {
+      lowest = g->vtime;
+      any = true;
+    }
+  }
+  return any ? lowest : vfloor_;
+}
+
+void Scheduler::Reorder(size_t i) {
+  while (i > 0 && groups_[i]->vtime < groups_[i - 1]->vtime) {
+    std::swap(groups_[i], groups_[i - 1]);
+    --i;
+  }
+  while (i + 1 < groups_.size() && groups_[i + 1]->vtime < groups_[i]->vtime) {
+    std::swap(groups_[i], groups_[i + 1]);
+    ++i;
+  }
+}
+
+void Scheduler::ChargeGroup(ClientGroup* g, uint64_t cpu_ns) {
+  assert(g->inflight > 0);
+  --g->inflight;
+  g->vtime += static_cast<double>(cpu_ns) / g->weight;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    if (groups_[i].get() == g) {
+      Reorder(i);
+      return;
+    }
+  }
+  assert(false && "a stream's group is in groups_");
+}
+
+void Scheduler::ChargeBudget(uint64_t now, uint64_t process_cpu_ns) {
+  if (now > budget_at_) {
+    budget_ns_ = std::min(budget_burst_ns_,
+                          budget_ns_ + static_cast<double>(now - budget_at_) * cpu_budget_);
+    budget_at_ = now;
+  }
+  if (process_cpu_ns > budget_cpu_) {
+    budget_ns_ -= static_cast<double>(process_cpu_ns - budget_cpu_);
+    budget_cpu_ = process_cpu_ns;
+  }
+}
+
+uint64_t Scheduler::BudgetWaitUntil(uint64_t now) {
+  ChargeBudget(now, 0);
+  if (budget_ns_ >= 0) return 0;
+  return now + static_cast<uint64_t>(std::ceil(-budget_ns_ / cpu_budget_));
+}
+
+void Scheduler::JoinGroup(StreamMachine* s) {
+  s->mu().AssertHeld();
+  const StreamOptions& o = s->config().plan.options;
+  ClientGroup* g = nullptr;
+  if (!o.client.empty()) {
+    for (const auto& candidate : groups_) {
+      if (candidate->key == o.client) g = candidate.get();
+    }
+  }
+  if (g == nullptr) {
+    auto made = std::make_unique<ClientGroup>();
+    made->key = o.client;
+    made->vtime = WakeVtime();  // a newcomer starts level with the others
+    g = made.get();
+    groups_.push_back(std::move(made));
+    Reorder(groups_.size() - 1);
+  }
+  g->weight = o.weight;
+  g->streams.push_back(s);
+  s->set_group(g);
+}
+
+void Scheduler::LeaveGroup(StreamMachine* s) {
+  s->mu().AssertHeld();
+  ClientGroup* g = s->group();
+  s->set_group(nullptr);
+  auto it = std::find(g->streams.begin(), g->streams.end(), s);
+  assert(it != g->streams.end());
+  const size_t i = static_cast<size_t>(it - g->streams.begin());
+  g->streams.erase(it);
+  if (g->rr > i) --g->rr;
+  if (g->rr >= g->streams.size()) g->rr = 0;
+  if (!g->streams.empty()) return;
+  assert(g->inflight == 0);
+  groups_.erase(std::find_if(groups_.begin(), groups_.end(),
+                             [g](const std::unique_ptr<ClientGroup>& x) { return x.get() == g; }));
 }
 
 bool Scheduler::AnyRunnable(uint64_t now, StreamMachine* hint) {
@@ -100,15 +228,18 @@ void Scheduler::WorkerLoop() {
   Outbox out;
   Task t;
   bool completed_pending = false;  // t ran and waits to be completed
+  const bool budgeted = cpu_budget_ > 0;
   // The worker's own costs, added to sched_stats_ at its next acquisition.
   SchedulerStats mine;
   while (true) {
     // (A parked fetch finished on another thread, maybe long ago.)
     const uint64_t requested = completed_pending && !t.parked ? t.finished_ns : MonotonicNanos();
+    const uint64_t process_cpu = budgeted ? ProcessCpuNs() : 0;
     mu_.Lock();
     uint64_t acquired = MonotonicNanos();
     mine.lock_wait_ns += acquired - requested;
     ++mine.lock_acquisitions;
+    if (budgeted) ChargeBudget(acquired, process_cpu);
 
     if (completed_pending) {
       completed_pending = false;
@@ -120,8 +251,11 @@ void Scheduler::WorkerLoop() {
         // stream cannot leave while this task is counted in flight.
         const uint64_t c0 = MonotonicNanos();
         mine.lock_hold_ns += c0 - acquired;
+        const bool clock = groups_.size() > 1;
         mu_.Unlock();
+        const int64_t cpu0 = clock ? ThreadCpuNs() : 0;
         s->CompactBatch(*compact);
+        if (clock) t.cpu_ns += static_cast<uint64_t>(ThreadCpuNs() - cpu0);
         const uint64_t c1 = MonotonicNanos();
         mu_.Lock();
         acquired = MonotonicNanos();
@@ -130,6 +264,7 @@ void Scheduler::WorkerLoop() {
         s->mu().AssertHeld();
         s->FinishCompaction(compact, c1 - c0, &out);
       }
+      ChargeGroup(s->group(), t.cpu_ns);
       s->EndTask();
       MaybeUnregister(s, &out);  // s may leave: out->retired holds it
       ++mine.tasks_run;
@@ -150,11 +285,25 @@ void Scheduler::WorkerLoop() {
     bool finished_parked = false;
     uint64_t now = acquired;
     while (true) {
+      if (budgeted && !shutdown_) {
+        // Over the CPU budget: no task (not even a parked fetch to
+        // complete) until the bucket has refilled. Shutdown wakes us.
+        if (const uint64_t until = BudgetWaitUntil(now); until != 0) {
+          const uint64_t wait_start = MonotonicNanos();
+          mine.lock_hold_ns += wait_start - acquired;
+          ++sched_stats_.budget_waits;
+          budget_cv_.WaitUntilMonotonic(&mu_, until);
+          now = acquired = MonotonicNanos();
+          sched_stats_.budget_wait_ns += acquired - wait_start;
+          continue;
+        }
+      }
       if (!completed_.empty()) {
         // A parked fetch's read is done: complete it first (it frees a
         // fetch place of its stream and feeds its decode).
         t = std::move(completed_.front());
         completed_.pop_front();
+        t.cpu_ns = 0;  // its start's CPU time went unaccounted to its group
         finished_parked = true;
         break;
       }
@@ -212,6 +361,9 @@ void Scheduler::WorkerLoop() {
     sched_stats_.lock_wait_ns += mine.lock_wait_ns;
     sched_stats_.lock_hold_ns += mine.lock_hold_ns;
     mine = SchedulerStats();
+    // A task's CPU time matters only when groups contend: a lone client
+    // (the common case) pays no clock reads.
+    const bool clock = groups_.size() > 1;
     mu_.Unlock();
 
     if (parked_stream != nullptr) {
@@ -221,8 +373,13 @@ void Scheduler::WorkerLoop() {
       s->RunFetchAsync(std::move(t), std::move(parked_stream));
       continue;  // (counted in tasks_run once completed)
     }
+    // The hold ends where the task starts, or before the clock read (a
+    // syscall, not the lock's cost) when there is one.
+    const uint64_t released = clock ? MonotonicNanos() : 0;
+    const int64_t cpu0 = clock ? ThreadCpuNs() : 0;
     t.stream->RunTask(&t, decoder.get());  // sets started_ns first thing
-    mine.lock_hold_ns += t.started_ns - acquired;
+    t.cpu_ns = clock ? static_cast<uint64_t>(ThreadCpuNs() - cpu0) : 0;
+    mine.lock_hold_ns += (clock ? released : t.started_ns) - acquired;
     completed_pending = true;
   }
 }
@@ -255,10 +412,9 @@ void Scheduler::MaybeUnregister(StreamMachine* s, Outbox* out) {
     AddStages(&finished_totals_, snap);
     for (size_t i = 0; i < streams_.size(); ++i) {
       if (streams_[i].get() == s) {
+        LeaveGroup(s);
         out->retired.push_back(std::move(streams_[i]));
         streams_.erase(streams_.begin() + static_cast<std::ptrdiff_t>(i));
-        if (rr_ > i) --rr_;
-        if (rr_ >= streams_.size()) rr_ = 0;
         return;
       }
     }

@@ -1,8 +1,35 @@
 // Internal to the engine: the worker pool and the fair choice of which
 // stream a worker serves next. Everything about one stream's work is its
 // StreamMachine's (core/engine/stream_machine.h); the scheduler keeps the list of
-// streams that need workers, picks round-robin among them, wakes workers,
-// and forwards the consumer's calls under its lock.
+// streams that need workers, picks among them fairly, wakes workers, holds
+// the pool to its CPU budget, and forwards the consumer's calls under its
+// lock.
+//
+// Fair sharing (StreamOptions::client, weight): the streams of one client
+// form a ClientGroup. Each group has a virtual time, advanced by the CPU
+// time of each of its tasks (the worker thread's, ThreadCpuNs) divided by
+// its weight. A pick tries the groups in order of virtual time, lowest
+// first, and round-robin among a group's streams; so under contention the
+// groups' CPU time goes in proportion to their weights (stride scheduling).
+// A group with nothing runnable is passed over and is charged nothing. A
+// group with no task in flight that becomes runnable again has its virtual
+// time raised to the lowest of the groups that have tasks in flight (or,
+// with none, to the virtual time of the latest pick): time spent idle is
+// not banked, so a client that returns cannot burst past the others for
+// longer than its one task. Tasks are charged when they complete, so
+// workers running tasks of one group at once can give it up to that many
+// tasks' lead, which later picks pay back. With a single group nothing is
+// clocked (its virtual time stays; a group that joins starts level).
+//
+// CPU budget (EngineOptions::cpu_budget): a token bucket of CPU time,
+// refilled at cpu_budget CPUs and at most kCpuBudgetBurst × cpu_budget
+// deep, is charged with the CPU time the whole process used
+// (CLOCK_PROCESS_CPUTIME_ID) each time a worker comes back for work: the
+// gRPC, transport and I/O threads work for the streams too, so the process
+// as a whole keeps to the budget while its workers have work (what those
+// threads use beyond it cannot be held back here). A worker that finds the
+// bucket empty waits on budget_cv_, which releases the lock, until the
+// bucket would have refilled, before taking any task; shutdown wakes it.
 //
 // Locking: one mutex (mu_) guards the scheduler's fields and, by reference,
 // every StreamMachine's (see stream_machine.h for why one lock). Tasks
@@ -40,6 +67,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,6 +79,21 @@
 #include "core/engine/stream_machine.h"
 
 namespace conveyor {
+
+// The streams of one client (StreamOptions::client) and their share of the
+// pool. Owned by the scheduler; every field is guarded by its mutex.
+struct ClientGroup {
+  std::string key;    // the client; a stream without one has a group of its own
+  double weight = 1;  // of the latest stream registered in it
+  // CPU nanoseconds of its tasks / weight, raised when the group wakes.
+  double vtime = 0;
+  // Passed over by a pick with nothing runnable and nothing in flight: it
+  // is woken (its virtual time raised) when it next gets a task.
+  bool idle = false;
+  std::vector<StreamMachine*> streams;  // registered (the scheduler holds them)
+  size_t rr = 0;                        // where the next pick in it starts
+  uint32_t inflight = 0;                // its tasks picked and not yet completed
+};
 
 class Scheduler {
  public:
@@ -93,9 +136,25 @@ class Scheduler {
 
  private:
   void WorkerLoop();
-  // Round-robin over the registered streams from rr_. When nothing may run
-  // only because retries are not due, *retry_at is their earliest time.
+  // The groups in order of virtual time, round-robin within each (see the
+  // header comment). When nothing may run only because retries are not
+  // due, *retry_at is their earliest time.
   bool PickTask(uint64_t now, Task* t, uint64_t* retry_at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The virtual time a group waking up (or new) starts from.
+  double WakeVtime() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves groups_[i] to its place in the order of virtual time.
+  void Reorder(size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A task of `g` is over: charges it `cpu_ns`.
+  void ChargeGroup(ClientGroup* g, uint64_t cpu_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Charges the budget's bucket with the process's CPU time since the last
+  // charge (`process_cpu_ns`: its CPU clock now), refilled up to `now` first.
+  void ChargeBudget(uint64_t now, uint64_t process_cpu_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a CPU budget: 0 when a worker may take a task at `now`, else the
+  // time the bucket is no longer empty.
+  uint64_t BudgetWaitUntil(uint64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds s to its client's group (made if new), and takes it out again.
+  void JoinGroup(StreamMachine* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeaveGroup(StreamMachine* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether some registered stream has a task that may run now (`hint`,
   // the stream most likely to, is looked at first).
   bool AnyRunnable(uint64_t now, StreamMachine* hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -111,13 +170,26 @@ class Scheduler {
   std::atomic<uint64_t> next_stream_id_{0};
   std::vector<std::thread> workers_;  // touched by Start/Shutdown only
 
+  // EngineOptions::cpu_budget in CPUs (0: none), and the bucket's depth in ns.
+  const double cpu_budget_;
+  const double budget_burst_ns_;
+
   Mutex mu_;
-  CondVar work_cv_;  // idle workers wait here
+  CondVar work_cv_;    // idle workers wait here
+  CondVar budget_cv_;  // workers held back by the CPU budget wait here
 
   // ---- guarded by mu_
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::shared_ptr<StreamMachine>> streams_ ABSL_GUARDED_BY(mu_);  // registered
-  size_t rr_ ABSL_GUARDED_BY(mu_) = 0;  // where the next pick starts
+  // The clients' groups, in order of virtual time (lowest first).
+  std::vector<std::unique_ptr<ClientGroup>> groups_ ABSL_GUARDED_BY(mu_);
+  // The virtual time of the latest pick's group (never goes down).
+  double vfloor_ ABSL_GUARDED_BY(mu_) = 0;
+  // The CPU budget's bucket: ns of CPU time the workers may still use
+  // (negative: over budget), as of budget_at_.
+  double budget_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t budget_at_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t budget_cpu_ ABSL_GUARDED_BY(mu_) = 0;  // the process's CPU clock then
   uint64_t streams_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<StageStats, kNumStages> finished_totals_ ABSL_GUARDED_BY(mu_);
   uint32_t idle_ ABSL_GUARDED_BY(mu_) = 0;           // workers waiting on work_cv_

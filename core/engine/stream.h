@@ -66,6 +66,14 @@ struct StreamOptions {
   // and normalisation, which the finisher does (on the GPU). Image and
   // video pipelines only (video is uint8 anyway).
   bool collate_uint8 = false;
+  // Fair sharing of the worker pool (core/engine/scheduler.h): the streams
+  // of one `client` form one group, and under contention the groups' shares
+  // of the workers' CPU time are in proportion to their weights. "" : the
+  // stream is a group of its own. The service passes the client's identity
+  // (its per-client key) and its configured weight; the engine never
+  // interprets the key.
+  std::string client;
+  double weight = 1.0;  // > 0 and finite
 };
 
 struct SampleFailure {

@@ -119,6 +119,7 @@ struct BatchWork {
 };
 
 class StreamMachine;
+struct ClientGroup;  // the scheduler's fair-share group (core/engine/scheduler.h)
 
 enum class TaskKind : uint8_t { kSample, kFetch, kDecode };
 
@@ -142,6 +143,9 @@ struct Task {
   absl::Status status;
   std::shared_ptr<const EpochPlan> plan;
   uint64_t started_ns = 0, finished_ns = 0;
+  // CPU time of the worker's thread running it (set by the scheduler; the
+  // start of a parked fetch is not counted to its group).
+  uint64_t cpu_ns = 0;
 };
 
 // What a thread collects under the lock and acts on once it is released:
@@ -221,6 +225,9 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   // ---- registration (the scheduler's list of streams that need workers)
   bool registered() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return registered_; }
   void set_registered(bool r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { registered_ = r; }
+  // The scheduler's group of this stream's client, while registered.
+  ClientGroup* group() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return group_; }
+  void set_group(ClientGroup* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { group_ = g; }
   // Whether the stream no longer needs a worker nor its place in the
   // scheduler: no task in flight, and it failed or was cancelled, or it
   // produced every batch and either the consumer took them all or left.
@@ -411,6 +418,7 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
 
   // ---- guarded by mu_
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  ClientGroup* group_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool terminal_ ABSL_GUARDED_BY(mu_) = false;  // failed or cancelled: no new work
   // terminal_, for decodes running without the lock (their TaskCancelScope:
   // core/base/task_cancel.h): set once by Fail, read from any thread.

@@ -1,5 +1,7 @@
 #include "core/engine/stream_plan.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/status_macros.h"
@@ -23,6 +25,10 @@ absl::Status CheckFields(const PipelineConfig& p, const StreamOptions& o) {
                         p.name, p.max_batch_size));
   }
   if (o.num_slots == 0) return absl::InvalidArgumentError("credits (num_slots) must be at least 1");
+  if (!(o.weight > 0) || !std::isfinite(o.weight)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("weight must be a positive finite number, got %g", o.weight));
+  }
   if (o.collate_uint8 && p.transform.kind == MediaKind::kAudio) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "pipeline %s: audio samples are float32 only; this transport needs uint8 host samples "

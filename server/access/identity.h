@@ -41,6 +41,9 @@ struct ClientIdentity {
   // Whether it may see every client's streams in GetStats (the daemon's
   // operators), not only its own.
   bool is_operator = false;
+  // Its share of the workers' CPU under contention, from the token it
+  // presented (access.tokens[i].weight); 0: the daemon's per_client.weight.
+  double weight = 0;
 
   // Builds the identity of a client known only by gRPC's peer string: unix
   // when it starts with "unix:".

@@ -88,7 +88,7 @@ absl::StatusOr<TokenIdentifier::Tokens> TokenIdentifier::ReadTokens(const Access
     const std::string field = absl::StrCat("access.tokens[", i, "].file");
     absl::StatusOr<std::string> secret = ReadTokenFile(field, spec.file);
     if (!secret.ok()) return secret.status();
-    Token t{spec.name, DigestOf(*secret), spec.pipelines, spec.is_operator};
+    Token t{spec.name, DigestOf(*secret), spec.pipelines, spec.is_operator, spec.weight};
     OPENSSL_cleanse(secret->data(), secret->size());
     for (const Token& other : tokens) {
       if (other.digest == t.digest) {
@@ -166,6 +166,7 @@ absl::StatusOr<ClientIdentity> TokenIdentifier::Authenticate(
   identity.principal = match->name;
   identity.allowed_pipelines = match->pipelines;
   identity.is_operator = match->is_operator;
+  identity.weight = match->weight;
   return identity;
 }
 

@@ -46,6 +46,9 @@ struct TokenSpec {
   // The pipelines it may open; unset: all of them.
   std::optional<std::set<std::string>> pipelines;
   bool is_operator = false;  // may see every client's streams in GetStats
+  // Its holder's share of the workers' CPU under contention (ClientIdentity::
+  // weight); 0: per_client.weight.
+  double weight = 0;
 };
 
 // Who may use the daemon (the `access` section).
@@ -102,6 +105,7 @@ class TokenIdentifier final : public ClientIdentifier {
     Digest digest;
     std::optional<std::set<std::string>> pipelines;
     bool is_operator = false;
+    double weight = 0;
   };
   struct Table {
     std::vector<Token> tokens;

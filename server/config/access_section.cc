@@ -33,6 +33,13 @@ const Section<TokenSpec>& TokenSection() {
                         "the pipelines the token may open"),
       Bool<TokenSpec>("operator", &TokenSpec::is_operator,
                       "whether its holder sees every client's streams"),
+      schema::Custom<TokenSpec>(
+          "weight", NumberType(kMinClientWeight, kMaxClientWeight), "`per_client.weight`",
+          "its holder's share of the workers' CPU under contention",
+          [](const YamlFields& y, const YAML::Node& n, const std::string& field,
+             TokenSpec* t) -> absl::Status {
+            return y.ReadDouble(n, field, kMinClientWeight, kMaxClientWeight, &t->weight);
+          }),
   });
   return kSection;
 }
@@ -69,7 +76,7 @@ const Section<AccessConfig>& AccessSection() {
   static const Section<AccessConfig> kSection({
       Manual<AccessConfig>("tokens", "list", "none",
                            "bearer tokens clients may present, each `{name, file, pipelines, "
-                           "operator}`")
+                           "operator, weight}`")
           .WithSubRows(TokenSection().Docs(), /*own=*/true, "[i]."),
       Bool<AccessConfig>("require_token_on_unix", &AccessConfig::require_token_on_unix,
                          "require a token on the unix socket too (needs `tokens`)")
@@ -86,9 +93,10 @@ absl::Status ParseAccess(const YamlFields& y, const YAML::Node& n, const DaemonC
   RETURN_IF_ERROR(s.CheckKeys(y, n, "access"));
   if (const YAML::Node tl = n["tokens"]) {
     if (!tl.IsSequence()) {
-      return y.Error("access.tokens", tl,
-                     absl::StrCat("expected a list of {name, file, pipelines, operator}, got ",
-                                  DescribeNode(tl)));
+      return y.Error(
+          "access.tokens", tl,
+          absl::StrCat("expected a list of {name, file, pipelines, operator, weight}, got ",
+                       DescribeNode(tl)));
     }
     std::set<std::string> names;
     std::set<std::string> files;

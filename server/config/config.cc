@@ -24,6 +24,9 @@ constexpr uint64_t kMaxStreams = 100000;
 constexpr uint64_t kMaxCreditsPerClient = 100000000;
 constexpr double kMaxShutdownSeconds = 3600;
 constexpr double kMaxIdleTimeoutSeconds = 7 * 86400;
+// Bounds of per_client.weight (server/service/client_limits.h).
+constexpr double kMinWeight = kMinClientWeight;
+constexpr double kMaxWeight = kMaxClientWeight;
 
 uint64_t MemoryOf(const DaemonConfig& c) { return c.system.MemoryLimit(); }
 
@@ -40,6 +43,9 @@ const Section<DaemonConfig>& PerClientSection() {
       Size<DaemonConfig>(
           "max_memory", [](DaemonConfig & c) -> auto& { return c.per_client.max_bytes; }, 0,
           "slot memory one client may reserve (0: no limit)", MemoryOf),
+      schema::Number<DaemonConfig>(
+          "weight", [](DaemonConfig & c) -> auto& { return c.per_client.weight; }, kMinWeight,
+          kMaxWeight, "a client's share of the workers' CPU under contention, relative to others'"),
   });
   return kSection;
 }
@@ -137,7 +143,9 @@ absl::Status ParseDaemon(const YamlFields& y, const YAML::Node& root, DaemonConf
   RETURN_IF_ERROR(s.CheckKeys(y, root, ""));
   if (root["remote"]) RETURN_IF_ERROR(ParseRemote(y, root["remote"], &c->remote));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(y, root["listen"], &c->listen));
-  if (root["engine"]) RETURN_IF_ERROR(ParseEngine(y, root["engine"], &c->engine));
+  if (root["engine"]) {
+    RETURN_IF_ERROR(ParseEngine(y, root["engine"], c->system.usable_cpus, &c->engine));
+  }
   c->memory_budget = DefaultMemoryBudget(c->system);
   RETURN_IF_ERROR(s.ReadFields(y, root, "", c));
   if (root["metrics"]) RETURN_IF_ERROR(MetricsSection().Read(y, root["metrics"], "metrics", c));

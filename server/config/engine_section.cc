@@ -1,6 +1,11 @@
-// The `engine` section: per-stream queue and concurrency limits and the
-// retries of system errors while fetching (core/engine/engine.h).
+// The `engine` section: per-stream queue and concurrency limits, the
+// retries of system errors while fetching, and the workers' CPU budget
+// (core/engine/engine.h).
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "core/base/status_macros.h"
 #include "server/config/sections.h"
@@ -67,14 +72,62 @@ const Section<EngineOptions>& EngineSection() {
             e->fetch_retry_deadline = absl::Seconds(seconds);
             return absl::OkStatus();
           }),
+      // Read by ParseEngine: "N%" needs the machine's CPUs.
+      schema::Manual<EngineOptions>("cpu_budget", "number > 0 or `N%`", "none (no limit)",
+                                    "CPUs the workers may use together (`N%`: of the CPUs usable)")
+          .InGroup("manual"),
   });
   return kSection;
 }
 
 }  // namespace
 
-absl::Status ParseEngine(const YamlFields& y, const YAML::Node& n, EngineOptions* e) {
+absl::Status ParseCpuBudget(const YamlFields& y, const YAML::Node& n, double usable_cpus,
+                            double* out) {
+  const std::string field = "engine.cpu_budget";
+  RETURN_IF_ERROR(y.Scalar(n, field, "a number of CPUs or N%"));
+  const std::string text(absl::StripAsciiWhitespace(n.Scalar()));
+  double cpus = 0;
+  if (absl::EndsWith(text, "%")) {
+    double percent = 0;
+    if (!absl::SimpleAtod(text.substr(0, text.size() - 1), &percent) || !std::isfinite(percent) ||
+        percent <= 0 || percent > 100) {
+      return y.Error(field, n, absl::StrCat("expected N% with 0 < N <= 100, got '", text, "'"));
+    }
+    if (usable_cpus <= 0) {
+      return y.Error(field, n,
+                     "N% needs the number of CPUs this process may use, which is unknown here; "
+                     "give a number of CPUs");
+    }
+    cpus = usable_cpus * percent / 100;
+  } else {
+    if (!absl::SimpleAtod(text, &cpus) || !std::isfinite(cpus)) {
+      return y.Error(field, n,
+                     absl::StrCat("expected a number of CPUs (1, 1.5) or N%, got '", text, "'"));
+    }
+    if (cpus <= 0) {
+      return y.Error(field, n, absl::StrCat("must be more than 0 CPUs, got ", text));
+    }
+    if (usable_cpus > 0 && cpus > usable_cpus + 1e-9) {
+      return y.Error(field, n,
+                     absl::StrFormat("%s CPUs is more than the %g this process may use "
+                                     "(affinity mask and cgroup CPU quota)",
+                                     text, usable_cpus));
+    }
+    if (cpus > kMaxEngineThreads) {
+      return y.Error(field, n, absl::StrCat("must be at most ", kMaxEngineThreads, " CPUs"));
+    }
+  }
+  *out = cpus;
+  return absl::OkStatus();
+}
+
+absl::Status ParseEngine(const YamlFields& y, const YAML::Node& n, double usable_cpus,
+                         EngineOptions* e) {
   RETURN_IF_ERROR(EngineSection().Read(y, n, "engine", e));
+  if (n["cpu_budget"]) {
+    RETURN_IF_ERROR(ParseCpuBudget(y, n["cpu_budget"], usable_cpus, &e->cpu_budget));
+  }
   // Errors of the system (out of fds, EIO, ...) while fetching a sample are
   // retried with backoff, then the stream ends with UNAVAILABLE.
   if (e->fetch_retry_max_backoff < e->fetch_retry_initial_backoff) {

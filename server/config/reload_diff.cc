@@ -64,6 +64,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("engine.fetch_retry_max_backoff_ms", ea.fetch_retry_max_backoff,
           eb.fetch_retry_max_backoff);
   d.Field("engine.fetch_retry_deadline_seconds", ea.fetch_retry_deadline, eb.fetch_retry_deadline);
+  d.Field("engine.cpu_budget", ea.cpu_budget, eb.cpu_budget);
   d.Field("memory_budget", a.memory_budget, b.memory_budget);
   d.Field("gpu_memory_budget", a.gpu_memory_budget, b.gpu_memory_budget);
   d.Field("max_streams", a.max_streams, b.max_streams);
@@ -75,6 +76,7 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("per_client.max_streams", a.per_client.max_streams, b.per_client.max_streams);
   d.Field("per_client.max_credits", a.per_client.max_credits, b.per_client.max_credits);
   d.Field("per_client.max_memory", a.per_client.max_bytes, b.per_client.max_bytes);
+  d.Field("per_client.weight", a.per_client.weight, b.per_client.weight);
   const remote::RemoteOptions &ra = a.remote, &rb = b.remote;
   d.Field("remote.max_connections_per_host", ra.max_connections_per_host,
           rb.max_connections_per_host);

@@ -31,7 +31,9 @@ absl::Status ParseAccess(const YamlFields& y, const YAML::Node& n, const DaemonC
 std::vector<FieldDoc> AccessDocs();
 
 // `engine` (engine_section.cc).
-absl::Status ParseEngine(const YamlFields& y, const YAML::Node& n, EngineOptions* out);
+// `usable_cpus`: SystemInfo::usable_cpus (cpu_budget's bound and its "N%").
+absl::Status ParseEngine(const YamlFields& y, const YAML::Node& n, double usable_cpus,
+                         EngineOptions* out);
 std::vector<FieldDoc> EngineDocs();
 
 // `remote` (remote_section.cc).

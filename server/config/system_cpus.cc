@@ -111,4 +111,10 @@ int UsableCpus(int affinity_cpus, double cgroup_quota, int fallback, std::string
   return cpus;
 }
 
+double UsableCpuShare(int affinity_cpus, double cgroup_quota, int fallback) {
+  double cpus = affinity_cpus > 0 ? affinity_cpus : 0;
+  if (cgroup_quota > 0) cpus = cpus > 0 ? std::min(cpus, cgroup_quota) : cgroup_quota;
+  return cpus > 0 ? cpus : std::max(1, fallback);
+}
+
 }  // namespace conveyor::server

@@ -29,4 +29,9 @@ double CgroupCpuQuota(const std::string& fs_root);
 // 1.50 CPUs").
 int UsableCpus(int affinity_cpus, double cgroup_quota, int fallback, std::string* source);
 
+// The CPU time this process may use, in CPUs, for engine.cpu_budget: the
+// affinity count lowered to the quota, not rounded (a quota of 1.5 CPUs
+// gives 1.5); `fallback` (the machine's cores) when neither is known.
+double UsableCpuShare(int affinity_cpus, double cgroup_quota, int fallback);
+
 }  // namespace conveyor::server

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "server/config/system_cpus.h"
 
 namespace conveyor::server {
 namespace {
@@ -52,6 +54,8 @@ SystemInfo ProbeSystemInfo() {
                           ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)
                           : uint64_t{4} << 30;
   s.cgroup_memory_limit = CgroupMemoryLimit("");
+  s.usable_cpus = UsableCpuShare(AffinityCpuCount(), CgroupCpuQuota(""),
+                                 static_cast<int>(std::thread::hardware_concurrency()));
   return s;
 }
 

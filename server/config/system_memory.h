@@ -16,14 +16,19 @@ namespace conveyor::server {
 struct SystemInfo {
   uint64_t physical_memory = 0;      // bytes of RAM
   uint64_t cgroup_memory_limit = 0;  // bytes; 0 = no limit
+  // The CPUs this process may use: its affinity mask's count, lowered to
+  // its cgroup's CPU quota (1.5: 150 ms per 100 ms); 0 = unknown. For
+  // engine.cpu_budget's bounds and its "N%".
+  double usable_cpus = 0;
 
   // The memory this process may use: physical memory, or the cgroup's limit
   // when that is lower.
   uint64_t MemoryLimit() const;
 };
 
-// Physical memory from sysconf (4 GiB when sysconf cannot tell) and the
-// cgroup limit from CgroupMemoryLimit("").
+// Physical memory from sysconf (4 GiB when sysconf cannot tell), the
+// cgroup limit from CgroupMemoryLimit(""), and the usable CPUs from
+// UsableCpuShare (server/config/system_cpus.h).
 SystemInfo ProbeSystemInfo();
 
 // The memory limit of this process's cgroup, or 0 when there is none: v2's

@@ -329,6 +329,10 @@ absl::StatusOr<StreamPlan> ConveyorService::PlanRequest(const v1::OpenStream& re
   // device copies them as they are.
   o.collate_uint8 = (*transport)->collate_uint8() && p.transform.kind != MediaKind::kAudio;
   ASSIGN_OR_RETURN(o.finisher, (*transport)->MakeFinisher(req, p));
+  // Fair sharing: the client's streams share one group of the scheduler,
+  // weighted by its token's weight or per_client.weight.
+  o.client = client.LimitKey();
+  o.weight = client.weight > 0 ? client.weight : options_.per_client.weight;
   // The offset counts samples of the epoch's global order, whatever the
   // world size it was saved at: resuming at another world size (elastic)
   // deals the rest of the epoch out over the new ranks.
