@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 import urllib.error
@@ -24,9 +25,9 @@ import urllib.request
 import conveyor
 import pytest
 from conveyor.daemon import DaemonProcess
-from conveyor_integration import (CONVEYORD, IMAGE_SIZE, daemon_config, finish_daemons,
-                                  pipeline_entry, require_daemon, scaled, venv_python, wait_until,
-                                  write_config)
+from conveyor_integration import (CONVEYORD, IMAGE_SIZE, client_env, daemon_config,
+                                  finish_daemons, pipeline_entry, require_daemon, scaled,
+                                  venv_python, wait_until, write_config)
 
 # Reads an exposition on stdin, parses it with prometheus-client's parser and
 # prints [{"name", "type", "samples": [[name, labels, value], ...]}] as JSON.
@@ -271,45 +272,62 @@ def test_healthz_and_readyz_for_http_probes(metrics_daemon):
     assert status == 404
 
 
+# A client that stops reading altogether: it takes one batch, says so, and
+# is then stopped with SIGSTOP by the test, so its process reads nothing more
+# from the socket (an idle client in the same process would not do: gRPC's
+# own threads keep reading into a window that grows on loopback).
+_STALLED_CLIENT = textwrap.dedent("""
+    import sys, time
+    import conveyor
+    stream = conveyor.open_stream(sys.argv[1], "train", 32, num_epochs=0, credits=16,
+                                  transport="inline", auto_release=False)
+    held = next(stream)
+    print("got a batch", flush=True)
+    time.sleep(3600)
+""")
+
+
 def test_readyz_is_503_while_the_daemon_drains(daemon_factory, dataset):
     root, _ = dataset
-    # Batches of 32 x 3 x 224 x 224 bytes (4.8 MB), so that the 16 a stream
-    # may have out (77 MB) are far more than the HTTP/2 window and the
-    # socket buffers take (here about 5 batches).
+    # Batches of 32 x 3 x 224 x 224 bytes (4.8 MB): the 16 a stream may have
+    # out (77 MB) are far more than the socket buffers of a client that
+    # reads nothing take, so the daemon's write to it never completes and
+    # gRPC's shutdown drains for shutdown_timeout_seconds.
     d = daemon_factory(daemon_config(root, pipelines={"train": pipeline_entry(root, size=224)},
                                      metrics={"listen": "127.0.0.1:0"},
                                      shutdown_timeout_seconds=5), name="drain")
     base = metrics_url(d)[:-len("/metrics")]
     assert http_get(base + "/readyz") == (200, "ready\n")
-    # A client that stops reading: once the daemon has made all its credits'
-    # batches, its writes to the client wait on the window and never
-    # complete, so gRPC's shutdown drains for shutdown_timeout_seconds.
-    stream = conveyor.open_stream(d.tcp, "train", 32, num_epochs=0, credits=16,
-                                  transport="inline", auto_release=False)
-    held = next(stream)
+    client = subprocess.Popen([sys.executable, "-c", _STALLED_CLIENT, d.tcp],
+                              stdout=subprocess.PIPE, text=True, env=client_env())
+    try:
+        assert client.stdout.readline().strip() == "got a batch"
+        client.send_signal(signal.SIGSTOP)
 
-    def all_credits_out():
-        return any(st.batches_emitted >= 16 for st in conveyor.stats(d.unix).streams)
+        def all_credits_out():
+            return any(st.batches_emitted >= 16 for st in conveyor.stats(d.unix).streams)
 
-    assert wait_until(all_credits_out, timeout=60), str(conveyor.stats(d.unix).streams)
-    d.proc.send_signal(signal.SIGTERM)
+        assert wait_until(all_credits_out, timeout=60), str(conveyor.stats(d.unix).streams)
+        d.proc.send_signal(signal.SIGTERM)
 
-    def readyz():
-        try:
-            return http_get(base + "/readyz")
-        except (urllib.error.URLError, OSError):
-            return ("gone", "")
+        def readyz():
+            try:
+                return http_get(base + "/readyz")
+            except (urllib.error.URLError, OSError):
+                return ("gone", "")
 
-    def not_ready():
-        answer = readyz()
-        return answer if answer[0] != 200 else None
+        def not_ready():
+            answer = readyz()
+            return answer if answer[0] != 200 else None
 
-    status = wait_until(not_ready, timeout=10)
-    assert status and status[0] == 503, status
-    assert status[1].startswith("not ready: shutting down"), status
-    assert http_get(base + "/healthz") == (200, "ok\n")  # alive while it drains
-    del held
-    stream.close()
+        status = wait_until(not_ready, timeout=10)
+        assert status and status[0] == 503, status
+        assert status[1].startswith("not ready: shutting down"), status
+        assert http_get(base + "/healthz") == (200, "ok\n")  # alive while it drains
+    finally:
+        client.kill()
+        client.send_signal(signal.SIGCONT)
+        client.wait()
 
 
 def test_other_paths_and_methods_are_refused(metrics_daemon):
