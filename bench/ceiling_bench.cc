@@ -18,22 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_figures.h"
 #include "core/engine/engine.h"
 
 namespace {
 
-double CpuSeconds() {
-  rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-         1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using conveyor::bench::Median;
+using conveyor::bench::ProcessCpuSeconds;
 
 // --help prints this on stdout and exits 0; a bad argument prints it on
 // stderr and exits 2.
@@ -84,7 +75,7 @@ int RunTimed(conveyor::Engine& engine,
     if (!timing && now >= timed_from) {  // the batch that crosses warm-up's end is not counted
       timing = true;
       t0 = now;
-      cpu0 = CpuSeconds();
+      cpu0 = ProcessCpuSeconds();
     } else if (timing) {
       images += (*next)->num_samples;
       failed += (*next)->failures.size();
@@ -92,7 +83,7 @@ int RunTimed(conveyor::Engine& engine,
     (void)(*stream)->Release((*next)->slot);
     if (timing && now >= timed_to) {
       const double wall = std::chrono::duration<double>(now - t0).count();
-      const double cpu = CpuSeconds() - cpu0;
+      const double cpu = ProcessCpuSeconds() - cpu0;
       if (json) {
         std::printf(
             "{\"threads\": %d, \"images\": %llu, \"seconds\": %.3f, "
@@ -187,7 +178,7 @@ int main(int argc, char** argv) {
     so.num_slots = credits;
     // Slots in a memfd, as the daemon's for unix clients.
     so.memory = shared ? conveyor::SlotMemory::kMemfd : conveyor::SlotMemory::kPrivate;
-    const double cpu0 = CpuSeconds();
+    const double cpu0 = ProcessCpuSeconds();
     const auto t0 = std::chrono::steady_clock::now();
     auto stream = (*engine)->OpenStream(pipeline, so);
     if (!stream.ok()) {
@@ -208,7 +199,7 @@ int main(int argc, char** argv) {
     }
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double cpu = CpuSeconds() - cpu0;
+    const double cpu = ProcessCpuSeconds() - cpu0;
     if (e < warmup) continue;
     ips.push_back(images / wall);
     cpu_ms.push_back(1000.0 * cpu / images);

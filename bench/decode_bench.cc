@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_figures.h"
 #include "core/base/rng.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/jpeg_decoder.h"
@@ -35,17 +36,12 @@
 namespace {
 
 using conveyor::TransformSpec;
+using conveyor::bench::Median;
 
 double Now(clockid_t clock) {
   timespec ts;
   clock_gettime(clock, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::vector<std::vector<uint8_t>> LoadJpegs(const std::string& dir) {

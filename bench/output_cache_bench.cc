@@ -15,22 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_figures.h"
 #include "core/engine/engine.h"
 
 namespace {
 
-double CpuSeconds() {
-  rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-         1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using conveyor::bench::Median;
+using conveyor::bench::ProcessCpuSeconds;
 
 constexpr const char* kUsage =
     "usage: output_cache_bench --root DIR [--threads 2] [--batch-size 64] [--size 224]\n"
@@ -50,7 +41,7 @@ bool RunEpoch(conveyor::Engine& engine, const std::shared_ptr<const conveyor::Pi
   so.seed = 1;
   so.first_epoch = epoch;
   so.num_slots = 4;
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   auto stream = engine.OpenStream(p, so);
   if (!stream.ok()) {
@@ -71,7 +62,7 @@ bool RunEpoch(conveyor::Engine& engine, const std::shared_ptr<const conveyor::Pi
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out->images = images;
   out->images_per_s = images / s;
-  out->cpu_ms_per_image = 1e3 * (CpuSeconds() - cpu0) / std::max<uint64_t>(images, 1);
+  out->cpu_ms_per_image = 1e3 * (ProcessCpuSeconds() - cpu0) / std::max<uint64_t>(images, 1);
   return true;
 }
 
