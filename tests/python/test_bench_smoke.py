@@ -265,10 +265,12 @@ def test_soak_smoke(tmp_path):
     assert len(r["idle_rounds"]) == 2
     for idle in r["idle_rounds"]:
         # A stream, a killed client or a closed connection that left an fd
-        # behind would show here: the daemon is idle again, so it holds what
-        # it held idle.
+        # behind would show here: the daemon is idle again, so it holds no
+        # more than it held idle. Fewer is no leak: gRPC's own pollers and
+        # threads come and go (once 21 fds before and 20 after, with two
+        # threads more), which soak.py's verdict allows too.
         assert idle["idle"] is True
-        assert idle["fds"] == r["idle_before"]["fds"], (r["idle_before"], idle)
+        assert idle["fds"] <= r["idle_before"]["fds"], (r["idle_before"], idle)
     assert r["daemon_exit_status"] == 0
     assert max(s["streams"] for s in r["samples"]) >= 2
     for key in ("rss", "rss_less_slots", "fds"):
