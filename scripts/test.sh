@@ -10,12 +10,15 @@
 #   asan     AddressSanitizer + LeakSanitizer + UndefinedBehaviorSanitizer
 #            build of engine, server, unit tests, tools and conveyord; every
 #            test again, the integration suites against the sanitized daemon
-#            and the fuzz replays under ASan + UBSan.
-#   tsan     ThreadSanitizer build of the same; the unit tests (engine,
-#            side sockets, service, the call protocol under many threads),
-#            not the suites that run inside Debian's uninstrumented gRPC.
+#            and the fuzz replays under ASan + UBSan; not the suites whose
+#            subject is packaging, deployment files or client-side Python
+#            (PACKAGING_SUITES below), nor the checks of the sources.
+#   tsan     ThreadSanitizer build of the unit tests and fuzz replays only;
+#            the unit tests (engine, side sockets, service, the call
+#            protocol under many threads), not the suites that run inside
+#            Debian's uninstrumented gRPC.
 #   tsa      clang build of core/ and server/ with -Wthread-safety as errors
-#            (compile only).
+#            (compile only, build type None).
 #
 # A sanitizer report from any test, daemon or tool fails its test
 # (tests/sanitizers/run_checked.sh). CONVEYOR_TEST_STAGES picks stages
@@ -42,6 +45,14 @@ SANITIZED_EXCLUDE="pytest.python.test_bench_smoke|pytest.python.test_peers_smoke
 # Checks of the sources themselves (the include graph, clang-format): the
 # same in every build, so only the release stage runs them.
 SOURCE_CHECKS="^layers\\.|^style\\."
+# Suites whose subject is packaging, deployment files or the Python
+# client's own logic: they run no sanitized code of ours that the other
+# suites do not (the client package's pip and mypy runs, the GPU bundle,
+# the Kubernetes manifests, the Dockerfile's package lists, the installed
+# systemd unit, the READMEs' commands, which run only against build/, and
+# the client-side tests without a daemon), so only the release stage runs
+# them.
+PACKAGING_SUITES="pytest.integration.test_client_package|pytest.integration.test_gpu_bundle|pytest.integration.test_k8s_manifests|pytest.integration.test_dockerfile|pytest.integration.test_systemd_unit|pytest.integration.test_readme_commands|pytest.python.test_cli_top_render|pytest.python.test_client_addresses|pytest.python.test_cuda_client_paths|pytest.python.test_cuda_copy_seam|pytest.python.test_device_array|pytest.python.test_gen_imagenet_like|pytest.python.test_skipped_exit"
 TIMES=()
 
 # The cached virtual environments of scripts/venvs/ (framework adapters,
@@ -69,7 +80,8 @@ stage_asan() {
   local dir="${ASAN_DIR:-$ROOT/build-asan}"
   BUILD_DIR="$dir" "$ROOT/scripts/build.sh" -DCMAKE_BUILD_TYPE=Debug -DCONVEYOR_ASAN=ON \
     -DCONVEYOR_BUILD_SERVER=ON -DCONVEYOR_BUILD_TESTS=ON -DCONVEYOR_BUILD_BENCH=OFF
-  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -E "$SANITIZED_EXCLUDE|$SOURCE_CHECKS"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
+    -E "$SANITIZED_EXCLUDE|$SOURCE_CHECKS|$PACKAGING_SUITES"
 }
 
 stage_tsan() {
