@@ -152,6 +152,29 @@ std::shared_ptr<PendingRead> RemoteReader::ReadWholeAsync(std::string_view objec
   return ImplFor(object).AwaitAsync(*r, out, std::move(done));
 }
 
+std::shared_ptr<PendingRead> RemoteReader::StatAsync(std::string_view object, ObjectValidators* out,
+                                                     ReadDone done) const {
+  const Impl& impl = ImplFor(object);
+  absl::StatusOr<RequestPtr> r = impl.Claim(object, 0, kWhole, kWhole, /*head=*/true);
+  if (!r.ok()) {
+    done(r.status());
+    return nullptr;
+  }
+  // A HEAD has no body; the request's fields are read once it is settled
+  // (the I/O thread wrote them before, under the reader's mutex).
+  auto no_body = std::make_shared<std::vector<uint8_t>>();
+  RequestPtr req = *r;
+  return impl.AwaitAsync(req, no_body.get(),
+                         [req, no_body, out, done = std::move(done)](absl::Status st) mutable {
+                           if (st.ok()) {
+                             out->size = req->size;
+                             out->etag = req->etag;
+                             out->last_modified = req->last_modified;
+                           }
+                           done(std::move(st));
+                         });
+}
+
 bool RemoteReader::PrefetchWhole(std::string_view object, uint64_t max_bytes) const {
   return ImplFor(object).Prefetch(object, 0, kWhole, max_bytes);
 }

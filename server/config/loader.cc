@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/mutex.h"
 #include "core/base/posix_error.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
@@ -18,6 +19,8 @@
 #include "core/data/shard_order.h"
 #include "core/data/tar_dataset.h"
 #include "core/data/tar_shard_source.h"
+#include "remote/cached_object_reader.h"
+#include "remote/object_cache.h"
 #include "remote/remote_reader.h"
 #include "remote/url.h"
 #include "remote/url_sample_source.h"
@@ -198,6 +201,34 @@ std::string DatasetName(const DatasetSpec& d) {
 
 }  // namespace
 
+namespace {
+
+// The daemon's object cache of `options` (null when off): one per folder for
+// the whole process, so a reload that keeps the folder keeps the cache (and
+// two caches never scan each other's files). Changed settings of a folder
+// already open apply at the next start.
+absl::StatusOr<std::shared_ptr<remote::ObjectCache>> SharedObjectCache(
+    const remote::CacheOptions& options) {
+  if (options.dir.empty()) return nullptr;
+  static Mutex mu;
+  static auto* open = new std::map<std::string, std::weak_ptr<remote::ObjectCache>>();
+  MutexLock lock(&mu);
+  std::weak_ptr<remote::ObjectCache>& slot = (*open)[options.dir];
+  if (std::shared_ptr<remote::ObjectCache> c = slot.lock()) {
+    if (c->options().max_bytes != options.max_bytes || c->options().eviction != options.eviction ||
+        c->options().fsync != options.fsync) {
+      spdlog::warn("cache {}: changed settings apply when the daemon restarts", options.dir);
+    }
+    return c;
+  }
+  absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = remote::ObjectCache::Open(options);
+  if (!c.ok()) return c.status();
+  slot = *c;
+  return c;
+}
+
+}  // namespace
+
 std::string DatasetLoadKey(const PipelineSpec& spec) {
   const DatasetSpec& d = spec.dataset;
   return d.kind == DatasetSpec::Kind::kImageFolder
@@ -225,6 +256,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     }
     return std::shared_ptr<const ByteRangeReader>(reader);
   };
+  // The cache's reader over `reader`, shared by every cached URL pipeline
+  // (one GET for their concurrent misses); made when a pipeline uses it.
+  std::shared_ptr<const remote::CachedObjectReader> cached;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
@@ -287,8 +321,17 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       if (absl::Status st = get_reader().status(); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", st.message()));
       }
+      if (spec.cache && cached == nullptr && !config.cache.dir.empty()) {
+        absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = SharedObjectCache(config.cache);
+        if (!c.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(config.source, ": field cache: ", c.status().message()));
+        }
+        cached = std::make_shared<const remote::CachedObjectReader>(reader, *std::move(c));
+      }
       absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
-          remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes);
+          remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes,
+                                          spec.cache ? cached : nullptr);
       if (!source.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(config.source, ": field ", field,
