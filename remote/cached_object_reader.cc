@@ -114,6 +114,10 @@ void Uncached(const RemoteReader* reader, const std::shared_ptr<Op>& op) {
 
 void Revalidated(const RemoteReader* reader, const std::shared_ptr<CachedObjectReader::State>& s,
                  const std::shared_ptr<Op>& op, absl::Status head) {
+  {
+    MutexLock lock(&op->mu);
+    if (op->finished) return;  // cancelled
+  }
   if (absl::IsCancelled(head)) return op->Finish(std::move(head));
   if (!head.ok() || op->validators.size > op->max_bytes) return Uncached(reader, op);
   {
@@ -202,8 +206,11 @@ bool CachedObjectReader::PrefetchWhole(std::string_view object, uint64_t max_byt
   // out with none of its own held.)
   const std::string key = RedactUrl(object);
   MutexLock lock(&state_->mu);
-  if (state_->filling.count(key) != 0 || cache_->Contains(key)) return true;
-  return reader_->PrefetchWhole(object, max_bytes);
+  if (state_->filling.count(key) != 0) return true;
+  // The read's HEAD goes out with the read-ahead, so a hit waits for no
+  // round trip when its read comes.
+  if (cache_->Contains(key)) return reader_->PrefetchStat(object);
+  return reader_->PrefetchWhole(object, max_bytes) && reader_->PrefetchStat(object);
 }
 
 uint64_t CachedObjectReader::fills() const {

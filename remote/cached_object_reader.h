@@ -47,8 +47,10 @@ class CachedObjectReader {
   // As RemoteReader::ReadWholeAsync, through the cache.
   std::shared_ptr<PendingRead> ReadWholeAsync(std::string_view object, uint64_t max_bytes,
                                               std::vector<uint8_t>* out, ReadDone done) const;
-  // As RemoteReader::PrefetchWhole for objects the cache holds no entry of;
-  // nothing (true) for those it does (the read's HEAD decides then).
+  // Read-ahead for a read to come: its HEAD (RemoteReader::PrefetchStat),
+  // and for objects the cache holds no entry of, the GET too
+  // (RemoteReader::PrefetchWhole); nothing for an object being fetched for
+  // a read now. False when the read-ahead budget is spent.
   bool PrefetchWhole(std::string_view object, uint64_t max_bytes) const;
 
   const std::shared_ptr<ObjectCache>& cache() const { return cache_; }

@@ -250,6 +250,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
   deliveries_->AppendTo(&r);
   refusals_.AppendTo(&r);
   AppendRemoteHostStats(pipelines_.List(), &r);
+  SetObjectCacheStats(pipelines_.List(), &r);
   reloads_->AppendTo(&r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only

@@ -79,6 +79,12 @@ def test_epoch_two_makes_no_body_request_and_matches_the_network(images, tmp_pat
         assert second.images.tobytes() == ref.images.tobytes(), "cached bytes differ"
         assert len([n for n in cache_files(tmp_path / "cache") if n.endswith(".obj")]) == \
             len(files)
+        # GetStats: epoch 1 missed every object, epoch 2 hit every one.
+        import conveyor
+        c = conveyor.stats(d.unix).object_cache
+        assert (c.hits, c.misses, c.entries, c.evictions) == (len(files), len(files), len(files), 0)
+        assert c.bytes_from_cache == c.bytes_from_network > 0
+        assert c.bytes_held >= c.bytes_from_cache and c.dir == str(tmp_path / "cache")
     finally:
         server.stop()
 

@@ -347,3 +347,38 @@ TEST_CASE("CachedObjectReader: concurrent misses are one GET; later reads come f
 }  // namespace
 }  // namespace conveyor::remote
 #endif  // CONVEYOR_HAVE_SERVER
+
+#ifdef CONVEYOR_HAVE_SERVER
+#include "server/ops/metrics_exposition.h"
+
+namespace conveyor::server {
+namespace {
+
+TEST_CASE("metrics: the object cache's counters and gauges, none without a cache",
+          "[metrics][object_cache]") {
+  v1::GetStatsResponse s;
+  CHECK(RenderPrometheusText(s).find("conveyor_cache_") == std::string::npos);
+  v1::ObjectCacheStats* c = s.mutable_object_cache();
+  c->set_hits(7);
+  c->set_misses(3);
+  c->set_bytes_from_cache(700);
+  c->set_bytes_from_network(300);
+  c->set_evictions(2);
+  c->set_bytes_held(1000);
+  c->set_entries(4);
+  c->set_read_only(true);
+  const std::string text = "\n" + RenderPrometheusText(s);
+  INFO(text);
+  for (const char* line :
+       {"conveyor_cache_hits_total 7", "conveyor_cache_misses_total 3",
+        "conveyor_cache_bytes_total{source=\"cache\"} 700",
+        "conveyor_cache_bytes_total{source=\"network\"} 300", "conveyor_cache_evictions_total 2",
+        "conveyor_cache_bytes_held 1000", "conveyor_cache_entries 4", "conveyor_cache_read_only 1",
+        "# TYPE conveyor_cache_hits_total counter", "# TYPE conveyor_cache_bytes_held gauge"}) {
+    CHECK(text.find("\n" + std::string(line) + "\n") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace conveyor::server
+#endif  // CONVEYOR_HAVE_SERVER
