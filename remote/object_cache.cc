@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -141,6 +142,16 @@ absl::StatusOr<std::shared_ptr<ObjectCache>> ObjectCache::Open(
         absl::StrCat("cache.dir ", options.dir, ": cannot create: ", ec.message()));
   }
   auto cache = std::make_shared<ObjectCache>(options, std::move(writer));
+  const std::string lock = options.dir + "/lock";
+  cache->lock_ = UniqueFd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (cache->lock_.get() < 0) return PosixError(absl::StrCat("cache.dir ", lock), errno);
+  if (::flock(cache->lock_.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cache.dir ", options.dir, " is in use by another process (one daemon per folder)"));
+    }
+    return PosixError(absl::StrCat("flock ", lock), errno);
+  }
   if (absl::Status st = cache->Scan(); !st.ok()) return st;
   return cache;
 }

@@ -42,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/base/mutex.h"
+#include "core/base/unique_fd.h"
 #include "remote/cache_eviction.h"
 #include "remote/object_validators.h"
 
@@ -67,8 +68,10 @@ class CacheFileWriter {
 
 class ObjectCache {
  public:
-  // Makes `options.dir` (and its parents) if missing, scans it (see above).
-  // REQUIRES: options.dir non-empty. `writer` null: plain write(2).
+  // Makes `options.dir` (and its parents) if missing, takes its lock (an
+  // flock on `<dir>/lock`, held while the cache lives; FailedPrecondition
+  // when another process holds it: one daemon per folder), scans it (see
+  // above). REQUIRES: options.dir non-empty. `writer` null: plain write(2).
   static absl::StatusOr<std::shared_ptr<ObjectCache>> Open(
       const CacheOptions& options, std::shared_ptr<const CacheFileWriter> writer = nullptr);
 
@@ -117,6 +120,7 @@ class ObjectCache {
 
   const CacheOptions options_;
   const std::shared_ptr<const CacheFileWriter> writer_;
+  UniqueFd lock_;  // the folder's flock; set by Open
 
   mutable Mutex mu_;
   std::unordered_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);

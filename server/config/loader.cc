@@ -222,6 +222,12 @@ absl::StatusOr<std::shared_ptr<remote::ObjectCache>> SharedObjectCache(
     return c;
   }
   absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = remote::ObjectCache::Open(options);
+  if (absl::IsFailedPrecondition(c.status())) {
+    // Another daemon's folder (or --check-config beside the running
+    // daemon): this one reads without a cache rather than not at all.
+    spdlog::warn("{}; reading remote objects without a cache", std::string(c.status().message()));
+    return nullptr;
+  }
   if (!c.ok()) return c.status();
   slot = *c;
   return c;
@@ -327,7 +333,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
           return absl::InvalidArgumentError(
               absl::StrCat(config.source, ": field cache: ", c.status().message()));
         }
-        cached = std::make_shared<const remote::CachedObjectReader>(reader, *std::move(c));
+        if (*c != nullptr) {
+          cached = std::make_shared<const remote::CachedObjectReader>(reader, *std::move(c));
+        }
       }
       absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
           remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes,

@@ -56,7 +56,7 @@ std::shared_ptr<ObjectCache> Open(const std::string& dir, uint64_t budget,
 std::vector<std::string> Files(const std::string& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    names.push_back(e.path().filename().string());
+    if (e.path().filename() != "lock") names.push_back(e.path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -180,6 +180,24 @@ TEST_CASE("ObjectCache stays within its budget: LRU evicts the oldest, fixed adm
     CHECK(cache->counters().entries == 1);
     CHECK(Files(dir.path()).size() == 1);
   }
+}
+
+TEST_CASE("ObjectCache: one process per folder (its lock), free again once closed",
+          "[object_cache]") {
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  o.max_bytes = 1 << 20;
+  {
+    auto first = ObjectCache::Open(o);
+    REQUIRE(first.ok());
+    // flock locks belong to the open file: a second open, even in this
+    // process, is refused as another daemon's would be.
+    auto second = ObjectCache::Open(o);
+    REQUIRE(absl::IsFailedPrecondition(second.status()));
+    CHECK(second.status().message().find("in use") != absl::string_view::npos);
+  }
+  CHECK(ObjectCache::Open(o).ok());
 }
 
 // A disk that fills after `room` bytes.
