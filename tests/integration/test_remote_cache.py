@@ -5,7 +5,8 @@ dataset that fits makes no body request and delivers the same bytes as an
 uncached pipeline; two pipelines reading at once fetch each object once; an
 object replaced upstream is fetched again; a daemon killed with SIGKILL
 while filling leaves a cache folder that the next daemon reads back byte for
-byte."""
+byte; a cache on a full disk (a tiny tmpfs) turns read-only and fails no
+read."""
 
 import os
 import threading
@@ -200,3 +201,42 @@ def test_killed_mid_fill_leaves_nothing_served_that_is_wrong(images, tmp_path, d
         assert bodies(server) == n
     finally:
         server.stop()
+
+
+def test_a_full_disk_turns_the_cache_read_only_and_fails_no_read(images, tmp_path,
+                                                                  daemon_factory):
+    """The cache folder on a 64 KiB tmpfs (root may mount one; skipped
+    where mount is refused): the disk fills during epoch 1, the cache says
+    so once and keeps what it holds, every read of every epoch succeeds."""
+    import subprocess
+    root, files = images
+    small = tmp_path / "small"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    server = ObjectServer(root)
+    try:
+        total = sum((root / f).stat().st_size for f in files)
+        assert total > 2 * 64 * 1024, "the dataset is larger than the disk"
+        urls = write_url_list(tmp_path / "urls.tsv", ["%s/%s" % (server.base, f) for f in files])
+        cfg = cache_config(tmp_path, {"cached": url_pipeline(urls),
+                                      "uncached": url_pipeline(urls, cache=False)},
+                           small / "cache", max_bytes="16MiB")
+        d = daemon_factory(cfg)
+        import conveyor
+        for epoch in (0, 1):
+            got = read_epoch(d.unix, pipeline="cached", batch_size=8, seed=4, epoch=epoch)
+            check_epoch(got, len(files))
+        ref = read_epoch(d.unix, pipeline="uncached", batch_size=8, seed=4, epoch=1)
+        assert got.images.tobytes() == ref.images.tobytes()
+        c = conveyor.stats(d.unix).object_cache
+        assert c.read_only, "the full disk was seen"
+        assert 0 < c.entries < len(files) and c.hits > 0
+        assert d.log().count("the disk is full") == 1, "said once"
+    finally:
+        server.stop()
+        # Lazy: the daemon (stopped at teardown) still holds the folder's lock.
+        subprocess.run(["umount", "-l", str(small)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
