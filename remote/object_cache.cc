@@ -280,30 +280,51 @@ void ObjectCache::Put(std::string_view key_view, const ObjectValidators& v,
       bytes.size() + key.size() + v.etag.size() + v.last_modified.size() + 2 + sizeof(Footer);
   const std::string file = EntryFile(key);
   std::vector<std::string> victims;
+  bool replaced = false;
+  bool admitted = false;
   {
     MutexLock lock(&mu_);
     if (counters_.read_only) return;
     if (auto it = entries_.find(key); it != entries_.end()) {
       if (it->second.validators == v) return;  // another fill put it there
       RemoveLocked(key);  // replaced: its file is renamed over (or removed below)
+      replaced = true;
     }
-    if (!eviction_->Admit(file_bytes, held_ + reserved_, options_.max_bytes)) return;
-    while (held_ + reserved_ + file_bytes > options_.max_bytes) {
+    admitted = eviction_->Admit(file_bytes, held_ + reserved_, options_.max_bytes);
+    while (admitted && held_ + reserved_ + file_bytes > options_.max_bytes) {
       std::optional<std::string> victim = eviction_->Victim();
-      if (!victim.has_value()) return;
+      if (!victim.has_value()) {
+        admitted = false;  // (room held by Puts writing now)
+        break;
+      }
       victims.push_back(entries_[*victim].file);
       RemoveLocked(*victim);
       ++counters_.evictions;
     }
-    reserved_ += file_bytes;
+    if (admitted) reserved_ += file_bytes;
   }
   for (const std::string& f : victims) {
     if (f != file) ::unlink(absl::StrCat(options_.dir, "/", f).c_str());
   }
+  if (!admitted) {
+    // Not kept; the older version it replaced is no entry any more: its file goes.
+    MutexLock lock(&mu_);
+    if (replaced && entries_.count(key) == 0) {
+      ::unlink(absl::StrCat(options_.dir, "/", file).c_str());
+    }
+    return;
+  }
   const bool written = WriteEntry(key, v, bytes, file);
   MutexLock lock(&mu_);
   reserved_ -= file_bytes;
-  if (!written) return;
+  if (!written) {
+    // The older version's file, no longer an entry, would hold disk outside
+    // the budget until the next start (unless a concurrent Put kept the key).
+    if (replaced && entries_.count(key) == 0) {
+      ::unlink(absl::StrCat(options_.dir, "/", file).c_str());
+    }
+    return;
+  }
   RemoveLocked(key);  // a concurrent Put of the key (its file was renamed over)
   entries_[key] = Entry{file, v, file_bytes};
   held_ += file_bytes;

@@ -169,6 +169,18 @@ TEST_CASE("ObjectCache stays within its budget: LRU evicts the oldest, fixed adm
     CHECK(cache->counters().evictions == 0);
     CHECK(cache->counters().bytes_held <= budget);
   }
+  SECTION("fixed: a new version that does not fit drops the old one's file too") {
+    TempDir dir;
+    auto cache = Open(dir.path(), budget, CacheEvictionKind::kFixedSubset);
+    cache->Put("a", V(a, "a"), a);
+    cache->Put("b", V(b, "b"), b);
+    const std::vector<uint8_t> bigger = Data(70000, 4);
+    cache->Put("a", V(bigger, "a2"), bigger);  // a changed upstream, and grew
+    CHECK_FALSE(cache->Contains("a"));
+    CHECK(cache->Contains("b"));
+    CHECK(Files(dir.path()).size() == 1);
+    CHECK(cache->counters().bytes_held <= budget);
+  }
   SECTION("a smaller budget at start drops entries") {
     TempDir dir;
     {
@@ -367,6 +379,7 @@ TEST_CASE("CachedObjectReader: concurrent misses are one GET; later reads come f
 #endif  // CONVEYOR_HAVE_SERVER
 
 #ifdef CONVEYOR_HAVE_SERVER
+#include "absl/strings/str_cat.h"
 #include "server/ops/metrics_exposition.h"
 
 namespace conveyor::server {
@@ -393,7 +406,7 @@ TEST_CASE("metrics: the object cache's counters and gauges, none without a cache
         "conveyor_cache_bytes_total{source=\"network\"} 300", "conveyor_cache_evictions_total 2",
         "conveyor_cache_bytes_held 1000", "conveyor_cache_entries 4", "conveyor_cache_read_only 1",
         "# TYPE conveyor_cache_hits_total counter", "# TYPE conveyor_cache_bytes_held gauge"}) {
-    CHECK(text.find("\n" + std::string(line) + "\n") != std::string::npos);
+    CHECK(text.find(absl::StrCat("\n", line, "\n")) != std::string::npos);
   }
 }
 
