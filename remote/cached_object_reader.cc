@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/posix_error.h"
 #include "remote/url.h"
 
 namespace conveyor::remote {
@@ -118,7 +119,11 @@ void Revalidated(const RemoteReader* reader, const std::shared_ptr<CachedObjectR
     MutexLock lock(&op->mu);
     if (op->finished) return;  // cancelled
   }
-  if (absl::IsCancelled(head)) return op->Finish(std::move(head));
+  // Cancelled, or the host is down after the HEAD's own retries (an error
+  // of the system): the read's answer, not retried again through a GET.
+  if (absl::IsCancelled(head) || IsSystemError(head)) return op->Finish(std::move(head));
+  // Any other failure (a server without HEAD: 405, 501, ...), or too
+  // large: an uncached GET, whose answer decides.
   if (!head.ok() || op->validators.size > op->max_bytes) return Uncached(reader, op);
   {
     std::vector<uint8_t> bytes;

@@ -8,8 +8,10 @@
 // stored under the HEAD's validators, and served. (Should the object change
 // between the HEAD and the GET, the newer bytes are stored under the older
 // validators; the next HEAD names the newer version, so that entry is never
-// served again: nothing stale is served.) A HEAD that fails (a server
-// without HEAD) falls back to an uncached GET, whose answer decides.
+// served again: nothing stale is served.) A HEAD that fails with an error
+// of the system (the host is down, after its retries) is the read's error;
+// any other failure (a server without HEAD) falls back to an uncached GET,
+// whose answer decides.
 //
 // Concurrent misses of one object version — from any stream of any pipeline
 // sharing this reader's cache — are one GET: the first starts it, the others
