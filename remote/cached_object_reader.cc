@@ -4,75 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
+#include "remote/cache_read_op.h"
 #include "remote/url.h"
 
 namespace conveyor::remote {
-
-namespace {
-
-// One read through the cache: where its bytes go and its completion, run
-// exactly once (Finish) whichever of the fill, the hit or a Cancel comes first.
-struct Op {
-  std::string object;
-  std::string key;  // RedactUrl(object)
-  uint64_t max_bytes = 0;
-  ObjectValidators validators;  // the HEAD's answer
-
-  Mutex mu;
-  std::vector<uint8_t>* out ABSL_GUARDED_BY(mu) = nullptr;
-  ReadDone done ABSL_GUARDED_BY(mu);
-  bool finished ABSL_GUARDED_BY(mu) = false;
-  std::shared_ptr<PendingRead> inner ABSL_GUARDED_BY(mu);  // the HEAD or uncached GET now
-
-  // Runs done with `st` unless it ran; `fill` (when ok and given) is copied
-  // (or, `take`, swapped) into *out first.
-  void Finish(absl::Status st, std::vector<uint8_t>* fill = nullptr, bool take = false) {
-    ReadDone run;
-    {
-      MutexLock lock(&mu);
-      if (finished) return;
-      finished = true;
-      if (st.ok() && fill != nullptr) {
-        if (take) {
-          out->swap(*fill);
-        } else {
-          out->assign(fill->begin(), fill->end());
-        }
-      }
-      run = std::move(done);
-      inner.reset();
-    }
-    run(std::move(st));
-  }
-};
-
-class OpHandle final : public PendingRead {
- public:
-  explicit OpHandle(std::shared_ptr<Op> op) : op_(std::move(op)) {}
-  void Cancel() override {
-    std::shared_ptr<PendingRead> inner;
-    {
-      MutexLock lock(&op_->mu);
-      inner = op_->inner;
-    }
-    op_->Finish(absl::CancelledError(absl::StrCat("reading ", op_->key, ": cancelled")));
-    if (inner != nullptr) inner->Cancel();
-  }
-  Progress progress() const override {
-    std::shared_ptr<PendingRead> inner;
-    {
-      MutexLock lock(&op_->mu);
-      inner = op_->inner;
-    }
-    if (inner != nullptr) return inner->progress();
-    return Progress{op_->key, "", 0};
-  }
-
- private:
-  const std::shared_ptr<Op> op_;
-};
-
-}  // namespace
 
 // A GET filling the cache, and the reads waiting on it.
 struct CachedObjectReader::Flight {
@@ -96,12 +31,6 @@ namespace {
 std::string FlightKey(const Op& op) {
   return absl::StrCat(op.key, "\n", op.validators.etag, "\n", op.validators.last_modified, "\n",
                       op.validators.size);
-}
-
-void SetInner(Op* op, std::shared_ptr<PendingRead> p) {
-  if (p == nullptr) return;
-  MutexLock lock(&op->mu);
-  if (!op->finished) op->inner = std::move(p);
 }
 
 // The uncached path: the GET's answer is the read's.

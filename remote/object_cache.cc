@@ -250,6 +250,54 @@ bool ObjectCache::Get(std::string_view key, const ObjectValidators& v, std::vect
   return true;
 }
 
+bool ObjectCache::GetRange(std::string_view key, const ObjectValidators& v, uint64_t offset,
+                           uint64_t length, std::vector<uint8_t>* out) {
+  if (offset > v.size || length > v.size - offset) return false;
+  std::string file;
+  uint64_t file_bytes = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = entries_.find(std::string(key));
+    if (it == entries_.end() || !(it->second.validators == v)) return false;
+    file = it->second.file;
+    file_bytes = it->second.file_bytes;
+  }
+  auto pread_all = [](int fd, uint8_t* p, uint64_t n, uint64_t at) {
+    while (n > 0) {
+      const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(at));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      p += r;
+      n -= static_cast<uint64_t>(r);
+      at += static_cast<uint64_t>(r);
+    }
+    return true;
+  };
+  UniqueFd fd(::open(absl::StrCat(options_.dir, "/", file).c_str(), O_RDONLY | O_CLOEXEC));
+  bool ok = fd.get() >= 0 && file_bytes >= sizeof(Footer);
+  Footer f{};
+  if (ok) {
+    ok = pread_all(fd.get(), reinterpret_cast<uint8_t*>(&f), sizeof(f), file_bytes - sizeof(f)) &&
+         f.magic == kMagic && f.data_size == v.size &&
+         f.meta_size == file_bytes - sizeof(f) - f.data_size;
+  }
+  if (ok) {
+    std::vector<uint8_t> meta(f.meta_size);
+    ok = pread_all(fd.get(), meta.data(), meta.size(), f.data_size) &&
+         std::string_view(reinterpret_cast<const char*>(meta.data()), meta.size()) == Meta(key, v);
+  }
+  if (ok) {
+    out->resize(length);
+    ok = pread_all(fd.get(), out->data(), length, offset);
+  }
+  if (!ok) return false;
+  MutexLock lock(&mu_);
+  ++counters_.hits;
+  counters_.bytes_from_cache += length;
+  eviction_->Touched(std::string(key));
+  return true;
+}
+
 bool ObjectCache::Contains(std::string_view key) const {
   MutexLock lock(&mu_);
   return entries_.count(std::string(key)) != 0;

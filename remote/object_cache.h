@@ -79,6 +79,11 @@ class ObjectCache {
   // these validators is there (counted as a hit); false otherwise (*out
   // unspecified; nothing counted).
   bool Get(std::string_view key, const ObjectValidators& v, std::vector<uint8_t>* out);
+  // As Get, for bytes [offset, offset + length) of the object only (three
+  // preads: the footer, the key and validators, the range). False too when
+  // the range is not within the object.
+  bool GetRange(std::string_view key, const ObjectValidators& v, uint64_t offset, uint64_t length,
+                std::vector<uint8_t>* out);
   // Whether any entry for `key` is held (whatever its validators).
   bool Contains(std::string_view key) const;
   // Keeps `bytes` as the object `key` with validators `v` (replacing an

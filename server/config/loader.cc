@@ -1,5 +1,6 @@
 #include "server/config/loader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "core/data/tar_dataset.h"
 #include "core/data/tar_shard_source.h"
 #include "remote/cached_object_reader.h"
+#include "remote/cached_shard_reader.h"
 #include "remote/object_cache.h"
 #include "remote/remote_reader.h"
 #include "remote/url.h"
@@ -203,6 +205,10 @@ std::string DatasetName(const DatasetSpec& d) {
 
 namespace {
 
+// Remote tar shards larger than this are not cached (a shard is held in
+// memory while it is fetched whole: config/README.md, "Memory: the worst case").
+constexpr uint64_t kMaxCachedShardBytes = uint64_t{1} << 30;
+
 // The daemon's object cache of `options` (null when off): one per folder for
 // the whole process, so a reload that keeps the folder keeps the cache (and
 // two caches never scan each other's files). Changed settings of a folder
@@ -265,6 +271,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   // The cache's reader over `reader`, shared by every cached URL pipeline
   // (one GET for their concurrent misses); made when a pipeline uses it.
   std::shared_ptr<const remote::CachedObjectReader> cached;
+  // The same for remote tar shards (whole shards).
+  std::shared_ptr<const remote::CachedShardReader> cached_shards;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
@@ -319,7 +327,24 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     auto pc = std::make_shared<PipelineConfig>(spec.config);
     pc->dataset = it->second.display;
     if (it->second.tar != nullptr) {
-      pc->source = std::make_shared<TarShardSource>(it->second.tar, it->second.shard_reader,
+      std::shared_ptr<const ByteRangeReader> shard_reader = it->second.shard_reader;
+      // Remote shards (read by `reader`) of a cached pipeline: through the cache.
+      if (spec.cache && reader != nullptr && shard_reader.get() == reader.get() &&
+          !config.cache.dir.empty()) {
+        if (cached_shards == nullptr) {
+          absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = SharedObjectCache(config.cache);
+          if (!c.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(config.source, ": field cache: ", c.status().message()));
+          }
+          if (*c != nullptr) {
+            cached_shards = std::make_shared<const remote::CachedShardReader>(
+                reader, *std::move(c), std::min(config.cache.max_bytes, kMaxCachedShardBytes));
+          }
+        }
+        if (cached_shards != nullptr) shard_reader = cached_shards;
+      }
+      pc->source = std::make_shared<TarShardSource>(it->second.tar, std::move(shard_reader),
                                                     spec.config.max_file_bytes);
       pc->order = it->second.order;
     }

@@ -108,8 +108,8 @@ const Section<PipelineSpec>& PipelineSection() {
       Manual<PipelineSpec>("dataset", "map", "required", "where the samples come from")
           .WithSubRows(DatasetDocs()),
       schema::Bool<PipelineSpec>("cache", &PipelineSpec::cache,
-                                 "`false`: this pipeline's URL samples bypass the daemon's "
-                                 "`cache` (read from the network every time)"),
+                                 "`false`: this pipeline's URL samples and remote shards "
+                                 "bypass the daemon's `cache`"),
       Enum<PipelineSpec>("augment", Tr(&TransformSpec::mode),
                          std::vector<std::pair<std::string, AugmentMode>>{
                              {"train", AugmentMode::kTrain}, {"eval", AugmentMode::kEval}},

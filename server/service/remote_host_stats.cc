@@ -4,6 +4,7 @@
 
 #include "core/data/tar_shard_source.h"
 #include "remote/cached_object_reader.h"
+#include "remote/cached_shard_reader.h"
 #include "remote/host_stats.h"
 #include "remote/object_cache.h"
 #include "remote/remote_reader.h"
@@ -19,6 +20,9 @@ const remote::RemoteReader* ReaderOf(const SampleSource* source) {
     return urls->reader().get();
   }
   if (const auto* tar = dynamic_cast<const TarShardSource*>(source)) {
+    if (const auto* c = dynamic_cast<const remote::CachedShardReader*>(tar->reader().get())) {
+      return c->remote().get();
+    }
     return dynamic_cast<const remote::RemoteReader*>(tar->reader().get());
   }
   return nullptr;
@@ -70,10 +74,17 @@ void SetObjectCacheStats(const std::vector<std::shared_ptr<const PipelineConfig>
   std::string dir;
   for (const auto& p : pipelines) {
     if (p == nullptr) continue;
-    const auto* urls = dynamic_cast<const remote::UrlSampleSource*>(p->source.get());
-    if (urls == nullptr || urls->cached() == nullptr) continue;
-    caches.insert(urls->cached()->cache().get());
-    dir = urls->cached()->cache()->options().dir;
+    const remote::ObjectCache* cache = nullptr;
+    if (const auto* urls = dynamic_cast<const remote::UrlSampleSource*>(p->source.get())) {
+      if (urls->cached() != nullptr) cache = urls->cached()->cache().get();
+    } else if (const auto* tar = dynamic_cast<const TarShardSource*>(p->source.get())) {
+      if (const auto* c = dynamic_cast<const remote::CachedShardReader*>(tar->reader().get())) {
+        cache = c->cache().get();
+      }
+    }
+    if (cache == nullptr) continue;
+    caches.insert(cache);
+    dir = cache->options().dir;
   }
   if (caches.empty()) return;
   v1::ObjectCacheStats* o = out->mutable_object_cache();

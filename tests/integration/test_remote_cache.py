@@ -240,3 +240,39 @@ def test_a_full_disk_turns_the_cache_read_only_and_fails_no_read(images, tmp_pat
         # Lazy: the daemon (stopped at teardown) still holds the folder's lock.
         subprocess.run(["umount", "-l", str(small)], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+
+
+def test_remote_tar_shards_are_cached_whole_and_epoch_two_asks_for_no_body(
+        images, tmp_path, daemon_factory):
+    """dataset.shards URLs through the cache: epoch 1 reads members over
+    the network and fetches each shard whole once in the background; once
+    they are in, an epoch asks for no body and gives the bytes of the same
+    shards read past the cache."""
+    from conveyor_integration import wait_until
+    from test_tar_shards import write_shards
+    root, files = images
+    paths = write_shards(root, [(f, i) for i, f in enumerate(files)], tmp_path / "shards",
+                         per_shard=12)
+    server = ObjectServer(tmp_path / "shards")
+    try:
+        pattern = server.base + "/shard-{000000..%06d}.tar" % (len(paths) - 1)
+        entry = pipeline_entry("unused", augment="eval", resize_size=IMAGE_SIZE,
+                               dataset={"shards": pattern, "shuffle_buffer": 5})
+        plain = pipeline_entry("unused", augment="eval", resize_size=IMAGE_SIZE,
+                               dataset={"shards": pattern, "shuffle_buffer": 5}, cache=False)
+        cfg = cache_config(tmp_path, {"cached": entry, "uncached": plain}, tmp_path / "cache")
+        d = daemon_factory(cfg)
+        import conveyor
+        first = read_epoch(d.unix, pipeline="cached", batch_size=8, seed=6, epoch=0)
+        assert sorted(first.indices.tolist()) == list(range(len(files)))
+        assert wait_until(lambda: conveyor.stats(d.unix).object_cache.entries == len(paths),
+                          timeout=30), conveyor.stats(d.unix).object_cache
+        before = bodies(server)
+        got = read_epoch(d.unix, pipeline="cached", batch_size=8, seed=6, epoch=1)
+        assert bodies(server) == before, "the cached epoch asked for no body"
+        ref = read_epoch(d.unix, pipeline="uncached", batch_size=8, seed=6, epoch=1)
+        assert bodies(server) > before, "cache: false reads the network"
+        np.testing.assert_array_equal(got.indices, ref.indices)
+        assert got.images.tobytes() == ref.images.tobytes(), "cached shard bytes differ"
+    finally:
+        server.stop()

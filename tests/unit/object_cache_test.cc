@@ -95,6 +95,22 @@ TEST_CASE("ObjectCache serves an entry only for the validators it was kept with"
   CHECK(Files(dir.path()).size() == 1);
 }
 
+TEST_CASE("ObjectCache serves a range of an entry (tar shards) by the same validators",
+          "[object_cache]") {
+  TempDir dir;
+  auto cache = Open(dir.path(), 1 << 20);
+  const std::vector<uint8_t> a = Data(50000, 1);
+  cache->Put("http://h/shard.tar", V(a, "s"), a);
+  std::vector<uint8_t> out;
+  REQUIRE(cache->GetRange("http://h/shard.tar", V(a, "s"), 1000, 2345, &out));
+  CHECK(out == std::vector<uint8_t>(a.begin() + 1000, a.begin() + 3345));
+  REQUIRE(cache->GetRange("http://h/shard.tar", V(a, "s"), 49000, 1000, &out));
+  CHECK(out == std::vector<uint8_t>(a.end() - 1000, a.end()));
+  CHECK_FALSE(cache->GetRange("http://h/shard.tar", V(a, "t"), 0, 10, &out));
+  CHECK_FALSE(cache->GetRange("http://h/shard.tar", V(a, "s"), 49000, 1001, &out));
+  CHECK(cache->counters().hits == 2);
+}
+
 TEST_CASE("ObjectCache keeps its entries across a restart and removes temporary and corrupt files",
           "[object_cache]") {
   TempDir dir;
