@@ -84,7 +84,6 @@ class OpHandle final : public PendingRead {
   const std::shared_ptr<Op> op_;
 };
 
-
 // Keeps `p` as the request `op` waits on now (cancelled with it), unless op
 // finished already.
 inline void SetInner(Op* op, std::shared_ptr<PendingRead> p) {

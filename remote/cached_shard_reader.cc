@@ -67,8 +67,8 @@ absl::StatusOr<uint64_t> CachedShardReader::Size(std::string_view object) const 
   return reader_->Size(object);
 }
 
-absl::Status CachedShardReader::ReadRange(std::string_view object, uint64_t offset,
-                                          uint64_t length, std::vector<uint8_t>* out) const {
+absl::Status CachedShardReader::ReadRange(std::string_view object, uint64_t offset, uint64_t length,
+                                          std::vector<uint8_t>* out) const {
   Mutex mu;
   CondVar cv;
   bool ready = false;
@@ -124,8 +124,7 @@ std::shared_ptr<PendingRead> CachedShardReader::ReadRangeAsync(std::string_view 
   std::shared_ptr<State> s = state_;
   const uint64_t max_shard = max_shard_bytes_;
   std::shared_ptr<PendingRead> head = reader_->StatAsync(
-      object, &op->validators,
-      [reader, s, max_shard, op, offset, length](absl::Status st) {
+      object, &op->validators, [reader, s, max_shard, op, offset, length](absl::Status st) {
         if (Finished(op.get())) return;
         if (absl::IsCancelled(st) || IsSystemError(st)) return op->Finish(std::move(st));
         if (st.ok()) {
