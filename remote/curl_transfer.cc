@@ -42,11 +42,39 @@ constexpr size_t kMaxKnownSizes = 1 << 16;
 // Content-Range: checked when the field comes (or at the end of the head
 // when none came), before any body byte is taken; a mismatch stops the
 // transfer (returning 0) with r->answer_error set.
+// A HEAD answer's ETag or Last-Modified line into r (a new answer, after a
+// redirect or a 1xx, starts with its status line: the fields are cleared).
+void TakeValidator(std::string_view line, Request* r) {
+  if (line.substr(0, 5) == "HTTP/") {
+    r->etag.clear();
+    r->last_modified.clear();
+    return;
+  }
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return;
+  const absl::string_view name(line.data(), colon);
+  std::string* field = absl::EqualsIgnoreCase(name, "etag")            ? &r->etag
+                       : absl::EqualsIgnoreCase(name, "last-modified") ? &r->last_modified
+                                                                       : nullptr;
+  if (field == nullptr) return;
+  std::string_view v = line.substr(colon + 1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() &&
+         (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t')) {
+    v.remove_suffix(1);
+  }
+  *field = std::string(v.substr(0, 1024));
+}
+
 size_t TakeHeaderLine(char* data, size_t size, size_t n, void* user) {
   Request* r = static_cast<Request*>(user);
   const size_t len = size * n;
-  if (r->head || r->length == kWhole || r->range_checked) return len;
   const std::string_view line(data, len);
+  if (r->head) {
+    TakeValidator(line, r);
+    return len;
+  }
+  if (r->length == kWhole || r->range_checked) return len;
   long status = 0;
   curl_easy_getinfo(r->easy.get(), CURLINFO_RESPONSE_CODE, &status);
   if (status != 206) return len;

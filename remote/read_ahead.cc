@@ -133,8 +133,8 @@ absl::StatusOr<RequestPtr> RemoteReader::Impl::Claim(std::string_view object, ui
 }
 
 bool RemoteReader::Impl::Prefetch(std::string_view object, uint64_t offset, uint64_t length,
-                                  uint64_t max_bytes) const {
-  absl::StatusOr<RequestPtr> r = NewRequest(object, offset, length, max_bytes, false);
+                                  uint64_t max_bytes, bool head) const {
+  absl::StatusOr<RequestPtr> r = NewRequest(object, offset, length, max_bytes, head);
   if (!r.ok()) return true;  // the read will report it
   bool wake = false;
   {

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "core/engine/stats.h"
 #include "remote/remote_reader_impl.h"
 #include "remote/s3_url.h"
 
@@ -20,6 +21,9 @@ namespace {
 // dropped, so a wide gap is cheaper as two requests).
 constexpr uint64_t kMaxRunGapBytes = 64 << 10;
 constexpr uint64_t kMaxRunBytes = 16 << 20;
+// A prefetched HEAD answer older than this when its StatAsync claims it is
+// not used (sent again): revalidation happens at most this long before a read.
+constexpr uint64_t kMaxStatAgeNs = 1'000'000'000;
 // remote.io_threads at most.
 constexpr uint32_t kMaxIoThreads = 64;
 
@@ -152,8 +156,45 @@ std::shared_ptr<PendingRead> RemoteReader::ReadWholeAsync(std::string_view objec
   return ImplFor(object).AwaitAsync(*r, out, std::move(done));
 }
 
+std::shared_ptr<PendingRead> RemoteReader::StatAsync(std::string_view object, ObjectValidators* out,
+                                                     ReadDone done) const {
+  const Impl& impl = ImplFor(object);
+  absl::StatusOr<RequestPtr> r = impl.Claim(object, 0, kWhole, kWhole, /*head=*/true);
+  if (!r.ok()) {
+    done(r.status());
+    return nullptr;
+  }
+  // A HEAD has no body; the request's fields are read once it is settled
+  // (the I/O thread wrote them before, under the reader's mutex). A HEAD
+  // sent ahead (PrefetchStat) whose answer is older than kMaxStatAgeNs
+  // when claimed (a stream that went away left it) is sent again.
+  auto no_body = std::make_shared<std::vector<uint8_t>>();
+  RequestPtr req = *r;
+  const std::string name(object);
+  return impl.AwaitAsync(
+      req, no_body.get(),
+      [this, name, req, no_body, out, done = std::move(done)](absl::Status st) mutable {
+        if (st.ok() && MonotonicNanos() - req->done_ns > kMaxStatAgeNs) {
+          // (The new HEAD's handle is not kept: a cancelled read's `done`
+          // must then ignore its result, as CachedObjectReader's does.)
+          StatAsync(name, out, std::move(done));
+          return;
+        }
+        if (st.ok()) {
+          out->size = req->size;
+          out->etag = req->etag;
+          out->last_modified = req->last_modified;
+        }
+        done(std::move(st));
+      });
+}
+
 bool RemoteReader::PrefetchWhole(std::string_view object, uint64_t max_bytes) const {
   return ImplFor(object).Prefetch(object, 0, kWhole, max_bytes);
+}
+
+bool RemoteReader::PrefetchStat(std::string_view object) const {
+  return ImplFor(object).Prefetch(object, 0, kWhole, kWhole, /*head=*/true);
 }
 
 bool RemoteReader::PrefetchRun(std::string_view object, std::span<const Range> parts) const {

@@ -69,6 +69,7 @@
 #include "absl/status/statusor.h"
 #include "core/data/byte_range_reader.h"
 #include "remote/host_stats.h"
+#include "remote/object_validators.h"
 #include "remote/remote_options.h"
 #include "remote/s3_credentials.h"
 
@@ -112,6 +113,19 @@ class RemoteReader final : public ByteRangeReader {
   // Starts reading the whole object for a ReadWhole to come. False when the
   // read-ahead budget is spent (nothing started; try later).
   bool PrefetchWhole(std::string_view object, uint64_t max_bytes) const;
+
+  // HEADs `object` and sets *out to its size, ETag and Last-Modified ("" when
+  // the answer has none), then runs `done` (as ReadRangeAsync's; *out is the
+  // read's until then). For the object cache's revalidation. A HEAD sent
+  // ahead by PrefetchStat is used if its answer is at most 1 s old, else
+  // sent again. `done` may run after a Cancel of the returned handle (when
+  // the HEAD was sent again): it must ignore a result that comes late.
+  std::shared_ptr<PendingRead> StatAsync(std::string_view object, ObjectValidators* out,
+                                         ReadDone done) const;
+
+  // Starts the HEAD of a StatAsync to come (the object cache's revalidation,
+  // sent with the read-ahead). False when the read-ahead budget is spent.
+  bool PrefetchStat(std::string_view object) const;
 
   struct Counters {
     uint64_t requests_started = 0;  // attempts, retries included

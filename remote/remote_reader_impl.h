@@ -74,8 +74,10 @@ class RemoteReader::Impl {
   absl::StatusOr<RequestPtr> Claim(std::string_view object, uint64_t offset, uint64_t length,
                                    uint64_t max_bytes, bool head) const;
   // Starts a read for a claim to come; false when the read-ahead budget is spent.
-  bool Prefetch(std::string_view object, uint64_t offset, uint64_t length,
-                uint64_t max_bytes) const;
+  // (`head`: a HEAD of the object, for StatAsync; it weighs as an average
+  // object against the budget while on its way.)
+  bool Prefetch(std::string_view object, uint64_t offset, uint64_t length, uint64_t max_bytes,
+                bool head = false) const;
   // One request for parts [first, last] of `object` (ascending, close together).
   bool PrefetchRun(std::string_view object, std::span<const ByteRangeReader::Range> parts) const;
   Counters counters() const;

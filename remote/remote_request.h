@@ -70,6 +70,10 @@ struct Request {
   uint64_t not_before_ns = 0;
   std::string last_error;
   uint64_t size = 0;  // HEAD: Content-Length
+  // HEAD: the answer's ETag and Last-Modified ("" when absent), for the
+  // object cache's validators (RemoteReader::StatAsync).
+  std::string etag;
+  std::string last_modified;
   // A run (PrefetchRun): the part requests (ascending, not overlapping) its
   // bytes go to as they arrive, each into its part's body (the bytes between
   // parts are dropped). Each part is in the read-ahead map, is claimed and

@@ -5,6 +5,12 @@
 // the reads of upcoming samples (bounded by the reader's read-ahead budget)
 // so workers find their bytes already there.
 //
+// With a cache (the daemon's `cache` section; a pipeline's `cache: false`
+// opts out), reads go through a CachedObjectReader over the same remote
+// reader: revalidated at open, served from local disk when unchanged. One
+// CachedObjectReader is shared by every source of the daemon's remote
+// reader, so concurrent misses of all its pipelines are one GET.
+//
 // Thread-safety: Read, ReadAsync and Prefetch may be called concurrently from any
 // thread (the per-sample marks are PrefetchMarks).
 #pragma once
@@ -18,6 +24,7 @@
 #include "core/data/dataset_index.h"
 #include "core/data/prefetch_marks.h"
 #include "core/data/sample_source.h"
+#include "remote/cached_object_reader.h"
 #include "remote/remote_reader.h"
 
 namespace conveyor::remote {
@@ -28,7 +35,7 @@ class UrlSampleSource final : public SampleSource {
   // one of `urls`' paths is not an object URL (remote/url.h).
   static absl::StatusOr<std::shared_ptr<const UrlSampleSource>> Create(
       std::shared_ptr<const DatasetIndex> urls, std::shared_ptr<const RemoteReader> reader,
-      uint64_t max_file_bytes);
+      uint64_t max_file_bytes, std::shared_ptr<const CachedObjectReader> cached = nullptr);
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
   // Always asynchronous: the engine reads with ReadAsync, no worker waits.
@@ -38,15 +45,19 @@ class UrlSampleSource final : public SampleSource {
   void Prefetch(std::span<const uint64_t> upcoming, bool every_sample) const override;
 
   UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
-                  std::shared_ptr<const RemoteReader> reader, uint64_t max_file_bytes);
+                  std::shared_ptr<const RemoteReader> reader, uint64_t max_file_bytes,
+                  std::shared_ptr<const CachedObjectReader> cached = nullptr);
 
   // The reader of the URLs (for its statistics).
   const std::shared_ptr<const RemoteReader>& reader() const { return reader_; }
+  // The cache the reads go through; null when none.
+  const std::shared_ptr<const CachedObjectReader>& cached() const { return cached_; }
 
  private:
   const std::shared_ptr<const DatasetIndex> urls_;
   const std::shared_ptr<const RemoteReader> reader_;
   const uint64_t max_file_bytes_;
+  const std::shared_ptr<const CachedObjectReader> cached_;  // null: no cache
   const PrefetchMarks requested_;
 };
 

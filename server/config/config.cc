@@ -125,6 +125,8 @@ const Section<DaemonConfig>& DaemonSection() {
       Manual<DaemonConfig>("engine", "map", "none", "per-stream limits of the engine")
           .WithSubRows(EngineDocs()),
       Manual<DaemonConfig>("remote", "map", "none", "HTTP(S)/S3 reads").WithSubRows(RemoteDocs()),
+      Manual<DaemonConfig>("cache", "map", "none", "the node-local cache of remote objects")
+          .WithSubRows(CacheDocs()),
       Manual<DaemonConfig>("pipelines", "map name → pipeline", "required",
                            "the pipelines clients may open (at least one)")
           .WithSubRows({}, /*own=*/true),
@@ -142,6 +144,7 @@ absl::Status ParseDaemon(const YamlFields& y, const YAML::Node& root, DaemonConf
   const Section<DaemonConfig>& s = DaemonSection();
   RETURN_IF_ERROR(s.CheckKeys(y, root, ""));
   if (root["remote"]) RETURN_IF_ERROR(ParseRemote(y, root["remote"], &c->remote));
+  if (root["cache"]) RETURN_IF_ERROR(ParseCache(y, root["cache"], &c->cache));
   if (root["listen"]) RETURN_IF_ERROR(ParseListen(y, root["listen"], &c->listen));
   if (root["engine"]) {
     RETURN_IF_ERROR(ParseEngine(y, root["engine"], c->system.usable_cpus, &c->engine));

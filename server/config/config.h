@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine/engine.h"
 #include "core/engine/pipeline_config.h"
+#include "remote/object_cache.h"
 #include "remote/remote_options.h"
 #include "server/access/listen_config.h"
 #include "server/access/token_identifier.h"
@@ -72,6 +73,7 @@ struct DaemonConfig {
   // new is produced for this long is ended (DEADLINE_EXCEEDED); 0 = never.
   double stream_idle_timeout_seconds = 300.0;
   remote::RemoteOptions remote;         // the `remote` section: HTTP(S)/S3 reads
+  remote::CacheOptions cache;           // the `cache` section: dir "" = no cache
   ClientLimits per_client;              // per_client.*: what one client may hold; 0 = no limit
   std::vector<PipelineSpec> pipelines;  // in file order, names unique
   SystemInfo system;                    // the machine "N%" sizes were taken of

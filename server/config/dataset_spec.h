@@ -42,6 +42,8 @@ struct DatasetSpec {
 struct PipelineSpec {
   DatasetSpec dataset;
   PipelineConfig config;  // config.name is the pipeline's name
+  // `cache: false`: this pipeline's remote objects bypass the daemon's cache.
+  bool cache = true;
 };
 
 // A path a pipeline reads from, with the config field that names it.

@@ -1,5 +1,6 @@
 #include "server/config/loader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/mutex.h"
 #include "core/base/posix_error.h"
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
@@ -18,6 +20,9 @@
 #include "core/data/shard_order.h"
 #include "core/data/tar_dataset.h"
 #include "core/data/tar_shard_source.h"
+#include "remote/cached_object_reader.h"
+#include "remote/cached_shard_reader.h"
+#include "remote/object_cache.h"
 #include "remote/remote_reader.h"
 #include "remote/url.h"
 #include "remote/url_sample_source.h"
@@ -198,6 +203,44 @@ std::string DatasetName(const DatasetSpec& d) {
 
 }  // namespace
 
+namespace {
+
+// Remote tar shards larger than this are not cached (a shard is held in
+// memory while it is fetched whole: config/README.md, "Memory: the worst case").
+constexpr uint64_t kMaxCachedShardBytes = uint64_t{1} << 30;
+
+// The daemon's object cache of `options` (null when off): one per folder for
+// the whole process, so a reload that keeps the folder keeps the cache (and
+// two caches never scan each other's files). Changed settings of a folder
+// already open apply at the next start.
+absl::StatusOr<std::shared_ptr<remote::ObjectCache>> SharedObjectCache(
+    const remote::CacheOptions& options) {
+  if (options.dir.empty()) return nullptr;
+  static Mutex mu;
+  static auto* open = new std::map<std::string, std::weak_ptr<remote::ObjectCache>>();
+  MutexLock lock(&mu);
+  std::weak_ptr<remote::ObjectCache>& slot = (*open)[options.dir];
+  if (std::shared_ptr<remote::ObjectCache> c = slot.lock()) {
+    if (c->options().max_bytes != options.max_bytes || c->options().eviction != options.eviction ||
+        c->options().fsync != options.fsync) {
+      spdlog::warn("cache {}: changed settings apply when the daemon restarts", options.dir);
+    }
+    return c;
+  }
+  absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = remote::ObjectCache::Open(options);
+  if (absl::IsFailedPrecondition(c.status())) {
+    // Another daemon's folder (or --check-config beside the running
+    // daemon): this one reads without a cache rather than not at all.
+    spdlog::warn("{}; reading remote objects without a cache", std::string(c.status().message()));
+    return nullptr;
+  }
+  if (!c.ok()) return c.status();
+  slot = *c;
+  return c;
+}
+
+}  // namespace
+
 std::string DatasetLoadKey(const PipelineSpec& spec) {
   const DatasetSpec& d = spec.dataset;
   return d.kind == DatasetSpec::Kind::kImageFolder
@@ -225,6 +268,11 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     }
     return std::shared_ptr<const ByteRangeReader>(reader);
   };
+  // The cache's reader over `reader`, shared by every cached URL pipeline
+  // (one GET for their concurrent misses); made when a pipeline uses it.
+  std::shared_ptr<const remote::CachedObjectReader> cached;
+  // The same for remote tar shards (whole shards).
+  std::shared_ptr<const remote::CachedShardReader> cached_shards;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
@@ -279,7 +327,24 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     auto pc = std::make_shared<PipelineConfig>(spec.config);
     pc->dataset = it->second.display;
     if (it->second.tar != nullptr) {
-      pc->source = std::make_shared<TarShardSource>(it->second.tar, it->second.shard_reader,
+      std::shared_ptr<const ByteRangeReader> shard_reader = it->second.shard_reader;
+      // Remote shards (read by `reader`) of a cached pipeline: through the cache.
+      if (spec.cache && reader != nullptr && shard_reader.get() == reader.get() &&
+          !config.cache.dir.empty()) {
+        if (cached_shards == nullptr) {
+          absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = SharedObjectCache(config.cache);
+          if (!c.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(config.source, ": field cache: ", c.status().message()));
+          }
+          if (*c != nullptr) {
+            cached_shards = std::make_shared<const remote::CachedShardReader>(
+                reader, *std::move(c), std::min(config.cache.max_bytes, kMaxCachedShardBytes));
+          }
+        }
+        if (cached_shards != nullptr) shard_reader = cached_shards;
+      }
+      pc->source = std::make_shared<TarShardSource>(it->second.tar, std::move(shard_reader),
                                                     spec.config.max_file_bytes);
       pc->order = it->second.order;
     }
@@ -287,8 +352,19 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
       if (absl::Status st = get_reader().status(); !st.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(config.source, ": field ", st.message()));
       }
+      if (spec.cache && cached == nullptr && !config.cache.dir.empty()) {
+        absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = SharedObjectCache(config.cache);
+        if (!c.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(config.source, ": field cache: ", c.status().message()));
+        }
+        if (*c != nullptr) {
+          cached = std::make_shared<const remote::CachedObjectReader>(reader, *std::move(c));
+        }
+      }
       absl::StatusOr<std::shared_ptr<const remote::UrlSampleSource>> source =
-          remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes);
+          remote::UrlSampleSource::Create(it->second.index, reader, pc->max_file_bytes,
+                                          spec.cache ? cached : nullptr);
       if (!source.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(config.source, ": field ", field,

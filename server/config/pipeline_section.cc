@@ -107,6 +107,9 @@ const Section<PipelineSpec>& PipelineSection() {
           "what the samples are"),
       Manual<PipelineSpec>("dataset", "map", "required", "where the samples come from")
           .WithSubRows(DatasetDocs()),
+      schema::Bool<PipelineSpec>("cache", &PipelineSpec::cache,
+                                 "`false`: this pipeline's URL samples and remote shards "
+                                 "bypass the daemon's `cache`"),
       Enum<PipelineSpec>("augment", Tr(&TransformSpec::mode),
                          std::vector<std::pair<std::string, AugmentMode>>{
                              {"train", AugmentMode::kTrain}, {"eval", AugmentMode::kEval}},

@@ -95,13 +95,18 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("remote.s3.endpoint", ra.s3_endpoint, rb.s3_endpoint);
   d.Field("remote.s3.region", ra.s3_region, rb.s3_region);
   d.Field("remote.s3.profile", ra.s3_profile, rb.s3_profile);
+  // The object cache: one per folder for the process (server/config/loader.cc).
+  d.Field("cache.dir", a.cache.dir, b.cache.dir);
+  d.Field("cache.max_bytes", a.cache.max_bytes, b.cache.max_bytes);
+  d.Field("cache.eviction", a.cache.eviction, b.cache.eviction);
+  d.Field("cache.fsync", a.cache.fsync, b.cache.fsync);
   return d.fields;
 }
 
 bool SamePipelineDefinition(const PipelineSpec& a, const PipelineSpec& b) {
   const PipelineConfig &x = a.config, &y = b.config;
   return a.dataset.kind == b.dataset.kind && a.dataset.Key() == b.dataset.Key() &&
-         x.name == y.name && SameTransform(x.transform, y.transform) &&
+         a.cache == b.cache && x.name == y.name && SameTransform(x.transform, y.transform) &&
          x.error_policy == y.error_policy && x.max_failure_rate == y.max_failure_rate &&
          x.failure_rate_min_samples == y.failure_rate_min_samples &&
          x.max_batch_size == y.max_batch_size && x.max_file_bytes == y.max_file_bytes &&

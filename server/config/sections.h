@@ -40,6 +40,10 @@ std::vector<FieldDoc> EngineDocs();
 absl::Status ParseRemote(const YamlFields& y, const YAML::Node& n, remote::RemoteOptions* out);
 std::vector<FieldDoc> RemoteDocs();
 
+// `cache` (cache_section.cc).
+absl::Status ParseCache(const YamlFields& y, const YAML::Node& n, remote::CacheOptions* out);
+std::vector<FieldDoc> CacheDocs();
+
 // `pipelines.<name>.dataset` (dataset_section.cc).
 absl::Status ParseDataset(const YamlFields& y, const std::string& field, const YAML::Node& n,
                           DatasetSpec* out);

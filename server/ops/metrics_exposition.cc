@@ -256,6 +256,34 @@ void RenderRemoteHosts(const v1::GetStatsResponse& s, Writer* w) {
   }
 }
 
+// The node-local object cache (GetStatsResponse.object_cache); nothing
+// without one.
+void RenderObjectCache(const v1::GetStatsResponse& s, Writer* w) {
+  if (!s.has_object_cache()) return;
+  const v1::ObjectCacheStats& c = s.object_cache();
+  w->Family("conveyor_cache_hits_total", "counter",
+            "Reads of remote objects served from the node-local cache.");
+  w->Sample({}, c.hits());
+  w->Family("conveyor_cache_misses_total", "counter",
+            "Reads of remote objects not served from the cache (fetched; concurrent misses of "
+            "one object share one fetch).");
+  w->Sample({}, c.misses());
+  w->Family("conveyor_cache_bytes_total", "counter",
+            "Bytes of remote objects served, by where from (cache or network).");
+  w->Sample({{"source", "cache"}}, c.bytes_from_cache());
+  w->Sample({{"source", "network"}}, c.bytes_from_network());
+  w->Family("conveyor_cache_evictions_total", "counter",
+            "Entries evicted from the cache for room (cache.eviction).");
+  w->Sample({}, c.evictions());
+  w->Family("conveyor_cache_bytes_held", "gauge", "Disk bytes the cache's entries hold now.");
+  w->Sample({}, c.bytes_held());
+  w->Family("conveyor_cache_entries", "gauge", "Objects the cache holds now.");
+  w->Sample({}, c.entries());
+  w->Family("conveyor_cache_read_only", "gauge",
+            "1 when the cache's disk filled up and it keeps nothing new.");
+  w->Sample({}, c.read_only() ? 1 : 0);
+}
+
 // Config reloads (SIGHUP): applied and refused, and when the config last
 // loaded (the start until a reload is applied). Both results always present.
 void RenderReloads(const v1::GetStatsResponse& s, Writer* w) {
@@ -369,6 +397,7 @@ std::string RenderPrometheusText(const v1::GetStatsResponse& s) {
   RenderDeliveries(s, &w);
   RenderClients(s, &w);
   RenderRemoteHosts(s, &w);
+  RenderObjectCache(s, &w);
   RenderReloads(s, &w);
   RenderOutputCaches(s, &w);
   return w.Take();

@@ -3,7 +3,10 @@
 #include <set>
 
 #include "core/data/tar_shard_source.h"
+#include "remote/cached_object_reader.h"
+#include "remote/cached_shard_reader.h"
 #include "remote/host_stats.h"
+#include "remote/object_cache.h"
 #include "remote/remote_reader.h"
 #include "remote/url_sample_source.h"
 
@@ -17,6 +20,9 @@ const remote::RemoteReader* ReaderOf(const SampleSource* source) {
     return urls->reader().get();
   }
   if (const auto* tar = dynamic_cast<const TarShardSource*>(source)) {
+    if (const auto* c = dynamic_cast<const remote::CachedShardReader*>(tar->reader().get())) {
+      return c->remote().get();
+    }
     return dynamic_cast<const remote::RemoteReader*>(tar->reader().get());
   }
   return nullptr;
@@ -59,6 +65,42 @@ void AppendRemoteHostStats(const std::vector<std::shared_ptr<const PipelineConfi
   for (const remote::RemoteReader* r : readers) parts.push_back(r->host_stats());
   for (const remote::HostStats& s : remote::MergeHostStats(parts)) {
     ToProto(s, out->add_remote_hosts());
+  }
+}
+
+void SetObjectCacheStats(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines,
+                         v1::GetStatsResponse* out) {
+  std::set<const remote::ObjectCache*> caches;
+  std::string dir;
+  for (const auto& p : pipelines) {
+    if (p == nullptr) continue;
+    const remote::ObjectCache* cache = nullptr;
+    if (const auto* urls = dynamic_cast<const remote::UrlSampleSource*>(p->source.get())) {
+      if (urls->cached() != nullptr) cache = urls->cached()->cache().get();
+    } else if (const auto* tar = dynamic_cast<const TarShardSource*>(p->source.get())) {
+      if (const auto* c = dynamic_cast<const remote::CachedShardReader*>(tar->reader().get())) {
+        cache = c->cache().get();
+      }
+    }
+    if (cache == nullptr) continue;
+    caches.insert(cache);
+    dir = cache->options().dir;
+  }
+  if (caches.empty()) return;
+  v1::ObjectCacheStats* o = out->mutable_object_cache();
+  o->set_dir(dir);
+  for (const remote::ObjectCache* c : caches) {
+    const remote::ObjectCache::Counters n = c->counters();
+    o->set_hits(o->hits() + n.hits);
+    o->set_misses(o->misses() + n.misses);
+    o->set_bytes_from_cache(o->bytes_from_cache() + n.bytes_from_cache);
+    o->set_bytes_from_network(o->bytes_from_network() + n.bytes_from_network);
+    o->set_evictions(o->evictions() + n.evictions);
+    o->set_fills(o->fills() + n.fills);
+    o->set_bytes_held(o->bytes_held() + n.bytes_held);
+    o->set_entries(o->entries() + n.entries);
+    o->set_max_bytes(o->max_bytes() + c->options().max_bytes);
+    o->set_read_only(o->read_only() || n.read_only);
   }
 }
 

@@ -263,6 +263,7 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
     o->set_bytes(cs.bytes);
     o->set_capacity_bytes(cs.capacity_bytes);
   }
+  SetObjectCacheStats(pipelines_.List(), &r);
   reloads_->AppendTo(&r);
   for (const StreamStats& s : es.streams) {
     // A stream whose session is gone (closing) has no known owner: only

@@ -34,7 +34,9 @@ so the server costs little CPU per request (it shares the benchmark's
 machine with the decoders); only the bytes asked are read from the file.
 
 Prints "PORT <n>" on stdout once listening (--port 0 picks a free one).
-GET /__stats answers JSON counts: requests, failed, dropped, served (per path),
+Answers carry ETag and Last-Modified (from the file's inode, mtime and size).
+GET /__stats answers JSON counts: requests, failed, dropped, served (GET
+bodies per path), heads (HEAD answers per path),
 and cpu_s, the CPU seconds this server process has used (benchmarks report
 the server's cost per request from it).
 Run: python3 http_object_server.py --root DIR [--port 0] [options]"""
@@ -48,6 +50,7 @@ import socket
 import struct
 import sys
 import time
+from email.utils import formatdate
 from urllib.parse import unquote, urlsplit
 
 REASONS = {200: "OK", 206: "Partial Content", 400: "Bad Request", 404: "Not Found",
@@ -66,6 +69,7 @@ class State:
         self.closed = 0   # --close-after-answers
         self.answered = 0
         self.served = {}
+        self.heads = {}
         self.wrong_ranges = 0  # --wrong-content-range
         self.path_failed = 0   # --fail-path
         self.in_progress = 0   # requests in their latency wait now
@@ -163,6 +167,7 @@ async def answer(st, writer, method, target, headers, keep_alive):
     if path == "/__stats":
         body = json.dumps({"requests": st.requests, "failed": st.failed,
                            "dropped": st.dropped, "closed": st.closed, "served": st.served,
+                           "heads": st.heads,
                            "wrong_ranges": st.wrong_ranges, "path_failed": st.path_failed,
                            "busy": st.busy, "max_in_progress": st.max_in_progress,
                            "cpu_s": time.process_time()}).encode()
@@ -192,11 +197,15 @@ async def answer(st, writer, method, target, headers, keep_alive):
     full = os.path.realpath(os.path.join(st.root, path.lstrip("/")))
     if not full.startswith(st.root + os.sep) or not os.path.isfile(full):
         return send(404, b"not found")
-    size = os.path.getsize(full)
+    info = os.stat(full)
+    size = info.st_size
     rng = None if st.args.ignore_range else parse_range(headers.get("range"), size)
     if rng == "bad":
         return send(416, b"", {"Content-Range": "bytes */%d" % size})
-    status, extra = 200, {"Accept-Ranges": "bytes"}
+    # Validators: a file replaced (new inode or mtime) or resized is a new version.
+    status, extra = 200, {"Accept-Ranges": "bytes",
+                          "ETag": '"%x-%x-%x"' % (info.st_ino, info.st_mtime_ns, size),
+                          "Last-Modified": formatdate(info.st_mtime, usegmt=True)}
     start, end = 0, size
     if rng is not None:
         status = 206
@@ -212,6 +221,7 @@ async def answer(st, writer, method, target, headers, keep_alive):
                 start, end = other, other + n
                 extra["Content-Range"] = "bytes %d-%d/%d" % (start, end - 1, size)
     if head_only:
+        st.heads[path] = st.heads.get(path, 0) + 1
         writer.write(response_head(status, extra, end - start, keep_alive))
         return True
     # Only the bytes asked are read: a member costs what the member costs.

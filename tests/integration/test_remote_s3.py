@@ -123,3 +123,23 @@ def test_missing_key_is_an_error_of_its_sample(s3, tmp_path, start):
     d = start(cfg, AWS_ACCESS_KEY_ID=s3["key_id"], AWS_SECRET_ACCESS_KEY=s3["secret"])
     got = read_epoch(d.unix, pipeline="s3", batch_size=8, seed=2, epoch=0)
     assert sorted(got.indices.tolist()) == [i for i in range(len(urls)) if i != 3]
+
+
+def test_cached_epoch_two_reads_nothing_from_s3(s3, tmp_path, start):
+    """The node-local cache (config `cache`) over s3:// objects: epoch 2 is
+    all hits (moto's ETags revalidate each object), no byte from the
+    network, the same bytes as from disk."""
+    cfg = s3_config(tmp_path, s3)
+    cfg["cache"] = {"dir": str(tmp_path / "cache"), "max_bytes": "64MiB"}
+    d = start(cfg, AWS_ACCESS_KEY_ID=s3["key_id"], AWS_SECRET_ACCESS_KEY=s3["secret"])
+    n = len(s3["files"])
+    read_epoch(d.unix, pipeline="s3", batch_size=8, seed=2, epoch=0)
+    first = conveyor.stats(d.unix).object_cache
+    assert (first.misses, first.entries) == (n, n)
+    got = read_epoch(d.unix, pipeline="s3", batch_size=8, seed=2, epoch=1)
+    c = conveyor.stats(d.unix).object_cache
+    assert c.hits - first.hits == n and c.misses == first.misses
+    assert c.bytes_from_network == first.bytes_from_network, "epoch 2 fetched no body"
+    ref = read_epoch(d.unix, pipeline="disk", batch_size=8, seed=2, epoch=1)
+    assert got.images.tobytes() == ref.images.tobytes(), "cached bytes differ from the disk's"
+    assert s3["secret"] not in d.log()

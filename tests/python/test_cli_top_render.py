@@ -127,11 +127,12 @@ def test_render_says_when_the_daemon_is_gone():
 
 def test_stats_json_keys_are_stable():
     d = stats_dict(response(12.0, 1800, 5.5, streams=[(7, 1400, 7.0, "p")], bottleneck=""))
-    assert sorted(d) == ["bottleneck", "delivered", "deliveries", "output_caches", "remote_hosts",
-                         "slot_bytes_budget", "slot_bytes_in_use", "stages", "streams",
-                         "streams_open", "streams_total", "threads", "uptime_s"]
+    assert sorted(d) == ["bottleneck", "delivered", "deliveries", "object_cache", "output_caches",
+                         "remote_hosts", "slot_bytes_budget", "slot_bytes_in_use", "stages",
+                         "streams", "streams_open", "streams_total", "threads", "uptime_s"]
     assert d["remote_hosts"] == []  # no remote dataset
     assert d["output_caches"] == []  # no pipeline with cache_output
+    assert d["object_cache"] is None  # no cache section
     assert d["delivered"] == {"batches": 0, "samples": 0, "bytes": 0}  # nothing sent yet
     assert d["bottleneck"] is None
     assert sorted(d["stages"][0]) == [

@@ -28,8 +28,8 @@ from ._channel import grpc_target
 from ._security import Security
 from ._text import table
 from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
-from .stats_view import (delivered_totals, format_output_caches, format_remote_hosts,
-                         stage_units, stats_dict, stream_images_per_s)
+from .stats_view import (delivered_totals, format_object_cache, format_output_caches,
+                         format_remote_hosts, stage_units, stats_dict, stream_images_per_s)
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -316,6 +316,7 @@ def format_stats(resp):
         lines.append("streams: none open")
     lines.extend(format_remote_hosts(resp))
     lines.extend(format_output_caches(resp))
+    lines.extend(format_object_cache(resp))
     return "\n".join(lines)
 
 

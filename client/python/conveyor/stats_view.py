@@ -147,6 +147,44 @@ def format_output_caches(resp):
     return lines
 
 
+# --- object cache (GetStatsResponse.object_cache) ---------------------------
+def object_cache_dict(resp):
+    """The node-local object cache's figures, or None without one."""
+    if not resp.HasField("object_cache"):
+        return None
+    c = resp.object_cache
+    reads = c.hits + c.misses
+    return {
+        "dir": c.dir,
+        "hits": c.hits,
+        "misses": c.misses,
+        "hit_rate": round(c.hits / reads, 4) if reads else None,
+        "bytes_from_cache": c.bytes_from_cache,
+        "bytes_from_network": c.bytes_from_network,
+        "evictions": c.evictions,
+        "fills": c.fills,
+        "bytes_held": c.bytes_held,
+        "entries": c.entries,
+        "max_bytes": c.max_bytes,
+        "read_only": c.read_only,
+    }
+
+
+def format_object_cache(resp):
+    """The text lines of `conveyor stats` about the object cache (none without)."""
+    d = object_cache_dict(resp)
+    if d is None:
+        return []
+    rate = "%.1f%%" % (100 * d["hit_rate"]) if d["hit_rate"] is not None else "-"
+    return ["", "object cache: %s%s" % (d["dir"], "  (disk full: read-only)" if d["read_only"]
+                                         else ""),
+            "  hits %d  misses %d  (hit rate %s)  from cache %.1f MiB  from network %.1f MiB"
+            % (d["hits"], d["misses"], rate, d["bytes_from_cache"] / 2**20,
+               d["bytes_from_network"] / 2**20),
+            "  held %.1f of %.1f MiB in %d entries  evictions %d"
+            % (d["bytes_held"] / 2**20, d["max_bytes"] / 2**20, d["entries"], d["evictions"])]
+
+
 def stats_dict(resp):
     """The JSON object of `conveyor stats --json` (keys documented in
     client/python/README.md)."""
@@ -164,6 +202,7 @@ def stats_dict(resp):
         "deliveries": [delivery_dict(d) for d in resp.deliveries if d.batches],
         "remote_hosts": [remote_host_dict(h) for h in resp.remote_hosts],
         "output_caches": [output_cache_dict(c) for c in resp.output_caches],
+        "object_cache": object_cache_dict(resp),
     }
 
 
