@@ -33,7 +33,13 @@ export JOBS
 # user's cache, not in the checkout, so a fresh clone (CI's) reuses the ones
 # an earlier run made instead of installing TensorFlow, JAX and the
 # validators from PyPI again; each is remade when its pinned file changes.
-export CONVEYOR_VENV_DIR="${CONVEYOR_VENV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/conveyor/venvs}"
+# (Without HOME nor XDG_CACHE_HOME: .venvs/ of the checkout, venv.sh's own default.)
+if [ -z "${CONVEYOR_VENV_DIR:-}" ]; then
+  cache_home="${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}"
+  CONVEYOR_VENV_DIR="${cache_home:+$cache_home/conveyor/venvs}"
+  CONVEYOR_VENV_DIR="${CONVEYOR_VENV_DIR:-$ROOT/.venvs}"
+fi
+export CONVEYOR_VENV_DIR
 
 "$ROOT/scripts/install-deps.sh"
 
