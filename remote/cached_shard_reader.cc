@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
+#include "core/data/await_read.h"
 #include "core/engine/stats.h"
 #include "remote/cache_read_op.h"
 #include "remote/url.h"
@@ -69,19 +70,8 @@ absl::StatusOr<uint64_t> CachedShardReader::Size(std::string_view object) const 
 
 absl::Status CachedShardReader::ReadRange(std::string_view object, uint64_t offset, uint64_t length,
                                           std::vector<uint8_t>* out) const {
-  Mutex mu;
-  CondVar cv;
-  bool ready = false;
-  absl::Status result;
-  ReadRangeAsync(object, offset, length, out, [&](absl::Status st) {
-    MutexLock lock(&mu);
-    result = std::move(st);
-    ready = true;
-    cv.SignalAll();
-  });
-  MutexLock lock(&mu);
-  while (!ready) cv.Wait(&mu);
-  return result;
+  return AwaitRead(
+      [&](ReadDone done) { return ReadRangeAsync(object, offset, length, out, std::move(done)); });
 }
 
 std::shared_ptr<PendingRead> CachedShardReader::ReadRangeAsync(std::string_view object,

@@ -78,6 +78,21 @@ std::string EntryFile(std::string_view key) {
 
 bool DiskFull(int e) { return e == ENOSPC || e == EDQUOT; }
 
+// n bytes at offset `at` of fd into p: 0, an errno, or EILSEQ when the file
+// ends first (it shrank).
+int PreadAll(int fd, uint8_t* p, uint64_t n, uint64_t at) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) return EILSEQ;
+    p += r;
+    n -= static_cast<uint64_t>(r);
+    at += static_cast<uint64_t>(r);
+  }
+  return 0;
+}
+
 // The whole file at `path` into *out; an errno on failure.
 int ReadFile(const std::string& path, uint64_t expect, std::vector<uint8_t>* out) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -87,15 +102,7 @@ int ReadFile(const std::string& path, uint64_t expect, std::vector<uint8_t>* out
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (expect != 0 && size != expect) return EILSEQ;
   out->resize(size);
-  uint64_t at = 0;
-  while (at < size) {
-    const ssize_t n = ::pread(fd.get(), out->data() + at, size - at, static_cast<off_t>(at));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return errno;
-    if (n == 0) return EILSEQ;  // shrank
-    at += static_cast<uint64_t>(n);
-  }
-  return 0;
+  return PreadAll(fd.get(), out->data(), size, 0);
 }
 
 }  // namespace
@@ -221,16 +228,20 @@ absl::Status ObjectCache::Scan() {
   return absl::OkStatus();
 }
 
+bool ObjectCache::FindEntry(std::string_view key, const ObjectValidators& v, std::string* file,
+                            uint64_t* file_bytes) const {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(std::string(key));
+  if (it == entries_.end() || !(it->second.validators == v)) return false;
+  *file = it->second.file;
+  *file_bytes = it->second.file_bytes;
+  return true;
+}
+
 bool ObjectCache::Get(std::string_view key, const ObjectValidators& v, std::vector<uint8_t>* out) {
   std::string file;
   uint64_t file_bytes = 0;
-  {
-    MutexLock lock(&mu_);
-    auto it = entries_.find(std::string(key));
-    if (it == entries_.end() || !(it->second.validators == v)) return false;
-    file = it->second.file;
-    file_bytes = it->second.file_bytes;
-  }
+  if (!FindEntry(key, v, &file, &file_bytes)) return false;
   Footer f{};
   std::string got_key;
   ObjectValidators got;
@@ -255,40 +266,24 @@ bool ObjectCache::GetRange(std::string_view key, const ObjectValidators& v, uint
   if (offset > v.size || length > v.size - offset) return false;
   std::string file;
   uint64_t file_bytes = 0;
-  {
-    MutexLock lock(&mu_);
-    auto it = entries_.find(std::string(key));
-    if (it == entries_.end() || !(it->second.validators == v)) return false;
-    file = it->second.file;
-    file_bytes = it->second.file_bytes;
-  }
-  auto pread_all = [](int fd, uint8_t* p, uint64_t n, uint64_t at) {
-    while (n > 0) {
-      const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(at));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      p += r;
-      n -= static_cast<uint64_t>(r);
-      at += static_cast<uint64_t>(r);
-    }
-    return true;
-  };
+  if (!FindEntry(key, v, &file, &file_bytes)) return false;
   UniqueFd fd(::open(absl::StrCat(options_.dir, "/", file).c_str(), O_RDONLY | O_CLOEXEC));
   bool ok = fd.get() >= 0 && file_bytes >= sizeof(Footer);
   Footer f{};
   if (ok) {
-    ok = pread_all(fd.get(), reinterpret_cast<uint8_t*>(&f), sizeof(f), file_bytes - sizeof(f)) &&
+    ok = PreadAll(fd.get(), reinterpret_cast<uint8_t*>(&f), sizeof(f), file_bytes - sizeof(f)) ==
+             0 &&
          f.magic == kMagic && f.data_size == v.size &&
          f.meta_size == file_bytes - sizeof(f) - f.data_size;
   }
   if (ok) {
     std::vector<uint8_t> meta(f.meta_size);
-    ok = pread_all(fd.get(), meta.data(), meta.size(), f.data_size) &&
+    ok = PreadAll(fd.get(), meta.data(), meta.size(), f.data_size) == 0 &&
          std::string_view(reinterpret_cast<const char*>(meta.data()), meta.size()) == Meta(key, v);
   }
   if (ok) {
     out->resize(length);
-    ok = pread_all(fd.get(), out->data(), length, offset);
+    ok = PreadAll(fd.get(), out->data(), length, offset) == 0;
   }
   if (!ok) return false;
   MutexLock lock(&mu_);

@@ -118,6 +118,10 @@ class ObjectCache {
     uint64_t file_bytes = 0;
   };
   absl::Status Scan();
+  // The file and size of the entry under `key` with validators `v`; false
+  // when there is none (or only another version).
+  bool FindEntry(std::string_view key, const ObjectValidators& v, std::string* file,
+                 uint64_t* file_bytes) const ABSL_LOCKS_EXCLUDED(mu_);
   void RemoveLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes and renames the entry's file; false when not written.
   bool WriteEntry(const std::string& key, const ObjectValidators& v, std::span<const uint8_t> bytes,

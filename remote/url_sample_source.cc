@@ -1,6 +1,7 @@
 #include "remote/url_sample_source.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/data/await_read.h"
 #include "remote/url.h"
 
 namespace conveyor::remote {
@@ -31,19 +32,7 @@ UrlSampleSource::UrlSampleSource(std::shared_ptr<const DatasetIndex> urls,
 absl::Status UrlSampleSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
   if (cached_ != nullptr) {
     // The asynchronous read, waited for.
-    Mutex mu;
-    CondVar cv;
-    bool ready = false;
-    absl::Status result;
-    ReadAsync(index, out, [&](absl::Status st) {
-      MutexLock lock(&mu);
-      result = std::move(st);
-      ready = true;
-      cv.SignalAll();
-    });
-    MutexLock lock(&mu);
-    while (!ready) cv.Wait(&mu);
-    return result;
+    return AwaitRead([&](ReadDone done) { return ReadAsync(index, out, std::move(done)); });
   }
   absl::Status st = reader_->ReadWhole(urls_->relative_path(index), max_file_bytes_, out);
   requested_.Clear(index);
