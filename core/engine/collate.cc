@@ -63,6 +63,7 @@ void StreamMachine::RecordFailure(BatchWork* b, uint32_t pos, const absl::Status
 }
 
 BatchWork* StreamMachine::PositionDone(BatchWork* b, Outbox* out) {
+  ++positions_done_;
   if (++b->done != b->size) return nullptr;
   stage(Stage::kCollate).items_in += b->size;
   if (!b->failures.empty()) return b;  // compacted without the lock first

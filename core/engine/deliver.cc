@@ -17,6 +17,7 @@ Stream::Poll StreamMachine::TryNext(BatchInfo* batch, absl::Status* error) {
     ready_.pop_front();
     consumer_holds_[batch->slot] = 1;
     ++slots_held_;
+    asked_ = false;
     ++stage(Stage::kDeliver).items_out;
     UpdateClocks(MonotonicNanos());
     CheckInvariants();
@@ -27,6 +28,10 @@ Stream::Poll StreamMachine::TryNext(BatchInfo* batch, absl::Status* error) {
     return Stream::Poll::kError;
   }
   if (Finished()) return Stream::Poll::kEnd;
+  if (!asked_) {
+    asked_ = true;  // the client waits from now until it takes a batch
+    UpdateClocks(MonotonicNanos());
+  }
   return Stream::Poll::kNotReady;
 }
 

@@ -38,6 +38,16 @@ uint64_t Nanos(absl::Duration d) {
 
 }  // namespace
 
+AutotuneLimits AutotuneMaxLimits(const EngineOptions& o) {
+  const uint32_t threads = static_cast<uint32_t>(std::max(1, o.num_threads));
+  AutotuneLimits m;
+  m.fetch_concurrency = std::max(o.fetch_concurrency, o.autotune_max_fetch_concurrency);
+  m.decode_concurrency = std::max(o.decode_concurrency, threads);
+  m.fetch_queue_capacity =
+      std::max(o.fetch_queue_capacity, o.autotune_max_fetch_concurrency + 2 * threads);
+  return m;
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   EngineOptions o = options;
   if (o.num_threads < 0 || o.num_threads > kMaxEngineThreads) {
@@ -62,6 +72,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError("fetch_queue_bytes must be at least 1");
   }
   if (o.decode_concurrency == 0) o.decode_concurrency = static_cast<uint32_t>(o.num_threads);
+  if (o.autotune && o.autotune_max_fetch_concurrency == 0) {
+    return absl::InvalidArgumentError("autotune_max_fetch_concurrency must be at least 1");
+  }
+  if (o.autotune && o.autotune_tick <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("autotune_tick must be positive");
+  }
   auto scheduler = std::make_shared<Scheduler>(o);
   scheduler->Start();
   return std::unique_ptr<Engine>(new Engine(std::move(scheduler)));
@@ -96,6 +112,11 @@ absl::StatusOr<std::unique_ptr<Stream>> Engine::OpenStream(
   c.fetch_limit = eo.fetch_concurrency;
   c.fetch_bytes = eo.fetch_queue_bytes;
   c.decode_limit = eo.decode_concurrency;
+  c.autotune = eo.autotune;
+  if (eo.autotune) {
+    c.autotune_max = AutotuneMaxLimits(eo);
+    c.autotune_options.tick_ns = Nanos(eo.autotune_tick);
+  }
   c.retry.max_attempts = eo.fetch_retry_max_attempts;
   c.retry.initial_backoff_ns = Nanos(eo.fetch_retry_initial_backoff);
   c.retry.max_backoff_ns = Nanos(eo.fetch_retry_max_backoff);

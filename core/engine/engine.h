@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "core/data/file_reader.h"
 #include "core/decode/sample_decoder.h"
+#include "core/engine/autotune.h"
 #include "core/engine/pipeline_config.h"
 #include "core/engine/stats.h"
 #include "core/engine/stream.h"
@@ -45,6 +46,16 @@ struct EngineOptions {
   // decoded): no fetch starts while the stream holds this much, so at most
   // fetch_queue_bytes + fetch_concurrency × max_file_bytes are held.
   uint64_t fetch_queue_bytes = 64ull << 20;  // ≥ 1
+
+  // Each stream tunes its own fetch concurrency, decode concurrency and
+  // fetch queue capacity (core/engine/autotune.h), starting from the three
+  // above and never past autotune_max_fetch_concurrency reads, the pool's
+  // threads in decodes (or decode_concurrency if larger), and a queue of
+  // autotune_max_fetch_concurrency + 2 × threads (or fetch_queue_capacity
+  // if larger). fetch_queue_bytes still bounds the bytes read ahead.
+  bool autotune = false;
+  uint32_t autotune_max_fetch_concurrency = 64;            // ≥ 1
+  absl::Duration autotune_tick = absl::Milliseconds(250);  // > 0
 
   // Errors of the system while fetching a sample (IsSystemError: EMFILE,
   // ENFILE, ENOMEM, EIO, EAGAIN, ...) are retried: the fetch is queued again
@@ -78,6 +89,10 @@ struct EngineOptions {
   // Tests pass a reader that injects faults.
   std::shared_ptr<const FileReader> file_reader;
 };
+
+// The most a tuned stream's limits may reach under `options` (effective
+// values: num_threads and decode_concurrency already resolved from 0).
+AutotuneLimits AutotuneMaxLimits(const EngineOptions& options);
 
 // The scheduler's own cost, summed over workers since the engine started:
 // what a worker spends per task outside the task itself.

@@ -75,6 +75,17 @@ struct StreamStats {
   uint64_t fetches_pending = 0;
   std::optional<PendingFetch> oldest_fetch;
   std::array<StageStats, kNumStages> stages;
+  // The fetch and decode limits in force (EngineOptions' unless the stream
+  // is tuned: core/engine/autotune.h), the tuner's changes so far and the
+  // reason of its last decision.
+  struct Autotune {
+    bool enabled = false;
+    uint32_t fetch_concurrency = 0;
+    uint32_t decode_concurrency = 0;
+    uint32_t fetch_queue_capacity = 0;
+    uint64_t changes = 0;
+    std::string reason;
+  } autotune;
 };
 
 struct EngineStats {

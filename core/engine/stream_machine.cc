@@ -47,9 +47,11 @@ OutputCache* ChooseCache(const PipelineConfig& p, const TransformSpec& transform
 
 void Outbox::Flush() {
   for (const std::string& w : warnings) spdlog::warn("{}", w);
+  for (const std::string& line : debug_lines) spdlog::debug("{}", line);
   for (PendingFinish& f : finishes) f.stream->StartFinish(f.batch);
   for (auto& cb : callbacks) cb();
   warnings.clear();
+  debug_lines.clear();
   finishes.clear();  // may let go of the last reference of a stream: no lock is held
   callbacks.clear();
   retired.clear();
@@ -78,12 +80,20 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
       transform_key_(cache_ != nullptr ? TransformFingerprint(config_.plan.transform) : ""),
       mu_(*mu) {
   source_ = ChooseSource(*config_.pipeline, default_source_);
-  // Fetch buffers: one per queued sample, plus one per decode in flight.
-  const uint32_t num_buffers = config_.fetch_capacity + config_.decode_limit;
+  // Fetch buffers: one per queued sample, plus one per decode in flight (at
+  // the most the tuner may choose).
+  const AutotuneLimits start{config_.fetch_limit, config_.decode_limit, config_.fetch_capacity};
+  const AutotuneLimits& most = config_.autotune ? config_.autotune_max : start;
+  const uint32_t num_buffers = most.fetch_queue_capacity + most.decode_concurrency;
   buffers_.resize(num_buffers);
   if (cache_ != nullptr) cache_keys_.resize(num_buffers);
   // Not yet shared with any other thread; the lock is taken for the analysis.
   MutexLock lock(&mu_);
+  limits_ = start;
+  if (config_.autotune) {
+    tuner_.emplace(config_.autotune_options, start, config_.autotune_max);
+    tune_clock_.Start(created_ns_);
+  }
   buffer_bytes_.assign(num_buffers, 0);
   parked_.resize(num_buffers);
   free_buffers_.reserve(num_buffers);
@@ -176,8 +186,9 @@ uint64_t StreamMachine::EpochToPlan() const {
 bool StreamMachine::CanSample() const { return !plan_pending_ && EpochToPlan() != kNever; }
 
 bool StreamMachine::FetchRoom() const {
-  return fetched_.size() + fetch_inflight_ < config_.fetch_capacity && !free_buffers_.empty() &&
-         fetch_inflight_ < config_.fetch_limit && held_bytes_ < config_.fetch_bytes;
+  return fetched_.size() + fetch_inflight_ < limits_.fetch_queue_capacity &&
+         !free_buffers_.empty() && fetch_inflight_ < limits_.fetch_concurrency &&
+         held_bytes_ < config_.fetch_bytes;
 }
 
 BatchWork* StreamMachine::Fetchable() const {
@@ -196,7 +207,7 @@ int StreamMachine::DueRetry(uint64_t now, uint64_t* retry_at) const {
 }
 
 bool StreamMachine::CanDecode() const {
-  return !fetched_.empty() && decode_inflight_ < config_.decode_limit;
+  return !fetched_.empty() && decode_inflight_ < limits_.decode_concurrency;
 }
 
 bool StreamMachine::HasRunnableTask(uint64_t now) {
@@ -218,7 +229,7 @@ bool StreamMachine::PickTask(uint64_t now, Task* t, uint64_t* retry_at) {
     const bool can_fetch =
         room && (Fetchable() != nullptr || (!retries_.empty() && DueRetry(now, retry_at) >= 0));
     // Keep the fetched queue primed: fetch first while it is short.
-    const bool prefer_fetch = can_fetch && fetched_.size() < config_.decode_limit;
+    const bool prefer_fetch = can_fetch && fetched_.size() < limits_.decode_concurrency;
     if (CanDecode() && !prefer_fetch) {
       TakeDecode(t);
     } else if (can_fetch) {
@@ -241,6 +252,7 @@ BatchWork* StreamMachine::Complete(Task* t, Outbox* out) {
     case TaskKind::kDecode: compact = CompleteDecode(t, out); break;
   }
   UpdateClocks(t->finished_ns);
+  if (tuner_.has_value()) MaybeTune(t->finished_ns, out);
   CheckInvariants();
   return compact;
 }
@@ -583,8 +595,8 @@ void StreamMachine::UpdateClocks(uint64_t now) {
   set(Stage::kSample, plan_pending_ ? StageClock::kActive : StageClock::kStarved);
   if (!fetchable) {
     set(Stage::kFetch, StageClock::kStarved);
-  } else if (fetched_.size() + fetch_inflight_ >= config_.fetch_capacity || free_buffers_.empty() ||
-             held_bytes_ >= config_.fetch_bytes) {
+  } else if (fetched_.size() + fetch_inflight_ >= limits_.fetch_queue_capacity ||
+             free_buffers_.empty() || held_bytes_ >= config_.fetch_bytes) {
     set(Stage::kFetch, StageClock::kBlocked);
   } else {
     set(Stage::kFetch, StageClock::kActive);
@@ -602,6 +614,40 @@ void StreamMachine::UpdateClocks(uint64_t now) {
   }
   set(Stage::kDeliver,
       ready_.empty() && finishing_.empty() ? StageClock::kStarved : StageClock::kActive);
+  if (!tuner_.has_value()) return;
+  uint32_t bits = 0;
+  auto mark = [&bits](AutotuneClock::Signal s, bool on) { bits |= on ? 1u << s : 0; };
+  mark(AutotuneClock::kClientStarved, asked_ && !terminal_ && ready_.empty());
+  if (fetchable) {
+    const bool at_limit = fetch_inflight_ >= limits_.fetch_concurrency;
+    mark(AutotuneClock::kFetchAtLimit, at_limit);
+    mark(AutotuneClock::kFetchQueueFull,
+         !at_limit && (fetched_.size() + fetch_inflight_ >= limits_.fetch_queue_capacity ||
+                       free_buffers_.empty()));
+    mark(AutotuneClock::kFetchBytesFull, held_bytes_ >= config_.fetch_bytes);
+  }
+  mark(AutotuneClock::kDecodeStarved, !done && fetched_.empty());
+  mark(AutotuneClock::kDecodeAtLimit,
+       !fetched_.empty() && decode_inflight_ >= limits_.decode_concurrency);
+  mark(AutotuneClock::kDecodeNoWorker,
+       !fetched_.empty() && decode_inflight_ < limits_.decode_concurrency);
+  tune_clock_.Set(bits, now);
+}
+
+void StreamMachine::MaybeTune(uint64_t now, Outbox* out) {
+  if (now < tune_clock_.tick_start_ns() + config_.autotune_options.tick_ns) return;
+  const AutotuneObservation o = tune_clock_.Take(now, positions_done_ - positions_at_tick_);
+  positions_at_tick_ = positions_done_;
+  const AutotuneLimits before = limits_;
+  const AutotuneDecision d = tuner_->Observe(o);
+  if (!d.changed) return;
+  limits_ = tuner_->limits();
+  out->debug_lines.push_back(absl::StrFormat(
+      "pipeline %s stream %d: autotune: fetch concurrency %d, decode concurrency %d, fetch queue "
+      "capacity %d (were %d, %d, %d): %s",
+      config_.pipeline->name, config_.id, limits_.fetch_concurrency, limits_.decode_concurrency,
+      limits_.fetch_queue_capacity, before.fetch_concurrency, before.decode_concurrency,
+      before.fetch_queue_capacity, d.reason));
 }
 
 void StreamMachine::SnapshotStages(uint64_t now, std::array<StageStats, kNumStages>* out) {
@@ -611,7 +657,7 @@ void StreamMachine::SnapshotStages(uint64_t now, std::array<StageStats, kNumStag
   fetch.in_flight = fetch_inflight_;
   StageStats& decode = (*out)[StageIndex(Stage::kDecode)];
   decode.queue_size = fetched_.size();
-  decode.queue_capacity = config_.fetch_capacity;
+  decode.queue_capacity = limits_.fetch_queue_capacity;
   decode.in_flight = decode_inflight_;
   StageStats& collate = (*out)[StageIndex(Stage::kCollate)];
   collate.queue_size = open_.size();
@@ -653,6 +699,14 @@ StreamStats StreamMachine::Stats(uint64_t now) {
     st.oldest_fetch = std::move(f);
   }
   SnapshotStages(now, &st.stages);
+  st.autotune.enabled = tuner_.has_value();
+  st.autotune.fetch_concurrency = limits_.fetch_concurrency;
+  st.autotune.decode_concurrency = limits_.decode_concurrency;
+  st.autotune.fetch_queue_capacity = limits_.fetch_queue_capacity;
+  if (tuner_.has_value()) {
+    st.autotune.changes = tuner_->changes();
+    st.autotune.reason = tuner_->reason();
+  }
   return st;
 }
 

@@ -57,6 +57,12 @@
 // from slot memory, which clients map writable. Failed samples are not
 // cached. Streams of a source that reads over the network do not use it.
 //
+// Autotune (Config::autotune, core/engine/autotune.h): the fetch and decode
+// limits are limits_, which start at the config's. UpdateClocks also marks
+// what held the stream back (AutotuneClock); the Complete that ends a tick
+// of the tuner's feeds it that tick and applies the limits it chose. A
+// lower limit only stops new tasks: those running finish.
+//
 // Memory of fetched samples: no fetch starts while the stream holds
 // fetch_bytes of fetched samples (queued or being decoded), so it holds at
 // most fetch_bytes + fetch_limit × max_file_bytes; a buffer that grew past
@@ -71,6 +77,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +88,7 @@
 #include "core/data/pending_read.h"
 #include "core/data/sampler.h"
 #include "core/decode/sample_decoder.h"
+#include "core/engine/autotune.h"
 #include "core/engine/batch_layout.h"
 #include "core/engine/pipeline_config.h"
 #include "core/engine/slot_arena.h"
@@ -161,10 +169,12 @@ struct Outbox {
   };
   std::vector<std::function<void()>> callbacks;
   std::vector<std::string> warnings;
+  std::vector<std::string> debug_lines;  // logged at debug level
   std::vector<PendingFinish> finishes;
   std::vector<std::shared_ptr<StreamMachine>> retired;
   bool empty() const {
-    return callbacks.empty() && warnings.empty() && finishes.empty() && retired.empty();
+    return callbacks.empty() && warnings.empty() && debug_lines.empty() && finishes.empty() &&
+           retired.empty();
   }
   // Logs, starts the finishes, runs the callbacks and lets go of
   // everything, then clears (keeps capacity).
@@ -196,6 +206,12 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
     uint32_t fetch_limit = 0;
     uint64_t fetch_bytes = 0;  // EngineOptions::fetch_queue_bytes
     uint32_t decode_limit = 0;
+    // EngineOptions::autotune: fetch_limit, decode_limit and fetch_capacity
+    // are where the stream's tuner starts (core/engine/autotune.h), and
+    // autotune_max where it stops; fetch buffers are made for the maximum.
+    bool autotune = false;
+    AutotuneLimits autotune_max;
+    StreamTuner::Options autotune_options;
     RetryPolicy retry;
     std::shared_ptr<const FileReader> file_reader;  // EngineOptions::file_reader
     // Where a finisher's `done` goes (the engine sets it to the scheduler's
@@ -366,6 +382,9 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   void WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_t index) const;
   // Queues the cancellation of every parked read that has its handle.
   void CancelParked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a tuner: feeds it the tick that ended at `now`, if one did, and
+  // applies what it chose (logged at debug level through `out`).
+  void MaybeTune(uint64_t now, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   bool CanDecode() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeDecode(Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -476,8 +495,17 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> buffer_bytes_ ABSL_GUARDED_BY(mu_);
   uint32_t decode_inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The stage limits in force: the config's, or the tuner's choice.
+  AutotuneLimits limits_ ABSL_GUARDED_BY(mu_);
+  std::optional<StreamTuner> tuner_ ABSL_GUARDED_BY(mu_);  // with Config::autotune
+  AutotuneClock tune_clock_ ABSL_GUARDED_BY(mu_);
+  uint64_t positions_done_ ABSL_GUARDED_BY(mu_) = 0;  // samples written or failed
+  uint64_t positions_at_tick_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t tasks_inflight_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t consumers_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  // The consumer asked for a batch (TryNext found none) and has not taken
+  // one since: it waits, with a free credit.
+  bool asked_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> ready_callback_ ABSL_GUARDED_BY(mu_);
   std::array<StageStats, kNumStages> stages_ ABSL_GUARDED_BY(mu_);
   std::array<StageClock, kNumStages> clocks_ ABSL_GUARDED_BY(mu_);
