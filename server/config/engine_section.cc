@@ -53,6 +53,12 @@ const Section<EngineOptions>& EngineSection() {
                           kMaxStageConcurrency, "file reads in flight per stream"),
       Uint<EngineOptions>("decode_concurrency", &EngineOptions::decode_concurrency, 0,
                           kMaxStageConcurrency, "decodes in flight per stream (0: threads)"),
+      schema::Bool<EngineOptions>(
+          "autotune", &EngineOptions::autotune,
+          "each stream tunes its fetch and decode concurrency and its fetch queue"),
+      Uint<EngineOptions>("autotune_max_fetch_concurrency",
+                          &EngineOptions::autotune_max_fetch_concurrency, 1, kMaxStageConcurrency,
+                          "autotune: the most reads in flight it gives a stream"),
       Uint<EngineOptions>("fetch_retry_max_attempts", &EngineOptions::fetch_retry_max_attempts, 1,
                           kMaxFetchAttempts, "tries of a read failing with a system error"),
       Millis("fetch_retry_initial_backoff_ms", &EngineOptions::fetch_retry_initial_backoff,

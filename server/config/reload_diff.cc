@@ -57,6 +57,9 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
   d.Field("engine.fetch_queue_bytes", ea.fetch_queue_bytes, eb.fetch_queue_bytes);
   d.Field("engine.fetch_concurrency", ea.fetch_concurrency, eb.fetch_concurrency);
   d.Field("engine.decode_concurrency", ea.decode_concurrency, eb.decode_concurrency);
+  d.Field("engine.autotune", ea.autotune, eb.autotune);
+  d.Field("engine.autotune_max_fetch_concurrency", ea.autotune_max_fetch_concurrency,
+          eb.autotune_max_fetch_concurrency);
   d.Field("engine.fetch_retry_max_attempts", ea.fetch_retry_max_attempts,
           eb.fetch_retry_max_attempts);
   d.Field("engine.fetch_retry_initial_backoff_ms", ea.fetch_retry_initial_backoff,
