@@ -285,6 +285,13 @@ v1::GetStatsResponse ConveyorService::GetStats(const ClientIdentity& viewer) con
     o->set_fetches_pending(s.fetches_pending);
     o->set_output_cache_hits(s.output_cache_hits);
     o->set_output_cache_misses(s.output_cache_misses);
+    v1::StreamLimits* limits = o->mutable_limits();
+    limits->set_fetch_concurrency(s.autotune.fetch_concurrency);
+    limits->set_decode_concurrency(s.autotune.decode_concurrency);
+    limits->set_fetch_queue_capacity(s.autotune.fetch_queue_capacity);
+    limits->set_autotune(s.autotune.enabled);
+    limits->set_autotune_changes(s.autotune.changes);
+    limits->set_autotune_reason(s.autotune.reason);
     if (s.oldest_fetch.has_value()) {
       v1::PendingFetch* f = o->mutable_oldest_fetch();
       f->set_sample_index(s.oldest_fetch->sample_index);

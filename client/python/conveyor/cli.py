@@ -28,8 +28,9 @@ from ._channel import grpc_target
 from ._security import Security
 from ._text import table
 from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
-from .stats_view import (delivered_totals, format_object_cache, format_output_caches,
-                         format_remote_hosts, stage_units, stats_dict, stream_images_per_s)
+from .stats_view import (delivered_totals, format_limits, format_object_cache,
+                         format_output_caches, format_remote_hosts, stage_units, stats_dict,
+                         stream_images_per_s)
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -306,6 +307,7 @@ def format_stats(resp):
                          % (st.stream_id, st.pipeline, st.peer or "-", st.batches_emitted,
                             st.samples_emitted, st.samples_failed, st.slots_held_by_client,
                             st.slots_total, secs, rate))
+            lines.append(format_limits(st.limits))
             if st.fetches_pending:
                 f = st.oldest_fetch
                 lines.append("    waiting on the network: %d fetch(es); the oldest %.1f s, %d bytes "

@@ -66,7 +66,28 @@ def stream_dict(st):
         "credits": st.slots_total,
         "elapsed_s": _seconds(st.elapsed_ns),
         "images_per_s": round(stream_images_per_s(st), 3),
+        "limits": limits_dict(st.limits),
     }
+
+
+def limits_dict(l):
+    return {
+        "fetch_concurrency": l.fetch_concurrency,
+        "decode_concurrency": l.decode_concurrency,
+        "fetch_queue_capacity": l.fetch_queue_capacity,
+        "autotune": l.autotune,
+        "autotune_changes": l.autotune_changes,
+        "autotune_reason": l.autotune_reason or None,
+    }
+
+
+def format_limits(l):
+    """One line: a stream's stage limits, and what its tuner did."""
+    line = ("    limits: fetch concurrency %d, decode concurrency %d, fetch queue %d"
+            % (l.fetch_concurrency, l.decode_concurrency, l.fetch_queue_capacity))
+    if l.autotune:
+        line += "  (autotune, %d change(s): %s)" % (l.autotune_changes, l.autotune_reason)
+    return line
 
 
 def delivery_dict(d):
