@@ -1,7 +1,8 @@
 """engine.autotune against a real conveyord: a stream of a dataset served
 over HTTP with latency, started from deliberately bad limits (one read at a
 time, a queue of one), gets more reads in flight as its client waits, and
-GetStats, `conveyor stats` and its JSON say what the limits are and why; a
+GetStats, `conveyor stats` and its JSON say what the limits are and why (and
+the log, at debug level, each change); a
 daemon without autotune reports the configured limits; bad autotune
 settings are refused naming the field."""
 
@@ -61,7 +62,7 @@ def test_a_slow_http_stream_gets_more_reads_and_says_why(tmp_path, daemon_factor
                               ["%s/%s" % (server.base, f) for f in image_files(root)])
         entry = pipeline_entry("unused", augment="eval", resize_size=IMAGE_SIZE)
         entry["dataset"] = {"urls": str(urls)}
-        cfg = daemon_config(tmp_path, pipelines={"web": entry},
+        cfg = daemon_config(tmp_path, pipelines={"web": entry}, log_level="debug",
                             engine={"autotune": True, "fetch_concurrency": 1,
                                     "fetch_queue_capacity": 1})
         cfg["allowed_roots"] = [str(tmp_path)]
@@ -90,6 +91,10 @@ def test_a_slow_http_stream_gets_more_reads_and_says_why(tmp_path, daemon_factor
             st = json.loads(doc.stdout)["streams"][0]["limits"]
             assert st["autotune"] is True and st["fetch_concurrency"] >= 4
             assert st["autotune_reason"]
+            # Each change is a debug line naming the stream, the new and old
+            # limits and why.
+            assert "web stream 1: autotune: fetch concurrency 2, decode concurrency" in d.log()
+            assert "raised fetch concurrency 1 -> 2" in d.log()
         finally:
             reader.stop()
         assert reader.error is None, reader.error
