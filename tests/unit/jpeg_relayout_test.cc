@@ -1,0 +1,242 @@
+// JPEG re-laying (core/decode/jpeg_relayout.h): the re-laid copy decodes to
+// the original's pixels, and any region decoded from the smaller JPEG of the
+// restart intervals it covers equals the same region decoded from the
+// original — over sizes that are not whole MCUs, subsamplings 4:2:0, 4:2:2,
+// 4:4:4 and 4:4:0, greyscale, progressive and CMYK files, and every DCT
+// scale; files that cannot be re-laid are refused with a clear error.
+#include "core/decode/jpeg_relayout.h"
+
+#include <jpeglib.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/base/rng.h"
+#include "core/decode/jpeg_decoder.h"
+#include "core/decode/sample_transformer.h"
+#include "core/decode/transform_spec.h"
+#include "tests/unit/test_images.h"
+
+namespace conveyor {
+namespace {
+
+// Noise over gradients with `components` channels.
+std::vector<uint8_t> Pixels(int w, int h, int components, uint64_t seed) {
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * components);
+  Rng rng(seed);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      for (int c = 0; c < components; ++c) {
+        const int base = (x * 255 / w * (c + 1) + y * 255 / h) % 256;
+        const int v = base + static_cast<int>(rng.Below(48)) - 24;
+        px[(static_cast<size_t>(y) * w + x) * components + c] =
+            static_cast<uint8_t>(std::clamp(v, 0, 255));
+      }
+    }
+  }
+  return px;
+}
+
+struct Case {
+  std::string name;
+  int components;
+  int h0, v0;  // sampling of the first component (others 1×1)
+  bool progressive;
+};
+
+std::vector<uint8_t> Make(const Case& c, int w, int h, uint64_t seed) {
+  return testing::CompressJpeg(Pixels(w, h, c.components, seed), w, h, c.components, 85,
+                               [&](jpeg_compress_struct* cinfo) {
+                                 cinfo->comp_info[0].h_samp_factor = c.h0;
+                                 cinfo->comp_info[0].v_samp_factor = c.v0;
+                                 for (int i = 1; i < cinfo->num_components; ++i) {
+                                   cinfo->comp_info[i].h_samp_factor = 1;
+                                   cinfo->comp_info[i].v_samp_factor = 1;
+                                 }
+                                 if (c.progressive) jpeg_simple_progression(cinfo);
+                               });
+}
+
+// The pixels of `region` of `jpeg` scaled by 1/denom, as the decoder gives
+// them (RGB rows, packed).
+std::vector<uint8_t> Decode(std::span<const uint8_t> jpeg, const PixelRegion& region, int denom) {
+  JpegDecoder d;
+  REQUIRE(d.ReadHeader(jpeg, 64u << 20).ok());
+  std::vector<uint8_t> out;
+  const size_t row = static_cast<size_t>(region.x1 - region.x0) * 3;
+  const absl::Status st =
+      d.DecodeRegion(region, denom, [&](const uint8_t* rows, size_t stride, int count) {
+        for (int i = 0; i < count; ++i) {
+          const uint8_t* r = rows + static_cast<size_t>(i) * stride;
+          out.insert(out.end(), r, r + row);
+        }
+      });
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  return out;
+}
+
+int Scaled(int v, int denom) { return (v + denom - 1) / denom; }
+
+const std::vector<Case> kCases = {
+    {"4:2:0", 3, 2, 2, false},
+    {"4:2:2", 3, 2, 1, false},
+    {"4:4:4", 3, 1, 1, false},
+    {"4:4:0", 3, 1, 2, false},
+    {"grey", 1, 1, 1, false},
+    {"4:2:0 progressive", 3, 2, 2, true},
+    {"grey progressive", 1, 1, 1, true},
+    {"CMYK", 4, 1, 1, false},
+};
+
+TEST_CASE("a re-laid JPEG decodes to the original's pixels", "[jpeg_relayout]") {
+  for (const Case& c : kCases) {
+    for (const auto& [w, h] : std::vector<std::pair<int, int>>{{203, 151}, {64, 48}, {17, 9}}) {
+      CAPTURE(c.name, w, h);
+      const std::vector<uint8_t> original = Make(c, w, h, static_cast<uint64_t>(w * h));
+      absl::StatusOr<std::vector<uint8_t>> relaid = RelayJpeg(original);
+      INFO(relaid.status().ToString());
+      REQUIRE(relaid.ok());
+      absl::StatusOr<RelaidLayout> layout = ParseRelaid(*relaid);
+      INFO(layout.status().ToString());
+      REQUIRE(layout.ok());
+      CHECK(layout->width == w);
+      CHECK(layout->height == h);
+      CHECK(layout->mcus_per_row % layout->interval_mcus == 0);
+      CHECK(layout->interval_mcus <= kMaxRelayIntervalMcus);
+      for (int denom : {1, 2, 4, 8}) {
+        const PixelRegion all{0, 0, Scaled(w, denom), Scaled(h, denom)};
+        CHECK(Decode(*relaid, all, denom) == Decode(original, all, denom));
+      }
+    }
+  }
+}
+
+TEST_CASE("a region decoded from its restart intervals equals the original's", "[jpeg_relayout]") {
+  Rng rng(2026);
+  for (const Case& c : kCases) {
+    CAPTURE(c.name);
+    const int w = 331, h = 247;  // not whole MCUs either way
+    const std::vector<uint8_t> original = Make(c, w, h, 7);
+    absl::StatusOr<std::vector<uint8_t>> relaid = RelayJpeg(original);
+    REQUIRE(relaid.ok());
+    absl::StatusOr<RelaidLayout> layout = ParseRelaid(*relaid);
+    REQUIRE(layout.ok());
+    std::vector<uint8_t> part;
+    for (int trial = 0; trial < 60; ++trial) {
+      const int denom = 1 << rng.Below(4);
+      const int sw = Scaled(w, denom), sh = Scaled(h, denom);
+      PixelRegion region;
+      region.x0 = static_cast<int>(rng.Below(static_cast<uint64_t>(sw)));
+      region.y0 = static_cast<int>(rng.Below(static_cast<uint64_t>(sh)));
+      region.x1 =
+          region.x0 + 1 + static_cast<int>(rng.Below(static_cast<uint64_t>(sw - region.x0)));
+      region.y1 =
+          region.y0 + 1 + static_cast<int>(rng.Below(static_cast<uint64_t>(sh - region.y0)));
+      CAPTURE(trial, denom, region.x0, region.y0, region.x1, region.y1);
+      int ox = 0, oy = 0;
+      const McuRect rect = RectForRegion(*layout, region, denom, &ox, &oy);
+      REQUIRE(ExtractMcuRect(*relaid, *layout, rect, &part).ok());
+      const PixelRegion shifted{region.x0 - ox, region.y0 - oy, region.x1 - ox, region.y1 - oy};
+      CHECK(Decode(part, shifted, denom) == Decode(original, region, denom));
+      // The smaller JPEG holds only what the rectangle covers.
+      if (rect.col1 - rect.col0 < layout->mcus_per_row / 2 &&
+          rect.row1 - rect.row0 < layout->mcu_rows / 2) {
+        CHECK(part.size() < relaid->size() / 2);
+      }
+    }
+  }
+}
+
+TEST_CASE("the re-laid layout names its restart intervals", "[jpeg_relayout]") {
+  const Case c{"4:2:0", 3, 2, 2, false};
+  const std::vector<uint8_t> original = Make(c, 320, 64, 3);  // 20×4 MCUs
+  const RelaidLayout relaid = *ParseRelaid(*RelayJpeg(original));
+  CHECK(relaid.mcu_width == 16);
+  CHECK(relaid.mcu_height == 16);
+  CHECK(relaid.mcus_per_row == 20);
+  CHECK(relaid.mcu_rows == 4);
+  CHECK(relaid.interval_mcus == kMaxRelayIntervalMcus);
+  CHECK(relaid.starts.size() == 80u / kMaxRelayIntervalMcus);
+
+  // Any baseline JPEG whose restart intervals tile its rows has such a
+  // layout: here intervals of 4 MCUs, written by the encoder itself.
+  const std::vector<uint8_t> by_4 =
+      testing::CompressJpeg(Pixels(320, 64, 3, 3), 320, 64, 3, 85,
+                            [](jpeg_compress_struct* cinfo) { cinfo->restart_interval = 4; });
+  const RelaidLayout l = *ParseRelaid(by_4);
+  CHECK(l.interval_mcus == 4);
+  CHECK(l.starts.size() == 20);
+  // Columns must be whole intervals.
+  std::vector<uint8_t> out;
+  CHECK(absl::IsInvalidArgument(ExtractMcuRect(by_4, l, McuRect{1, 4, 0, 1}, &out)));
+  CHECK(absl::IsInvalidArgument(ExtractMcuRect(by_4, l, McuRect{0, 4, 2, 2}, &out)));
+  CHECK(absl::IsInvalidArgument(ExtractMcuRect(by_4, l, McuRect{0, 24, 0, 1}, &out)));
+  REQUIRE(ExtractMcuRect(by_4, l, McuRect{4, 8, 1, 3}, &out).ok());
+  JpegDecoder d;
+  const absl::StatusOr<JpegHeader> header = d.ReadHeader(out, 1u << 20);
+  REQUIRE(header.ok());
+  CHECK(header->width == 64);
+  CHECK(header->height == 32);
+  CHECK_FALSE(header->progressive);
+  // Its pixels are the original's MCUs [4, 8) × [1, 3).
+  CHECK(Decode(out, PixelRegion{16, 16, 48, 16 + 8}, 1) ==
+        Decode(by_4, PixelRegion{64 + 16, 16 + 16, 64 + 48, 16 + 16 + 8}, 1));
+}
+
+TEST_CASE("what cannot be re-laid is refused, naming why", "[jpeg_relayout]") {
+  const std::vector<uint8_t> not_jpeg = {'P', 'N', 'G', 0, 1, 2, 3};
+  CHECK(absl::IsInvalidArgument(RelayJpeg(not_jpeg).status()));
+  std::vector<uint8_t> truncated = Make(kCases[0], 96, 96, 5);
+  truncated.resize(truncated.size() / 2);
+  const absl::Status st = RelayJpeg(truncated).status();
+  CHECK(absl::IsInvalidArgument(st));
+  CHECK_THAT(std::string(st.message()), Catch::Contains("cannot re-lay JPEG"));
+  const std::vector<uint8_t> arithmetic =
+      testing::CompressJpeg(Pixels(32, 32, 3, 1), 32, 32, 3, 85,
+                            [](jpeg_compress_struct* cinfo) { cinfo->arith_code = TRUE; });
+  const absl::Status arith = RelayJpeg(arithmetic).status();
+  CHECK(absl::IsUnimplemented(arith));
+  CHECK_THAT(std::string(arith.message()), Catch::Contains("arithmetic"));
+  // A plain JPEG without restart markers is no re-laid one.
+  CHECK(absl::IsInvalidArgument(ParseRelaid(Make(kCases[0], 96, 96, 5)).status()));
+}
+
+TEST_CASE("the transformer's output from a re-laid copy is the original's, byte for byte",
+          "[jpeg_relayout]") {
+  for (const Case& c : kCases) {
+    CAPTURE(c.name);
+    const std::vector<uint8_t> original = Make(c, 500, 375, 11);  // ImageNet's typical size
+    const std::vector<uint8_t> relaid = *RelayJpeg(original);
+    for (const AugmentMode mode : {AugmentMode::kTrain, AugmentMode::kEval}) {
+      for (const DType dtype : {DType::kUint8, DType::kFloat32}) {
+        TransformSpec spec;
+        spec.mode = mode;
+        spec.dtype = dtype;
+        spec.output_width = spec.output_height = 64;
+        REQUIRE(ValidateTransformSpec(spec).ok());
+        SampleTransformer a, b;
+        std::vector<uint8_t> out_a(SampleBytes(spec)), out_b(SampleBytes(spec));
+        int from_intervals = 0;
+        for (uint64_t i = 0; i < 24; ++i) {
+          Rng ra = Rng::ForKeys(5, 1, i), rb = Rng::ForKeys(5, 1, i);
+          REQUIRE(a.Run(original, spec, ra, out_a.data()).ok());
+          REQUIRE(b.Run(relaid, spec, rb, out_b.data()).ok());
+          CHECK_FALSE(a.last().from_intervals);
+          from_intervals += b.last().from_intervals ? 1 : 0;
+          CHECK(out_a == out_b);
+        }
+        // Train crops are mostly smaller than the image; eval's centre window
+        // leaves the sides out.
+        CHECK(from_intervals > 12);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace conveyor
