@@ -370,6 +370,7 @@ bool JpegDecoder::ReadHeaderLibjpeg(JpegHeader* header) {
   header->components = cinfo->num_components;
   header->progressive = cinfo->progressive_mode != 0;
   header->arithmetic = cinfo->arith_code != 0;
+  header->restart_interval = static_cast<int>(cinfo->restart_interval);
   switch (cinfo->jpeg_color_space) {
     case JCS_GRAYSCALE: header->color = JpegColor::kGray; break;
     case JCS_YCbCr: header->color = JpegColor::kYCbCr; break;

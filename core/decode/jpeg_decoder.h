@@ -66,6 +66,7 @@ struct JpegHeader {
   JpegColor color = JpegColor::kOther;
   bool progressive = false;
   bool arithmetic = false;
+  int restart_interval = 0;  // MCUs between restart markers (0: none)
 };
 
 // What one image may cost the thread that decodes it. 0 in max_memory or

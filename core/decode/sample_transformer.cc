@@ -194,10 +194,19 @@ absl::Status SampleTransformer::Start(std::span<const uint8_t> bytes, const Tran
   // JPEG's SOI marker (as JpegDecoder checks it), or nothing: JpegDecoder
   // names the error.
   jpeg_ = bytes.empty() || (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8);
+  relaid_.reset();
   if (jpeg_) {
     absl::StatusOr<JpegHeader> header = decoder_.ReadHeader(bytes, limits);
     if (!header.ok()) return header.status();
     header_ = *header;
+    bytes_ = bytes;
+    limits_ = limits;
+    if (header_.restart_interval > 0 && !header_.progressive && !header_.arithmetic) {
+      // Restart intervals that tile the MCU rows (any baseline JPEG laid out
+      // so, re-laid or not): crops decode from the intervals they cover.
+      absl::StatusOr<RelaidLayout> layout = ParseRelaid(bytes);
+      if (layout.ok()) relaid_ = std::move(*layout);
+    }
   } else if (IsFfmpegImageFormat(format)) {
     if (ffmpeg_ == nullptr) ffmpeg_ = std::make_unique<FfmpegImageDecoder>();
     absl::StatusOr<ImageProbe> probe = ffmpeg_->ReadHeader(bytes, format, limits);
@@ -291,8 +300,29 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
   auto push = [this](const uint8_t* rows, size_t stride, int count) {
     resampler_.PushRows(rows, stride, count);
   };
-  absl::Status s = jpeg_ ? decoder_.DecodeRegion(region, scale_denom, push)
-                         : ffmpeg_->DecodeRegion(region, push);
+  absl::Status s;
+  if (jpeg_ && relaid_.has_value()) {
+    int ox = 0, oy = 0;
+    const McuRect rect = RectForRegion(*relaid_, region, scale_denom, &ox, &oy);
+    const bool smaller =
+        rect.col1 - rect.col0 < relaid_->mcus_per_row || rect.row1 - rect.row0 < relaid_->mcu_rows;
+    if (smaller && ExtractMcuRect(bytes_, *relaid_, rect, &sub_jpeg_).ok() &&
+        decoder_.ReadHeader(sub_jpeg_, limits_).ok()) {
+      trace_.from_intervals = true;
+      const PixelRegion shifted{region.x0 - ox, region.y0 - oy, region.x1 - ox, region.y1 - oy};
+      s = decoder_.DecodeRegion(shifted, scale_denom, push);
+    } else {
+      // (The original's header was read again only if the smaller one's failed.)
+      if (smaller) {
+        absl::StatusOr<JpegHeader> again = decoder_.ReadHeader(bytes_, limits_);
+        if (!again.ok()) return again.status();
+      }
+      s = decoder_.DecodeRegion(region, scale_denom, push);
+    }
+  } else {
+    s = jpeg_ ? decoder_.DecodeRegion(region, scale_denom, push)
+              : ffmpeg_->DecodeRegion(region, push);
+  }
   if (!s.ok()) return s;
 
   const int w = spec.output_width;

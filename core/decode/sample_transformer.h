@@ -13,6 +13,11 @@
 // same flip, float32 normalisation computed as torchvision does); at d > 1 it differs by the
 // DCT-domain downscale (see "Decode accuracy" in bench/README.md for measured figures).
 //
+// A baseline JPEG whose restart intervals tile its MCU rows (a re-laid copy,
+// core/decode/jpeg_relayout.h) decodes the region from a smaller JPEG of
+// only the intervals that cover it, with a one-MCU margin: the same pixels,
+// without entropy-decoding the rows above the crop and the columns beside it.
+//
 // The engine's default SampleDecoder (core/decode/sample_decoder.h).
 //
 // Thread-safety: not thread-safe; one SampleTransformer per worker thread.
@@ -24,13 +29,16 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/base/rng.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/ffmpeg_image_decoder.h"
 #include "core/decode/jpeg_decoder.h"
+#include "core/decode/jpeg_relayout.h"
 #include "core/decode/resize.h"
 #include "core/decode/sample_decoder.h"
 #include "core/decode/transform_spec.h"
@@ -58,6 +66,9 @@ class SampleTransformer final : public SampleDecoder {
     int scale_denom = 1;      // DCT scale 1/scale_denom used for decoding (JPEG only)
     const char* format = "";  // ImageFormatName of the image
     PixelRegion decoded;      // region decoded, in scaled-image pixels
+    // JPEG: the region was decoded from only the restart intervals that
+    // cover it (a re-laid JPEG, core/decode/jpeg_relayout.h).
+    bool from_intervals = false;
   };
 
   SampleTransformer();
@@ -104,6 +115,13 @@ class SampleTransformer final : public SampleDecoder {
   void PrepareTables(const TransformSpec& spec);
 
   JpegDecoder decoder_;
+  // The current JPEG's bytes and limits, and its restart intervals when
+  // they tile its MCU rows (a re-laid JPEG): then a region is decoded from a
+  // smaller JPEG of the intervals it covers (sub_jpeg_), the same pixels.
+  std::span<const uint8_t> bytes_;
+  DecodeLimits limits_;
+  std::optional<RelaidLayout> relaid_;
+  std::vector<uint8_t> sub_jpeg_;
   std::unique_ptr<FfmpegImageDecoder> ffmpeg_;  // made on the first non-JPEG image
   bool jpeg_ = true;                            // which decoder has the current image
   Resampler resampler_;
