@@ -298,6 +298,13 @@ bool ObjectCache::Contains(std::string_view key) const {
   return entries_.count(std::string(key)) != 0;
 }
 
+std::optional<ObjectValidators> ObjectCache::ValidatorsOf(std::string_view key) const {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(std::string(key));
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.validators;
+}
+
 void ObjectCache::CountMiss(uint64_t reads, uint64_t network_bytes) {
   MutexLock lock(&mu_);
   counters_.misses += reads;

@@ -86,6 +86,9 @@ class ObjectCache {
                 std::vector<uint8_t>* out);
   // Whether any entry for `key` is held (whatever its validators).
   bool Contains(std::string_view key) const;
+  // The validators of the entry held for `key`, if any (for entries whose
+  // key says all that identifies them: a lookup without knowing the size).
+  std::optional<ObjectValidators> ValidatorsOf(std::string_view key) const;
   // Keeps `bytes` as the object `key` with validators `v` (replacing an
   // older entry of the key), if the policy admits it and the disk takes it.
   // REQUIRES: bytes.size() == v.size.
