@@ -44,6 +44,9 @@ struct PipelineSpec {
   PipelineConfig config;  // config.name is the pipeline's name
   // `cache: false`: this pipeline's remote objects bypass the daemon's cache.
   bool cache = true;
+  // `relay_jpeg: true`: its JPEGs are served from re-laid copies kept in the
+  // daemon's cache (remote/relaid_jpeg_source.h).
+  bool relay_jpeg = false;
 };
 
 // A path a pipeline reads from, with the config field that names it.

@@ -23,6 +23,7 @@
 #include "remote/cached_object_reader.h"
 #include "remote/cached_shard_reader.h"
 #include "remote/object_cache.h"
+#include "remote/relaid_jpeg_source.h"
 #include "remote/remote_reader.h"
 #include "remote/url.h"
 #include "remote/url_sample_source.h"
@@ -273,6 +274,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
   std::shared_ptr<const remote::CachedObjectReader> cached;
   // The same for remote tar shards (whole shards).
   std::shared_ptr<const remote::CachedShardReader> cached_shards;
+  // Re-laid JPEG copies (relay_jpeg), kept in the same cache; one relayer
+  // thread for every pipeline of this config that asks for them.
+  std::shared_ptr<remote::ObjectCache> relay_cache;
+  std::shared_ptr<remote::Relayer> relayer;
   for (const PipelineSpec& spec : config.pipelines) {
     const std::string field = absl::StrCat("pipelines.", spec.config.name, ".dataset");
     const DatasetSpec& d = spec.dataset;
@@ -371,6 +376,38 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
                          ".urls: ", remote::RedactUrlsIn(std::string(source.status().message()))));
       }
       pc->source = *std::move(source);
+    }
+    if (spec.relay_jpeg) {
+      const std::string relay_field = absl::StrCat("pipelines.", spec.config.name, ".relay_jpeg");
+      if (config.cache.dir.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(config.source, ": field ", relay_field,
+                         ": needs the daemon's `cache` (a folder on local disk for the copies)"));
+      }
+      if (d.kind == DatasetSpec::Kind::kUrlList ||
+          spec.config.transform.kind != MediaKind::kImage) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            config.source, ": field ", relay_field,
+            ": is for image pipelines of local files or tar shards (URL samples have no "
+            "identity to key their copies by)"));
+      }
+      if (relayer == nullptr) {
+        absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = SharedObjectCache(config.cache);
+        if (!c.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(config.source, ": field cache: ", c.status().message()));
+        }
+        relay_cache = *std::move(c);
+        if (relay_cache != nullptr) relayer = std::make_shared<remote::Relayer>(relay_cache);
+      }
+      if (relayer != nullptr) {  // (null: the folder is another daemon's; read as they are)
+        std::shared_ptr<const SampleSource> inner = pc->source;
+        if (inner == nullptr) {
+          inner = std::make_shared<FileSampleSource>(pc->dataset, pc->max_file_bytes);
+        }
+        pc->source =
+            std::make_shared<remote::RelaidJpegSource>(std::move(inner), relay_cache, relayer);
+      }
     }
     if (pc->cache_output) {
       for (const std::shared_ptr<const PipelineConfig>& r : running) {

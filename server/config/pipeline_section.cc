@@ -110,6 +110,9 @@ const Section<PipelineSpec>& PipelineSection() {
       schema::Bool<PipelineSpec>("cache", &PipelineSpec::cache,
                                  "`false`: this pipeline's URL samples and remote shards "
                                  "bypass the daemon's `cache`"),
+      schema::Bool<PipelineSpec>("relay_jpeg", &PipelineSpec::relay_jpeg,
+                                 "keep re-laid copies of the JPEGs in the daemon's `cache`, so "
+                                 "crops decode only the data they cover"),
       Enum<PipelineSpec>("augment", Tr(&TransformSpec::mode),
                          std::vector<std::pair<std::string, AugmentMode>>{
                              {"train", AugmentMode::kTrain}, {"eval", AugmentMode::kEval}},

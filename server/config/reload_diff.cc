@@ -109,8 +109,9 @@ std::vector<std::string> ChangedRestartFields(const DaemonConfig& a, const Daemo
 bool SamePipelineDefinition(const PipelineSpec& a, const PipelineSpec& b) {
   const PipelineConfig &x = a.config, &y = b.config;
   return a.dataset.kind == b.dataset.kind && a.dataset.Key() == b.dataset.Key() &&
-         a.cache == b.cache && x.name == y.name && SameTransform(x.transform, y.transform) &&
-         x.error_policy == y.error_policy && x.max_failure_rate == y.max_failure_rate &&
+         a.cache == b.cache && a.relay_jpeg == b.relay_jpeg && x.name == y.name &&
+         SameTransform(x.transform, y.transform) && x.error_policy == y.error_policy &&
+         x.max_failure_rate == y.max_failure_rate &&
          x.failure_rate_min_samples == y.failure_rate_min_samples &&
          x.max_batch_size == y.max_batch_size && x.max_file_bytes == y.max_file_bytes &&
          x.cache_output == y.cache_output && x.cache_output_bytes == y.cache_output_bytes;

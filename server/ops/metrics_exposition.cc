@@ -282,6 +282,12 @@ void RenderObjectCache(const v1::GetStatsResponse& s, Writer* w) {
   w->Family("conveyor_cache_read_only", "gauge",
             "1 when the cache's disk filled up and it keeps nothing new.");
   w->Sample({}, c.read_only() ? 1 : 0);
+  w->Family("conveyor_cache_relaid_jpegs_total", "counter",
+            "relay_jpeg: JPEGs re-laid into the cache (made), that could not be (refused), and "
+            "not queued because the relayer's queue was full (dropped).");
+  w->Sample({{"outcome", "made"}}, c.relaid_made());
+  w->Sample({{"outcome", "refused"}}, c.relaid_refused());
+  w->Sample({{"outcome", "dropped"}}, c.relaid_dropped());
 }
 
 // Config reloads (SIGHUP): applied and refused, and when the config last

@@ -7,6 +7,7 @@
 #include "remote/cached_shard_reader.h"
 #include "remote/host_stats.h"
 #include "remote/object_cache.h"
+#include "remote/relaid_jpeg_source.h"
 #include "remote/remote_reader.h"
 #include "remote/url_sample_source.h"
 
@@ -71,11 +72,15 @@ void AppendRemoteHostStats(const std::vector<std::shared_ptr<const PipelineConfi
 void SetObjectCacheStats(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines,
                          v1::GetStatsResponse* out) {
   std::set<const remote::ObjectCache*> caches;
+  std::set<const remote::Relayer*> relayers;
   std::string dir;
   for (const auto& p : pipelines) {
     if (p == nullptr) continue;
     const remote::ObjectCache* cache = nullptr;
-    if (const auto* urls = dynamic_cast<const remote::UrlSampleSource*>(p->source.get())) {
+    if (const auto* relaid = dynamic_cast<const remote::RelaidJpegSource*>(p->source.get())) {
+      cache = relaid->cache().get();
+      relayers.insert(relaid->relayer().get());
+    } else if (const auto* urls = dynamic_cast<const remote::UrlSampleSource*>(p->source.get())) {
       if (urls->cached() != nullptr) cache = urls->cached()->cache().get();
     } else if (const auto* tar = dynamic_cast<const TarShardSource*>(p->source.get())) {
       if (const auto* c = dynamic_cast<const remote::CachedShardReader*>(tar->reader().get())) {
@@ -89,6 +94,12 @@ void SetObjectCacheStats(const std::vector<std::shared_ptr<const PipelineConfig>
   if (caches.empty()) return;
   v1::ObjectCacheStats* o = out->mutable_object_cache();
   o->set_dir(dir);
+  for (const remote::Relayer* r : relayers) {
+    const remote::Relayer::Counters n = r->counters();
+    o->set_relaid_made(o->relaid_made() + n.made);
+    o->set_relaid_refused(o->relaid_refused() + n.refused);
+    o->set_relaid_dropped(o->relaid_dropped() + n.dropped);
+  }
   for (const remote::ObjectCache* c : caches) {
     const remote::ObjectCache::Counters n = c->counters();
     o->set_hits(o->hits() + n.hits);

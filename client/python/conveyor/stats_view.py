@@ -188,6 +188,9 @@ def object_cache_dict(resp):
         "entries": c.entries,
         "max_bytes": c.max_bytes,
         "read_only": c.read_only,
+        "relaid_made": c.relaid_made,
+        "relaid_refused": c.relaid_refused,
+        "relaid_dropped": c.relaid_dropped,
     }
 
 
@@ -203,7 +206,10 @@ def format_object_cache(resp):
             % (d["hits"], d["misses"], rate, d["bytes_from_cache"] / 2**20,
                d["bytes_from_network"] / 2**20),
             "  held %.1f of %.1f MiB in %d entries  evictions %d"
-            % (d["bytes_held"] / 2**20, d["max_bytes"] / 2**20, d["entries"], d["evictions"])]
+            % (d["bytes_held"] / 2**20, d["max_bytes"] / 2**20, d["entries"], d["evictions"])] + (
+                ["  relay_jpeg: %d re-laid, %d refused, %d not queued (queue full)"
+                 % (d["relaid_made"], d["relaid_refused"], d["relaid_dropped"])]
+                if d["relaid_made"] or d["relaid_refused"] or d["relaid_dropped"] else [])
 
 
 def stats_dict(resp):
