@@ -8,6 +8,12 @@
 // Properties: no sanitizer report; errors are the documented ones
 // (InvalidArgument or DataLoss, with a message); a sample that decodes once
 // decodes again to the same bytes (no state leaks between images).
+// Re-laying (core/decode/jpeg_relayout.h): RelayJpeg refuses with
+// InvalidArgument or Unimplemented and a message, or makes a copy whose
+// layout parses and from which the sample decodes to the same output as
+// from the input; ParseRelaid of the input itself never crashes, and a
+// rectangle cut from what it accepts decodes or fails with a documented
+// error.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -17,6 +23,7 @@
 #include "absl/status/status.h"
 #include "core/base/rng.h"
 #include "core/decode/jpeg_decoder.h"
+#include "core/decode/jpeg_relayout.h"
 #include "core/decode/sample_transformer.h"
 #include "core/decode/transform_spec.h"
 #include "core/engine/batch_layout.h"
@@ -44,5 +51,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One transformer per worker thread in the engine; one here, reused.
   static SampleTransformer* transformer = new SampleTransformer();
   fuzz::CheckTwoSampleBatch(*transformer, bytes, spec, h, fuzz::DocumentedError);
+
+  std::vector<uint8_t> want(SampleBytes(spec)), got(want.size());
+  Rng rng_want = Rng::ForKeys(h, 1, 2);
+  const absl::Status original = transformer->Run(bytes, spec, rng_want, want.data());
+  absl::StatusOr<std::vector<uint8_t>> relaid = RelayJpeg(bytes);
+  if (relaid.ok()) {
+    FUZZ_CHECK(ParseRelaid(*relaid).ok());
+    if (original.ok()) {
+      Rng rng_got = Rng::ForKeys(h, 1, 2);
+      FUZZ_CHECK(transformer->Run(*relaid, spec, rng_got, got.data()).ok());
+      FUZZ_CHECK(got == want);
+    }
+  } else {
+    FUZZ_CHECK((absl::IsInvalidArgument(relaid.status()) ||
+                absl::IsUnimplemented(relaid.status())) &&
+               !relaid.status().message().empty());
+  }
+  if (absl::StatusOr<RelaidLayout> layout = ParseRelaid(bytes); layout.ok()) {
+    const int k = layout->interval_mcus;
+    McuRect r;
+    r.col0 = static_cast<int>(h % static_cast<uint64_t>(layout->intervals_per_row())) * k;
+    r.col1 = std::min(layout->mcus_per_row, r.col0 + k);
+    r.row0 = static_cast<int>((h >> 20) % static_cast<uint64_t>(layout->mcu_rows));
+    r.row1 = r.row0 + 1;
+    std::vector<uint8_t> part;
+    FUZZ_CHECK(ExtractMcuRect(bytes, *layout, r, &part).ok());
+    JpegDecoder decoder;
+    RgbImage image;
+    if (decoder.ReadHeader(part, spec.max_pixels).ok()) {
+      const absl::Status st = decoder.DecodeImage(1, &image);
+      FUZZ_CHECK(st.ok() || fuzz::DocumentedError(st));
+    }
+  }
   return 0;
 }

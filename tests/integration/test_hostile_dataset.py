@@ -11,6 +11,7 @@ expected outcome."""
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -22,7 +23,8 @@ import pytest
 import conveyor
 from conveyor.daemon import is_serving
 from conveyor_integration import (SOURCE_DIR, Daemon, daemon_config, finish_daemons,
-                                  make_image_folder, pipeline_entry, scaled, write_list_file)
+                                  make_image_folder, pipeline_entry, scaled, wait_until,
+                                  write_list_file)
 
 sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
 import hostile_corpus as hc  # noqa: E402
@@ -312,12 +314,49 @@ class _PrefixedDaemon(Daemon):
         return self.prefix + super().command()
 
 
-def test_hostile_corpus_every_entry_gets_its_outcome(tmp_path):
+def _read_hostile_epoch(address):
+    """Epoch 0 of the `hostile` pipeline: {index: (label, CHW pixels)} of
+    the delivered samples and {path: (index, reason)} of the failed ones."""
+    loader = conveyor.Loader(address, pipeline="hostile", batch_size=8, credits=2,
+                             shuffle=False)
+    served, failures = {}, {}
+    try:
+        with loader.epoch(0) as stream:
+            for batch in stream:
+                images = np.asarray(batch.images)
+                for i, index in enumerate(batch.indices):
+                    served[int(index)] = (int(batch.labels[i]), images[i].copy())
+                for f in batch.failures:
+                    failures[f.path] = (f.sample_index, f.reason)
+    finally:
+        loader.close()
+    return served, failures
+
+
+def _offered_for_relay(path):
+    """Whether the daemon reads `path` and would queue it to be re-laid: a
+    regular file (never a FIFO or link: opening a FIFO here would block)
+    that its owner may read, starting like a JPEG."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o400:
+            return False
+        with open(path, "rb") as f:
+            return f.read(3) == b"\xff\xd8\xff"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("relay", [False, True], ids=["as-is", "relay_jpeg"])
+def test_hostile_corpus_every_entry_gets_its_outcome(tmp_path, relay):
     """Every entry of the hostile corpus through a real daemon (under ASan +
     UBSan in CI's asan stage): delivered ones with their label and the
     pixels PIL decodes, skipped ones reported with their reason, ignored
     ones nowhere; the daemon serves the whole epoch and exits cleanly; no
     reason names the server's absolute paths.
+    With relay_jpeg the epoch is read a second time once the copies are
+    made, and checked the same way: what could be re-laid is served from
+    its copy, the rest as it is, with the same outcomes.
     As root the daemon runs without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH
     (setpriv), so that the mode-000 entry is unreadable to it as it is to
     any other user; every other file is root's own."""
@@ -326,24 +365,25 @@ def test_hostile_corpus_every_entry_gets_its_outcome(tmp_path):
     size = hc.DELIVERED_SIZE
     cfg = daemon_config(root, pipelines={"hostile": pipeline_entry(
         root, augment="eval", size=size, resize_size=size, dct_scaling=False,
-        max_failure_rate=1.0)})
+        max_failure_rate=1.0, relay_jpeg=relay)})
+    if relay:
+        cfg["cache"] = {"dir": str(tmp_path / "cache"), "max_bytes": "64MiB"}
     prefix = hc.DAEMON_PREFIX_AS_ROOT if os.geteuid() == 0 else []
     d = _PrefixedDaemon(tmp_path / "daemon", cfg, prefix)
     try:
         d.start()
-        loader = conveyor.Loader(d.unix, pipeline="hostile", batch_size=8, credits=2,
-                                 shuffle=False)
-        served, failures = {}, {}
-        try:
-            with loader.epoch(0) as stream:
-                for batch in stream:
-                    images = np.asarray(batch.images)
-                    for i, index in enumerate(batch.indices):
-                        served[int(index)] = (int(batch.labels[i]), images[i].copy())
-                    for f in batch.failures:
-                        failures[f.path] = (f.sample_index, f.reason)
-        finally:
-            loader.close()
+        served, failures = _read_hostile_epoch(d.unix)
+        if relay:
+            order = hc.index_order(entries)
+            jpegs = sum(1 for e in order if _offered_for_relay(root / e.shown))
+
+            def relayed():
+                c = conveyor.stats(d.unix).object_cache
+                return c.relaid_made + c.relaid_refused + c.relaid_dropped >= jpegs
+            assert wait_until(relayed, scaled(60), interval=0.1), (
+                conveyor.stats(d.unix).object_cache, jpegs)
+            assert conveyor.stats(d.unix).object_cache.relaid_made > 0
+            served, failures = _read_hostile_epoch(d.unix)
     finally:
         finish_daemons([d])
 
