@@ -79,7 +79,7 @@ class StreamTuner {
     uint32_t settle_ticks = 1;      // ticks skipped after a change (queues fill)
     uint32_t measure_ticks = 2;     // ticks averaged to judge it
     uint32_t hold_ticks = 8;        // backoff after a raise that did not pay ...
-    uint32_t max_hold_ticks = 256;  // ... doubling up to this
+    uint32_t max_hold_ticks = 64;  // ... doubling up to this
   };
 
   // REQUIRES: min <= start <= max, field by field, all ≥ 1.

@@ -626,7 +626,8 @@ void StreamMachine::UpdateClocks(uint64_t now) {
                        free_buffers_.empty()));
     mark(AutotuneClock::kFetchBytesFull, held_bytes_ >= config_.fetch_bytes);
   }
-  mark(AutotuneClock::kDecodeStarved, !done && fetched_.empty());
+  mark(AutotuneClock::kDecodeStarved,
+       !done && fetched_.empty() && decode_inflight_ < limits_.decode_concurrency);
   mark(AutotuneClock::kDecodeAtLimit,
        !fetched_.empty() && decode_inflight_ >= limits_.decode_concurrency);
   mark(AutotuneClock::kDecodeNoWorker,

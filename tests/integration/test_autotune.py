@@ -72,7 +72,7 @@ def test_a_slow_http_stream_gets_more_reads_and_says_why(tmp_path, daemon_factor
         try:
             # One read at a time of a 30 ms host leaves the client waiting:
             # the tuner raises the reads in flight (each raise kept only if
-            # it paid, judged over 750 ms).
+            # it paid, judged over a second).
             assert wait_until(lambda: (limits_of(d.unix) is not None and
                                        limits_of(d.unix).fetch_concurrency >= 4),
                               scaled(60), interval=0.25), limits_of(d.unix)

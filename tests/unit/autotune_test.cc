@@ -133,7 +133,7 @@ TEST_CASE("autotune reaches a latency-bound pipeline's best rate from bad settin
     const Run r = Drive(tuner, sim, 400, kBad, kMax);
     const double best = sim.Best(kMax);
     CHECK(sim.Rate(r.limits.back()) >= 0.95 * best);
-    // Within bounded time: a few raises of 3 ticks each (1 settling, 2 measured).
+    // Within bounded time: a few raises of 5 ticks each (1 settling, 4 measured).
     CHECK(SettledAt(r) <= 60);
     INFO(tuner.reason());
     CHECK(r.limits.back().decode_concurrency == 2);
@@ -184,8 +184,8 @@ TEST_CASE("autotune undoes a raise that does not pay and backs off before trying
   const Run r = Drive(tuner, sim, 2000, kBad, kMax);
   CHECK(r.limits.back().fetch_concurrency == 4);
   CHECK(sim.Rate(r.limits.back()) == Approx(sim.Best(kMax)));
-  // The trials of 8 reads: each undone, the holds doubling (8, 16, ... 256
-  // ticks), so over 2000 ticks a handful, not one every few ticks.
+  // The trials of 8 reads: each undone, the holds doubling (8, 16, ... 64
+  // ticks), so over 2000 ticks a few dozen, not one every few ticks.
   std::vector<size_t> trials;
   for (size_t i = 1; i < r.limits.size(); ++i) {
     if (r.limits[i].fetch_concurrency == 8 && r.limits[i - 1].fetch_concurrency == 4) {
@@ -193,7 +193,7 @@ TEST_CASE("autotune undoes a raise that does not pay and backs off before trying
     }
   }
   REQUIRE(trials.size() >= 3);
-  CHECK(trials.size() <= 12);
+  CHECK(trials.size() <= 2000 / 64 + 6);
   for (size_t i = 2; i < trials.size(); ++i) {
     CHECK(trials[i] - trials[i - 1] >= trials[i - 1] - trials[i - 2]);
   }
