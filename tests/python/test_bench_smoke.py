@@ -282,3 +282,103 @@ def test_soak_smoke(tmp_path):
     for line in ("figure", "warm-up", "slope/min", "threshold", "idle after round 2",
                  "idle verdict: flat", "soak: PASS"):
         assert line in res.stdout, res.stdout
+
+
+# --- bench/autotune.py -------------------------------------------------------
+AUTOTUNE = os.path.join(SOURCE_DIR, "bench", "autotune.py")
+
+
+@pytest.mark.skipif(not built(CONVEYORD), reason="conveyord not built at %s" % CONVEYORD)
+def test_autotune_smoke(tmp_path):
+    """bench/autotune.py --smoke (~1 min): a local folder and the same
+    images over HTTP (50 ms a request), a short sweep of hand-tuned limits
+    and one autotuned run each. Speed is not checked (2 shared cores, a
+    tiny data set); checked: every figure is positive and is the quotient
+    it says, the sweep's streams ran at the limits configured (the
+    defaults too) and untuned, the autotuned stream was tuned from
+    fetch 1 / decode 1 / queue 1 and its limits never fell below them or
+    rose past the ceilings, the best and the ratios follow from the
+    figures, and PASS/FAIL from the ratio."""
+    json_out = tmp_path / "autotune.json"
+    threads = 2
+    res = subprocess.run([PYTHON, AUTOTUNE, "--conveyord", CONVEYORD, "--smoke",
+                          "--threads", str(threads), "--work", str(tmp_path / "work"),
+                          "--out", str(json_out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, "autotune.py --smoke failed (%d)\nstdout:\n%s\nstderr:\n%s" % (
+        res.returncode, res.stdout[-4000:], res.stderr[-4000:])
+    with open(json_out) as f:
+        r = json.load(f)
+    meta = r["meta"]
+    assert meta["smoke"] is True and meta["threads"] == threads and meta["target"] == 0.95
+    assert [d["dataset"] for d in r["datasets"]] == ["local folder", "http 50ms"]
+    for d in r["datasets"]:
+        name = d["dataset"]
+        sweep = d["sweep"]
+        assert sweep[0]["setting"] == "defaults" and len(sweep) >= 3, (name, sweep)
+        for m in sweep:
+            assert positive(m["images_per_s"]) and positive(m["seconds"]), (name, m)
+            assert close(m["images_per_s"], m["images"] / m["seconds"]), (name, m)
+            lim = m["limits"]
+            assert lim["autotune"] is False and lim["autotune_changes"] == 0, (name, m)
+            if m["engine"]:
+                for key in ("fetch_concurrency", "decode_concurrency", "fetch_queue_capacity"):
+                    assert lim[key] == m["engine"][key], (name, key, m)
+            else:  # the daemon's defaults: fetch 4, decode = threads, queue 2 x threads (>= 4)
+                assert (lim["fetch_concurrency"], lim["decode_concurrency"],
+                        lim["fetch_queue_capacity"]) == (4, threads, max(4, 2 * threads)), lim
+        best = max(sweep, key=lambda m: m["images_per_s"])
+        assert d["best_setting"] == best["setting"] and d["best_engine"] == best["engine"]
+        assert close(d["best_sweep_images_per_s"], best["images_per_s"])
+        assert len(d["rounds"]) == meta["rounds"] == 1
+        again, autos, reached = [], [], []
+        for rnd in d["rounds"]:
+            b, b2 = rnd["best_again"], rnd["best_again_2"]  # before and after the autotune run
+            for x in (b, b2):
+                assert positive(x["images_per_s"]) and x["limits"]["autotune"] is False, x
+                assert close(x["images_per_s"], x["images"] / x["seconds"]), x
+            ref = (b["images_per_s"] + b2["images_per_s"]) / 2
+            assert close(rnd["reference_images_per_s"], ref), rnd["reference_images_per_s"]
+            again.append(ref)
+            at = rnd["autotune"]
+            w = at["windows"]
+            assert len(w) == meta["autotune_seconds"], (name, len(w))
+            assert [x["t_end_s"] for x in w] == sorted(x["t_end_s"] for x in w)
+            for x in w:
+                assert x["images_per_s"] >= 0 and x["images"] >= 0, x
+                lim = x["limits"]
+                assert lim["autotune"] is True, (name, x)
+                assert 1 <= lim["fetch_concurrency"] <= 64, (name, lim)
+                assert 1 <= lim["decode_concurrency"] <= threads, (name, lim)
+                assert 1 <= lim["fetch_queue_capacity"] <= 64 + 2 * threads, (name, lim)
+            steady = [x["images_per_s"] for x in w[-meta["steady_seconds"]:]]
+            assert close(at["steady_images_per_s"], statistics.mean(steady)), (name, at)
+            assert positive(at["steady_images_per_s"]), (name, at)
+            assert at["final_limits"] == w[-1]["limits"]
+            assert close(at["reference_images_per_s"], ref)
+            assert close(at["target_images_per_s"], 0.95 * ref)
+            assert close(at["ratio_vs_reference"], at["steady_images_per_s"] / ref)
+            for key in ("reached_target_s", "first_reached_target_s", "reached_sweep_target_s",
+                        "limits_settled_s"):
+                if at[key] is not None:
+                    assert 0 < at[key] <= w[-1]["t_end_s"], (key, at[key])
+            if at["reached_target_s"] is not None:  # reached and stayed: reached first no later
+                assert at["first_reached_target_s"] <= at["reached_target_s"], at
+            settled = [x for x in w if x["t_end_s"] >= at["limits_settled_s"]]
+            assert settled and all(x["limits"]["fetch_concurrency"] ==
+                                   at["final_limits"]["fetch_concurrency"] for x in settled)
+            reached.append(at["reached_target_s"])
+            autos.append(at["steady_images_per_s"])
+        assert d["reached_target_s"] == reached
+        assert d["first_reached_target_s"] == [x["autotune"]["first_reached_target_s"]
+                                               for x in d["rounds"]]
+        assert close(d["best_again_median_images_per_s"], statistics.median(again))
+        assert close(d["autotune_median_images_per_s"], statistics.median(autos))
+        assert close(d["ratio_vs_best_again"],
+                     d["autotune_median_images_per_s"] / d["best_again_median_images_per_s"])
+        assert close(d["ratio_vs_best_sweep"],
+                     d["autotune_median_images_per_s"] / d["best_sweep_images_per_s"])
+        assert d["pass"] == (d["ratio_vs_best_again"] >= 0.95), d["ratio_vs_best_again"]
+        assert "%s: autotune %.2fx the best hand-tuned" % (name, d["ratio_vs_best_again"]) \
+            in res.stdout, res.stdout
+    assert "| dataset | setting | fetch | decode | queue | images/s |" in res.stdout
