@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench_figures.h"
+#include "bench/bench_files.h"
 #include "core/base/rng.h"
 #include "core/decode/crop_box.h"
 #include "core/decode/jpeg_decoder.h"
@@ -36,31 +37,13 @@
 namespace {
 
 using conveyor::TransformSpec;
+using conveyor::bench::LoadJpegs;
 using conveyor::bench::Median;
 
 double Now(clockid_t clock) {
   timespec ts;
   clock_gettime(clock, &ts);
   return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-std::vector<std::vector<uint8_t>> LoadJpegs(const std::string& dir) {
-  std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    std::string ext = e.path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-    if (ext == ".jpg" || ext == ".jpeg") paths.push_back(e.path());
-  }
-  std::sort(paths.begin(), paths.end());
-  std::vector<std::vector<uint8_t>> files;
-  for (const auto& p : paths) {
-    std::ifstream f(p, std::ios::binary);
-    std::vector<uint8_t> bytes(std::filesystem::file_size(p));
-    f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    files.push_back(std::move(bytes));
-  }
-  return files;
 }
 
 // The plain pipeline for comparison: decode everything, then resize the crop.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/bench_figures.h"
+#include "bench/bench_files.h"
 #include "core/base/rng.h"
 #include "core/decode/jpeg_relayout.h"
 #include "core/decode/sample_transformer.h"
@@ -30,45 +31,21 @@
 
 namespace {
 
+using conveyor::bench::LoadJpegs;
 using conveyor::bench::Median;
-
-double CpuNow() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-std::vector<std::vector<uint8_t>> LoadJpegs(const std::string& dir) {
-  std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    std::string ext = e.path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
-    if (ext == ".jpg" || ext == ".jpeg") paths.push_back(e.path());
-  }
-  std::sort(paths.begin(), paths.end());
-  std::vector<std::vector<uint8_t>> files;
-  for (const auto& p : paths) {
-    std::ifstream f(p, std::ios::binary);
-    std::vector<uint8_t> bytes(std::filesystem::file_size(p));
-    f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    files.push_back(std::move(bytes));
-  }
-  return files;
-}
 
 // CPU-ms per image of one round over `files`; counts the images decoded
 // from their intervals.
 double Round(const std::vector<std::vector<uint8_t>>& files, const conveyor::TransformSpec& spec,
              int round, conveyor::SampleTransformer& t, int* from_intervals, int* errors) {
   std::vector<uint8_t> out(conveyor::SampleBytes(spec));
-  const double c0 = CpuNow();
+  const double c0 = conveyor::bench::ProcessCpuSeconds();
   for (size_t i = 0; i < files.size(); ++i) {
     conveyor::Rng rng = conveyor::Rng::ForKeys(0, static_cast<uint64_t>(round), i);
     if (!t.Run(files[i], spec, rng, out.data()).ok()) ++*errors;
     if (t.last().from_intervals) ++*from_intervals;
   }
-  return (CpuNow() - c0) * 1e3 / static_cast<double>(files.size());
+  return (conveyor::bench::ProcessCpuSeconds() - c0) * 1e3 / static_cast<double>(files.size());
 }
 
 }  // namespace
@@ -119,7 +96,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<uint8_t>> relaid;
   size_t original_bytes = 0, relaid_bytes = 0;
   int refused = 0;
-  const double r0 = CpuNow();
+  const double r0 = conveyor::bench::ProcessCpuSeconds();
   for (const auto& f : originals) {
     absl::StatusOr<std::vector<uint8_t>> copy = conveyor::RelayJpeg(f);
     if (!copy.ok()) {
@@ -131,7 +108,8 @@ int main(int argc, char** argv) {
     original_bytes += f.size();
     relaid_bytes += relaid.back().size();
   }
-  const double relay_ms = (CpuNow() - r0) * 1e3 / static_cast<double>(originals.size());
+  const double relay_ms =
+      (conveyor::bench::ProcessCpuSeconds() - r0) * 1e3 / static_cast<double>(originals.size());
   int mismatches = 0;
   {
     conveyor::SampleTransformer a, b;
