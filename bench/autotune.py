@@ -60,19 +60,10 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 
 from conveyor.daemon import DaemonProcess  # noqa: E402
-from remote_fixtures import ObjectServer  # noqa: E402
+from remote_fixtures import ObjectServer, labelled_images  # noqa: E402
 
 TARGET = 0.95
 PIPELINE = "bench"
-
-
-def image_list(root):
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    out = []
-    for label, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(root, c))):
-            out.append(("%s/%s" % (c, f), label))
-    return out
 
 
 def write_config(path, threads, dataset, engine):
@@ -337,7 +328,7 @@ def main():
             subprocess.run([sys.executable, os.path.join(HERE, "gen_imagenet_like.py"), "--out",
                             data, "--images", str(args.images), "--classes", "10", "--seed", "1",
                             "--workers", "2"], check=True, stdout=subprocess.DEVNULL)
-        files = image_list(data)
+        files = labelled_images(data)
         total = sum(os.path.getsize(os.path.join(data, f)) for f, _ in files)
         print("dataset: %d images, %.1f MiB; %d threads; batch %d; server latency %g ms"
               % (len(files), total / 2**20, args.threads, args.batch_size, args.latency_ms),

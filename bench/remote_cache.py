@@ -32,16 +32,7 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 
 from conveyor.daemon import DaemonProcess  # noqa: E402
-from remote_fixtures import ObjectServer  # noqa: E402
-
-
-def image_list(root):
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    out = []
-    for label, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(root, c))):
-            out.append(("%s/%s" % (c, f), label))
-    return out
+from remote_fixtures import ObjectServer, labelled_images  # noqa: E402
 
 
 def write_config(path, threads, pipelines, cache):
@@ -99,7 +90,7 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "gen_imagenet_like.py"), "--out", data,
                         "--images", str(args.images), "--classes", "10"], check=True,
                        stdout=subprocess.DEVNULL)
-    files = image_list(data)
+    files = labelled_images(data)
     total = sum(os.path.getsize(os.path.join(data, f)) for f, _ in files)
     local_list = os.path.join(work, "local.tsv")
     with open(local_list, "w") as f:

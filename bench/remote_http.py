@@ -68,19 +68,10 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 
 from conveyor.daemon import DaemonProcess  # noqa: E402
-from remote_fixtures import ObjectServer  # noqa: E402
+from remote_fixtures import ObjectServer, labelled_images  # noqa: E402
 sys.path.insert(0, HERE)
 from nginx_object_server import NginxObjectServer  # noqa: E402
 from tar_vs_folder import write_shards  # noqa: E402  (the same WebDataset layout)
-
-
-def image_list(root):
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    out = []
-    for label, c in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(root, c))):
-            out.append(("%s/%s" % (c, f), label))
-    return out
 
 
 def conveyor_run(address, pipeline, batch_size, first_epoch, epochs):
@@ -363,7 +354,7 @@ def main():
                         "--images", str(args.images), "--classes", "8"], check=True,
                        stdout=subprocess.DEVNULL)
     data = os.path.abspath(data)
-    files = image_list(data)
+    files = labelled_images(data)
     shards_dir = os.path.join(work, "shards")
     shards = [] if args.no_tar else [
         os.path.basename(p) for p in write_shards(

@@ -57,6 +57,16 @@ def image_files(root):
     return sorted(p.relative_to(root).as_posix() for p in root.glob("*/*") if p.is_file())
 
 
+def labelled_images(root):
+    """(relative path, label) of every file of an ImageFolder tree, in the
+    dataset's order, labelled by its class folder's index in sorted order
+    (as DatasetIndex::LoadImageFolder labels them)."""
+    root = Path(root)
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+    return [("%s/%s" % (c, f.name), label) for label, c in enumerate(classes)
+            for f in sorted((root / c).iterdir(), key=lambda x: x.name)]
+
+
 def write_url_list(path, urls):
     """`URL<TAB>index` lines: the label of each sample is its index."""
     Path(path).write_text("".join("%s\t%d\n" % (u, i) for i, u in enumerate(urls)))
