@@ -25,6 +25,7 @@ import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -436,6 +437,37 @@ class Epoch:
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
+
+
+class EndlessReader(threading.Thread):
+    """Reads an endless stream of `pipeline` as fast as it can on a thread
+    of its own, counting the images delivered, until stop(); an error is
+    kept in `error` for the test. `loader_args` go to conveyor.Loader
+    (token=..., seed=...)."""
+
+    def __init__(self, address, pipeline="train", batch_size=8, credits=4, **loader_args):
+        super().__init__(daemon=True)
+        self.loader = conveyor.Loader(address, pipeline=pipeline, batch_size=batch_size,
+                                      credits=credits, **loader_args)
+        self.images = 0
+        self.error = None
+        self._halt = threading.Event()
+
+    def run(self):
+        try:
+            with self.loader.stream(num_epochs=0) as stream:
+                for batch in stream:
+                    self.images += batch.num_samples
+                    if self._halt.is_set():
+                        return
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            if not self._halt.is_set():
+                self.error = e
+
+    def stop(self):
+        self._halt.set()
+        self.join(scaled(30))
+        self.loader.close()
 
 
 def read_epoch(address, pipeline="train", batch_size=8, seed=0, epoch=0, rank=0, world_size=1,

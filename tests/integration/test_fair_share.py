@@ -8,10 +8,9 @@ window longer, not the ratio other.
 """
 
 import secrets
-import threading
 
-from conveyor_integration import (Daemon, _yaml, conveyor, daemon_config, finish_daemons,
-                                  make_image_folder, pipeline_entry, scaled, wait_until)
+from conveyor_integration import (Daemon, EndlessReader, _yaml, conveyor, daemon_config,
+                                  finish_daemons, make_image_folder, pipeline_entry, wait_until)
 
 BATCH = 8
 
@@ -21,35 +20,6 @@ def token_file(path):
     path.write_text(token + "\n")
     path.chmod(0o600)
     return token
-
-
-class Reader(threading.Thread):
-    """Reads an endless stream with `token`, counting the images delivered,
-    until stop() (errors kept for the main thread)."""
-
-    def __init__(self, address, token):
-        super().__init__(daemon=True)
-        self.loader = conveyor.Loader(address, pipeline="train", batch_size=BATCH, credits=16,
-                                      token=token)
-        self.images = 0
-        self.error = None
-        self._halt = threading.Event()
-
-    def run(self):
-        try:
-            with self.loader.stream(num_epochs=0) as stream:
-                for batch in stream:
-                    self.images += batch.num_samples
-                    if self._halt.is_set():
-                        return
-        except Exception as e:  # noqa: BLE001 (reported by the test)
-            if not self._halt.is_set():
-                self.error = e
-
-    def stop(self):
-        self._halt.set()
-        self.join(scaled(30))
-        self.loader.close()
 
 
 def test_two_clients_of_weights_2_and_1_get_2_to_1_of_the_images(tmp_path):
@@ -68,7 +38,8 @@ def test_two_clients_of_weights_2_and_1_get_2_to_1_of_the_images(tmp_path):
     readers = []
     try:
         d.start()
-        readers = [Reader(d.unix, heavy), Reader(d.unix, light)]
+        readers = [EndlessReader(d.unix, batch_size=BATCH, credits=16, token=heavy),
+                   EndlessReader(d.unix, batch_size=BATCH, credits=16, token=light)]
         for r in readers:
             r.start()
         h, lt = readers
