@@ -3,6 +3,7 @@
 // (SampleTransformer::Run), side by side over one folder of JPEGs in memory.
 //
 //   relay_bench DIR [--rounds N] [--mode train|eval] [--size S] [--no-dct]
+//               [--only original|relaid]
 //
 // First every file is re-laid (timed: the one-time cost per image, and the
 // copies' size against the originals'), and each image's output from the
@@ -11,6 +12,9 @@
 // originals and the copies, one thread, the same draws (sample i of round r
 // draws from Rng::ForKeys(0, r, i)); the first pair is a warm-up. Prints
 // the median CPU-ms/image of each and the ratio original / re-laid.
+// --only runs the rounds of one side alone, for instruction counts:
+//   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*Round*' \
+//       build/bench/relay_bench DIR --rounds 2 --only original
 #include <time.h>
 
 #include <algorithm>
@@ -51,7 +55,8 @@ double Round(const std::vector<std::vector<uint8_t>>& files, const conveyor::Tra
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: relay_bench DIR [--rounds N] [--mode train|eval] [--size S] [--no-dct]\n";
+    "usage: relay_bench DIR [--rounds N] [--mode train|eval] [--size S] [--no-dct] "
+    "[--only original|relaid]\n";
 
 int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
@@ -60,6 +65,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1];
   int rounds = 6;
+  std::string only;  // "": both sides
   conveyor::TransformSpec spec;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -72,6 +78,12 @@ int main(int argc, char** argv) {
       spec.output_height = spec.output_width = std::atoi(next().c_str());
     } else if (a == "--no-dct") {
       spec.dct_scaling = false;
+    } else if (a == "--only") {
+      only = next();
+      if (only != "original" && only != "relaid") {
+        std::fprintf(stderr, "--only takes original or relaid\n%s", kUsage);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown option %s\n%s", a.c_str(), kUsage);
       return 2;
@@ -135,7 +147,14 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     // Alternate which goes first, so drift in the machine's load hits both.
     double p = 0, q = 0;
-    if (r % 2 == 0) {
+    if (!only.empty()) {
+      // One side alone (for instruction counts): no ratio.
+      if (only == "original") {
+        p = Round(originals, spec, r, plain_t, &ignored, &errors);
+      } else {
+        q = Round(relaid, spec, r, relaid_t, r > 0 ? &intervals : &ignored, &errors);
+      }
+    } else if (r % 2 == 0) {
       p = Round(originals, spec, r, plain_t, &ignored, &errors);
       q = Round(relaid, spec, r, relaid_t, r > 0 ? &intervals : &ignored, &errors);
     } else {
@@ -148,6 +167,11 @@ int main(int argc, char** argv) {
       plain_ms.push_back(p);
       relaid_ms.push_back(q);
     }
+  }
+  if (!only.empty()) {
+    const double m = Median(only == "original" ? plain_ms : relaid_ms);
+    std::printf("median: %s %.3f CPU-ms/image; errors: %d\n", only.c_str(), m, errors);
+    return errors == 0 && mismatches == 0 ? 0 : 1;
   }
   const double counted = static_cast<double>(originals.size()) * (rounds - 1);
   std::printf(
