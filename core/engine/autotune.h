@@ -73,12 +73,12 @@ class StreamTuner {
  public:
   struct Options {
     uint64_t tick_ns = 250'000'000;
-    double starved_share = 0.05;    // client starved less than this: hold
-    double bound_share = 0.3;       // a stage "was the bound" for at least this share
-    double min_gain = 0.05;         // a raise must bring this much more rate
-    uint32_t settle_ticks = 1;      // ticks skipped after a change (queues fill)
-    uint32_t measure_ticks = 2;     // ticks averaged to judge it
-    uint32_t hold_ticks = 8;        // backoff after a raise that did not pay ...
+    double starved_share = 0.05;   // client starved less than this: hold
+    double bound_share = 0.3;      // a stage "was the bound" for at least this share
+    double min_gain = 0.05;        // a raise must bring this much more rate
+    uint32_t settle_ticks = 1;     // ticks skipped after a change (queues fill)
+    uint32_t measure_ticks = 2;    // ticks averaged to judge it
+    uint32_t hold_ticks = 8;       // backoff after a raise that did not pay ...
     uint32_t max_hold_ticks = 64;  // ... doubling up to this
   };
 

@@ -64,9 +64,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(got == want);
     }
   } else {
-    FUZZ_CHECK((absl::IsInvalidArgument(relaid.status()) ||
-                absl::IsUnimplemented(relaid.status())) &&
-               !relaid.status().message().empty());
+    FUZZ_CHECK(
+        (absl::IsInvalidArgument(relaid.status()) || absl::IsUnimplemented(relaid.status())) &&
+        !relaid.status().message().empty());
   }
   if (absl::StatusOr<RelaidLayout> layout = ParseRelaid(bytes); layout.ok()) {
     const int k = layout->interval_mcus;
