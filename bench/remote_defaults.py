@@ -47,8 +47,8 @@ sys.path.insert(0, HERE)
 import conveyor  # noqa: E402
 from conveyor.daemon import DaemonProcess  # noqa: E402
 from nginx_object_server import NginxObjectServer  # noqa: E402
-from remote_fixtures import STDLIB_SERVER, ObjectServer  # noqa: E402
-from remote_http import conveyor_run, image_list, span  # noqa: E402
+from remote_fixtures import STDLIB_SERVER, ObjectServer, labelled_images  # noqa: E402
+from remote_http import conveyor_run, span  # noqa: E402
 from tar_vs_folder import write_shards  # noqa: E402
 
 COMMON = ("    augment: train\n    size: %d\n    layout: nchw\n    dtype: uint8\n"
@@ -97,7 +97,7 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "gen_imagenet_like.py"), "--out", data,
                     "--images", str(args.images), "--classes", "8"], check=True,
                    stdout=subprocess.DEVNULL)
-    files = image_list(data)
+    files = labelled_images(data)
     shards_dir = os.path.join(work, "shards")
     shards = [os.path.basename(p) for p in write_shards(
         [(os.path.join(data, path), label) for path, label in files], shards_dir, args.per_shard)]
