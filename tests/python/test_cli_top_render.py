@@ -140,5 +140,8 @@ def test_stats_json_keys_are_stable():
         "queue_size", "queue_unit", "unit_in", "unit_out", "wait_input_s", "wait_output_s"]
     assert sorted(d["streams"][0]) == [
         "batches", "client", "credits", "credits_in_use", "elapsed_s", "images_per_s",
-        "pipeline", "samples", "samples_failed", "stream_id"]
+        "limits", "pipeline", "samples", "samples_failed", "stream_id"]
+    assert sorted(d["streams"][0]["limits"]) == [
+        "autotune", "autotune_changes", "autotune_reason", "decode_concurrency",
+        "fetch_concurrency", "fetch_queue_capacity"]
     assert stage(d, "fetch")["queue_unit"] is None  # no queue in front of fetch
