@@ -11,17 +11,13 @@ namespace {
 
 int Percent(double share) { return static_cast<int>(share * 100 + 0.5); }
 
-uint32_t& Field(AutotuneLimits* l, int knob) {
-  switch (knob) {
-    case 0: return l->fetch_concurrency;
-    case 1: return l->decode_concurrency;
-    default: return l->fetch_queue_capacity;
-  }
-}
+// The limit each knob (StreamTuner::Knob, in order) sets.
+constexpr uint32_t AutotuneLimits::*kKnobFields[] = {&AutotuneLimits::fetch_concurrency,
+                                                     &AutotuneLimits::decode_concurrency,
+                                                     &AutotuneLimits::fetch_queue_capacity};
 
-uint32_t Value(const AutotuneLimits& l, int knob) {
-  return Field(const_cast<AutotuneLimits*>(&l), knob);
-}
+uint32_t& Field(AutotuneLimits* l, int knob) { return l->*kKnobFields[knob]; }
+uint32_t Value(const AutotuneLimits& l, int knob) { return l.*kKnobFields[knob]; }
 
 uint32_t Doubled(uint32_t v, uint32_t ceiling) {
   return static_cast<uint32_t>(std::min<uint64_t>(ceiling, std::max<uint64_t>(v + 1, 2ull * v)));
