@@ -20,11 +20,13 @@ are skipped when the daemon is sanitized (daemon_sanitizer()).
 """
 
 import contextlib
+import io
 import os
 import re
 import resource
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -563,3 +565,27 @@ def collect(batches):
     return (np.concatenate([b.indices for b in batches]),
             np.concatenate([b.labels for b in batches]),
             np.concatenate([b.images for b in batches]))
+
+
+# --- tar shards ----------------------------------------------------------------
+def add_tar_member(tar, name, data):
+    """Adds a regular member `name` holding `data` (bytes) to an open tarfile."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_shards(root, samples, out_dir, per_shard=10, fmt=tarfile.GNU_FORMAT):
+    """The folder's samples, in index order, as shards out_dir/shard-NNNNNN.tar
+    of `per_shard` samples ("sampleNNNNNN.jpg" + ".cls"). Returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in range(0, len(samples), per_shard):
+        path = out_dir / ("shard-%06d.tar" % (s // per_shard))
+        with tarfile.open(path, "w", format=fmt) as tar:
+            for i, (rel, label) in enumerate(samples[s:s + per_shard]):
+                key = "sample%06d" % (s + i)
+                add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
+                add_tar_member(tar, key + ".cls", b"%d" % label)
+        paths.append(path)
+    return paths

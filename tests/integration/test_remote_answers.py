@@ -26,7 +26,7 @@ import pytest
 import conveyor
 from conveyor.daemon import DaemonError
 from conveyor_integration import (IMAGE_SIZE, Daemon, daemon_config, finish_daemons,
-                                  make_image_folder, pipeline_entry)
+                                  make_image_folder, pipeline_entry, write_shards)
 from remote_fixtures import ObjectServer, image_files, write_url_list
 
 
@@ -58,27 +58,16 @@ def collect(address, pipeline, epoch=0, seed=1, shuffle=True):
 
 
 # --- Content-Range -------------------------------------------------------------
-def write_shards(root, samples, out_dir, per_shard=8):
-    """The folder's samples in index order as tar shards of `per_shard`
-    samples (KEY.jpg + KEY.cls)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    names = []
-    for s in range(0, len(samples), per_shard):
-        name = "shard-%06d.tar" % (s // per_shard)
-        with tarfile.open(out_dir / name, "w", format=tarfile.GNU_FORMAT) as tar:
-            for i, (rel, label) in enumerate(samples[s:s + per_shard]):
-                for ext, data in (("jpg", (root / rel).read_bytes()), ("cls", b"%d" % label)):
-                    info = tarfile.TarInfo("sample%06d.%s" % (s + i, ext))
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-        names.append(name)
-    return names
+def shard_names(root, samples, out_dir, per_shard=8):
+    """The folder's samples as tar shards of `per_shard` samples (KEY.jpg +
+    KEY.cls, conftest's write_shards); their file names."""
+    return [p.name for p in write_shards(root, samples, out_dir, per_shard=per_shard)]
 
 
 @pytest.mark.parametrize("direct", [False, True])
 def test_a_206_for_another_range_is_never_served(images, tmp_path, direct):
     root, samples = images
-    shards = write_shards(root, samples, tmp_path / "shards")
+    shards = shard_names(root, samples, tmp_path / "shards")
     # A third of the ranged answers hold the next range: every scan read and
     # member read must still get its own bytes (retried), never the next one's.
     server = ObjectServer(tmp_path / "shards", "--wrong-content-range", "0.3", "--seed", "7")
@@ -110,7 +99,7 @@ def test_a_206_for_another_range_is_never_served(images, tmp_path, direct):
 @pytest.mark.parametrize("direct", [False, True])
 def test_a_shard_answered_only_with_other_ranges_fails_naming_it(images, tmp_path, direct):
     root, samples = images
-    shards = write_shards(root, samples[:8], tmp_path / "shards")
+    shards = shard_names(root, samples[:8], tmp_path / "shards")
     # (The index scan reads the small shard whole, which has no other range.)
     server = ObjectServer(tmp_path / "shards", "--wrong-content-range", "1")
     try:
@@ -243,7 +232,7 @@ def test_url_credentials_appear_in_no_message_and_no_log_line(images, tmp_path):
 def test_shard_url_credentials_appear_in_no_sample_name_and_no_log_line(images, tmp_path):
     root, samples = images
     out = tmp_path / "shards"
-    names = write_shards(root, samples[:16], out)
+    names = shard_names(root, samples[:16], out)
     # One member that does not decode, so a failure names a sample of the shard.
     with tarfile.open(out / "shard-000002.tar", "w", format=tarfile.GNU_FORMAT) as tar:
         for ext, data in (("jpg", b"no JPEG here " * 20), ("cls", b"0")):

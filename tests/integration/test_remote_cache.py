@@ -248,8 +248,7 @@ def test_remote_tar_shards_are_cached_whole_and_epoch_two_asks_for_no_body(
     the network and fetches each shard whole once in the background; once
     they are in, an epoch asks for no body and gives the bytes of the same
     shards read past the cache."""
-    from conveyor_integration import wait_until
-    from test_tar_shards import write_shards
+    from conveyor_integration import wait_until, write_shards
     root, files = images
     paths = write_shards(root, [(f, i) for i, f in enumerate(files)], tmp_path / "shards",
                          per_shard=12)

@@ -30,9 +30,10 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import (CONVEYORD, PYTHON, SOURCE_DIR, Daemon, client_env, collect,
-                                  daemon_config, finish_daemons, pipeline_entry, require_daemon,
-                                  scaled, write_config)
+from conveyor_integration import (CONVEYORD, PYTHON, SOURCE_DIR, Daemon, add_tar_member,
+                                  client_env, collect, daemon_config, finish_daemons,
+                                  pipeline_entry, require_daemon, scaled, write_config,
+                                  write_shards)
 
 sys.path.insert(0, str(SOURCE_DIR / "tests" / "support"))
 import hostile_corpus as hc  # noqa: E402
@@ -41,33 +42,11 @@ SEED = 5
 PER_SHARD = 10  # 48 samples: shards of 10, 10, 10, 10, 8
 
 
-def _add(tar, name, data):
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
-
-
-def write_shards(root, samples, out_dir, per_shard=PER_SHARD, fmt=tarfile.GNU_FORMAT):
-    """The folder's samples, in index order, as shards out_dir/shard-NNNNNN.tar
-    of `per_shard` samples ("sampleNNNNNN.jpg" + ".cls"). Returns the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for s in range(0, len(samples), per_shard):
-        path = out_dir / ("shard-%06d.tar" % (s // per_shard))
-        with tarfile.open(path, "w", format=fmt) as tar:
-            for i, (rel, label) in enumerate(samples[s:s + per_shard]):
-                key = "sample%06d" % (s + i)
-                _add(tar, key + ".jpg", (root / rel).read_bytes())
-                _add(tar, key + ".cls", b"%d" % label)
-        paths.append(path)
-    return paths
-
-
 @pytest.fixture(scope="module")
 def shards(dataset, tmp_path_factory):
     root, samples = dataset
     out = tmp_path_factory.mktemp("shards")
-    paths = write_shards(root, samples, out)
+    paths = write_shards(root, samples, out, per_shard=PER_SHARD)
     return out, paths
 
 
@@ -209,7 +188,7 @@ def _one_shard(tmp_path, dataset, members=None, fmt=tarfile.GNU_FORMAT):
     with tarfile.open(path, "w", format=fmt) as tar:
         for name, data in members or [("a.jpg", (root / samples[0][0]).read_bytes()),
                                       ("a.cls", b"1"), ("b.jpg", b"x" * 3000), ("b.cls", b"2")]:
-            _add(tar, name, data)
+            add_tar_member(tar, name, data)
     return path
 
 
@@ -283,13 +262,13 @@ def test_non_utf8_names_are_served_and_escaped_in_errors(tmp_path, dataset):
     path = tmp_path / "s.tar"
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT, encoding="utf-8",
                       errors="surrogateescape") as tar:
-        _add(tar, "caf\udce9.jpg", (root / samples[0][0]).read_bytes())
-        _add(tar, "caf\udce9.cls", b"4")
+        add_tar_member(tar, "caf\udce9.jpg", (root / samples[0][0]).read_bytes())
+        add_tar_member(tar, "caf\udce9.cls", b"4")
     done = _check_config(tmp_path, {"shards": [str(path)]})
     assert done.returncode == 0, done.stderr
     with tarfile.open(path, "a", format=tarfile.GNU_FORMAT, encoding="utf-8",
                       errors="surrogateescape") as tar:
-        _add(tar, "\udcffnolabel.jpg", b"x")
+        add_tar_member(tar, "\udcffnolabel.jpg", b"x")
     _refused(_check_config(tmp_path, {"shards": [str(path)]}),
              "sample '\\xffnolabel': no '.cls' member")
 
@@ -333,7 +312,7 @@ def _imposter(shard, out, seed):
                     buf, "JPEG", quality=80)
                 assert buf.tell() <= len(data)
                 data = buf.getvalue() + b"\0" * (len(data) - buf.tell())
-            _add(dst, m.name, data)
+            add_tar_member(dst, m.name, data)
     return out
 
 
@@ -349,7 +328,7 @@ def test_shards_swapped_after_start_serve_the_indexed_bytes(dataset, tmp_path):
     link."""
     root, samples = dataset
     shards_dir = tmp_path / "data" / "shards"
-    paths = write_shards(root, samples[:20], shards_dir)  # 2 shards of 10
+    paths = write_shards(root, samples[:20], shards_dir, per_shard=PER_SHARD)  # 2 shards of 10
     secret = tmp_path / "secret"  # outside the allowed roots (tmp_path/data)
     secret.mkdir()
     outside = _imposter(paths[0], secret / "outside.tar", 1)
