@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -302,6 +303,41 @@ std::string DatasetIndex::FullPath(size_t i) const {
   if (full.empty() || full.back() != '/') full.push_back('/');
   full.append(rel);
   return full;
+}
+
+const std::string& DatasetIndex::ContentDigest() const {
+  absl::call_once(digest_once_, [this] {
+    // Each entry as (path length, path, label), little-endian fixed widths,
+    // so no two different indexes hash the same byte string.
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+    std::string buffer;
+    auto append_u64 = [&buffer](uint64_t v) {
+      for (int i = 0; i < 8; ++i) buffer.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    };
+    append_u64(size());
+    for (size_t i = 0; i < size(); ++i) {
+      const std::string path = relative_path(i);
+      append_u64(path.size());
+      buffer += path;
+      append_u64(static_cast<uint32_t>(label(i)));
+      if (buffer.size() >= (64 << 10)) {
+        EVP_DigestUpdate(ctx.get(), buffer.data(), buffer.size());
+        buffer.clear();
+      }
+    }
+    EVP_DigestUpdate(ctx.get(), buffer.data(), buffer.size());
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    EVP_DigestFinal_ex(ctx.get(), md, &md_len);
+    static constexpr char kHex[] = "0123456789abcdef";
+    digest_ = "sha256:";
+    for (unsigned int i = 0; i < md_len; ++i) {
+      digest_.push_back(kHex[md[i] >> 4]);
+      digest_.push_back(kHex[md[i] & 0xf]);
+    }
+  });
+  return digest_;
 }
 
 size_t DatasetIndex::MemoryBytes() const {

@@ -53,6 +53,10 @@ struct StreamOptions {
   // already consumed (BatchInfo::offset of the last batch the trainer took,
   // possibly saved at another world size). See core/data/sampler.h.
   uint64_t epoch_offset = 0;
+  // > 0: the stream ends after this many batches (its last epoch may be
+  // left mid-way); 0: after its epochs. With epoch_offset it makes a stream
+  // of any range of a rank's batches (core/engine/stream_plan.h).
+  uint64_t max_batches = 0;
   // The kind of memory of the stream's slots (core/engine/slot_memory.h):
   // a shared kind puts them in a memfd that can be handed to another process.
   SlotMemory memory = SlotMemory::kPrivate;

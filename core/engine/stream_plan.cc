@@ -128,6 +128,10 @@ absl::StatusOr<StreamPlan> PlanStream(const PipelineConfig& p, const StreamOptio
     }
   }
 
+  if (o.max_batches != 0 && (plan.total_batches == 0 || o.max_batches < plan.total_batches)) {
+    plan.total_batches = o.max_batches;
+  }
+
   // batch_size <= max_batch_size and the validated transform keep one slot
   // far from overflow; the arena's product is checked.
   plan.transform = p.transform;

@@ -49,7 +49,9 @@ struct StreamPlan {
   uint64_t batches_per_epoch = 0;    // ... in batches (the last one may be short)
   uint64_t first_epoch_samples = 0;  // this rank's in the first epoch, after epoch_offset
   uint64_t first_epoch_batches = 0;
-  uint64_t total_batches = 0;  // over the whole stream; 0: endless
+  // Over the whole stream (at most options.max_batches when that is set);
+  // 0: endless.
+  uint64_t total_batches = 0;
 };
 
 // The plan of a stream of `options` on `pipeline` (REQUIRES: a valid

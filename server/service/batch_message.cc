@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/engine/batch_layout.h"
+#include "core/engine/pipeline_fingerprint.h"
 #include "core/engine/slot_arena.h"
 
 namespace conveyor::server {
@@ -34,6 +35,7 @@ v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
   info.set_augment(ToString(p.transform.mode));
   info.set_error_policy(ToString(p.error_policy));
   info.set_kind(ToString(p.transform.kind));
+  for (auto& [part, value] : PipelineFingerprint(p)) (*info.mutable_fingerprint())[part] = value;
   return info;
 }
 

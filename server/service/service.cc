@@ -332,6 +332,7 @@ absl::StatusOr<StreamPlan> ConveyorService::PlanRequest(const v1::OpenStream& re
   o.drop_last = req.drop_last();
   o.num_slots = req.credits();
   o.epoch_offset = 0;
+  o.max_batches = req.max_batches();
   o.memory = (*transport)->slot_memory();
   // Audio samples are float32 only: a transport that converts on the
   // device copies them as they are.

@@ -369,5 +369,32 @@ TEST_CASE("ImageFolder: each media kind lists its own extensions", "[dataset]") 
              Catch::Contains("no files with an extension in (.mp4 .mkv .webm .mov .avi)"));
 }
 
+TEST_CASE("content digest: names and labels in order, not the root", "[dataset]") {
+  auto digest = [](const std::string& root, std::vector<DatasetIndex::Entry> entries) {
+    auto index = DatasetIndex::FromEntries(root, entries);
+    REQUIRE(index.ok());
+    return (*index)->ContentDigest();
+  };
+  const std::vector<DatasetIndex::Entry> base = {{"a/1.jpg", 0}, {"a/2.jpg", 0}, {"b/1.jpg", 1}};
+  const std::string d = digest("/data/one", base);
+  CHECK(d.size() == 7 + 64);
+  CHECK(d.rfind("sha256:", 0) == 0);
+  CHECK(digest("/mnt/elsewhere", base) == d);  // the same dataset mounted elsewhere
+  auto changed = base;
+  changed[2].label = 2;
+  CHECK(digest("/data/one", changed) != d);
+  changed = base;
+  changed[1].relative_path = "a/3.jpg";
+  CHECK(digest("/data/one", changed) != d);
+  changed = base;
+  std::swap(changed[0], changed[1]);
+  CHECK(digest("/data/one", changed) != d);
+  changed = base;
+  changed.pop_back();
+  CHECK(digest("/data/one", changed) != d);
+  // A path may not be split differently between entries to collide.
+  CHECK(digest("/r", {{"ab", 0}, {"c", 0}}) != digest("/r", {{"a", 0}, {"bc", 0}}));
+}
+
 }  // namespace
 }  // namespace conveyor

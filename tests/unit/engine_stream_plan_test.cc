@@ -319,5 +319,65 @@ TEST_CASE("stream plan: the engine delivers what the plan says, fresh and resume
   }
 }
 
+TEST_CASE("stream plan: max_batches ends the stream early, never late", "[engine][plan]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 2, 5);  // 10 samples: 3 batches of 4 per epoch
+  auto p = MakePipeline(dir.path());
+  StreamOptions o = Options(4, 2);
+  o.max_batches = 4;
+  CHECK(Planned(*p, o).total_batches == 4);
+  o.max_batches = 100;  // past the stream's own end: no effect
+  CHECK(Planned(*p, o).total_batches == 6);
+  o.num_epochs = 0;  // endless: the cap is the end
+  o.max_batches = 7;
+  CHECK(Planned(*p, o).total_batches == 7);
+  o.num_epochs = 1;
+  o.max_batches = 1;  // with a resume, the cap counts from the resume point
+  const StreamPlan resumed = Planned(*p, o, ResumePosition{0, 4});
+  CHECK(resumed.first_epoch_batches == 2);
+  CHECK(resumed.total_batches == 1);
+}
+
+TEST_CASE("stream plan: any range of a rank's batches, byte for byte as in the whole epoch",
+          "[engine][plan][resume]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 3, 9);  // 27 samples
+  auto p = MakePipeline(dir.path());
+  for (const uint32_t world : {1u, 2u}) {
+    for (const bool drop_last : {false, true}) {
+      StreamOptions o = Options(3, 1, world - 1, world, drop_last);
+      o.shuffle = true;
+      const Collected whole = RunOnce(p, 2, o);
+      REQUIRE(whole.end.ok());
+      const size_t sample_bytes = whole.images.size() / whole.labels.size();
+      const uint64_t n = whole.batches.size();
+      // Ranges [k, k + len) cover the epoch; each is a stream resumed at its
+      // first batch's offset and capped at its length.
+      for (const uint64_t len : {uint64_t{1}, uint64_t{2}, uint64_t{4}}) {
+        std::vector<uint8_t> images;
+        std::vector<int64_t> indices;
+        for (uint64_t k = 0; k < n; k += len) {
+          INFO("world " << world << " drop_last " << drop_last << " range " << k << "+" << len);
+          StreamOptions r = o;
+          r.max_batches = len;
+          const StreamPlan plan = Planned(*p, r, ResumePosition{0, k * 3 * world});
+          auto engine = MakeEngine(2);
+          auto stream = engine->OpenStream(p, plan);
+          REQUIRE(stream.ok());
+          const Collected got = testing::Drain(**stream);
+          REQUIRE(got.end.ok());
+          CHECK(got.batches.size() == std::min(len, n - k));
+          CHECK(got.batches.back().offset == whole.batches[k + got.batches.size() - 1].offset);
+          images.insert(images.end(), got.images.begin(), got.images.end());
+          indices.insert(indices.end(), got.indices.begin(), got.indices.end());
+        }
+        CHECK(indices == whole.indices);
+        CHECK(images.size() == whole.labels.size() * sample_bytes);
+        CHECK(images == whole.images);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace conveyor

@@ -1,0 +1,24 @@
+#include "core/engine/pipeline_fingerprint.h"
+
+#include "absl/strings/str_format.h"
+#include "core/decode/decoder_versions.h"
+#include "core/engine/output_cache.h"
+
+namespace conveyor {
+
+std::vector<std::pair<std::string, std::string>> PipelineFingerprint(const PipelineConfig& p) {
+  std::vector<std::pair<std::string, std::string>> parts;
+  parts.emplace_back("dataset", absl::StrFormat("digest=%s;samples=%d", p.dataset->ContentDigest(),
+                                                p.dataset->size()));
+  parts.emplace_back("transform", TransformFingerprint(p.transform));
+  parts.emplace_back(
+      "samples", absl::StrFormat("error_policy=%s;max_failure_rate=%a;failure_rate_min_samples=%d;"
+                                 "max_file_bytes=%d",
+                                 ToString(p.error_policy), p.max_failure_rate,
+                                 p.failure_rate_min_samples, p.max_file_bytes));
+  parts.emplace_back("order", p.order == nullptr ? "global" : "dataset");
+  parts.emplace_back("decoders", DecoderVersions());
+  return parts;
+}
+
+}  // namespace conveyor
