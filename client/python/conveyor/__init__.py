@@ -30,6 +30,7 @@ from .errors import (AccessDenied, BatchReleasedError, ConveyorError, DataError,
 from .loader import (Batch, Loader, SampleFailure, Stream, default_address, list_pipelines,
                      make_channel, open_stream, stats)
 from .retry import RetryingStream, RetryPolicy
+from ._pool import PoolOptions, PoolStream
 from ._device_array import DeviceArray
 from ._device_feed import DeviceBatch, DeviceStream
 from ._security import Security
@@ -40,6 +41,6 @@ __all__ = [
     "AccessDenied", "Batch", "BatchReleasedError", "ConveyorError", "DataError", "DeviceArray", "DeviceBatch",
     "DeviceStream", "FailedPrecondition",
     "InvalidRequest", "Loader",
-    "NotFound", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Security", "Stream",
+    "NotFound", "PoolOptions", "PoolStream", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Security", "Stream",
     "Unavailable", "default_address", "list_pipelines", "make_channel", "open_stream", "stats",
 ]

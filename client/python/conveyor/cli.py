@@ -27,7 +27,7 @@ from . import _diagnose, errors, top
 from ._channel import grpc_target
 from ._security import Security
 from ._text import table
-from .loader import _TRANSPORTS, default_address, list_pipelines, open_stream, stats
+from .loader import _TRANSPORTS, Loader, default_address, list_pipelines, open_stream, stats
 from .stats_view import (delivered_totals, format_limits, format_object_cache,
                          format_output_caches, format_remote_hosts, stage_units, stats_dict,
                          stream_images_per_s)
@@ -226,11 +226,21 @@ def cmd_fetch(args):
     failed = 0
     written = 0
     t0 = time.monotonic()
+    if args.also_server:
+        # Several daemons: the pooled Loader (conveyor/_pool.py), the same
+        # batches in the same order as from --server alone.
+        loader = Loader(servers=[args.server] + args.also_server, pipeline=args.pipeline,
+                        batch_size=args.batch_size, seed=args.seed, rank=rank, world_size=world,
+                        shuffle=not args.no_shuffle, transport=args.transport,
+                        security=_security(args))
+        opened = loader.stream(num_epochs=args.epochs or 0, first_epoch=args.epoch)
+    else:
+        opened = open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
+                             first_epoch=args.epoch, num_epochs=args.epochs or 0, rank=rank,
+                             world_size=world, credits=args.credits, shuffle=not args.no_shuffle,
+                             transport=args.transport, security=_security(args))
     try:
-        with open_stream(args.server, args.pipeline, args.batch_size, seed=args.seed,
-                         first_epoch=args.epoch, num_epochs=args.epochs or 0, rank=rank,
-                         world_size=world, credits=args.credits, shuffle=not args.no_shuffle,
-                         transport=args.transport, security=_security(args)) as stream:
+        with opened as stream:
             if args.epochs is not None:
                 progress.total = args.epochs * stream.batches_per_epoch
             for batch in stream:
@@ -435,6 +445,10 @@ def build_parser():
                    help="default: %(default)s (shared memory on a unix socket; on TCP the data "
                         "socket when the daemon has one, else inline)")
     p.add_argument("--no-shuffle", action="store_true", help="read samples in dataset order")
+    p.add_argument("--also-server", action="append", default=[], metavar="ADDR",
+                   help="another daemon serving the same pipeline (repeatable; host:port, a DNS "
+                        "name for several, unix:///path.sock): the batches are spread over "
+                        "--server and these, and come out as from --server alone")
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("stats", help="per-stage statistics and the bottleneck", formatter_class=fmt,

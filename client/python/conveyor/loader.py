@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -91,6 +91,8 @@ from ._batch import (LIFETIMES, Batch, SampleFailure, check_lifetime,  # noqa: F
 from ._channel import (DEFAULT_ADDRESS, MAX_MESSAGE_BYTES, default_address,  # noqa: F401
                        grpc_target, list_pipelines, make_channel, stats)
 from ._datasock import tcp_host
+from ._pool import PoolOptions, PoolStream
+from ._pool_servers import ServerSet
 from ._position import Position
 from ._security import Security
 from ._stream import Stream
@@ -141,7 +143,7 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
                 on_batch: Optional[Callable[[Batch], None]] = None,
                 data_host: Any = _FROM_ADDRESS, security: Optional[Security] = None,
                 lifetime: str = "safe", pin_memory: bool = False, device: Any = None,
-                gpu_uuid: Optional[str] = None, copier: Any = None) -> Any:
+                gpu_uuid: Optional[str] = None, copier: Any = None, max_batches: int = 0) -> Any:
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -162,6 +164,8 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
     DeviceStream of DeviceBatch objects (copier: the loader's, default a new
     one). gpu_uuid: with transport="device_memory", the GPU by UUID instead
     of device= (the client then maps the GPU of that UUID).
+    max_batches: > 0 ends the stream after that many batches (with resume=,
+    any range of a rank's batches; see OpenStream.max_batches).
     """
     check_lifetime(lifetime)
     try:
@@ -205,7 +209,7 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
     req = pb.OpenStream(pipeline=pipeline, batch_size=batch_size, seed=seed, first_epoch=first_epoch,
                         num_epochs=num_epochs, rank=rank, world_size=world_size, credits=credits,
                         shuffle=shuffle, drop_last=drop_last, transport=tcode,
-                        accept_data_socket=data_host is not None)
+                        accept_data_socket=data_host is not None, max_batches=max_batches)
     if resume is not None:
         r_epoch, r_offset, r_world = resume
         req.first_epoch = r_epoch
@@ -248,6 +252,14 @@ class Loader:
     page-locks shared-memory slots; device="cuda:N" yields batches with
     CUDA tensors copied on the loader's own CUDA stream; with
     transport="device_memory" the daemon lands them on that GPU itself.
+    servers=[...]: draw this rank's batches from several daemons at once,
+    the node's own first: unix sockets, "host:port", and DNS names that
+    resolve to several daemons (re-resolved while the epoch runs). Batches
+    come in the same order with the same bytes as from one daemon, exactly
+    once, whatever daemons fail, stall, join or leave; pool= (a
+    conveyor.PoolOptions) sets the policy ("local_first" or "balanced"),
+    range size and deadlines (conveyor/_pool.py). address is then
+    servers[0]; retry=, device= and pin_memory are for one daemon.
 
     loader.epoch(e)        a Stream over epoch e (one gRPC call)
     loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
@@ -264,7 +276,8 @@ class Loader:
 
     _exit_order = 1  # closed at interpreter exit after streams (conveyor/_exit.py)
 
-    def __init__(self, address: Optional[str], pipeline: str, batch_size: int,
+    def __init__(self, address: Optional[str] = None, pipeline: Optional[str] = None,
+                 batch_size: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None, seed: int = 0,
                  credits: int = 3, shuffle: bool = True, drop_last: bool = False,
                  transport: Union[str, int] = "auto", first_epoch: int = 0,
@@ -273,8 +286,30 @@ class Loader:
                  token_file: Optional[str] = None, tls_ca: Optional[str] = None,
                  client_cert: Optional[str] = None, client_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, lifetime: str = "safe",
-                 pin_memory: bool = False, device: Any = None) -> None:
+                 pin_memory: bool = False, device: Any = None,
+                 servers: Optional[Sequence[str]] = None,
+                 pool: Optional[PoolOptions] = None) -> None:
+        if pipeline is None or batch_size is None:
+            raise TypeError("Loader needs pipeline= and batch_size=")
         self.lifetime = check_lifetime(lifetime)
+        self._servers: Optional[ServerSet] = None
+        self.pool_options: Optional[PoolOptions] = None
+        if servers is not None:
+            self._servers = ServerSet(servers)
+            self.pool_options = (pool if pool is not None else PoolOptions()).check()
+            if address is not None and address != self._servers.entries[0]:
+                raise InvalidRequest("give address or servers=, not both: with servers= the "
+                                     "first entry is the node's daemon")
+            if retry is not None:
+                raise InvalidRequest("retry= is for one daemon: with servers= the ranges of a "
+                                     "failed daemon go to the others (conveyor.PoolOptions sets "
+                                     "the deadlines)")
+            if device is not None or pin_memory:
+                raise InvalidRequest("device= and pin_memory are for one daemon on this host, "
+                                     "not servers=; copy batches to the GPU yourself")
+            address = self._servers.entries[0]
+        elif pool is not None:
+            raise InvalidRequest("pool= sets how servers= are used: give servers= too")
         self.pin_memory = bool(pin_memory)
         self.device = device
         self._copier: Any = None  # the loader's own CUDA stream (device=, client-side copy)
@@ -384,7 +419,17 @@ class Loader:
                            device=self.device, copier=self._copier)
 
     def _open(self, first_epoch: int, num_epochs: int,
-              resume: Optional[Tuple[int, int, int]]) -> Union[Stream, RetryingStream]:
+              resume: Optional[Tuple[int, int, int]]) -> Union[Stream, RetryingStream, PoolStream]:
+        if self._servers is not None:
+            self._check_fork()
+            assert self.pool_options is not None
+            return PoolStream(self._servers, self.pool_options, pipeline=self.pipeline,
+                              batch_size=self.batch_size, seed=self.seed, rank=self.rank,
+                              world_size=self.world_size, shuffle=self.shuffle,
+                              drop_last=self.drop_last, transport=self.transport,
+                              lifetime=self.lifetime, security=self.security,
+                              first_epoch=first_epoch, num_epochs=num_epochs, resume=resume,
+                              on_batch=self._on_batch, open_stream=open_stream)
         if self.retry is not None:
             return RetryingStream(self, first_epoch, num_epochs, resume)
         return self._open_stream(first_epoch, num_epochs, resume, self._on_batch)
@@ -403,13 +448,13 @@ class Loader:
         self._check_fork()
         return self._position.resume_for(epoch, use_progress)
 
-    def epoch(self, e: int) -> Union[Stream, RetryingStream]:
+    def epoch(self, e: int) -> Union[Stream, RetryingStream, PoolStream]:
         """A Stream over epoch e. Starts at the beginning of e, or at the
         position restored by load_state_dict if that lies in epoch e."""
         return self._open(e, 1, self._resume_for(e, use_progress=False))
 
     def stream(self, num_epochs: int = 0,
-               first_epoch: Optional[int] = None) -> Union[Stream, RetryingStream]:
+               first_epoch: Optional[int] = None) -> Union[Stream, RetryingStream, PoolStream]:
         """A Stream over num_epochs epochs (0: endless) from first_epoch
         (default: the loader's current epoch, resuming mid-epoch if needed)."""
         if first_epoch is None:
@@ -419,7 +464,7 @@ class Loader:
             resume = self._resume_for(first_epoch, use_progress=False)
         return self._open(first_epoch, num_epochs, resume)
 
-    def __iter__(self) -> Union[Stream, RetryingStream]:
+    def __iter__(self) -> Union[Stream, RetryingStream, PoolStream]:
         return self.stream(num_epochs=1)
 
     @property

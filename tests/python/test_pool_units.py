@@ -1,0 +1,142 @@
+"""The pieces of the multi-daemon Loader that need no daemon
+(conveyor/_pool.py, conveyor/_pool_servers.py): how an epoch is cut into
+ranges and what each range asks a daemon for, how a fingerprint difference
+is named, and how servers= entries become daemons."""
+
+import pytest
+
+from conveyor._pool import PoolOptions, _Epochs, _rest_of, fingerprint_difference
+from conveyor._pool_servers import ServerSet
+from conveyor._stubs import pb
+from conveyor.errors import InvalidRequest
+
+
+def ranges(epochs):
+    out = []
+    while True:
+        r = epochs.next_range()
+        if r is None:
+            return out
+        out.append(r)
+
+
+def rank_offsets(n, batch, world, drop_last, base=0):
+    """The resume offset (global position) of each of a rank's batches in
+    an epoch, by the sampler's rule (core/data/sampler.h)."""
+    left = n - base
+    per_rank = left // world if drop_last else -(-left // world)
+    return [base + k * batch * world for k in range(-(-per_rank // batch))]
+
+
+@pytest.mark.parametrize("n,batch,world,drop_last,range_batches", [
+    (48, 2, 1, False, 2), (48, 5, 2, False, 3), (50, 4, 3, True, 2), (7, 8, 1, False, 4),
+    (10, 1, 4, False, 1), (1000, 16, 8, True, 8)])
+def test_ranges_cover_each_epoch_once_at_each_batch_offset(n, batch, world, drop_last,
+                                                           range_batches):
+    ep = _Epochs(n, batch, world, drop_last, first_epoch=3, num_epochs=2, resume_offset=0,
+                 range_batches=range_batches)
+    rs = ranges(ep)
+    per_epoch = len(rank_offsets(n, batch, world, drop_last))
+    assert ep.total == 2 * per_epoch
+    assert sum(r.count for r in rs) == ep.total
+    assert [r.g for r in rs] == [sum(x.count for x in rs[:i]) for i in range(len(rs))]
+    for epoch in (3, 4):
+        mine = [r for r in rs if r.epoch == epoch]
+        assert all(1 <= r.count <= range_batches for r in mine)
+        offsets = rank_offsets(n, batch, world, drop_last)
+        assert [r.offset for r in mine] == offsets[::range_batches]
+        assert [r.first for r in mine] == list(range(0, per_epoch, range_batches))
+        assert all(r.position0 == r.first * batch for r in mine)
+
+
+def test_a_resumed_first_epoch_starts_at_its_offset_and_later_ones_at_zero():
+    ep = _Epochs(100, 4, 2, False, first_epoch=5, num_epochs=2, resume_offset=37,
+                 range_batches=3)
+    rs = ranges(ep)
+    first = [r for r in rs if r.epoch == 5]
+    assert [r.offset for r in first] == rank_offsets(100, 4, 2, False, base=37)[::3]
+    assert first[0].epoch_samples == -(-(100 - 37) // 2)
+    assert [r.offset for r in rs if r.epoch == 6][0] == 0
+    rest = _rest_of(first[1], 2, 4, 2)
+    assert (rest.g, rest.first, rest.count, rest.offset) == (
+        first[1].g + 2, first[1].first + 2, first[1].count - 2, first[1].offset + 2 * 4 * 2)
+
+
+def test_an_endless_stream_has_no_total_and_never_runs_out():
+    ep = _Epochs(10, 3, 1, False, first_epoch=0, num_epochs=0, resume_offset=0, range_batches=2)
+    assert ep.total is None
+    rs = [ep.next_range() for _ in range(50)]
+    assert [r.epoch for r in rs][-1] > 10
+
+
+def test_an_epoch_with_nothing_left_for_the_rank_is_refused():
+    with pytest.raises(InvalidRequest, match="leaves no samples"):
+        _Epochs(3, 2, 4, True, first_epoch=0, num_epochs=1, resume_offset=0, range_batches=2)
+
+
+def info(**kw):
+    p = pb.PipelineInfo(name="train", dataset_size=48, sample_shape=[3, 64, 64], dtype=pb.UINT8,
+                        layout=pb.NCHW, kind="image")
+    p.fingerprint.update({"dataset": "digest=sha256:aa;samples=48",
+                          "transform": "v1;kind=0;mode=0;out=64x64", "samples": "error_policy=skip",
+                          "order": "global", "decoders": "libjpeg-turbo=2001005"})
+    for k, v in kw.items():
+        if k == "fingerprint":
+            p.fingerprint.update(v)
+        else:
+            setattr(p, k, v)
+    return p
+
+
+def test_a_fingerprint_difference_names_the_part_and_its_field():
+    assert fingerprint_difference(info(), info()) is None
+    assert fingerprint_difference(info(), info(dataset_size=49)) == "dataset_size (48 vs 49)"
+    assert fingerprint_difference(info(), info(fingerprint={
+        "transform": "v1;kind=0;mode=1;out=64x64"})) == "transform (mode: 0 vs 1)"
+    assert fingerprint_difference(info(), info(fingerprint={
+        "dataset": "digest=sha256:bb;samples=48"})) == "dataset (digest: sha256:aa vs sha256:bb)"
+    assert fingerprint_difference(info(), info(fingerprint={"order": "dataset"})) == \
+        "order (global vs dataset)"
+    old = info()
+    old.ClearField("fingerprint")
+    assert "older conveyord" in fingerprint_difference(info(), old)
+
+
+def test_server_entries_become_daemons_and_names_are_resolved():
+    answers = {"pool.svc": ["10.0.0.1:7070", "10.0.0.2:7070"]}
+    s = ServerSet(["unix:///run/conveyor/conveyor.sock", "10.0.0.9:7070", "pool.svc:7070",
+                   "[fd00::1]:7070"], resolver=lambda host, port: answers[host])
+    assert s.has_names
+    assert [e.address for e in s.current()] == ["unix:///run/conveyor/conveyor.sock",
+                                                 "10.0.0.9:7070", "[fd00::1]:7070"]
+    s.resolve()
+    eps = s.current()
+    assert [e.address for e in eps] == ["unix:///run/conveyor/conveyor.sock", "10.0.0.9:7070",
+                                         "10.0.0.1:7070", "10.0.0.2:7070", "[fd00::1]:7070"]
+    assert [e.is_local for e in eps] == [True, False, False, False, False]
+    assert eps[2].server_name == "pool.svc" and eps[1].server_name is None
+    # A failed resolution keeps the last answer and says why.
+    answers["pool.svc"] = []
+    s.resolve()
+    assert len(s.current()) == 5 and s.errors == {"pool.svc": "no address"}
+    answers["pool.svc"] = ["10.0.0.3:7070"]
+    s.resolve()
+    assert [e.address for e in s.current()][2:4] == ["10.0.0.3:7070", "[fd00::1]:7070"]
+    assert s.errors == {}
+
+
+@pytest.mark.parametrize("entries,match", [
+    ([], "at least one"), (["host"], "is not"), (["host:0"], "port must be"),
+    (["[fd00::1]7070"], "IPv6"), ([""], "non-empty"), ([7070], "non-empty")])
+def test_bad_server_entries_are_refused_naming_them(entries, match):
+    with pytest.raises(InvalidRequest, match=match):
+        ServerSet(entries)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("policy", "fastest", "pool policy"), ("range_batches", 65, "range_batches"),
+    ("range_batches", 0, "range_batches"), ("ranges_ahead", 0, "ranges_ahead"),
+    ("stall_timeout", 0, "stall_timeout"), ("resolve_every", -1, "resolve_every")])
+def test_bad_pool_options_are_refused_naming_them(field, value, match):
+    with pytest.raises(InvalidRequest, match=match):
+        PoolOptions(**{field: value}).check()
