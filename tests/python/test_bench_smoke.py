@@ -382,3 +382,38 @@ def test_autotune_smoke(tmp_path):
         assert "%s: autotune %.2fx the best hand-tuned" % (name, d["ratio_vs_best_again"]) \
             in res.stdout, res.stdout
     assert "| dataset | setting | fetch | decode | queue | images/s |" in res.stdout
+
+
+def test_pool_smoke(tmp_path):
+    """bench/pool.py --smoke (~15 s): the node's daemon on CPU 0, a remote
+    one on CPU 1 (in a network namespace when root can make one), read
+    alone and as servers=[local, remote]. Speed is not checked; checked:
+    each figure is positive and the quotient it says, the pool read from
+    both daemons, and the ratios and PASS/FAIL follow from the medians."""
+    json_out = tmp_path / "pool.json"
+    res = subprocess.run([PYTHON, os.path.join(SOURCE_DIR, "bench", "pool.py"), "--conveyord",
+                          CONVEYORD, "--smoke", "--work", str(tmp_path / "work"),
+                          "--out", str(json_out)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, "pool.py --smoke failed (%d)\nstdout:\n%s\nstderr:\n%s" % (
+        res.returncode, res.stdout[-4000:], res.stderr[-4000:])
+    with open(json_out) as f:
+        r = json.load(f)
+    assert r["meta"]["smoke"] is True and len(r["rounds"]) == r["meta"]["rounds"] == 1
+    assert r["meta"]["remote_in_namespace"] == (r["meta"]["why_not_namespace"] is None)
+    if os.geteuid() == 0:
+        assert r["meta"]["remote_in_namespace"], r["meta"]["why_not_namespace"]
+    for kind in ("local", "remote", "pool"):
+        m = r["rounds"][0][kind]
+        assert m["images"] > 0 and m["seconds"] > 0
+        assert math.isclose(m["images_per_s"], m["images"] / m["seconds"], rel_tol=1e-9)
+        assert m["trainer_cpu_ms_per_image"] >= 0 and m["local_daemon_cpu_ms_per_image"] >= 0
+        assert math.isclose(r["median_images_per_s"][kind], m["images_per_s"], rel_tol=1e-9)
+    daemons = r["rounds"][0]["pool"]["pool"]["daemons"]
+    assert len(daemons) == 2 and all(d["batches"] > 0 for d in daemons), daemons
+    med = r["median_images_per_s"]
+    assert math.isclose(r["pool_vs_sum"], med["pool"] / (med["local"] + med["remote"]))
+    assert math.isclose(r["pool_vs_local"], med["pool"] / med["local"])
+    for line, ratio, target in (("pool / (local + remote)", r["pool_vs_sum"], 0.9),
+                                ("pool / local", r["pool_vs_local"], 1.8)):
+        verdict = "PASS" if ratio >= target else "FAIL"
+        assert "%s = %.2f (target >= %.1f) -> %s" % (line, ratio, target, verdict) in res.stdout

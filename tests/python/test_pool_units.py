@@ -5,7 +5,7 @@ is named, and how servers= entries become daemons."""
 
 import pytest
 
-from conveyor._pool import PoolOptions, _Epochs, _rest_of, fingerprint_difference
+from conveyor._pool import PoolOptions, _Epochs, fingerprint_difference
 from conveyor._pool_servers import ServerSet
 from conveyor._stubs import pb
 from conveyor.errors import InvalidRequest
@@ -28,38 +28,42 @@ def rank_offsets(n, batch, world, drop_last, base=0):
     return [base + k * batch * world for k in range(-(-per_rank // batch))]
 
 
-@pytest.mark.parametrize("n,batch,world,drop_last,range_batches", [
-    (48, 2, 1, False, 2), (48, 5, 2, False, 3), (50, 4, 3, True, 2), (7, 8, 1, False, 4),
-    (10, 1, 4, False, 1), (1000, 16, 8, True, 8)])
-def test_ranges_cover_each_epoch_once_at_each_batch_offset(n, batch, world, drop_last,
-                                                           range_batches):
-    ep = _Epochs(n, batch, world, drop_last, first_epoch=3, num_epochs=2, resume_offset=0,
+def all_batches(n, batch, world, drop_last, first_epoch, num_epochs, base=0):
+    """(epoch, batch index, resume offset) of each batch of the stream."""
+    out = []
+    for e in range(first_epoch, first_epoch + num_epochs):
+        offsets = rank_offsets(n, batch, world, drop_last, base if e == first_epoch else 0)
+        out += [(e, k, off) for k, off in enumerate(offsets)]
+    return out
+
+
+@pytest.mark.parametrize("n,batch,world,drop_last,range_batches,base", [
+    (48, 2, 1, False, 2, 0), (48, 5, 2, False, 3, 0), (50, 4, 3, True, 2, 0),
+    (7, 8, 1, False, 4, 0), (10, 1, 4, False, 1, 0), (1000, 16, 8, True, 8, 0),
+    (100, 4, 2, False, 3, 37), (64, 32, 1, False, 8, 0)])
+def test_ranges_cover_the_stream_once_each_at_its_first_batch(n, batch, world, drop_last,
+                                                             range_batches, base):
+    ep = _Epochs(n, batch, world, drop_last, first_epoch=3, num_epochs=3, resume_offset=base,
                  range_batches=range_batches)
     rs = ranges(ep)
-    per_epoch = len(rank_offsets(n, batch, world, drop_last))
-    assert ep.total == 2 * per_epoch
+    flat = all_batches(n, batch, world, drop_last, 3, 3, base)
+    assert ep.total == len(flat)
     assert sum(r.count for r in rs) == ep.total
     assert [r.g for r in rs] == [sum(x.count for x in rs[:i]) for i in range(len(rs))]
-    for epoch in (3, 4):
-        mine = [r for r in rs if r.epoch == epoch]
-        assert all(1 <= r.count <= range_batches for r in mine)
-        offsets = rank_offsets(n, batch, world, drop_last)
-        assert [r.offset for r in mine] == offsets[::range_batches]
-        assert [r.first for r in mine] == list(range(0, per_epoch, range_batches))
-        assert all(r.position0 == r.first * batch for r in mine)
-
-
-def test_a_resumed_first_epoch_starts_at_its_offset_and_later_ones_at_zero():
-    ep = _Epochs(100, 4, 2, False, first_epoch=5, num_epochs=2, resume_offset=37,
-                 range_batches=3)
-    rs = ranges(ep)
-    first = [r for r in rs if r.epoch == 5]
-    assert [r.offset for r in first] == rank_offsets(100, 4, 2, False, base=37)[::3]
-    assert first[0].epoch_samples == -(-(100 - 37) // 2)
-    assert [r.offset for r in rs if r.epoch == 6][0] == 0
-    rest = _rest_of(first[1], 2, 4, 2)
-    assert (rest.g, rest.first, rest.count, rest.offset) == (
-        first[1].g + 2, first[1].first + 2, first[1].count - 2, first[1].offset + 2 * 4 * 2)
+    assert all(1 <= r.count <= range_batches for r in rs)
+    assert all(r.count == range_batches for r in rs[:-1])  # ranges run across epochs
+    for r in rs:
+        assert (r.epoch, r.first, r.offset) == flat[r.g]
+        assert r.position0 == r.first * batch
+        assert r.epoch_samples == ep.samples_of(r.epoch)
+        assert ep.epochs_left(r.epoch) == 6 - r.epoch
+    assert rs[0].epoch_samples == (
+        (n - base) // world if drop_last else -(-(n - base) // world))
+    # The rest of a range after some of its batches: the same rule.
+    for r in rs:
+        for delivered in range(r.count):
+            rest = ep.range_at(r.g + delivered, r.count - delivered)
+            assert (rest.epoch, rest.first, rest.offset) == flat[r.g + delivered]
 
 
 def test_an_endless_stream_has_no_total_and_never_runs_out():

@@ -4,10 +4,12 @@ no dispatcher: the client pulls.
 
 Why it works: a rank's batches are a pure function of (seed, epoch, rank,
 world_size, position), so any daemon serving the same dataset and pipeline
-can produce any run of them byte for byte. The client splits each epoch of
-its rank into ranges of `range_batches` batches; batches k … k+n-1 of epoch
-e are a stream opened with resume {e, base + k × batch_size × world_size}
-and max_batches n. Each daemon has one worker thread that takes the lowest
+can produce any run of them byte for byte. The client cuts its rank's
+stream into ranges of `range_batches` batches; the range from batch k of
+epoch e is a stream opened at epoch e with resume {e, base + k × batch_size
+× world_size} (base: the resume offset of the stream's first epoch, else 0)
+and max_batches n, which runs on into the next epochs when the range does.
+Each daemon has one worker thread that takes the lowest
 range nobody holds, reads it whole and takes the next, so a faster daemon
 serves more ranges. The trainer takes batches in their global order from a
 reorder buffer.
@@ -144,17 +146,22 @@ def fingerprint_difference(reference: Any, other: Any) -> Optional[str]:
 
 @dataclass(order=True)
 class _Range:
-    g: int                 # global index (over the pool stream) of its first batch
-    epoch: int = 0
-    first: int = 0         # its first batch's index in the epoch (as the pool counts)
+    """Batches g … g+count-1 of the pool stream: a stream opened at `epoch`
+    (resumed at `offset` when that is not 0) with max_batches `count`; it
+    runs on into the next epochs when the range does."""
+    g: int                  # global index (over the pool stream) of its first batch
     count: int = 0
-    offset: int = 0        # the resume offset of its first batch
-    epoch_samples: int = 0  # this rank's samples of the epoch (for Batch.epoch_samples)
-    position0: int = 0     # this rank's samples of the epoch before the range
+    epoch: int = 0          # the epoch of its first batch
+    first: int = 0          # its first batch's index in that epoch (as the pool counts)
+    offset: int = 0         # the resume offset of its first batch
+    epoch_samples: int = 0  # this rank's samples of that epoch (Batch.epoch_samples)
+    position0: int = 0      # this rank's samples of that epoch before the range
 
 
 class _Epochs:
-    """The stream's epochs cut into ranges, lazily (endless streams too)."""
+    """The stream's batches cut into ranges (endless streams too). The
+    first epoch starts at the resume offset (it may be shorter); every
+    later epoch has the same number of batches."""
 
     def __init__(self, dataset_size: int, batch_size: int, world_size: int, drop_last: bool,
                  first_epoch: int, num_epochs: int, resume_offset: int, range_batches: int) -> None:
@@ -163,18 +170,17 @@ class _Epochs:
         self.first_epoch, self.num_epochs = first_epoch, num_epochs
         self.resume_offset = resume_offset
         self.range_batches = range_batches
-        self._epoch = first_epoch
-        self._k = 0
         self._g = 0
-        self.total: Optional[int] = None  # batches of the whole stream, once known
-        if self.samples_of(first_epoch) == 0:
+        self.total: Optional[int] = None  # batches of the whole stream (None: endless)
+        if self.samples_of(first_epoch) == 0 or self.samples_of(first_epoch + 1) == 0:
             raise InvalidRequest(
                 "epoch %d from offset %d leaves no samples for rank's %d-way share (dataset of %d "
                 "samples, drop_last=%s)" % (first_epoch, resume_offset, world_size, dataset_size,
                                             drop_last))
+        self._first_batches = self.batches_of(first_epoch)
+        self._later_batches = self.batches_of(first_epoch + 1)
         if num_epochs > 0:
-            self.total = sum(self.batches_of(e) for e in range(first_epoch,
-                                                                 first_epoch + num_epochs))
+            self.total = self._first_batches + (num_epochs - 1) * self._later_batches
 
     def base(self, epoch: int) -> int:
         return self.resume_offset if epoch == self.first_epoch else 0
@@ -188,27 +194,30 @@ class _Epochs:
     def batches_of(self, epoch: int) -> int:
         return -(-self.samples_of(epoch) // self.b)
 
+    def epochs_left(self, epoch: int) -> int:
+        """num_epochs for a stream starting at `epoch` (0: endless)."""
+        return 0 if self.num_epochs == 0 else self.first_epoch + self.num_epochs - epoch
+
+    def range_at(self, g: int, count: int) -> _Range:
+        """The range of `count` batches from global batch g."""
+        if g < self._first_batches:
+            epoch, k = self.first_epoch, g
+        else:
+            later = g - self._first_batches
+            epoch = self.first_epoch + 1 + later // self._later_batches
+            k = later % self._later_batches
+        return _Range(g, count, epoch, k, self.base(epoch) + k * self.b * self.w,
+                      self.samples_of(epoch), k * self.b)
+
     def next_range(self) -> Optional[_Range]:
-        if self.num_epochs > 0 and self._epoch >= self.first_epoch + self.num_epochs:
-            return None
-        batches = self.batches_of(self._epoch)
-        count = min(self.range_batches, batches - self._k)
-        r = _Range(self._g, self._epoch, self._k, count,
-                   self.base(self._epoch) + self._k * self.b * self.w,
-                   self.samples_of(self._epoch), self._k * self.b)
+        count = self.range_batches
+        if self.total is not None:
+            count = min(count, self.total - self._g)
+            if count <= 0:
+                return None
+        r = self.range_at(self._g, count)
         self._g += count
-        self._k += count
-        if self._k >= batches:
-            self._epoch += 1
-            self._k = 0
         return r
-
-
-def _rest_of(r: _Range, delivered: int, batch_size: int, world_size: int) -> _Range:
-    """The part of range r after its first `delivered` batches."""
-    return _Range(r.g + delivered, r.epoch, r.first + delivered, r.count - delivered,
-                  r.offset + delivered * batch_size * world_size, r.epoch_samples,
-                  r.position0 + delivered * batch_size)
 
 
 # --- daemons ----------------------------------------------------------------
@@ -477,7 +486,8 @@ class PoolStream(ClosesOnExit):
             resume = (rng.epoch, rng.offset, req["world_size"]) if rng.offset else None
             stream = self._open_stream(
                 w.channel, req["pipeline"], req["batch_size"], seed=req["seed"],
-                first_epoch=rng.epoch, num_epochs=1, rank=req["rank"],
+                first_epoch=rng.epoch, num_epochs=self._epochs.epochs_left(rng.epoch),
+                rank=req["rank"],
                 world_size=req["world_size"], credits=rng.count, shuffle=req["shuffle"],
                 drop_last=req["drop_last"], transport=req["transport"], resume=resume,
                 auto_release=False, data_host=tcp_host(w.endpoint.address),
@@ -491,9 +501,13 @@ class PoolStream(ClosesOnExit):
                     return
             for i in range(rng.count):
                 batch = next(stream)
-                batch.batch_in_epoch = rng.first + i
-                batch.position = rng.position0 + batch.position
-                batch.epoch_samples = rng.epoch_samples
+                if batch.epoch == rng.epoch:
+                    # Counted from the range's start by its stream; from
+                    # the epoch's start (or the pool's resume point) here.
+                    # Later epochs of the range start at 0 on both.
+                    batch.batch_in_epoch = rng.first + i
+                    batch.position = rng.position0 + batch.position
+                    batch.epoch_samples = rng.epoch_samples
                 with self._cond:
                     if job.abandoned:
                         break
@@ -549,8 +563,8 @@ class PoolStream(ClosesOnExit):
         (REQUIRES: the lock)."""
         w = job.worker
         job.abandoned = True
-        rest = _rest_of(job.range, job.received, self._request["batch_size"],
-                        self._request["world_size"])
+        rest = self._epochs.range_at(job.range.g + job.received,
+                                     job.range.count - job.received)
         if rest.count > 0:
             heapq.heappush(self._pending, rest)
             self._requeued += 1
