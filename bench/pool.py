@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""A trainer fed by its node's daemon and a remote one (Loader(servers=...))
+against each daemon alone.
+
+The "GPU node" is this machine's first CPU: its conveyord is held to it
+(`taskset -c 0`, threads 1). The "remote host" is a network namespace of its
+own joined by a veth pair (root and iproute2; without them, loopback TCP and
+the output says so), whose conveyord is held to the second CPU (`taskset
+-c 1`, threads 1) and serves TCP (plaintext on the lab link: TLS would add
+its cost to both ends; the data socket carries the bytes). The trainer is
+this process: it reads one endless stream as fast as it can (batch
+--batch-size, the train transform on generated ImageNet-like JPEGs), in
+three configurations, in alternating rounds:
+
+  local   Loader(local unix socket)                      the node alone
+  remote  Loader(remote host:port)                       the remote alone
+  pool    Loader(servers=[local, remote]) (local_first)  both
+
+Each is measured as steady-state images/s (--warmup seconds not counted,
+then --seconds), with the CPU time of the trainer process and of the local
+daemon over the same window: CPU-ms per image on the trainer's host. The
+ratios printed are pool / (local + remote) (target >= 0.9) and pool /
+local (target >= 1.8), from the medians over the rounds.
+
+    sudo /usr/bin/python3 bench/pool.py --conveyord build/server/conveyord \\
+        [--images 400] [--seconds 8] [--rounds 3] [--out /tmp/pool.json] [--smoke]
+
+--smoke: under a minute, checks that the benchmark works, not the figures.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(SOURCE_DIR, "client", "python"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
+sys.path.insert(0, HERE)
+
+from conveyor.daemon import DaemonProcess  # noqa: E402
+from daemon_proc import write_config  # noqa: E402
+import netns_hosts  # noqa: E402
+
+PIPELINE = "bench"
+PORT = 7272
+
+
+class PinnedDaemon(DaemonProcess):
+    """A conveyord run under `prefix` (taskset, ip netns exec)."""
+
+    def __init__(self, prefix, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._prefix = prefix
+
+    def command(self):
+        return self._prefix + super().command()
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process (all its threads)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Reader(threading.Thread):
+    """One endless stream of `loader`, read as fast as possible."""
+
+    def __init__(self, loader):
+        super().__init__(daemon=True)
+        self.loader = loader
+        self.images = 0
+        self.lock = threading.Lock()
+        self.halt = threading.Event()
+        self.error = None
+        self.stats = None
+
+    def run(self):
+        try:
+            with self.loader.stream(num_epochs=0) as stream:
+                for batch in stream:
+                    with self.lock:
+                        self.images += batch.num_samples
+                    if self.halt.is_set():
+                        if hasattr(stream, "stats"):
+                            self.stats = stream.stats()
+                        return
+        except Exception as e:  # noqa: BLE001
+            self.error = repr(e)
+
+    def count(self):
+        with self.lock:
+            return self.images
+
+
+def measure(args, loader, local_pid):
+    r = Reader(loader)
+    r.start()
+    time.sleep(args.warmup)
+    n0, t0 = r.count(), time.monotonic()
+    me0, local0 = time.process_time(), cpu_seconds(local_pid)
+    time.sleep(args.seconds)
+    n1, t1 = r.count(), time.monotonic()
+    me1, local1 = time.process_time(), cpu_seconds(local_pid)
+    r.halt.set()
+    r.join(60)
+    loader.close()
+    if r.error:
+        raise RuntimeError("stream failed: %s" % r.error)
+    images = n1 - n0
+    return {"images": images, "seconds": t1 - t0, "images_per_s": images / (t1 - t0),
+            "trainer_cpu_ms_per_image": 1000 * (me1 - me0) / max(images, 1),
+            "local_daemon_cpu_ms_per_image": 1000 * (local1 - local0) / max(images, 1),
+            "pool": r.stats}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--conveyord", default=os.path.join(SOURCE_DIR, "build", "server", "conveyord"))
+    ap.add_argument("--images", type=int, default=None, help="default 400 (smoke: 64)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=None, help="default 8 (smoke 1.5)")
+    ap.add_argument("--warmup", type=float, default=None, help="default 3 (smoke 1)")
+    ap.add_argument("--rounds", type=int, default=None, help="default 3 (smoke 1)")
+    ap.add_argument("--work", default=None, help="folder for the data (default: a temp, removed)")
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--smoke", action="store_true", help="a run of under a minute")
+    args = ap.parse_args()
+    for k, full, smoke in (("images", 400, 64), ("seconds", 8.0, 1.5), ("warmup", 3.0, 1.0),
+                           ("rounds", 3, 1)):
+        if getattr(args, k) is None:
+            setattr(args, k, smoke if args.smoke else full)
+    if (os.cpu_count() or 1) < 2:
+        sys.exit("bench/pool.py needs 2 CPUs (one per daemon)")
+
+    import conveyor
+    work = args.work or tempfile.mkdtemp(prefix="conveyor-pool-bench-")
+    data = os.path.join(work, "images")
+    t_begin = time.monotonic()
+    why_not = netns_hosts.available()
+    net = None
+    daemons = []
+    try:
+        if not os.path.isdir(data):
+            subprocess.run([sys.executable, os.path.join(HERE, "gen_imagenet_like.py"), "--out",
+                            data, "--images", str(args.images), "--classes", "10", "--seed", "1",
+                            "--workers", "2"], check=True, stdout=subprocess.DEVNULL)
+        remote_prefix = ["taskset", "-c", "1"]
+        remote_host = "127.0.0.1"
+        if why_not is None:
+            net = netns_hosts.Hosts("bnch")
+            ns = net.add("remote")
+            _, remote_host = net.link(None, ns)
+            remote_prefix = net.prefix(ns) + remote_prefix
+        for name, prefix, tcp in (("local", ["taskset", "-c", "0"], None),
+                                  ("remote", remote_prefix, "%s:%d" % (remote_host, PORT))):
+            folder = os.path.join(work, name)
+            os.makedirs(folder, exist_ok=True)
+            cfg = os.path.join(folder, "conveyord.yaml")
+            write_config(cfg, 1, {"root": data})
+            if tcp is not None:
+                with open(cfg, "a") as f:  # the lab link: no TLS, no token
+                    f.write("listen:\n  allow_insecure_tcp: true\n")
+            d = PinnedDaemon(prefix, args.conveyord, cfg, workdir=folder, tcp=tcp, threads=1)
+            d.start(60)
+            daemons.append(d)
+        local, remote = daemons
+        where = ("a network namespace over a veth pair" if net is not None
+                 else "loopback TCP (%s)" % why_not)
+        print("dataset: %d images; batch %d; local daemon on CPU 0, remote on CPU 1 in %s"
+              % (args.images, args.batch_size, where), flush=True)
+
+        def make(kind):
+            common = dict(pipeline=PIPELINE, batch_size=args.batch_size, seed=1, credits=4)
+            if kind == "local":
+                return conveyor.Loader(local.unix, **common)
+            if kind == "remote":
+                return conveyor.Loader(remote.tcp, **common)
+            return conveyor.Loader(servers=[local.unix, remote.tcp], **common)
+
+        rounds = []
+        for i in range(args.rounds):
+            row = {}
+            for kind in ("local", "remote", "pool"):
+                row[kind] = measure(args, make(kind), local.pid)
+            rounds.append(row)
+            print("round %d: local %.1f, remote %.1f, pool %.1f images/s"
+                  % (i + 1, row["local"]["images_per_s"], row["remote"]["images_per_s"],
+                     row["pool"]["images_per_s"]), flush=True)
+    finally:
+        for d in daemons:
+            d.stop()
+        if net is not None:
+            net.close()
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+    med = {k: statistics.median(r[k]["images_per_s"] for r in rounds)
+           for k in ("local", "remote", "pool")}
+    cpu = {k: {"trainer": statistics.median(r[k]["trainer_cpu_ms_per_image"] for r in rounds),
+               "local_daemon": statistics.median(r[k]["local_daemon_cpu_ms_per_image"]
+                                                 for r in rounds)}
+           for k in ("local", "remote", "pool")}
+    vs_sum = med["pool"] / (med["local"] + med["remote"])
+    vs_local = med["pool"] / med["local"]
+    print("\n| reads from | images/s | trainer CPU-ms/image | local daemon CPU-ms/image |")
+    print("|---|---|---|---|")
+    for k, label in (("local", "the node's daemon (CPU 0)"), ("remote", "the remote daemon (CPU 1)"),
+                     ("pool", "both: servers=[local, remote]")):
+        print("| %s | %.0f | %.2f | %.2f |" % (label, med[k], cpu[k]["trainer"],
+                                               cpu[k]["local_daemon"]))
+    print("\npool / (local + remote) = %.2f (target >= 0.9) -> %s"
+          % (vs_sum, "PASS" if vs_sum >= 0.9 else "FAIL"))
+    print("pool / local = %.2f (target >= 1.8) -> %s" % (vs_local, "PASS" if vs_local >= 1.8
+                                                           else "FAIL"))
+    out = {"meta": {"images": args.images, "batch_size": args.batch_size,
+                    "seconds": args.seconds, "warmup": args.warmup, "rounds": args.rounds,
+                    "smoke": args.smoke, "remote_in_namespace": net is not None,
+                    "why_not_namespace": why_not, "wall_s": time.monotonic() - t_begin},
+           "rounds": rounds, "median_images_per_s": med, "median_cpu_ms_per_image": cpu,
+           "pool_vs_sum": vs_sum, "pool_vs_local": vs_local}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+    print("wall time %.0f s" % out["meta"]["wall_s"])
+
+
+if __name__ == "__main__":
+    main()
