@@ -107,6 +107,32 @@ absl::StatusOr<uint64_t> ImageBytes(const v1::Batch& batch) {
 
 }  // namespace
 
+void StreamCanceller::Cancel() {
+  std::shared_ptr<internal::StreamCall> call;
+  {
+    MutexLock lock(&mu_);
+    cancelled_ = true;
+    call = call_.lock();
+  }
+  // TryCancel is thread-safe, and harmless on a call that is over.
+  if (call != nullptr) call->context.TryCancel();
+}
+
+bool StreamCanceller::cancelled() const {
+  MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+void StreamCanceller::Attach(const std::shared_ptr<internal::StreamCall>& call) {
+  bool cancel = false;
+  {
+    MutexLock lock(&mu_);
+    call_ = call;
+    cancel = cancelled_;
+  }
+  if (cancel) call->context.TryCancel();
+}
+
 size_t DTypeBytes(v1::DType dtype) {
   switch (dtype) {
     case v1::UINT8: return 1;
@@ -188,6 +214,7 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   open.set_credits(options.credits);
   open.set_shuffle(options.shuffle);
   open.set_drop_last(options.drop_last);
+  open.set_max_batches(options.max_batches);
   open.set_transport(options.transport);
   open.set_accept_data_socket(data_host.has_value());
   if (options.pin_memory && options.transport != v1::TRANSPORT_AUTO &&
@@ -217,6 +244,7 @@ absl::StatusOr<std::unique_ptr<Stream>> Stream::Open(std::shared_ptr<grpc::Chann
   call->channel = std::move(channel);
   if (!token.empty()) call->context.AddMetadata("authorization", "Bearer " + token);
   call->rw = stub.StreamBatches(&call->context);
+  if (options.canceller != nullptr) options.canceller->Attach(call);
   std::unique_ptr<Stream> stream(new Stream(call, options));
   const std::string what = "opening a stream of pipeline " + stream->pipeline_;
 

@@ -49,11 +49,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/cpp/transport/client_transport.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
+#include "core/base/mutex.h"
 
 namespace conveyor::client {
 
@@ -61,6 +63,7 @@ namespace v1 = ::conveyor::v1;
 
 namespace internal {
 struct StreamCall;  // the gRPC call, the memory and the held slots (stream.cc)
+struct PoolState;   // pool/pool_stream.cc
 }  // namespace internal
 
 // Where a stream starts again (ResumePosition of the proto).
@@ -68,6 +71,26 @@ struct ResumeState {
   uint64_t epoch = 0;
   uint64_t offset = 0;      // samples of the epoch's global order all ranks consumed
   uint32_t world_size = 1;  // the world size it was saved at (informational)
+};
+
+// Cancels one stream's call from any thread, whether the stream is still
+// being opened (Client::OpenStream blocked on StreamOpened) or open (its
+// Next() blocked on a batch): either then returns CANCELLED. A canceller
+// given to a stream that was cancelled already cancels it at once. Leases
+// taken before stay readable (as after Close()). Thread-safe.
+class StreamCanceller {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Stream;
+  // The stream's call (Stream::Open): cancelled now if Cancel() came first.
+  void Attach(const std::shared_ptr<internal::StreamCall>& call);
+
+  mutable Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::weak_ptr<internal::StreamCall> call_ ABSL_GUARDED_BY(mu_);
 };
 
 // An OpenStream request (see the proto for each field's range).
@@ -86,6 +109,11 @@ struct StreamOptions {
   // (inline when the daemon has none).
   v1::Transport transport = v1::TRANSPORT_AUTO;
   std::optional<ResumeState> resume;  // absent: first_epoch, position 0
+  // > 0: the stream ends after this many batches (OpenStream.max_batches):
+  // with `resume`, any range of a rank's batches.
+  uint64_t max_batches = 0;
+  // Optional: cancels the call from another thread (see StreamCanceller).
+  std::shared_ptr<StreamCanceller> canceller;
   // Connecting to the fd hand-over or data socket, and its handshake.
   absl::Duration side_timeout = absl::Seconds(10);
   // Longest silence of the data socket in the middle of a batch.
@@ -139,6 +167,8 @@ class BatchLease {
 
  private:
   friend class Stream;
+  // Counts batch_in_epoch and position over the epoch (pool/pool_stream.h).
+  friend struct internal::PoolState;
   std::shared_ptr<internal::StreamCall> call_;
   v1::Batch header_;
   BatchBytes bytes_;  // where the images are (INLINE: owns them)

@@ -29,7 +29,7 @@ import pytest
 
 import conveyor
 import netns_hosts
-from conveyor_integration import (PYTHON, Daemon, client_env, collect, daemon_config,
+from conveyor_integration import (BUILD_DIR, PYTHON, Daemon, client_env, collect, daemon_config,
                                   finish_daemons, make_image_folder, pipeline_entry, scaled,
                                   write_list_file, write_shards)
 from pki_files import make_ca, make_cert
@@ -380,6 +380,68 @@ def test_cli_fetch_spreads_over_also_server_and_writes_what_one_daemon_gives(tmp
         assert json.loads(r.stdout)["batches"] == 12
         outputs[name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
     assert outputs["one"] == outputs["two"]
+
+
+FETCH_BATCHES = BUILD_DIR / "client" / "cpp" / "fetch_batches"
+
+
+def cpp_fetch(args, out, stdin_lines=None, on_paused=None):
+    """Runs fetch_batches (the C++ client's PoolStream with --also-server);
+    returns ([(labels, indices)] per batch, its pool lines, the image bytes)."""
+    proc = subprocess.Popen([str(FETCH_BATCHES), "--out", str(out)] + args, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("paused") and on_paused is not None:
+            on_paused()
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=scaled(120)) == 0, err
+    batches, pool = [], {}
+    for line in lines:
+        fields = dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
+        if line.startswith("batch "):
+            batches.append((fields["labels"], fields["indices"]))
+        elif line.startswith("pool "):
+            pool[fields["address"]] = fields
+    return batches, pool, out.read_bytes()
+
+
+@pytest.mark.parametrize("kill", [False, True])
+def test_cpp_client_pool_is_byte_identical_and_survives_a_killed_and_a_stopped_daemon(
+        tmp_path, dataset, daemons, kill):
+    root, _ = dataset
+    cfg = daemon_config(root)
+    local = daemons(Daemon(tmp_path / "local", cfg, tcp=False))
+    a = daemons(Daemon(tmp_path / "a", cfg))
+    b = daemons(Daemon(tmp_path / "b", cfg))
+    ref = reference(local.unix)
+    args = ["--server", local.unix, "--also-server", a.tcp, "--also-server", b.tcp,
+            "--pipeline", "train", "--batch-size", str(BATCH), "--seed", str(SEED),
+            "--epochs", "2", "--balanced", "--range-batches", "2", "--stall-seconds",
+            str(scaled(2))]
+
+    def stop_two():
+        a.proc.kill()
+        a.proc.wait()
+        os.kill(b.pid, signal.SIGSTOP)
+
+    if kill:
+        args += ["--pause-after", "6"]
+    batches, pool, images = cpp_fetch(args, tmp_path / "images.bin",
+                                      on_paused=stop_two if kill else None)
+    assert batches == [(",".join(str(x) for x in r.labels), ",".join(str(x) for x in r.indices))
+                       for r in ref]
+    _, _, rx = collect(ref)
+    assert images == rx.tobytes()
+    assert set(pool) == {local.unix, a.tcp, b.tcp}
+    assert sum(int(d["batches"]) for d in pool.values()) == len(ref)
+    if kill:
+        assert pool[a.tcp]["error"] == "yes" and pool[b.tcp]["error"] == "yes", pool
+    else:
+        assert all(int(d["ranges"]) >= 1 for d in pool.values()), pool
 
 
 def test_pool_arguments_are_checked(daemon):

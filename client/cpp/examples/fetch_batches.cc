@@ -8,6 +8,8 @@
 //                 [--batches N] [--out FILE] [--hold N]
 //                 [--pause-after N] [--resume-epoch E --resume-offset O] [--quiet]
 //                 [--seconds S [--warmup-batches N]]
+//                 [--also-server ADDRESS]... [--balanced] [--range-batches N]
+//                 [--stall-seconds S]
 //
 // --out appends every batch's image bytes to FILE (a device batch's copied
 // to the host first); --hold keeps the last N batches unreleased;
@@ -18,8 +20,10 @@
 // after S seconds counted from the end of the first --warmup-batches
 // batches (default 0: from the open); the done line then also gives
 // timed_samples, timed_seconds and images_per_s over that span
-// (bench/scaling.sh). Exit 1 on an error (its message on stderr), 2 on a
-// usage error; --help prints the usage and exits 0.
+// (bench/scaling.sh). --also-server (repeatable) reads through a PoolStream
+// (client/cpp/pool/pool_stream.h) over --server and these, and prints a
+// "pool ..." line per daemon before the done line. Exit 1 on an error (its message on stderr), 2 on
+// a usage error; --help prints the usage and exits 0.
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +39,7 @@
 
 #include "absl/strings/numbers.h"
 #include "client/cpp/client.h"
+#include "client/cpp/pool/pool_stream.h"
 
 namespace {
 
@@ -49,9 +54,11 @@ struct Args {
   size_t hold = 0;
   uint64_t pause_after = 0;
   bool quiet = false;
-  double seconds = 0;           // 0: no time limit
-  uint64_t warmup_batches = 0;  // not counted in the timed span
-  bool help = false;            // --help: print the usage, exit 0
+  double seconds = 0;                     // 0: no time limit
+  uint64_t warmup_batches = 0;            // not counted in the timed span
+  bool help = false;                      // --help: print the usage, exit 0
+  std::vector<std::string> also_servers;  // a pool: --server and these
+  conveyor::client::PoolOptions pool;
 };
 
 constexpr char kUsage[] =
@@ -77,6 +84,11 @@ constexpr char kUsage[] =
     "  --resume-epoch E --resume-offset O   start at a resume point\n"
     "  --seconds S            stop after S seconds (timed from --warmup-batches N)\n"
     "  --quiet                no line per batch, only the \"done\" line\n"
+    "  --also-server ADDRESS  another daemon of the same pipeline (repeatable): the\n"
+    "                         batches are spread over --server and these\n"
+    "  --balanced             every daemon takes ranges (default: local_first)\n"
+    "  --range-batches N      batches per range of a pool (8)\n"
+    "  --stall-seconds S      a pool daemon silent this long loses its range (30)\n"
     "Exit status: 0 done, 1 an error (its message on stderr), 2 a usage error.\n";
 
 int Usage(const std::string& why) {
@@ -115,6 +127,10 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
       a.stream.pin_memory = true;
       continue;
     }
+    if (flag == "--balanced") {
+      a.pool.policy = conveyor::client::PoolPolicy::kBalanced;
+      continue;
+    }
     if (i + 1 >= argc) {
       *error = flag + " needs a value";
       return std::nullopt;
@@ -130,7 +146,15 @@ std::optional<Args> Parse(int argc, char** argv, std::string* error) {
       a.out = v;
     else if (flag == "--gpu-uuid")
       a.stream.gpu_uuid = v;
-    else if (flag == "--transport") {
+    else if (flag == "--also-server")
+      a.also_servers.push_back(v);
+    else if (flag == "--range-batches")
+      ok = ParseNumber(v, &a.pool.range_batches);
+    else if (flag == "--stall-seconds") {
+      double secs = 0;
+      ok = absl::SimpleAtod(v, &secs) && secs > 0 && secs < 1e6;
+      a.pool.stall_timeout = absl::Seconds(secs);
+    } else if (flag == "--transport") {
       auto it = kTransports.find(v);
       ok = it != kTransports.end();
       if (ok) a.stream.transport = it->second;
@@ -229,17 +253,34 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  absl::StatusOr<conveyor::client::Client> client = conveyor::client::Client::Create(args->server);
-  if (!client.ok()) return Fail(client.status());
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<conveyor::client::Stream>> stream =
-      client->OpenStream(args->stream);
-  if (!stream.ok()) return Fail(stream.status());
-  const v1::StreamOpened& op = (*stream)->opened();
-  std::printf("opened stream=%llu transport=%s batches_per_epoch=%llu pinned=%d\n",
-              static_cast<unsigned long long>(op.stream_id()), TransportName(op.transport()),
-              static_cast<unsigned long long>(op.batches_per_epoch()),
-              args->stream.pin_memory ? 1 : 0);
+  // One daemon's Stream, or a PoolStream over several: Next() and
+  // resume_state() of either.
+  std::unique_ptr<conveyor::client::Stream> stream;
+  std::unique_ptr<conveyor::client::PoolStream> pool;
+  if (args->also_servers.empty()) {
+    absl::StatusOr<conveyor::client::Client> client =
+        conveyor::client::Client::Create(args->server);
+    if (!client.ok()) return Fail(client.status());
+    absl::StatusOr<std::unique_ptr<conveyor::client::Stream>> opened =
+        client->OpenStream(args->stream);
+    if (!opened.ok()) return Fail(opened.status());
+    stream = std::move(*opened);
+    const v1::StreamOpened& op = stream->opened();
+    std::printf("opened stream=%llu transport=%s batches_per_epoch=%llu pinned=%d\n",
+                static_cast<unsigned long long>(op.stream_id()), TransportName(op.transport()),
+                static_cast<unsigned long long>(op.batches_per_epoch()),
+                args->stream.pin_memory ? 1 : 0);
+  } else {
+    std::vector<std::string> servers = {args->server};
+    servers.insert(servers.end(), args->also_servers.begin(), args->also_servers.end());
+    absl::StatusOr<std::unique_ptr<conveyor::client::PoolStream>> opened =
+        conveyor::client::PoolStream::Open(servers, args->stream, args->pool);
+    if (!opened.ok()) return Fail(opened.status());
+    pool = std::move(*opened);
+    std::printf("opened pool daemons=%zu\n", servers.size());
+  }
+  auto next_batch = [&]() { return pool != nullptr ? pool->Next() : stream->Next(); };
 
   FILE* out = nullptr;
   if (!args->out.empty() && (out = std::fopen(args->out.c_str(), "wb")) == nullptr) {
@@ -260,7 +301,7 @@ int main(int argc, char** argv) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - *timed_from).count();
       if (timed_seconds >= args->seconds) break;
     }
-    absl::StatusOr<std::optional<BatchLease>> next = (*stream)->Next();
+    absl::StatusOr<std::optional<BatchLease>> next = next_batch();
     if (!next.ok()) {
       status = next.status();
       break;
@@ -291,7 +332,7 @@ int main(int argc, char** argv) {
     held.push_back(std::move(batch));
     while (held.size() > args->hold) held.pop_front();  // releases the oldest
     if (args->pause_after != 0 && batches == args->pause_after) {
-      std::printf("paused held=%zu\n", (*stream)->held());
+      std::printf("paused held=%zu\n", stream != nullptr ? stream->held() : held.size());
       std::fflush(stdout);
       std::string line;
       std::getline(std::cin, line);
@@ -304,8 +345,17 @@ int main(int argc, char** argv) {
   if (out != nullptr && std::fclose(out) != 0 && status.ok()) {
     status = absl::DataLossError("closing --out " + args->out + " failed");
   }
+  if (pool != nullptr) {
+    for (const conveyor::client::PoolDaemonStats& d : pool->stats().daemons) {
+      std::printf("pool address=%s local=%d state=%s ranges=%llu batches=%llu error=%s\n",
+                  d.address.c_str(), d.local ? 1 : 0, d.state.c_str(),
+                  static_cast<unsigned long long>(d.ranges),
+                  static_cast<unsigned long long>(d.batches), d.last_error.empty() ? "-" : "yes");
+    }
+  }
   if (!status.ok()) return Fail(status);
-  const conveyor::client::ResumeState& r = (*stream)->resume_state();
+  const conveyor::client::ResumeState& r =
+      pool != nullptr ? pool->resume_state() : stream->resume_state();
   std::printf(
       "done batches=%llu samples=%llu seconds=%.3f batches_per_s=%.1f "
       "resume_epoch=%llu resume_offset=%llu",
