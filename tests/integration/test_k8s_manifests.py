@@ -26,9 +26,17 @@ config they embed, and meet the Pod Security level they claim.
   own probe command and the trainer's CONVEYOR_SERVER. Socket folder, config
   file, dataset roots and ports are where the containers mount or expose
   them. Memory limits cover the worst case of config/README.md.
-- Pod Security (tests/integration/pod_security.py): the sidecar Job passes
-  "restricted" (so "baseline"); the DaemonSet and its trainer example break
-  exactly the hostPath rule, and their namespace is labelled privileged.
+- Pod Security (tests/integration/pod_security.py): the sidecar Job and the
+  pool's pods pass "restricted" (so "baseline"); the DaemonSet and its
+  trainer example break exactly the hostPath rule, and their namespace is
+  labelled privileged.
+- The pool (deploy/k8s/pool): its daemon serves TLS on the TCP listener and
+  the data socket, which the headless Service exposes; a pooled Loader over
+  the training Job's sidecar daemon and a pool daemon, both on their
+  manifests' configs, is served by both (the pipelines' fingerprints agree);
+  the HPA scales on the metric the prometheus-adapter rule makes of a
+  counter the daemon exports; the PDB selects the pool's pods; the pool
+  avoids GPU nodes; the trainer's CONVEYOR_POOL names the Service.
 """
 
 import math
@@ -48,17 +56,20 @@ from conveyor.daemon import DaemonProcess
 from pod_security import violations
 
 K8S = ci.SOURCE_DIR / "deploy" / "k8s"
-VARIANTS = {"daemonset": ["conveyord.yaml", "trainer-example.yaml"], "sidecar": ["job.yaml"]}
+VARIANTS = {"daemonset": ["conveyord.yaml", "trainer-example.yaml"], "sidecar": ["job.yaml"],
+            "pool": ["pool.yaml", "trainer-job.yaml"]}
 # Optional files beside them, not in the kustomizations: plain Kubernetes
 # objects (validated with the rest) and PodMonitors (a CRD: checked here).
-OPTIONAL = {"sidecar": ["priority-class.yaml"]}
-PODMONITORS = {"daemonset": "podmonitor.yaml", "sidecar": "podmonitor.yaml"}
+OPTIONAL = {"sidecar": ["priority-class.yaml"], "pool": ["prometheus-adapter-rule.yaml"]}
+PODMONITORS = {"daemonset": "podmonitor.yaml", "sidecar": "podmonitor.yaml",
+               "pool": "podmonitor.yaml"}
 MANIFESTS = [K8S / v / f for v, files in VARIANTS.items() for f in files] + [
     K8S / v / f for v, files in OPTIONAL.items() for f in files]
 IMAGE_PLACEHOLDERS = {"YOUR_REGISTRY/conveyord:VERSION", "YOUR_REGISTRY/conveyor-trainer:VERSION"}
 # What a namespace-scoped user may create (the sidecar's kustomization).
 NAMESPACED_KINDS = {"ConfigMap", "Secret", "ServiceAccount", "Job", "Pod", "Deployment",
-                    "Service", "PersistentVolumeClaim", "Role", "RoleBinding"}
+                    "Service", "PersistentVolumeClaim", "Role", "RoleBinding",
+                    "PodDisruptionBudget", "HorizontalPodAutoscaler"}
 METRICS_PORT_NAME = "metrics"
 SCHEMA_VERSIONS = ("1.29.0", "1.37.0")
 # What the worst case of config/README.md cannot read from a config: the
@@ -88,8 +99,12 @@ def containers(spec):
     return (spec.get("initContainers") or []) + (spec.get("containers") or [])
 
 
+def daemon_containers(spec):
+    return [c for c in containers(spec) if "conveyord" in c["image"] and "args" in c]
+
+
 def daemon_container(spec):
-    found = [c for c in containers(spec) if "conveyord" in c["image"] and "args" in c]
+    found = daemon_containers(spec)
     assert len(found) == 1, [c["name"] for c in containers(spec)]
     return found[0]
 
@@ -181,10 +196,17 @@ def mount_of(container, path):
 
 
 def daemon_cases():
+    """(variant, docs, pod spec) of every workload that runs conveyord."""
     for variant, files in VARIANTS.items():
-        docs = load(K8S / variant / files[0])
-        for name, spec in pod_specs(docs):
-            yield pytest.param(docs, spec, id="%s:%s" % (variant, name))
+        for f in files:
+            docs = load(K8S / variant / f)
+            for name, spec in pod_specs(docs):
+                if daemon_containers(spec):
+                    yield pytest.param(variant, docs, spec, id="%s:%s" % (variant, name))
+
+
+def test_every_variant_has_a_daemon_case():
+    assert {p.values[0] for p in daemon_cases()} == set(VARIANTS)
 
 
 # --- kustomize, image references ------------------------------------------------
@@ -405,8 +427,8 @@ def test_daemonset_needs_privileged_for_hostpath_only():
 
 
 # --- the pod specs -----------------------------------------------------------------
-@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
-def test_pod_spec_basics(docs, spec):
+@pytest.mark.parametrize("variant,docs,spec", list(daemon_cases()))
+def test_pod_spec_basics(variant, docs, spec):
     assert spec.get("automountServiceAccountToken") is False
     if "priorityClassName" in spec:
         classes = {d["metadata"]["name"] for d in docs if d["kind"] == "PriorityClass"}
@@ -446,8 +468,8 @@ def test_daemonset_runs_on_gpu_nodes_and_fits_the_node_the_readme_names():
         assert total_cpu <= cpus and total_mem <= gib * 2**30, (name, total_cpu, total_mem)
 
 
-@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
-def test_daemon_memory_request_is_its_limit(docs, spec):
+@pytest.mark.parametrize("variant,docs,spec", list(daemon_cases()))
+def test_daemon_memory_request_is_its_limit(variant, docs, spec):
     """README, "Sizing": memory is not compressible, so the request is the
     limit (the worst case), while the CPU request is below the limit."""
     _, c, _ = embedded_config(docs, spec)
@@ -462,29 +484,30 @@ def metrics_port(cfg):
     return int(listen.rsplit(":", 1)[1])
 
 
-@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
-def test_metrics_port_is_named_and_scraped(docs, spec):
+@pytest.mark.parametrize("variant,docs,spec", list(daemon_cases()))
+def test_metrics_port_is_named_and_scraped(variant, docs, spec):
     cfg, c, _ = embedded_config(docs, spec)
     port = metrics_port(cfg)
     named = {p.get("name"): p["containerPort"] for p in c.get("ports") or []}
     assert named.get(METRICS_PORT_NAME) == port, named
     # The workload whose pod template this is, and its annotations.
-    workload = next(d for d in docs if d["kind"] in ("DaemonSet", "Job"))
+    workload = next(d for d in docs if d["kind"] in ("DaemonSet", "Deployment", "Job")
+                    and d["spec"]["template"]["spec"] is spec)
     template = workload["spec"]["template"]
     annotations = template["metadata"].get("annotations") or {}
     assert annotations.get("prometheus.io/scrape") == "true"
     assert annotations.get("prometheus.io/port") == str(port)
     assert annotations.get("prometheus.io/path") == "/metrics"
-    # The optional PodMonitor selects these pods and scrapes that port.
-    variant = next(v for v, files in VARIANTS.items() if load(K8S / v / files[0]) == docs)
+    # An optional PodMonitor of the folder selects these pods and scrapes that port.
     monitors = load(K8S / variant / PODMONITORS[variant])
-    assert [m["kind"] for m in monitors] == ["PodMonitor"]
-    pm = monitors[0]
+    assert monitors and all(m["kind"] == "PodMonitor" for m in monitors)
+    labels = template["metadata"]["labels"]
+    selecting = [m for m in monitors if m["spec"]["selector"]["matchLabels"] and all(
+        labels.get(k) == v for k, v in m["spec"]["selector"]["matchLabels"].items())]
+    assert len(selecting) == 1, (labels, monitors)
+    pm = selecting[0]
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"
     assert pm["metadata"].get("namespace") == workload["metadata"].get("namespace")
-    labels = template["metadata"]["labels"]
-    match = pm["spec"]["selector"]["matchLabels"]
-    assert match and all(labels.get(k) == v for k, v in match.items()), (match, labels)
     endpoints = pm["spec"]["podMetricsEndpoints"]
     assert [(e["port"], e.get("path", "/metrics")) for e in endpoints] == [
         (METRICS_PORT_NAME, "/metrics")]
@@ -492,8 +515,8 @@ def test_metrics_port_is_named_and_scraped(docs, spec):
     assert PODMONITORS[variant] not in kustomization["resources"]  # the CRD may be absent
 
 
-@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
-def test_memory_limits_cover_the_worst_case(docs, spec):
+@pytest.mark.parametrize("variant,docs,spec", list(daemon_cases()))
+def test_memory_limits_cover_the_worst_case(variant, docs, spec):
     cfg, c, _ = embedded_config(docs, spec)
     limits, requests = c["resources"]["limits"], c["resources"]["requests"]
     cpu = quantity_cpus(limits["cpu"]) if "cpu" in limits else None
@@ -505,8 +528,8 @@ def test_memory_limits_cover_the_worst_case(docs, spec):
     assert quantity_bytes(requests["memory"]) >= size_bytes(cfg["memory_budget"])
 
 
-@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
-def test_manifest_agrees_with_its_config(docs, spec):
+@pytest.mark.parametrize("variant,docs,spec", list(daemon_cases()))
+def test_manifest_agrees_with_its_config(variant, docs, spec):
     cfg, c, _ = embedded_config(docs, spec)
     sock = cfg["listen"]["unix"]
     address = "unix://" + sock
@@ -526,10 +549,14 @@ def test_manifest_agrees_with_its_config(docs, spec):
         if addr != "none" and int(addr.rsplit(":", 1)[1]) != 0:
             ports.add(int(addr.rsplit(":", 1)[1]))
     assert {p["containerPort"] for p in c.get("ports") or []} == ports
-    # Trainers in the same pod, or in the example pod beside a DaemonSet.
+    # Trainers in the same pod, or in the example pod beside a DaemonSet. (The
+    # pool's trainers are in other pods, over TCP: test_pool_trainers_reach_the_service.)
     trainers = [t for t in containers(spec) if t is not c and "trainer" in t["image"]]
+    if variant == "pool" and not trainers:
+        assert cfg["listen"].get("tcp")
+        return
     if not trainers:
-        for f in (K8S / "daemonset").glob("trainer-*.yaml"):
+        for f in (K8S / variant).glob("trainer-*.yaml"):
             trainers += [t for _, s in pod_specs(load(f)) for t in containers(s)]
     assert trainers
     for t in trainers:
@@ -539,25 +566,49 @@ def test_manifest_agrees_with_its_config(docs, spec):
         assert m and m["mountPath"] == sock_mount["mountPath"], t["name"]
 
 
-@pytest.mark.parametrize("docs,spec", list(daemon_cases()))
-def test_embedded_config_serves_and_answers_the_probe(docs, spec, tmp_path):
-    """The config, its paths moved under tmp_path (standing for the
-    container's mounts), passes --check-config; a daemon on it answers the
-    manifest's probe command and lists the config's pipelines."""
-    ci.require_daemon()
-    cfg, c, _ = embedded_config(docs, spec)
-    root = tmp_path / "c"   # short: the socket path must stay under 104 bytes
+# The name the pool's clients check its certificate against (pool.yaml), in
+# a namespace "ml".
+POOL_TLS_NAME = "conveyor-pool.ml.svc.cluster.local"
+
+
+def local_config(cfg, c, tmp_path, root):
+    """cfg with its paths moved under root (standing for the container's
+    mounts), datasets made where missing, a TLS certificate for
+    POOL_TLS_NAME where it names one, TCP on loopback; written to tmp_path.
+    Returns (config file, DaemonProcess not started, Security for TCP or None)."""
 
     def moved(path):
         assert mount_of(c, path), "%s is on no volume of the container" % path
         return str(root) + path
 
-    cfg["listen"]["unix"] = moved(cfg["listen"]["unix"])
+    listen = cfg["listen"]
+    listen["unix"] = moved(listen["unix"])
     cfg["allowed_roots"] = [moved(p) for p in cfg.get("allowed_roots", [])]
     for p in cfg["pipelines"].values():
         p["dataset"]["root"] = moved(p["dataset"]["root"])
         if not Path(p["dataset"]["root"]).exists():
-            ci.make_image_folder(p["dataset"]["root"], classes=2, per_class=2)
+            ci.make_image_folder(p["dataset"]["root"], classes=2, per_class=4)
+    security = None
+    tcp = None
+    if listen.get("tcp"):
+        # The pod's address stands for 0.0.0.0; port 0: any free one here.
+        tcp = listen["tcp"] = "127.0.0.1:0"
+        if str(listen.get("data_tcp", "")) not in ("", "none"):
+            listen["data_tcp"] = "127.0.0.1:0"
+        tls = listen.get("tls")
+        if tls:
+            from pki_files import make_ca, make_cert
+            pki = tmp_path / "pki"
+            pki.mkdir()
+            ca = make_ca(pki, "ca")
+            cert, key = make_cert(pki, "pool", "ca", POOL_TLS_NAME,
+                                  "subjectAltName=DNS:%s\nextendedKeyUsage=serverAuth"
+                                  % POOL_TLS_NAME)
+            for field, made in (("cert", cert), ("key", key)):
+                tls[field] = moved(tls[field])
+                Path(tls[field]).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(made, tls[field])
+            security = conveyor.Security(tls_ca=str(ca), tls_server_name=POOL_TLS_NAME)
     # Two threads and a small budget on this machine; the rest as written.
     cfg["threads"] = 2
     cfg["memory_budget"] = "256MiB"
@@ -566,14 +617,29 @@ def test_embedded_config_serves_and_answers_the_probe(docs, spec, tmp_path):
         cfg["metrics"]["listen"] = "127.0.0.1:0"  # the pod's own address stands for 0.0.0.0
     config = tmp_path / "conveyord.yaml"
     config.write_text(yaml.safe_dump(cfg))
+    d = DaemonProcess(str(ci.CONVEYORD), str(config), workdir=str(tmp_path / "w"),
+                      socket=listen["unix"], tcp=tcp)
+    return config, d, security
+
+
+@pytest.mark.parametrize("variant,docs,spec", list(daemon_cases()))
+def test_embedded_config_serves_and_answers_the_probe(variant, docs, spec, tmp_path):
+    """The config, its paths moved under tmp_path (standing for the
+    container's mounts), passes --check-config; a daemon on it answers the
+    manifest's probe command and lists the config's pipelines (on the unix
+    socket, and over TCP with TLS where the config has a TCP listener)."""
+    ci.require_daemon()
+    cfg, c, _ = embedded_config(docs, spec)
+    root = tmp_path / "c"   # short: the socket path must stay under 104 bytes
+    config, d, security = local_config(cfg, c, tmp_path, root)
     r = subprocess.run([str(ci.CONVEYORD), "--config", str(config), "--check-config"],
                        capture_output=True, text=True, timeout=ci.scaled(60))
     assert r.returncode == 0, r.stderr
-    d = DaemonProcess(str(ci.CONVEYORD), str(config), workdir=str(tmp_path / "w"),
-                      socket=cfg["listen"]["unix"])
     try:
         d.start(timeout=ci.scaled(60))
-        for probe in ("startupProbe", "livenessProbe"):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if probe not in c:
+                continue
             argv = list(c[probe]["exec"]["command"])
             assert argv[0] == "conveyord"
             argv = [str(ci.CONVEYORD)] + [a.replace("unix://", "unix://" + str(root))
@@ -582,6 +648,15 @@ def test_embedded_config_serves_and_answers_the_probe(docs, spec, tmp_path):
             assert r.returncode == 0, (probe, argv, r.stdout, r.stderr)
         names = {p.name for p in conveyor.list_pipelines("unix://" + cfg["listen"]["unix"])}
         assert names == set(cfg["pipelines"])
+        if cfg["listen"].get("tcp"):
+            assert d.tcp, d.log_tail()
+            if cfg["listen"].get("tls"):
+                # Plaintext is refused; the CA and the Service's name get in.
+                with pytest.raises(conveyor.ConveyorError):
+                    conveyor.list_pipelines(d.tcp, timeout=ci.scaled(5),
+                                            security=conveyor.Security())
+            names = {p.name for p in conveyor.list_pipelines(d.tcp, security=security)}
+            assert names == set(cfg["pipelines"])
         if cfg.get("metrics"):
             # What the annotations' path scrapes on the named port.
             m = re.search(r"Prometheus metrics on http://([0-9.]+):(\d+)/metrics", d.log())
@@ -594,3 +669,233 @@ def test_embedded_config_serves_and_answers_the_probe(docs, spec, tmp_path):
                 'pipeline="%s"' % n in text for n in cfg["pipelines"]), text[:2000]
     finally:
         ci.finish_daemons([d])
+
+
+# --- the pool (deploy/k8s/pool) ---------------------------------------------------
+POOL = K8S / "pool"
+STARVED_COUNTER = "conveyor_client_starved_seconds_total"
+
+
+def pool_objects():
+    docs = load(POOL / "pool.yaml")
+    by_kind = {}
+    for d in docs:
+        assert d["kind"] not in by_kind, "two %ss in pool.yaml" % d["kind"]
+        by_kind[d["kind"]] = d
+    return docs, by_kind
+
+
+def pool_config():
+    docs, kinds = pool_objects()
+    cfg, c, _ = embedded_config(docs, kinds["Deployment"]["spec"]["template"]["spec"])
+    return cfg, c
+
+
+def trainer_job():
+    docs = load(POOL / "trainer-job.yaml")
+    [(_, spec)] = list(pod_specs(docs))
+    return docs, spec
+
+
+def port_of(addr):
+    return int(str(addr).rsplit(":", 1)[1])
+
+
+def selects(selector, labels):
+    match = selector["matchLabels"]
+    return bool(match) and all(labels.get(k) == v for k, v in match.items())
+
+
+def test_pool_kustomization_is_namespaced_only_and_passes_restricted():
+    built = load_text(kustomize_build(POOL))
+    kinds = {d["kind"] for d in built}
+    assert kinds == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget",
+                     "HorizontalPodAutoscaler"}, kinds
+    assert kinds <= NAMESPACED_KINDS
+    assert all("namespace" not in d["metadata"] for d in built)  # the user's namespace
+    for f in VARIANTS["pool"]:
+        for name, spec in pod_specs(load(POOL / f)):
+            assert violations(spec, "baseline") == [], (f, name)
+            assert violations(spec, "restricted") == [], (f, name)
+
+
+def test_pool_runs_on_cpu_nodes_only():
+    _, kinds = pool_objects()
+    spec = kinds["Deployment"]["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert terms and all({"key": "nvidia.com/gpu.present", "operator": "NotIn",
+                          "values": ["true"]} in t["matchExpressions"] for t in terms), terms
+    assert not spec.get("tolerations"), "the pool tolerates the GPU nodes' taint"
+    for c in containers(spec):
+        assert not any("gpu" in k for k in c["resources"].get("limits", {})), c["resources"]
+
+
+def test_pool_service_is_headless_and_exposes_the_listeners():
+    cfg, c = pool_config()
+    _, kinds = pool_objects()
+    svc, deploy = kinds["Service"], kinds["Deployment"]
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"].get("publishNotReadyAddresses") is False
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    sel = svc["spec"]["selector"]
+    assert sel and all(labels.get(k) == v for k, v in sel.items()), (sel, labels)
+    assert selects(deploy["spec"]["selector"], labels)
+    # A pod is in the DNS answer once ready: the readiness probe is the health check.
+    assert c["readinessProbe"]["exec"]["command"][:2] == ["conveyord", "--probe"]
+    named = {p["name"]: p["containerPort"] for p in c["ports"]}
+    exposed = {}
+    for p in svc["spec"]["ports"]:
+        target = p.get("targetPort", p["port"])
+        exposed[p["port"]] = named[target] if isinstance(target, str) else target
+        assert exposed[p["port"]] == p["port"], p  # clients dial the pod's own port
+    want = {port_of(cfg["listen"]["tcp"]), port_of(cfg["listen"]["data_tcp"])}
+    assert 0 not in want, "the data socket needs a fixed port behind a Service"
+    assert set(exposed) == want, (exposed, cfg["listen"])
+    # Off loopback, TCP needs TLS or tokens: TLS from the Secret the comment
+    # tells how to create, mounted where the config reads it.
+    tls = cfg["listen"]["tls"]
+    secret = next(v["secret"]["secretName"] for v in deploy["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == mount_of(c, tls["cert"])["name"] and "secret" in v)
+    assert mount_of(c, tls["key"]) == mount_of(c, tls["cert"])
+    assert {Path(tls["cert"]).name, Path(tls["key"]).name} == {"tls.crt", "tls.key"}
+    assert re.search(r"kubectl .*create secret tls %s --cert=\S+ --key=\S+" % re.escape(secret),
+                     (POOL / "pool.yaml").read_text())
+
+
+def test_pool_pdb_selects_the_pool_and_leaves_room_to_drain():
+    _, kinds = pool_objects()
+    pdb, hpa = kinds["PodDisruptionBudget"], kinds["HorizontalPodAutoscaler"]
+    assert pdb["apiVersion"] == "policy/v1"
+    assert selects(pdb["spec"]["selector"],
+                   kinds["Deployment"]["spec"]["template"]["metadata"]["labels"])
+    assert 1 <= pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
+
+
+def test_pool_hpa_scales_on_the_adapter_rule_of_a_counter_the_daemon_exports():
+    _, kinds = pool_objects()
+    hpa, deploy = kinds["HorizontalPodAutoscaler"], kinds["Deployment"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": deploy["metadata"]["name"]}
+    assert "replicas" not in deploy["spec"], "the HPA owns the replica count"
+    assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 60
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    target = metric["pods"]["target"]
+    assert target["type"] == "AverageValue"
+    assert 0.5 <= quantity_cpus(target["averageValue"]) <= 1.0, target
+    # The adapter rule makes that metric of the daemon's counter.
+    [cm] = load(POOL / "prometheus-adapter-rule.yaml")
+    rules = yaml.safe_load(cm["data"]["config.yaml"])["rules"]
+    [rule] = [r for r in rules if r["name"]["as"] == metric["pods"]["metric"]["name"]]
+    assert re.match(r"%s\{" % STARVED_COUNTER, rule["seriesQuery"]), rule["seriesQuery"]
+    assert re.fullmatch(rule["name"]["matches"].strip("^$"), STARVED_COUNTER)
+    assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
+    assert rule["resources"]["overrides"]["namespace"] == {"resource": "namespace"}
+    assert re.search(r"rate\(<<\.Series>>\{<<\.LabelMatchers>>\}\[2m\]\)", rule["metricsQuery"])
+    assert "<<.GroupBy>>" in rule["metricsQuery"]
+    source = (ci.SOURCE_DIR / "server" / "ops" / "metrics_exposition.cc").read_text()
+    assert re.search(r'Family\("%s", "counter"' % STARVED_COUNTER, source)
+    # Not applied with the pool: the adapter's config belongs to a cluster admin.
+    kustomization = yaml.safe_load((POOL / "kustomization.yaml").read_text())
+    assert "prometheus-adapter-rule.yaml" not in kustomization["resources"]
+    assert "trainer-job.yaml" not in kustomization["resources"]
+
+
+def test_pool_pipelines_are_the_trainers():
+    """The client refuses a pool daemon whose fingerprint differs: the two
+    configs define the same pipelines, field for field."""
+    cfg, _ = pool_config()
+    docs, spec = trainer_job()
+    local, _, _ = embedded_config(docs, spec)
+    assert cfg["pipelines"] == local["pipelines"]
+    assert "tcp" not in local["listen"]  # the trainer's own daemon: its socket only
+
+
+def test_pool_trainers_reach_the_service():
+    """CONVEYOR_POOL names the headless Service in the Job's namespace on the
+    pool's gRPC port, and the client reads it as a name to resolve into one
+    daemon per address; the pool's CA is mounted where CONVEYOR_TLS_CA says."""
+    from conveyor._pool_servers import ServerSet
+    cfg, _ = pool_config()
+    _, kinds = pool_objects()
+    docs, spec = trainer_job()
+    [t] = [t for t in containers(spec) if "trainer" in t["image"]]
+    env = t["env"]
+    names = [e["name"] for e in env]
+    values = {e["name"]: e.get("value") for e in env}
+    ns = next(e for e in env if e["name"] == "POD_NAMESPACE")
+    assert ns["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert names.index("POD_NAMESPACE") < names.index("CONVEYOR_POOL")  # $(...) needs it first
+    assert values["CONVEYOR_POOL"] == "%s.$(POD_NAMESPACE).svc.cluster.local:%d" % (
+        kinds["Service"]["metadata"]["name"], port_of(cfg["listen"]["tcp"]))
+    assert POOL_TLS_NAME.startswith(kinds["Service"]["metadata"]["name"] + ".")
+    pool_entry = values["CONVEYOR_POOL"].replace("$(POD_NAMESPACE)", "ml")
+    assert pool_entry.startswith(POOL_TLS_NAME + ":")
+    answers = {POOL_TLS_NAME: ["10.0.1.7", "10.0.2.9"]}
+    servers = ServerSet([values["CONVEYOR_SERVER"], pool_entry],
+                        resolver=lambda host, port: ["%s:%d" % (a, port) for a in answers[host]])
+    servers.resolve()
+    got = [(e.address, e.server_name, e.is_local) for e in servers.current()]
+    assert got[0][2] and not any(local for _, _, local in got[1:]), got
+    assert [(a, n) for a, n, _ in got[1:]] == [("10.0.1.7:7070", POOL_TLS_NAME),
+                                               ("10.0.2.9:7070", POOL_TLS_NAME)], got
+    # The CA: a Secret the pool's comment tells how to create, mounted read-only.
+    m = mount_of(t, values["CONVEYOR_TLS_CA"])
+    assert m and m.get("readOnly"), values["CONVEYOR_TLS_CA"]
+    volume = next(v for v in spec["volumes"] if v["name"] == m["name"])
+    secret = volume["secret"]["secretName"]
+    key = Path(values["CONVEYOR_TLS_CA"]).name
+    assert re.search(r"kubectl .*create secret generic %s --from-file=%s=\S+"
+                     % (re.escape(secret), re.escape(key)), (POOL / "pool.yaml").read_text())
+
+
+def test_pooled_loader_draws_from_the_trainers_daemon_and_the_pool(tmp_path):
+    """Both daemons on their manifests' configs (paths moved, the same
+    dataset files): a pooled Loader over the trainer's socket and the pool's
+    TLS listener refuses neither (fingerprints agree), gets every batch once
+    from both, and the pool daemon exports the HPA's counter."""
+    ci.require_daemon()
+    docs, spec = trainer_job()
+    local_cfg, local_c, _ = embedded_config(docs, spec)
+    pool_docs, kinds = pool_objects()
+    cfg, c, _ = embedded_config(pool_docs, kinds["Deployment"]["spec"]["template"]["spec"])
+    lroot, proot = tmp_path / "l", tmp_path / "p"
+    for p in local_cfg["pipelines"].values():
+        ci.make_image_folder(str(lroot) + p["dataset"]["root"], classes=2, per_class=8)
+        shutil.copytree(str(lroot) + p["dataset"]["root"], str(proot) + p["dataset"]["root"])
+    (tmp_path / "lw").mkdir()
+    (tmp_path / "pw").mkdir()
+    _, local, _ = local_config(local_cfg, local_c, tmp_path / "lw", lroot)
+    _, pool, security = local_config(cfg, c, tmp_path / "pw", proot)
+    pipeline = sorted(cfg["pipelines"])[0]
+    try:
+        local.start(timeout=ci.scaled(60))
+        pool.start(timeout=ci.scaled(60))
+        loader = conveyor.Loader(servers=[local.unix, pool.tcp], pipeline=pipeline,
+                                 batch_size=2, seed=0, security=security,
+                                 pool=conveyor.PoolOptions(policy="balanced", range_batches=1,
+                                                           ranges_ahead=1))
+        indices = []
+        with loader.stream(num_epochs=2, first_epoch=0) as stream:
+            for b in stream:
+                indices.append((b.epoch, sorted(b.indices.tolist())))
+            served = {d["address"]: d["ranges"] for d in stream.stats()["daemons"]}
+            assert stream.refused == {}
+        loader.close()
+        assert len(indices) == 16
+        for epoch in (0, 1):
+            got = sorted(i for e, b in indices if e == epoch for i in b)
+            assert got == list(range(16)), (epoch, got)
+        assert served.get(pool.tcp, 0) >= 1 and served.get(local.unix, 0) >= 1, served
+        m = re.search(r"Prometheus metrics on http://([0-9.]+):(\d+)/metrics", pool.log())
+        assert m, pool.log_tail()
+        with urllib.request.urlopen("http://%s:%s/metrics" % m.groups(),
+                                    timeout=ci.scaled(10)) as r:
+            text = r.read().decode()
+        assert re.search(r'^%s\{pipeline="%s"\} ' % (STARVED_COUNTER, pipeline), text, re.M), \
+            [line for line in text.splitlines() if "starved" in line]
+    finally:
+        ci.finish_daemons([local, pool])
