@@ -8,7 +8,8 @@ own joined by a veth pair (root and iproute2; without them, loopback TCP and
 the output says so), whose conveyord is held to the second CPU (`taskset
 -c 1`, threads 1) and serves TCP (plaintext on the lab link: TLS would add
 its cost to both ends; the data socket carries the bytes). The trainer is
-this process: it reads one endless stream as fast as it can (batch
+this process, held to CPU 0 as well (it runs on the GPU node, not on the
+remote host): it reads one endless stream as fast as it can (batch
 --batch-size, the train transform on generated ImageNet-like JPEGs), in
 three configurations, in alternating rounds:
 
@@ -50,6 +51,9 @@ from daemon_proc import write_config  # noqa: E402
 import netns_hosts  # noqa: E402
 
 PIPELINE = "bench"
+# What a round measures: each daemon alone (one plain stream), the pool of
+# both, and the pool of each daemon alone (the cost of reading by ranges).
+KINDS = ("local", "remote", "pool", "pool_local", "pool_remote")
 PORT = 7272
 
 
@@ -101,15 +105,15 @@ class Reader(threading.Thread):
             return self.images
 
 
-def measure(args, loader, local_pid):
+def measure(args, loader, local_pid, remote_pid):
     r = Reader(loader)
     r.start()
     time.sleep(args.warmup)
     n0, t0 = r.count(), time.monotonic()
-    me0, local0 = time.process_time(), cpu_seconds(local_pid)
+    me0, local0, remote0 = time.process_time(), cpu_seconds(local_pid), cpu_seconds(remote_pid)
     time.sleep(args.seconds)
     n1, t1 = r.count(), time.monotonic()
-    me1, local1 = time.process_time(), cpu_seconds(local_pid)
+    me1, local1, remote1 = time.process_time(), cpu_seconds(local_pid), cpu_seconds(remote_pid)
     r.halt.set()
     r.join(60)
     loader.close()
@@ -119,6 +123,9 @@ def measure(args, loader, local_pid):
     return {"images": images, "seconds": t1 - t0, "images_per_s": images / (t1 - t0),
             "trainer_cpu_ms_per_image": 1000 * (me1 - me0) / max(images, 1),
             "local_daemon_cpu_ms_per_image": 1000 * (local1 - local0) / max(images, 1),
+            # Busy fractions of the daemons' CPUs over the window.
+            "local_daemon_cpus": (local1 - local0) / (t1 - t0),
+            "remote_daemon_cpus": (remote1 - remote0) / (t1 - t0),
             "pool": r.stats}
 
 
@@ -132,6 +139,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="default 3 (smoke 1)")
     ap.add_argument("--work", default=None, help="folder for the data (default: a temp, removed)")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--policy", default="local_first", help="the pool's policy (default: %(default)s)")
+    ap.add_argument("--range-batches", type=int, default=None,
+                    help="the pool's batches per range (default: the client's choice)")
+    ap.add_argument("--streams-per-daemon", type=int, default=2,
+                    help="the pool's streams per daemon (default: %(default)s)")
     ap.add_argument("--smoke", action="store_true", help="a run of under a minute")
     args = ap.parse_args()
     for k, full, smoke in (("images", 400, 64), ("seconds", 8.0, 1.5), ("warmup", 3.0, 1.0),
@@ -140,6 +152,10 @@ def main():
             setattr(args, k, smoke if args.smoke else full)
     if (os.cpu_count() or 1) < 2:
         sys.exit("bench/pool.py needs 2 CPUs (one per daemon)")
+    # The trainer runs on the GPU node: on CPU 0 with the node's daemon
+    # (threads made later, gRPC's among them, inherit it), never on the
+    # remote host's CPU.
+    os.sched_setaffinity(0, {0})
 
     import conveyor
     work = args.work or tempfile.mkdtemp(prefix="conveyor-pool-bench-")
@@ -184,17 +200,23 @@ def main():
                 return conveyor.Loader(local.unix, **common)
             if kind == "remote":
                 return conveyor.Loader(remote.tcp, **common)
-            return conveyor.Loader(servers=[local.unix, remote.tcp], **common)
+            servers = {"pool": [local.unix, remote.tcp], "pool_local": [local.unix],
+                       "pool_remote": [remote.tcp]}[kind]
+            return conveyor.Loader(servers=servers, pool=conveyor.PoolOptions(
+                policy=args.policy, range_batches=args.range_batches,
+                streams_per_daemon=args.streams_per_daemon), **common)
 
         rounds = []
         for i in range(args.rounds):
             row = {}
-            for kind in ("local", "remote", "pool"):
-                row[kind] = measure(args, make(kind), local.pid)
+            for kind in KINDS:
+                row[kind] = measure(args, make(kind), local.pid, remote.pid)
             rounds.append(row)
-            print("round %d: local %.1f, remote %.1f, pool %.1f images/s"
+            print("round %d: local %.1f, remote %.1f, pool %.1f images/s (pool: local daemon "
+                  "%.2f CPUs, remote %.2f)"
                   % (i + 1, row["local"]["images_per_s"], row["remote"]["images_per_s"],
-                     row["pool"]["images_per_s"]), flush=True)
+                     row["pool"]["images_per_s"], row["pool"]["local_daemon_cpus"],
+                     row["pool"]["remote_daemon_cpus"]), flush=True)
     finally:
         for d in daemons:
             d.stop()
@@ -203,20 +225,30 @@ def main():
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    med = {k: statistics.median(r[k]["images_per_s"] for r in rounds)
-           for k in ("local", "remote", "pool")}
+    med = {k: statistics.median(r[k]["images_per_s"] for r in rounds) for k in KINDS}
     cpu = {k: {"trainer": statistics.median(r[k]["trainer_cpu_ms_per_image"] for r in rounds),
                "local_daemon": statistics.median(r[k]["local_daemon_cpu_ms_per_image"]
-                                                 for r in rounds)}
-           for k in ("local", "remote", "pool")}
+                                                 for r in rounds),
+               "local_daemon_cpus": statistics.median(r[k]["local_daemon_cpus"] for r in rounds),
+               "remote_daemon_cpus": statistics.median(r[k]["remote_daemon_cpus"]
+                                                       for r in rounds)}
+           for k in KINDS}
     vs_sum = med["pool"] / (med["local"] + med["remote"])
     vs_local = med["pool"] / med["local"]
-    print("\n| reads from | images/s | trainer CPU-ms/image | local daemon CPU-ms/image |")
-    print("|---|---|---|---|")
-    for k, label in (("local", "the node's daemon (CPU 0)"), ("remote", "the remote daemon (CPU 1)"),
-                     ("pool", "both: servers=[local, remote]")):
-        print("| %s | %.0f | %.2f | %.2f |" % (label, med[k], cpu[k]["trainer"],
-                                               cpu[k]["local_daemon"]))
+    print("\n| reads from | images/s | trainer CPU-ms/image | local daemon CPU-ms/image | "
+          "CPUs busy: local, remote daemon |")
+    print("|---|---|---|---|---|")
+    for k, label in (("local", "the node's daemon (CPU 0), one stream"),
+                     ("remote", "the remote daemon (CPU 1), one stream"),
+                     ("pool", "both: servers=[local, remote]"),
+                     ("pool_local", "servers=[local] (ranges, one daemon)"),
+                     ("pool_remote", "servers=[remote] (ranges, one daemon)")):
+        print("| %s | %.0f | %.2f | %.2f | %.2f, %.2f |"
+              % (label, med[k], cpu[k]["trainer"], cpu[k]["local_daemon"],
+                 cpu[k]["local_daemon_cpus"], cpu[k]["remote_daemon_cpus"]))
+    print("\nreading by ranges from one daemon: %.2fx a plain stream on the node's daemon, "
+          "%.2fx on the remote" % (med["pool_local"] / med["local"],
+                                   med["pool_remote"] / med["remote"]))
     print("\npool / (local + remote) = %.2f (target >= 0.9) -> %s"
           % (vs_sum, "PASS" if vs_sum >= 0.9 else "FAIL"))
     print("pool / local = %.2f (target >= 1.8) -> %s" % (vs_local, "PASS" if vs_local >= 1.8
@@ -224,6 +256,8 @@ def main():
     out = {"meta": {"images": args.images, "batch_size": args.batch_size,
                     "seconds": args.seconds, "warmup": args.warmup, "rounds": args.rounds,
                     "smoke": args.smoke, "remote_in_namespace": net is not None,
+                    "policy": args.policy, "range_batches": args.range_batches,
+                    "streams_per_daemon": args.streams_per_daemon,
                     "why_not_namespace": why_not, "wall_s": time.monotonic() - t_begin},
            "rounds": rounds, "median_images_per_s": med, "median_cpu_ms_per_image": cpu,
            "pool_vs_sum": vs_sum, "pool_vs_local": vs_local}

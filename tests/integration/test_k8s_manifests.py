@@ -877,7 +877,7 @@ def test_pooled_loader_draws_from_the_trainers_daemon_and_the_pool(tmp_path):
         loader = conveyor.Loader(servers=[local.unix, pool.tcp], pipeline=pipeline,
                                  batch_size=2, seed=0, security=security,
                                  pool=conveyor.PoolOptions(policy="balanced", range_batches=1,
-                                                           ranges_ahead=1))
+                                                           ranges_ahead=1, streams_per_daemon=1))
         indices = []
         with loader.stream(num_epochs=2, first_epoch=0) as stream:
             for b in stream:

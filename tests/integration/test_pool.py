@@ -30,7 +30,7 @@ import pytest
 import conveyor
 import netns_hosts
 from conveyor_integration import (BUILD_DIR, PYTHON, Daemon, client_env, collect, daemon_config,
-                                  finish_daemons, make_image_folder, pipeline_entry, scaled,
+                                  finish_daemons, pipeline_entry, scaled,
                                   write_list_file, write_shards)
 from pki_files import make_ca, make_cert
 
@@ -155,7 +155,8 @@ def test_three_daemons_deliver_every_batch_once_byte_identical(tmp_path, dataset
     loader = conveyor.Loader(servers=[local.unix, r1.tcp, r2.tcp], pipeline="train",
                              batch_size=BATCH, seed=SEED, rank=1, world_size=2,
                              pool=conveyor.PoolOptions(policy="balanced", range_batches=2,
-                                                       ranges_ahead=1), **security(pki))
+                                                       ranges_ahead=1, streams_per_daemon=1),
+                             **security(pki))
     got = []
     with loader.stream(num_epochs=2, first_epoch=0) as stream:
         for b in stream:
@@ -178,7 +179,7 @@ def test_killed_and_stopped_daemons_lose_no_batch(tmp_path, dataset, net, pki, d
     loader = conveyor.Loader(servers=[local.unix, r1.tcp, r2.tcp], pipeline="train",
                              batch_size=BATCH, seed=SEED,
                              pool=conveyor.PoolOptions(policy="balanced", range_batches=2,
-                                                       ranges_ahead=1,
+                                                       ranges_ahead=1, streams_per_daemon=1,
                                                        stall_timeout=scaled(2)),
                              **security(pki))
     got = []
@@ -215,6 +216,7 @@ TRAINER = textwrap.dedent("""
     loader = conveyor.Loader(servers=servers, pipeline="train", batch_size=%(batch)d,
                              seed=%(seed)d, tls_ca=ca, pool=conveyor.PoolOptions(
                                  policy="balanced", range_batches=2, ranges_ahead=1,
+                                 streams_per_daemon=1,
                                  resolve_every=0.2))
     h = hashlib.sha256()
     joined_at = None
@@ -257,7 +259,8 @@ def test_a_daemon_joining_by_dns_mid_epoch_gets_work(tmp_path, dataset, net, pki
     go = tmp_path / "go"
     go.write_text("")
     proc = subprocess.Popen(
-        net.prefix(trainer) + [PYTHON, str(script), json.dumps([local.unix, "%s:%d" % (NAME, PORT)]),
+        net.prefix(trainer) + [PYTHON, str(script),
+                               json.dumps([local.unix, "%s:%d" % (NAME, PORT)]),
                                str(pki["ca"]), str(go)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=client_env())
     try:
@@ -313,7 +316,8 @@ def test_state_dict_moves_between_three_daemons_and_one(tmp_path, dataset, daemo
     local = daemons(Daemon(tmp_path / "local", cfg, tcp=False))
     others = [daemons(Daemon(tmp_path / n, cfg)) for n in ("a", "b")]
     ref = reference(local.unix)
-    options = conveyor.PoolOptions(policy="balanced", range_batches=2, ranges_ahead=1)
+    options = conveyor.PoolOptions(policy="balanced", range_batches=2, ranges_ahead=1,
+                                   streams_per_daemon=1)
 
     def pooled():
         return conveyor.Loader(servers=[local.unix] + [d.tcp for d in others], pipeline="train",

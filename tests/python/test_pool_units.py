@@ -5,7 +5,7 @@ is named, and how servers= entries become daemons."""
 
 import pytest
 
-from conveyor._pool import PoolOptions, _Epochs, fingerprint_difference
+from conveyor._pool import PoolOptions, _Epochs, auto_range_batches, fingerprint_difference
 from conveyor._pool_servers import ServerSet
 from conveyor._stubs import pb
 from conveyor.errors import InvalidRequest
@@ -139,8 +139,17 @@ def test_bad_server_entries_are_refused_naming_them(entries, match):
 
 @pytest.mark.parametrize("field,value,match", [
     ("policy", "fastest", "pool policy"), ("range_batches", 65, "range_batches"),
-    ("range_batches", 0, "range_batches"), ("ranges_ahead", 0, "ranges_ahead"),
-    ("stall_timeout", 0, "stall_timeout"), ("resolve_every", -1, "resolve_every")])
+    ("range_batches", 0, "range_batches"), ("ranges_ahead", 1, "ranges_ahead"),
+    ("stall_timeout", 0, "stall_timeout"), ("resolve_every", -1, "resolve_every"),
+    ("streams_per_daemon", 0, "streams_per_daemon"), ("buffer_bytes", 0, "buffer_bytes")])
 def test_bad_pool_options_are_refused_naming_them(field, value, match):
     with pytest.raises(InvalidRequest, match=match):
         PoolOptions(**{field: value}).check()
+
+
+def test_ranges_are_sized_to_the_buffer_by_default():
+    p = info()  # 3 x 64 x 64 uint8: 12 KiB a sample
+    assert auto_range_batches(p, 32, 4, 512 << 20) == 16   # 384 KiB batches: capped
+    assert auto_range_batches(p, 2048, 4, 512 << 20) == 5  # 24 MiB batches
+    p.dtype = pb.FLOAT32
+    assert auto_range_batches(p, 2048, 4, 512 << 20) == 1  # 96 MiB: at least 1

@@ -127,6 +127,15 @@ TEST_CASE("pool plan: a fingerprint difference names the part and its field", "[
   CHECK(FingerprintDifference(Info(), b)->find("older conveyord") != std::string::npos);
 }
 
+TEST_CASE("pool plan: ranges sized to the buffer by default", "[client][pool]") {
+  v1::PipelineInfo p = Info();  // 3 x 64 x 64 uint8: 12 KiB a sample
+  p.set_dtype(v1::UINT8);
+  CHECK(AutoRangeBatches(p, 32, 4, uint64_t{512} << 20) == 16);   // 384 KiB batches: capped
+  CHECK(AutoRangeBatches(p, 2048, 4, uint64_t{512} << 20) == 5);  // 24 MiB batches
+  p.set_dtype(v1::FLOAT32);
+  CHECK(AutoRangeBatches(p, 2048, 4, uint64_t{512} << 20) == 1);  // 96 MiB: at least 1
+}
+
 TEST_CASE("pool servers: entries become daemons, names their addresses", "[client][pool]") {
   std::map<std::string, std::vector<std::string>> answers = {
       {"pool.svc", {"10.0.0.1:7070", "10.0.0.2:7070"}}};

@@ -1,5 +1,6 @@
 #include "client/cpp/pool/pool_plan.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -73,6 +74,15 @@ std::optional<BatchRange> RangePlan::Next() {
   BatchRange r = RangeAt(next_, count);
   next_ += count;
   return r;
+}
+
+uint32_t AutoRangeBatches(const v1::PipelineInfo& info, uint32_t batch_size, uint32_t ranges_ahead,
+                          uint64_t buffer_bytes) {
+  uint64_t sample = info.dtype() == v1::UINT8 ? 1 : info.dtype() == v1::FLOAT32 ? 4 : 2;
+  for (int64_t d : info.sample_shape()) sample *= static_cast<uint64_t>(std::max<int64_t>(d, 1));
+  const uint64_t batch = std::max<uint64_t>(sample * batch_size, 1);
+  const uint64_t fit = buffer_bytes / (std::max<uint32_t>(ranges_ahead, 1) * batch);
+  return static_cast<uint32_t>(std::clamp<uint64_t>(fit, 1, 16));
 }
 
 namespace {

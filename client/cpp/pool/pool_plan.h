@@ -71,6 +71,12 @@ class RangePlan {
   uint64_t next_ = 0;
 };
 
+// The most batches per range, 1 … 16, such that `ranges_ahead` ranges of
+// batches of `batch_size` samples of `info`'s shape and dtype fit in
+// `buffer_bytes`.
+uint32_t AutoRangeBatches(const v1::PipelineInfo& info, uint32_t batch_size, uint32_t ranges_ahead,
+                          uint64_t buffer_bytes);
+
 // nullopt when two PipelineInfos promise the same batches, else the part
 // that differs in words: "dataset_size (48 vs 49)", "transform (mode: 0 vs
 // 1)", "fingerprint (the daemon reports none: an older conveyord)".

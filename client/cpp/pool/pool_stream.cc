@@ -69,9 +69,11 @@ struct Job {
 // One daemon and the thread that reads its ranges.
 struct Worker {
   PoolEndpoint endpoint;
-  // Connected and checked; used by the worker's thread only, which drops
-  // it when `reconnect` says so (after a failure).
-  std::optional<Client> client;
+  // Connected and checked, shared by the worker's threads (a copy each
+  // per range: a Client is a handle on one channel); dropped at the next
+  // range when `reconnect` says so (after a failure).
+  Mutex connect_mu;
+  std::optional<Client> client ABSL_GUARDED_BY(connect_mu);
   bool reconnect = false;
   std::vector<std::shared_ptr<Job>> jobs;  // ranges with batches not handed out
   uint32_t failures = 0;
@@ -81,7 +83,7 @@ struct Worker {
   std::string refused;
   bool retired = false;
   uint64_t ranges = 0, batches = 0;
-  std::thread thread;
+  std::vector<std::thread> threads;
 };
 
 struct PoolState {
@@ -114,7 +116,7 @@ struct PoolState {
   void AddWorker(const PoolEndpoint& ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Run(Worker* w);
   void Serve(Worker* w, const std::shared_ptr<Job>& job);
-  absl::Status Connect(Worker* w);
+  absl::StatusOr<Client> Connect(Worker* w);
   void Failed(Worker* w, const std::shared_ptr<Job>& job, const absl::Status& s);
   void Abandon(const std::shared_ptr<Job>& job, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -133,7 +135,9 @@ void PoolState::AddWorker(const PoolEndpoint& ep) {
   auto it = workers.find(ep.address);
   if (it != workers.end()) gone.push_back(std::move(it->second));
   workers[ep.address] = std::move(w);
-  raw->thread = std::thread([this, raw] { Run(raw); });
+  for (uint32_t lane = 0; lane < options.streams_per_daemon; ++lane) {
+    raw->threads.emplace_back([this, raw] { Run(raw); });
+  }
 }
 
 bool PoolState::LocalUsable() const {
@@ -193,7 +197,7 @@ void PoolState::Run(Worker* w) {
   }
 }
 
-absl::Status PoolState::Connect(Worker* w) {
+absl::StatusOr<Client> PoolState::Connect(Worker* w) {
   ASSIGN_OR_RETURN(Client c, Client::Create(w->endpoint.address, client_options));
   ASSIGN_OR_RETURN(std::vector<v1::PipelineInfo> infos, c.ListPipelines(kCheckTimeout));
   const v1::PipelineInfo* info = nullptr;
@@ -209,22 +213,35 @@ absl::Status PoolState::Connect(Worker* w) {
                                                    w->endpoint.address,
                                                    " differs from the first daemon's in ", *diff));
   }
-  w->client.emplace(std::move(c));
-  return absl::OkStatus();
+  return c;
 }
 
 void PoolState::Serve(Worker* w, const std::shared_ptr<Job>& job) {
   const BatchRange r = job->range;
   uint64_t epochs_left = 0;
+  bool reconnect = false;
   {
     MutexLock lock(&mu);
-    if (w->reconnect) w->client.reset();  // the client is this thread's alone
+    reconnect = w->reconnect;
     w->reconnect = false;
     epochs_left = plan->epochs_left(r.epoch);
   }
-  if (!w->client.has_value()) {
-    if (absl::Status s = Connect(w); !s.ok()) return Failed(w, job, s);
+  std::optional<Client> client;
+  absl::Status connected;
+  {
+    MutexLock lock(&w->connect_mu);  // one (re)connection at a time
+    if (reconnect) w->client.reset();
+    if (!w->client.has_value()) {
+      absl::StatusOr<Client> c = Connect(w);
+      if (c.ok()) {
+        w->client.emplace(*std::move(c));
+      } else {
+        connected = c.status();
+      }
+    }
+    if (connected.ok()) client = w->client;
   }
+  if (!connected.ok()) return Failed(w, job, connected);
   {
     MutexLock lock(&mu);
     if (w->state != "refused") w->state = "ready";
@@ -239,7 +256,7 @@ void PoolState::Serve(Worker* w, const std::shared_ptr<Job>& job) {
   o.canceller = job->canceller;
   // A stalled daemon's data socket must not hold the worker longer than a stall.
   o.data_read_timeout = std::min(o.data_read_timeout, options.stall_timeout);
-  absl::StatusOr<std::unique_ptr<Stream>> stream = w->client->OpenStream(o);
+  absl::StatusOr<std::unique_ptr<Stream>> stream = client->OpenStream(o);
   if (!stream.ok()) return Failed(w, job, stream.status());
   {
     MutexLock lock(&mu);
@@ -397,12 +414,20 @@ absl::StatusOr<std::unique_ptr<PoolStream>> PoolStream::Open(std::vector<std::st
     return absl::InvalidArgumentError(
         "pin_memory and gpu_uuid are for one daemon on this host, not a pool");
   }
-  if (pool.range_batches < 1 || pool.range_batches > 64) {
+  if (pool.range_batches > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("range_batches must be within [1, 64] (the credits of a range's stream), got ",
                      pool.range_batches));
   }
-  if (pool.ranges_ahead < 1) return absl::InvalidArgumentError("ranges_ahead must be at least 1");
+  if (pool.streams_per_daemon < 1) {
+    return absl::InvalidArgumentError("streams_per_daemon must be at least 1");
+  }
+  if (pool.ranges_ahead < pool.streams_per_daemon) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ranges_ahead must be at least streams_per_daemon (", pool.streams_per_daemon,
+                     "), got ", pool.ranges_ahead));
+  }
+  if (pool.buffer_bytes == 0) return absl::InvalidArgumentError("buffer_bytes must be positive");
   if (pool.stall_timeout <= absl::ZeroDuration() ||
       pool.unavailable_timeout <= absl::ZeroDuration() ||
       pool.resolve_every <= absl::ZeroDuration()) {
@@ -459,7 +484,10 @@ absl::StatusOr<std::unique_ptr<PoolStream>> PoolStream::Open(std::vector<std::st
     po.num_epochs = options.first_epoch + options.num_epochs - options.resume->epoch;
   }
   po.resume_offset = options.resume ? options.resume->offset : 0;
-  po.range_batches = pool.range_batches;
+  po.range_batches = pool.range_batches != 0
+                         ? pool.range_batches
+                         : AutoRangeBatches(state->pipeline, options.batch_size, pool.ranges_ahead,
+                                            pool.buffer_bytes);
   ASSIGN_OR_RETURN(RangePlan plan, RangePlan::Create(po));
   std::unique_ptr<PoolStream> stream(new PoolStream(state));
   stream->resume_ = ResumeState{po.first_epoch, po.resume_offset, po.world_size};
@@ -570,14 +598,13 @@ void PoolStream::Close() {
     if (st.closed) return;
     st.closed = true;
     dropped.swap(st.ready);
-    for (auto& [addr, w] : st.workers) {
-      for (const auto& job : w->jobs) job->canceller->Cancel();
-      if (w->thread.joinable()) threads.push_back(std::move(w->thread));
-    }
-    for (auto& w : st.gone) {
-      for (const auto& job : w->jobs) job->canceller->Cancel();
-      if (w->thread.joinable()) threads.push_back(std::move(w->thread));
-    }
+    auto stop = [&threads](internal::Worker& w) {
+      for (const auto& job : w.jobs) job->canceller->Cancel();
+      for (std::thread& t : w.threads) threads.push_back(std::move(t));
+      w.threads.clear();
+    };
+    for (auto& [addr, w] : st.workers) stop(*w);
+    for (auto& w : st.gone) stop(*w);
     st.cv.SignalAll();
   }
   if (st.resolver.joinable()) threads.push_back(std::move(st.resolver));

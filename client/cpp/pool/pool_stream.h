@@ -13,7 +13,8 @@
 //   }
 //
 // - Ranges: the rank's stream is cut into ranges of range_batches batches
-//   (pool_plan.h); each daemon has a worker thread that takes the lowest
+//   (pool_plan.h); each daemon has streams_per_daemon worker threads that
+//   each take the lowest
 //   range nobody holds — as a stream with max_batches and as many credits,
 //   so the daemon never waits on the trainer inside it — and a daemon holds
 //   at most ranges_ahead ranges whose batches Next() has not handed out.
@@ -63,8 +64,14 @@ enum class PoolPolicy { kLocalFirst, kBalanced };
 
 struct PoolOptions {
   PoolPolicy policy = PoolPolicy::kLocalFirst;
-  uint32_t range_batches = 8;  // 1 … 64: a range's batches (its stream's credits)
-  uint32_t ranges_ahead = 2;   // >= 1
+  // 1 … 64: a range's batches (its stream's credits); 0: the most, up to
+  // 16, that keeps ranges_ahead ranges of one daemon within buffer_bytes.
+  uint32_t range_batches = 0;
+  uint32_t ranges_ahead = 4;  // >= streams_per_daemon
+  uint64_t buffer_bytes = uint64_t{512} << 20;
+  // Ranges a daemon serves at once (a worker thread each): with 2 the next
+  // range's stream fills while the current one's last batches are made.
+  uint32_t streams_per_daemon = 2;
   absl::Duration stall_timeout = absl::Seconds(30);
   absl::Duration unavailable_timeout = absl::Seconds(60);
   absl::Duration resolve_every = absl::Seconds(5);

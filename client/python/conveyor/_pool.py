@@ -9,18 +9,22 @@ stream into ranges of `range_batches` batches; the range from batch k of
 epoch e is a stream opened at epoch e with resume {e, base + k × batch_size
 × world_size} (base: the resume offset of the stream's first epoch, else 0)
 and max_batches n, which runs on into the next epochs when the range does.
-Each daemon has one worker thread that takes the lowest
-range nobody holds, reads it whole and takes the next, so a faster daemon
-serves more ranges. The trainer takes batches in their global order from a
-reorder buffer.
+Each daemon has `streams_per_daemon` worker threads (2: the next range's
+stream fills while the last batches of the current one are made, so the
+daemon never idles between ranges); each takes the lowest range nobody
+holds, reads it whole and takes the next, so a faster daemon serves more
+ranges. The trainer takes batches in their global order from a reorder
+buffer.
 
 Memory: a range's stream has `range_batches` credits, so a daemon fills a
-whole range without waiting for the trainer; a worker holds at most
+whole range without waiting for the trainer; a daemon holds at most
 `ranges_ahead` ranges not yet consumed (more only to redo a range that comes
 before them, after a failure). The buffer therefore holds at most
 daemons × ranges_ahead × range_batches batches, in the daemons' slots
 (shared memory on this host, the data socket's buffers in this process for
-remote ones).
+remote ones). By default range_batches is chosen so that one daemon's share
+stays within `buffer_bytes` (512 MiB): batch bytes × ranges_ahead ×
+range_batches, range_batches between 1 and 16.
 
 Failures: a daemon whose stream fails (killed, drained, unreachable), or
 that delivers nothing for `stall_timeout` seconds while the trainer waits
@@ -78,35 +82,64 @@ class PoolOptions:
 
     policy: "local_first" or "balanced".
     range_batches: batches per range (1 … 64): each range is one stream with
-        that many credits.
-    ranges_ahead: ranges a daemon may hold that the trainer has not consumed.
+        that many credits. None (default): the most, up to 16, that keeps
+        ranges_ahead ranges of a daemon within buffer_bytes.
+    ranges_ahead: ranges a daemon may hold that the trainer has not consumed
+        (at least streams_per_daemon, else they cannot all work).
+    buffer_bytes: with range_batches None, the batch bytes one daemon may
+        hold for the trainer.
     stall_timeout: seconds without a batch from a daemon the trainer waits
         on before its ranges go to others.
     unavailable_timeout: seconds the trainer may wait with no batch coming
         from any daemon before the stream raises Unavailable.
     resolve_every: seconds between DNS resolutions of named servers.
+    streams_per_daemon: ranges a daemon serves at once (one worker thread
+        each): with 2 the next range's stream opens and fills while the last
+        batches of the current one are made, so the daemon never idles
+        between ranges.
     """
     policy: str = "local_first"
-    range_batches: int = 8
-    ranges_ahead: int = 2
+    range_batches: Optional[int] = None
+    ranges_ahead: int = 4
+    buffer_bytes: int = 512 << 20
     stall_timeout: float = 30.0
     unavailable_timeout: float = 60.0
     resolve_every: float = 5.0
+    streams_per_daemon: int = 2
 
     def check(self) -> "PoolOptions":
         if self.policy not in POLICIES:
             raise InvalidRequest("pool policy must be one of %s, got %r"
                                  % (", ".join(POLICIES), self.policy))
-        if not 1 <= int(self.range_batches) <= 64:
+        if self.range_batches is not None and not 1 <= int(self.range_batches) <= 64:
             raise InvalidRequest("range_batches must be within [1, 64] (the credits of a range's "
                                  "stream), got %r" % (self.range_batches,))
-        if int(self.ranges_ahead) < 1:
-            raise InvalidRequest("ranges_ahead must be at least 1, got %r" % (self.ranges_ahead,))
+        if int(self.streams_per_daemon) < 1:
+            raise InvalidRequest("streams_per_daemon must be at least 1, got %r"
+                                 % (self.streams_per_daemon,))
+        if int(self.ranges_ahead) < int(self.streams_per_daemon):
+            raise InvalidRequest("ranges_ahead must be at least streams_per_daemon (%d), got %r"
+                                 % (self.streams_per_daemon, self.ranges_ahead))
+        if not int(self.buffer_bytes) > 0:
+            raise InvalidRequest("buffer_bytes must be positive, got %r" % (self.buffer_bytes,))
         for name in ("stall_timeout", "unavailable_timeout", "resolve_every"):
             if not float(getattr(self, name)) > 0:
                 raise InvalidRequest("%s must be a positive number of seconds, got %r"
                                      % (name, getattr(self, name)))
         return self
+
+
+def auto_range_batches(info: Any, batch_size: int, ranges_ahead: int, buffer_bytes: int) -> int:
+    """The most batches per range, 1 … 16, such that ranges_ahead ranges of
+    batch_size samples of `info`'s shape and dtype fit in buffer_bytes."""
+    sample = _DTYPE_BYTES.get(info.dtype, 4)
+    for d in info.sample_shape:
+        sample *= max(int(d), 1)
+    batch = max(sample * batch_size, 1)
+    return max(1, min(16, buffer_bytes // (ranges_ahead * batch)))
+
+
+_DTYPE_BYTES = {pb.UINT8: 1, pb.FLOAT16: 2, pb.BFLOAT16: 2, pb.FLOAT32: 4}
 
 
 # --- what a daemon must agree on --------------------------------------------
@@ -255,7 +288,8 @@ class _Worker:
         self.retired = False
         self.ranges = 0
         self.batches = 0
-        self.thread: Optional[threading.Thread] = None
+        self.threads: List[threading.Thread] = []
+        self.connect_lock = threading.Lock()  # one (re)connection at a time
 
     def describe(self) -> Dict[str, Any]:
         return {"address": self.endpoint.address, "name": self.endpoint.server_name,
@@ -331,8 +365,10 @@ class PoolStream(ClosesOnExit):
             first_epoch, offset = int(resume[0]), int(resume[1])
         else:
             offset = 0
+        self.range_batches = int(options.range_batches or auto_range_batches(
+            self.pipeline, batch_size, options.ranges_ahead, options.buffer_bytes))
         self._epochs = _Epochs(int(self.pipeline.dataset_size), batch_size, world_size, drop_last,
-                               first_epoch, num_epochs, offset, int(options.range_batches))
+                               first_epoch, num_epochs, offset, self.range_batches)
         self.total_batches = self._epochs.total
         self.samples_per_epoch = self._epochs.samples_of(first_epoch)
         self.batches_per_epoch = self._epochs.batches_of(first_epoch)
@@ -381,9 +417,11 @@ class PoolStream(ClosesOnExit):
     def _add_worker(self, ep: Endpoint) -> None:
         w = _Worker(ep)
         self._workers[ep.address] = w
-        w.thread = threading.Thread(target=self._run, args=(w,), daemon=True,
-                                    name="conveyor-pool-%s" % ep.address)
-        w.thread.start()
+        for lane in range(self._opt.streams_per_daemon):
+            t = threading.Thread(target=self._run, args=(w,), daemon=True,
+                                 name="conveyor-pool-%s-%d" % (ep.address, lane))
+            w.threads.append(t)
+            t.start()
 
     def _resolve_loop(self) -> None:
         while True:
@@ -479,13 +517,15 @@ class PoolStream(ClosesOnExit):
         rng = job.range
         req = self._request
         try:
-            if w.channel is None:
-                self._connect(w)
+            with w.connect_lock:
+                if w.channel is None:
+                    self._connect(w)
+                channel = w.channel  # another lane's failure may drop w.channel meanwhile
             with self._cond:
                 w.state = "ready"
             resume = (rng.epoch, rng.offset, req["world_size"]) if rng.offset else None
             stream = self._open_stream(
-                w.channel, req["pipeline"], req["batch_size"], seed=req["seed"],
+                channel, req["pipeline"], req["batch_size"], seed=req["seed"],
                 first_epoch=rng.epoch, num_epochs=self._epochs.epochs_left(rng.epoch),
                 rank=req["rank"],
                 world_size=req["world_size"], credits=rng.count, shuffle=req["shuffle"],
