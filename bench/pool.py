@@ -24,7 +24,9 @@ ratios printed are pool / (local + remote) (target >= 0.9) and pool /
 local (target >= 1.8), from the medians over the rounds.
 
     sudo /usr/bin/python3 bench/pool.py --conveyord build/server/conveyord \\
-        [--images 400] [--seconds 8] [--rounds 3] [--out /tmp/pool.json] [--smoke]
+        [--images 400] [--seconds 8] [--rounds 3] [--out /tmp/pool.json] \\
+        [--chart-out pool.png] [--smoke]
+    /usr/bin/python3 bench/pool.py --replot pool.json --chart-out pool.png
 
 --smoke: under a minute, checks that the benchmark works, not the figures.
 """
@@ -129,6 +131,47 @@ def measure(args, loader, local_pid, remote_pid):
             "pool": r.stats}
 
 
+LABELS = (("local", "node's daemon\n(CPU 0)"), ("remote", "remote daemon\n(CPU 1)"),
+          ("pool", "servers=\n[node, remote]"), ("pool_local", "servers=[node]\n(ranges)"),
+          ("pool_remote", "servers=[remote]\n(ranges)"))
+
+
+def draw_chart(path, out):
+    """Images/s of each configuration (median, and each round's), with the
+    sum of the two daemons alone and 0.9 x it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    med = out["median_images_per_s"]
+    kinds = [k for k, _ in LABELS if k in med]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    colors = {"local": "#4c72b0", "remote": "#55a868", "pool": "#c44e52",
+              "pool_local": "#8da0cb", "pool_remote": "#a6d854"}
+    ax.bar(range(len(kinds)), [med[k] for k in kinds], color=[colors[k] for k in kinds])
+    for i, k in enumerate(kinds):
+        ys = [r[k]["images_per_s"] for r in out["rounds"]]
+        ax.plot([i] * len(ys), ys, "k.", markersize=5)
+        ax.text(i + 0.3, med[k] + 20, "%.0f" % med[k], ha="center", fontsize=9)
+    total = med["local"] + med["remote"]
+    ax.axhline(total, color="gray", linestyle="--", linewidth=1)
+    ax.text(len(kinds) - 0.5, total + 15, "node + remote alone", ha="right", fontsize=8,
+            color="gray")
+    ax.axhline(0.9 * total, color="gray", linestyle=":", linewidth=1)
+    ax.text(len(kinds) - 0.5, 0.9 * total - 50, "0.9 x that (target)", ha="right", fontsize=8,
+            color="gray")
+    ax.set_xticks(range(len(kinds)))
+    ax.set_xticklabels([dict(LABELS)[k] for k in kinds], fontsize=8)
+    ax.set_ylabel("images/s (median; dots: rounds)")
+    meta = out["meta"]
+    ax.set_title("A trainer fed by its node's daemon and a remote one (%d rounds, batch %d): "
+                 "%.2fx the sum, %.2fx the node alone" % (meta["rounds"], meta["batch_size"],
+                                                          out["pool_vs_sum"],
+                                                          out["pool_vs_local"]), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--conveyord", default=os.path.join(SOURCE_DIR, "build", "server", "conveyord"))
@@ -144,8 +187,15 @@ def main():
                     help="the pool's batches per range (default: the client's choice)")
     ap.add_argument("--streams-per-daemon", type=int, default=2,
                     help="the pool's streams per daemon (default: %(default)s)")
+    ap.add_argument("--chart-out", default=None, help="draw the figures as a PNG here")
+    ap.add_argument("--replot", default=None, metavar="JSON",
+                    help="only draw --chart-out from the results of an earlier --out")
     ap.add_argument("--smoke", action="store_true", help="a run of under a minute")
     args = ap.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            draw_chart(args.chart_out or "pool.png", json.load(f))
+        return
     for k, full, smoke in (("images", 400, 64), ("seconds", 8.0, 1.5), ("warmup", 3.0, 1.0),
                            ("rounds", 3, 1)):
         if getattr(args, k) is None:
@@ -264,6 +314,9 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)
+    if args.chart_out:
+        draw_chart(args.chart_out, out)
+        print("wrote %s" % args.chart_out)
     print("wall time %.0f s" % out["meta"]["wall_s"])
 
 

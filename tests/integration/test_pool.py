@@ -13,7 +13,11 @@ Pinned here:
 - a daemon whose dataset or pipeline differs is refused, naming the part;
 - a state_dict taken with 3 daemons resumes on 1, and the reverse;
 - OpenStream.max_batches with a resume serves exactly a range of batches,
-  and ListPipelines reports the fingerprint.
+  and ListPipelines reports the fingerprint;
+- `conveyor fetch --also-server` writes what one daemon gives;
+- the C++ client's PoolStream (fetch_batches --also-server; plaintext TCP,
+  so on loopback) is byte-identical to one daemon, also with a daemon killed
+  and another stopped mid-epoch.
 """
 
 import hashlib
@@ -117,15 +121,16 @@ def same_batches(got, ref):
     assert gx.tobytes() == rx.tobytes(), "pixels differ from one daemon's stream"
 
 
+def remote(tmp_path, net, pki, cfg, daemons, name):
+    """A daemon with TLS in a namespace of its own, linked to this one."""
+    ns = net.add(name)
+    _, ip = net.link(None, ns)
+    return daemons(NsDaemon(tmp_path / name, tls_cfg(cfg, pki), net, ns, ip))
+
+
 def remote_pair(tmp_path, net, pki, cfg, daemons):
-    """Two daemons in namespaces of their own, linked to this one: their
-    TCP addresses."""
-    out = []
-    for name in ("r1", "r2"):
-        ns = net.add(name)
-        _, ip = net.link(None, ns)
-        out.append(daemons(NsDaemon(tmp_path / name, tls_cfg(cfg, pki), net, ns, ip)))
-    return out
+    """Two daemons in namespaces of their own, linked to this one."""
+    return [remote(tmp_path, net, pki, cfg, daemons, name) for name in ("r1", "r2")]
 
 
 def daemon_states(stream):
@@ -282,7 +287,7 @@ def test_a_daemon_joining_by_dns_mid_epoch_gets_work(tmp_path, dataset, net, pki
 
 
 def test_a_daemon_with_another_dataset_or_pipeline_is_refused_naming_the_part(tmp_path, dataset,
-                                                                             daemons):
+                                                                             net, pki, daemons):
     root, samples = dataset
     local = daemons(Daemon(tmp_path / "local", daemon_config(root), tcp=False))
     # The same images in another order: the same size, another dataset.
@@ -290,13 +295,14 @@ def test_a_daemon_with_another_dataset_or_pipeline_is_refused_naming_the_part(tm
     other_data = daemon_config(root, pipelines={
         "train": pipeline_entry(root, dataset={"list": str(listed), "root": str(root)})})
     other_ops = daemon_config(root, pipelines={"train": pipeline_entry(root, augment="eval")})
-    d_data = daemons(Daemon(tmp_path / "data", other_data))
-    d_ops = daemons(Daemon(tmp_path / "ops", other_ops))
+    d_data = remote(tmp_path, net, pki, other_data, daemons, "data")
+    d_ops = remote(tmp_path, net, pki, other_ops, daemons, "ops")
     ref = reference(local.unix, epochs=1)
 
     loader = conveyor.Loader(servers=[local.unix, d_data.tcp, d_ops.tcp], pipeline="train",
                              batch_size=BATCH, seed=SEED,
-                             pool=conveyor.PoolOptions(policy="balanced", range_batches=1))
+                             pool=conveyor.PoolOptions(policy="balanced", range_batches=1),
+                             **security(pki))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with loader.stream(num_epochs=1, first_epoch=0) as stream:
@@ -310,18 +316,18 @@ def test_a_daemon_with_another_dataset_or_pipeline_is_refused_naming_the_part(tm
     assert d_data.tcp in said and d_ops.tcp in said
 
 
-def test_state_dict_moves_between_three_daemons_and_one(tmp_path, dataset, daemons):
+def test_state_dict_moves_between_three_daemons_and_one(tmp_path, dataset, net, pki, daemons):
     root, _ = dataset
     cfg = daemon_config(root)
     local = daemons(Daemon(tmp_path / "local", cfg, tcp=False))
-    others = [daemons(Daemon(tmp_path / n, cfg)) for n in ("a", "b")]
+    others = remote_pair(tmp_path, net, pki, cfg, daemons)
     ref = reference(local.unix)
     options = conveyor.PoolOptions(policy="balanced", range_batches=2, ranges_ahead=1,
                                    streams_per_daemon=1)
 
     def pooled():
         return conveyor.Loader(servers=[local.unix] + [d.tcp for d in others], pipeline="train",
-                               batch_size=BATCH, seed=SEED, pool=options)
+                               batch_size=BATCH, seed=SEED, pool=options, **security(pki))
 
     def single():
         return conveyor.Loader(local.unix, pipeline="train", batch_size=BATCH, seed=SEED)
