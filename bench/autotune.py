@@ -51,7 +51,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,6 +60,9 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 
 from conveyor.daemon import DaemonProcess  # noqa: E402
 from remote_fixtures import ObjectServer, labelled_images  # noqa: E402
+
+sys.path.insert(0, HERE)
+from daemon_proc import StreamReader  # noqa: E402
 
 TARGET = 0.95
 PIPELINE = "bench"
@@ -81,39 +83,11 @@ def write_config(path, threads, dataset, engine):
         f.write("\n".join(lines) + "\n")
 
 
-class Reader(threading.Thread):
-    """One endless stream read as fast as possible; `images` counts the
-    samples of the batches received so far (read under `lock`)."""
-
-    def __init__(self, address, batch_size):
-        super().__init__(daemon=True)
-        import conveyor
-        self.loader = conveyor.Loader(address, pipeline=PIPELINE, batch_size=batch_size,
-                                      seed=1, credits=4)
-        self.images = 0
-        self.lock = threading.Lock()
-        self.halt = threading.Event()
-        self.error = None
-
-    def run(self):
-        try:
-            with self.loader.stream(num_epochs=0) as stream:
-                for batch in stream:
-                    with self.lock:
-                        self.images += batch.num_samples
-                    if self.halt.is_set():
-                        return
-        except Exception as e:  # noqa: BLE001
-            self.error = repr(e)
-
-    def count(self):
-        with self.lock:
-            return self.images
-
-    def stop(self):
-        self.halt.set()
-        self.join(30)
-        self.loader.close()
+def reader(address, batch_size):
+    """A StreamReader (not started) of one endless shared-memory stream."""
+    import conveyor
+    return StreamReader(conveyor.Loader(address, pipeline=PIPELINE, batch_size=batch_size,
+                                        seed=1, credits=4))
 
 
 def stream_limits(address):
@@ -140,7 +114,7 @@ def measure_fixed(args, workdir, dataset, engine):
     """Steady-state images/s of one stream with fixed limits."""
     d = run_daemon(args, workdir, dataset, engine)
     try:
-        r = Reader(d.unix, args.batch_size)
+        r = reader(d.unix, args.batch_size)
         r.start()
         time.sleep(args.warmup)
         n0, t0 = r.count(), time.monotonic()
@@ -188,7 +162,7 @@ def measure_autotune(args, workdir, dataset):
     d = run_daemon(args, workdir, dataset, engine)
     windows = []
     try:
-        r = Reader(d.unix, args.batch_size)
+        r = reader(d.unix, args.batch_size)
         t_start = time.monotonic()
         r.start()
         prev_n, prev_t = 0, t_start

@@ -1,12 +1,14 @@
 """Shared by the benchmark scripts: a conveyord config for the benchmark's
-train pipeline, and a conveyord on it through conveyor.daemon (the project's
-one launcher: start, wait for the health check to say SERVING, stop).
+train pipeline, a conveyord on it through conveyor.daemon (the project's
+one launcher: start, wait for the health check to say SERVING, stop), and a
+thread reading one endless stream as fast as it can (StreamReader).
 
 Run with Debian's /usr/bin/python3 like the scripts that import it.
 """
 import json
 import os
 import sys
+import threading
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENT_DIR = os.path.join(SOURCE_DIR, "client", "python")
@@ -43,3 +45,41 @@ def daemon(conveyord, workdir, threads, dataset, via="unix", **config):
         return DaemonProcess(conveyord, cfg, workdir=workdir, threads=threads)
     return DaemonProcess(conveyord, cfg, workdir=workdir, socket="", tcp="127.0.0.1:0",
                          threads=threads)
+
+
+class StreamReader(threading.Thread):
+    """Reads one endless stream of a conveyor.Loader as fast as it can;
+    count() is the samples of the batches received so far. stop() ends it
+    and closes the loader; `error` is what ended it otherwise, `stats` the
+    stream's stats() (pooled streams) when it was stopped."""
+
+    def __init__(self, loader):
+        super().__init__(daemon=True)
+        self.loader = loader
+        self.images = 0
+        self.lock = threading.Lock()
+        self.halt = threading.Event()
+        self.error = None
+        self.stats = None
+
+    def run(self):
+        try:
+            with self.loader.stream(num_epochs=0) as stream:
+                for batch in stream:
+                    with self.lock:
+                        self.images += batch.num_samples
+                    if self.halt.is_set():
+                        if hasattr(stream, "stats"):
+                            self.stats = stream.stats()
+                        return
+        except Exception as e:  # noqa: BLE001
+            self.error = repr(e)
+
+    def count(self):
+        with self.lock:
+            return self.images
+
+    def stop(self):
+        self.halt.set()
+        self.join(60)
+        self.loader.close()

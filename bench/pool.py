@@ -39,7 +39,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,7 +48,7 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 sys.path.insert(0, HERE)
 
 from conveyor.daemon import DaemonProcess  # noqa: E402
-from daemon_proc import write_config  # noqa: E402
+from daemon_proc import StreamReader, write_config  # noqa: E402
 import netns_hosts  # noqa: E402
 
 PIPELINE = "bench"
@@ -77,38 +76,8 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class Reader(threading.Thread):
-    """One endless stream of `loader`, read as fast as possible."""
-
-    def __init__(self, loader):
-        super().__init__(daemon=True)
-        self.loader = loader
-        self.images = 0
-        self.lock = threading.Lock()
-        self.halt = threading.Event()
-        self.error = None
-        self.stats = None
-
-    def run(self):
-        try:
-            with self.loader.stream(num_epochs=0) as stream:
-                for batch in stream:
-                    with self.lock:
-                        self.images += batch.num_samples
-                    if self.halt.is_set():
-                        if hasattr(stream, "stats"):
-                            self.stats = stream.stats()
-                        return
-        except Exception as e:  # noqa: BLE001
-            self.error = repr(e)
-
-    def count(self):
-        with self.lock:
-            return self.images
-
-
 def measure(args, loader, local_pid, remote_pid):
-    r = Reader(loader)
+    r = StreamReader(loader)
     r.start()
     time.sleep(args.warmup)
     n0, t0 = r.count(), time.monotonic()
@@ -116,9 +85,7 @@ def measure(args, loader, local_pid, remote_pid):
     time.sleep(args.seconds)
     n1, t1 = r.count(), time.monotonic()
     me1, local1, remote1 = time.process_time(), cpu_seconds(local_pid), cpu_seconds(remote_pid)
-    r.halt.set()
-    r.join(60)
-    loader.close()
+    r.stop()
     if r.error:
         raise RuntimeError("stream failed: %s" % r.error)
     images = n1 - n0
