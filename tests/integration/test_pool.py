@@ -7,8 +7,9 @@ Pinned here:
 - 1 local + 2 remote daemons deliver every batch exactly once, in order,
   byte-identical to one daemon's stream, for an image folder and for tar
   shards, and every daemon serves ranges;
-- a remote daemon killed (-9) and another stopped (SIGSTOP) mid-epoch: the
-  epoch still completes exactly once, byte-identical;
+- a remote daemon killed (-9), another stopped (SIGSTOP) and a third
+  drained (SIGTERM) mid-epoch, each while it holds a range: the epoch still
+  completes exactly once, byte-identical;
 - a daemon joining mid-epoch (the name's /etc/hosts answer grows) gets work;
 - a daemon whose dataset or pipeline differs is refused, naming the part;
 - a state_dict taken with 3 daemons resumes on 1, and the reverse;
@@ -174,14 +175,16 @@ def test_three_daemons_deliver_every_batch_once_byte_identical(tmp_path, dataset
     assert loader.state_dict()["epoch"] == 2 and loader.state_dict()["offset"] == 0
 
 
-def test_killed_and_stopped_daemons_lose_no_batch(tmp_path, dataset, net, pki, daemons):
+def test_killed_stopped_and_drained_daemons_lose_no_batch(tmp_path, dataset, net, pki,
+                                                           daemons):
     root, _ = dataset
     cfg = daemon_config(root)
     local = daemons(Daemon(tmp_path / "local", cfg, tcp=False))
     r1, r2 = remote_pair(tmp_path, net, pki, cfg, daemons)
+    r3 = remote(tmp_path, net, pki, cfg, daemons, "r3")
     ref = reference(local.unix)
 
-    loader = conveyor.Loader(servers=[local.unix, r1.tcp, r2.tcp], pipeline="train",
+    loader = conveyor.Loader(servers=[local.unix, r1.tcp, r2.tcp, r3.tcp], pipeline="train",
                              batch_size=BATCH, seed=SEED,
                              pool=conveyor.PoolOptions(policy="balanced", range_batches=2,
                                                        ranges_ahead=1, streams_per_daemon=1,
@@ -190,8 +193,8 @@ def test_killed_and_stopped_daemons_lose_no_batch(tmp_path, dataset, net, pki, d
     got = []
     with loader.stream(num_epochs=2, first_epoch=0) as stream:
         it = iter(stream)
-        # Until both remote daemons have delivered.
-        while not (served(stream)[r1.tcp] and served(stream)[r2.tcp]):
+        # Until the remote daemons have delivered.
+        while not all(served(stream)[r.tcp] for r in (r1, r2, r3)):
             got.append(next(it).copy())
         # r1 is killed while it holds a range: stopped first, it takes one
         # and cannot serve it; then it dies (its call fails at once).
@@ -200,6 +203,13 @@ def test_killed_and_stopped_daemons_lose_no_batch(tmp_path, dataset, net, pki, d
             got.append(next(it).copy())
         r1.proc.kill()
         r1.proc.wait()
+        # r3 is drained (SIGTERM, as Kubernetes or systemd stop it) while it
+        # holds a range.
+        os.kill(r3.pid, signal.SIGSTOP)
+        while not daemon_states(stream)[r3.tcp]["in_flight"]:
+            got.append(next(it).copy())
+        os.kill(r3.pid, signal.SIGTERM)
+        os.kill(r3.pid, signal.SIGCONT)
         # r2 stops for good: the range the trainer waits for stalls.
         os.kill(r2.pid, signal.SIGSTOP)
         for b in it:
@@ -210,6 +220,8 @@ def test_killed_and_stopped_daemons_lose_no_batch(tmp_path, dataset, net, pki, d
     assert "Connection refused" in states[r1.tcp]["last_error"] or "UNAVAILABLE" in \
         states[r1.tcp]["last_error"], states
     assert states[r2.tcp]["last_error"].startswith("stalled"), states
+    assert r3.proc.wait(timeout=scaled(30)) == 0  # drained and gone
+    assert states[r3.tcp]["last_error"], states
     assert requeued >= 2
     assert stream.starved_seconds > 0
 
