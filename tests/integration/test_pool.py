@@ -466,6 +466,27 @@ def test_cpp_client_pool_is_byte_identical_and_survives_a_killed_and_a_stopped_d
         assert all(int(d["ranges"]) >= 1 for d in pool.values()), pool
 
 
+def test_a_pooled_loader_pickles_and_feeds_torch(tmp_path, dataset, daemons):
+    """What a spawned DataLoader worker and conveyor.torch do with a Loader:
+    pickle it, and read it through TorchLoader."""
+    import pickle
+
+    import torch  # noqa: F401  (Debian's python3-torch)
+    from conveyor.torch import TorchLoader
+    root, _ = dataset
+    cfg = daemon_config(root)
+    local = daemons(Daemon(tmp_path / "local", cfg, tcp=False))
+    other = daemons(Daemon(tmp_path / "other", cfg))
+    ref = reference(local.unix, epochs=1)
+    loader = pickle.loads(pickle.dumps(conveyor.Loader(
+        servers=[local.unix, other.tcp], pipeline="train", batch_size=BATCH, seed=SEED,
+        pool=conveyor.PoolOptions(policy="balanced", range_batches=2))))
+    got = [(images.numpy().copy(), labels.numpy().copy())
+           for images, labels in TorchLoader.from_loader(loader)]
+    assert [g[1].tolist() for g in got] == [r.labels.tolist() for r in ref]
+    assert b"".join(g[0].tobytes() for g in got) == collect(ref)[2].tobytes()
+
+
 def test_pool_arguments_are_checked(daemon):
     with pytest.raises(conveyor.InvalidRequest, match="servers= takes a list"):
         conveyor.Loader(servers=daemon.unix, pipeline="train", batch_size=BATCH)

@@ -22,9 +22,11 @@ whole range without waiting for the trainer; a daemon holds at most
 before them, after a failure). The buffer therefore holds at most
 daemons × ranges_ahead × range_batches batches, in the daemons' slots
 (shared memory on this host, the data socket's buffers in this process for
-remote ones). By default range_batches is chosen so that one daemon's share
-stays within `buffer_bytes` (512 MiB): batch bytes × ranges_ahead ×
-range_batches, range_batches between 1 and 16.
+remote ones). A range's stream never reuses a slot, so arrays kept after
+their batch was released are never overwritten (the guarantee of
+lifetime="safe", without its leases or copies). By default range_batches
+is chosen so that one daemon's share stays within `buffer_bytes` (512 MiB):
+batch bytes × ranges_ahead × range_batches, range_batches between 1 and 16.
 
 Failures: a daemon whose stream fails (killed, drained, unreachable), or
 that delivers nothing for `stall_timeout` seconds while the trainer waits
@@ -329,7 +331,7 @@ class PoolStream(ClosesOnExit):
 
     def __init__(self, servers: ServerSet, options: PoolOptions, *, pipeline: str,
                  batch_size: int, seed: int, rank: int, world_size: int, shuffle: bool,
-                 drop_last: bool, transport: Any, lifetime: str, security: Any,
+                 drop_last: bool, transport: Any, security: Any,
                  first_epoch: int, num_epochs: int, resume: Optional[Tuple[int, int, int]],
                  on_batch: Optional[Callable[[Batch], None]],
                  open_stream: Callable[..., Any]) -> None:
@@ -337,7 +339,7 @@ class PoolStream(ClosesOnExit):
         self._opt = options
         self._request = dict(pipeline=pipeline, batch_size=batch_size, seed=seed, rank=rank,
                              world_size=world_size, shuffle=shuffle, drop_last=drop_last,
-                             transport=transport, lifetime=lifetime)
+                             transport=transport)
         self._security = security
         self._on_batch = on_batch
         self._open_stream = open_stream
@@ -531,7 +533,10 @@ class PoolStream(ClosesOnExit):
                 world_size=req["world_size"], credits=rng.count, shuffle=req["shuffle"],
                 drop_last=req["drop_last"], transport=req["transport"], resume=resume,
                 auto_release=False, data_host=tcp_host(w.endpoint.address),
-                security=self._security_for(w.endpoint), lifetime=req["lifetime"],
+                # A range's stream never reuses a slot (as many credits as
+                # batches), so arrays kept past a release are never
+                # overwritten whatever the lifetime: no leases, no copies.
+                security=self._security_for(w.endpoint), lifetime="fast",
                 max_batches=rng.count)
             with self._cond:
                 job.stream = stream

@@ -114,6 +114,16 @@ class ServerSet:
         self._answers: Dict[int, List[str]] = {}
         self.errors: Dict[str, str] = {}  # name -> why its last resolution failed
 
+    def __getstate__(self) -> Dict:
+        # Pickled with a Loader for a spawned worker: all but the lock.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: Dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def has_names(self) -> bool:
         return bool(self._names)

@@ -427,7 +427,7 @@ class Loader:
                               batch_size=self.batch_size, seed=self.seed, rank=self.rank,
                               world_size=self.world_size, shuffle=self.shuffle,
                               drop_last=self.drop_last, transport=self.transport,
-                              lifetime=self.lifetime, security=self.security,
+                              security=self.security,
                               first_epoch=first_epoch, num_epochs=num_epochs, resume=resume,
                               on_batch=self._on_batch, open_stream=open_stream)
         if self.retry is not None:
