@@ -50,6 +50,9 @@ PACKAGES=(
   libjpeg-turbo-progs
   # memory and process figures in integration tests
   procps
+  # several hosts on one machine (network namespaces, veth pairs) for the
+  # multi-daemon tests and bench/pool.py; taskset (util-linux) pins daemons
+  iproute2 util-linux
   # `conveyor top` and the fetch progress bar tested on a real terminal
   tmux
   # systemd notifications of conveyord (sd_notify; optional at build time),

@@ -58,7 +58,7 @@ SOURCE_CHECKS="^layers\\.|^style\\."
 # systemd unit, the READMEs' commands, which run only against build/, and
 # the client-side tests without a daemon), so only the release stage runs
 # them.
-PACKAGING_SUITES="pytest.integration.test_client_package|pytest.integration.test_gpu_bundle|pytest.integration.test_k8s_manifests|pytest.integration.test_dockerfile|pytest.integration.test_systemd_unit|pytest.integration.test_readme_commands|pytest.python.test_cli_top_render|pytest.python.test_client_addresses|pytest.python.test_cuda_client_paths|pytest.python.test_cuda_copy_seam|pytest.python.test_device_array|pytest.python.test_gen_imagenet_like|pytest.python.test_skipped_exit"
+PACKAGING_SUITES="pytest.integration.test_client_package|pytest.integration.test_gpu_bundle|pytest.integration.test_k8s_manifests|pytest.integration.test_dockerfile|pytest.integration.test_systemd_unit|pytest.integration.test_readme_commands|pytest.python.test_cli_top_render|pytest.python.test_client_addresses|pytest.python.test_cuda_client_paths|pytest.python.test_cuda_copy_seam|pytest.python.test_device_array|pytest.python.test_gen_imagenet_like|pytest.python.test_skipped_exit|pytest.integration.test_slurm_recipe|pytest.python.test_pool_units"
 TIMES=()
 
 # The cached virtual environments of scripts/venvs/ (framework adapters,
