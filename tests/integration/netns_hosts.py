@@ -11,8 +11,9 @@ that need it are skipped.
     net.hosts_file(a, "10.1.2.3 pool.test\\n")  # /etc/hosts as programs there see it
     net.close()
 
-Each link is a /24 of its own (10.<by pid>.<n>.0/24, .1 on the first side,
-.2 on the second), so parallel test processes never share a subnet. A
+Each link is a /24 of its own (10.A.B.0/24, A and B from the pid and the
+link's number; .1 on the first side, .2 on the second), so parallel test
+processes never share a subnet. A
 namespace's /etc/hosts is /etc/netns/<name>/hosts, which `ip netns exec`
 mounts over /etc/hosts for the programs it starts; hosts_file rewrites it in
 place, so programs already running there see the new contents on their next
@@ -51,7 +52,10 @@ class Hosts:
     def __init__(self, tag):
         pid = os.getpid()
         self._tag = "cvy%s%d" % (tag[:4], pid % 100000)
-        self._octet = 16 + pid % 200  # the second octet of this process's subnets
+        # This process's subnets: 10.A.B.0/24 with A and B from the pid, so
+        # that processes whose pids differ below 3584 never share one.
+        self._octet = 16 + (pid // 16) % 224
+        self._third = (pid % 16) * 16
         self._namespaces = []
         self._links = 0
         self._etc = []
@@ -66,8 +70,10 @@ class Hosts:
     def link(self, a, b):
         """A veth pair between namespaces a and b (None: this process's
         own); returns (address on a, address on b)."""
+        if self._links == 15:
+            raise RuntimeError("netns_hosts: at most 15 links per process")
         self._links += 1
-        n = self._links
+        n = self._third + self._links
         end_a, end_b = "v%d%da" % (os.getpid() % 100000, n), "v%d%db" % (os.getpid() % 100000, n)
         _ip("link", "add", end_a, "type", "veth", "peer", "name", end_b)
         addr_a, addr_b = "10.%d.%d.1" % (self._octet, n), "10.%d.%d.2" % (self._octet, n)
