@@ -306,7 +306,7 @@ std::string DatasetIndex::FullPath(size_t i) const {
 }
 
 const std::string& DatasetIndex::ContentDigest() const {
-  absl::call_once(digest_once_, [this] {
+  std::call_once(digest_once_, [this] {
     // Each entry as (path length, path, label), little-endian fixed widths,
     // so no two different indexes hash the same byte string.
     std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
