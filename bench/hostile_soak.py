@@ -452,7 +452,8 @@ def make_config(args, roots, url_lists):
         "log_level": "info",
         "memory_budget": "%dMiB" % args.memory_budget_mib,
         "max_streams": args.max_streams,
-        "engine": {"fetch_queue_bytes": "%dMiB" % args.fetch_queue_mib, "fetch_concurrency": 4},
+        "engine": {"fetch_queue_bytes": "%dMiB" % args.fetch_queue_mib, "fetch_concurrency": 4,
+                   "autotune": True, "autotune_max_fetch_concurrency": 16},
         "remote": {"read_ahead_bytes": "%dMiB" % args.read_ahead_mib},
         "pipelines": pipelines,
     }
@@ -476,10 +477,17 @@ def worst_case(cfg, samples, index_bytes, fixed_bytes):
     max_file = max(size(p["max_file_bytes"]) for p in pls)
     max_decode = max(size(p["max_decode_memory"]) for p in pls)
     streams = cfg["max_streams"]
+    has_urls = any("urls" in p["dataset"] for p in pls)
+    network_reads = eng["fetch_concurrency"]
+    if eng.get("autotune", True):
+        network_reads = max(network_reads, eng.get("autotune_max_fetch_concurrency", 64))
     terms = [
         ("memory_budget", size(cfg["memory_budget"])),
-        ("max_streams x (fetch_queue_bytes + fetch_concurrency x max_file_bytes)",
-         streams * (size(eng["fetch_queue_bytes"]) + eng["fetch_concurrency"] * max_file)),
+        ("max_streams x max(fetch_queue_bytes, max_file_bytes)",
+         streams * max(size(eng["fetch_queue_bytes"]), max_file)),
+        ("threads x max_file_bytes (local reads running)", threads * max_file),
+        ("max_streams x fetch_concurrency (the tuner's ceiling) x max_file_bytes (URL lists)",
+         streams * network_reads * max_file if has_urls else 0),
         ("max_streams x (fetch_queue_capacity + decode_concurrency) x 1 MiB",
          streams * (fetch_queue_capacity + decode_concurrency) * MiB),
         ("threads x max_decode_memory", threads * max_decode),

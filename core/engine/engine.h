@@ -43,8 +43,12 @@ struct EngineOptions {
   uint32_t fetch_concurrency = 4;   // fetch tasks running at once per stream
   uint32_t decode_concurrency = 0;  // decode tasks running at once per stream; 0: threads
   // Bytes of fetched samples a stream may hold (waiting for decode or being
-  // decoded): no fetch starts while the stream holds this much, so at most
-  // fetch_queue_bytes + fetch_concurrency × max_file_bytes are held.
+  // decoded): no fetch starts while the stream holds this much, and a read
+  // of a local sample that would take it past this waits for room and is
+  // read again; so at most max(fetch_queue_bytes, max_file_bytes) are held,
+  // plus the reads running (core/engine/stream_machine.h). Network reads are
+  // kept whatever their size: fetch_queue_bytes + fetch_concurrency ×
+  // max_file_bytes at most.
   uint64_t fetch_queue_bytes = 64ull << 20;  // ≥ 1
 
   // Each stream tunes its own fetch concurrency, decode concurrency and

@@ -73,6 +73,9 @@ struct StreamStats {
     uint64_t age_ns = 0;
   };
   uint64_t fetches_pending = 0;
+  // Reads of local samples whose bytes were dropped for want of room in
+  // fetch_queue_bytes and read again later (core/engine/stream_machine.h).
+  uint64_t fetches_deferred = 0;
   std::optional<PendingFetch> oldest_fetch;
   std::array<StageStats, kNumStages> stages;
   // The fetch and decode limits in force (EngineOptions' unless the stream

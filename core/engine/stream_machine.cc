@@ -85,6 +85,7 @@ StreamMachine::StreamMachine(Config config, std::unique_ptr<SlotArena> arena, Mu
   const AutotuneLimits start{config_.fetch_limit, config_.decode_limit, config_.fetch_capacity};
   const AutotuneLimits& most = config_.autotune ? config_.autotune_max : start;
   const uint32_t num_buffers = most.fetch_queue_capacity + most.decode_concurrency;
+  kept_buffers_ = start.fetch_queue_capacity + start.decode_concurrency;
   buffers_.resize(num_buffers);
   if (cache_ != nullptr) cache_keys_.resize(num_buffers);
   // Not yet shared with any other thread; the lock is taken for the analysis.
@@ -188,10 +189,12 @@ bool StreamMachine::CanSample() const { return !plan_pending_ && EpochToPlan() !
 bool StreamMachine::FetchRoom() const {
   return fetched_.size() + fetch_inflight_ < limits_.fetch_queue_capacity &&
          !free_buffers_.empty() && fetch_inflight_ < limits_.fetch_concurrency &&
-         held_bytes_ < config_.fetch_bytes;
+         ChargedBytes() < config_.fetch_bytes;
 }
 
 BatchWork* StreamMachine::Fetchable() const {
+  // A deferred read goes before any new sample (see the header).
+  if (deferred_waiting_ != 0) return nullptr;
   for (const auto& b : open_) {
     if (b->next_fetch < b->size) return b.get();
   }
@@ -200,9 +203,13 @@ BatchWork* StreamMachine::Fetchable() const {
 
 int StreamMachine::DueRetry(uint64_t now, uint64_t* retry_at) const {
   for (size_t i = 0; i < retries_.size(); ++i) {
-    if (retries_[i].not_before_ns <= now) return static_cast<int>(i);
+    const PendingRetry& r = retries_[i];
+    if (r.deferred ? DeferredFits(r) : r.not_before_ns <= now) return static_cast<int>(i);
   }
-  for (const PendingRetry& r : retries_) *retry_at = std::min(*retry_at, r.not_before_ns);
+  // A deferred read waits for room, which a completion makes: no time.
+  for (const PendingRetry& r : retries_) {
+    if (!r.deferred) *retry_at = std::min(*retry_at, r.not_before_ns);
+  }
   return -1;
 }
 
@@ -314,6 +321,12 @@ void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
     t->position = r.position;
     t->attempt = r.attempt;
     t->first_failure_ns = r.first_failure_ns;
+    t->reserved_bytes = 0;
+    if (r.deferred) {
+      --deferred_waiting_;
+      t->reserved_bytes = r.needs_bytes;
+      reserved_bytes_ += r.needs_bytes;
+    }
     return;
   }
   BatchWork* b = Fetchable();
@@ -321,6 +334,7 @@ void StreamMachine::TakeFetch(uint64_t now, Task* t, uint64_t* retry_at) {
   t->position = b->next_fetch++;
   t->attempt = 0;
   t->first_failure_ns = 0;
+  t->reserved_bytes = 0;
   AnnounceAfter(*b, t->position);
 }
 
@@ -451,6 +465,7 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   st.busy_ns += t->finished_ns - t->started_ns;
   ++st.items_in;
   --fetch_inflight_;
+  reserved_bytes_ -= t->reserved_bytes;
   if (t->cache_lookup) ++(t->cache_hit ? cache_hits_ : cache_misses_);
   if (terminal_) {
     free_buffers_.push_back(t->buffer);
@@ -463,9 +478,21 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
     return PositionDone(t->batch, out);
   }
   if (t->status.ok()) {
-    ++st.items_out;
     // The fetch task is done with the buffer: its size is stable.
-    buffer_bytes_[t->buffer] = buffers_[t->buffer].size();
+    const uint64_t size = buffers_[t->buffer].size();
+    const uint64_t charged = ChargedBytes();
+    if (!t->parked && size != 0 && charged != 0 && charged + size > config_.fetch_bytes) {
+      // No room for it: read again once there is (see the header).
+      if (cache_ != nullptr) cache_keys_[t->buffer].clear();
+      DropFetchedBytes(t->buffer, out);
+      retries_.push_back(PendingRetry{t->batch, t->position, t->attempt, 0, t->first_failure_ns,
+                                      size, /*deferred=*/true});
+      ++deferred_waiting_;
+      ++fetches_deferred_;
+      return nullptr;
+    }
+    ++st.items_out;
+    buffer_bytes_[t->buffer] = size;
     held_bytes_ += buffer_bytes_[t->buffer];
     fetched_.push_back(Fetched{t->batch, t->position, t->buffer});
     return nullptr;
@@ -496,6 +523,22 @@ BatchWork* StreamMachine::CompleteFetch(Task* t, Outbox* out) {
   const uint64_t backoff = std::min(rp.BackoffNs(failures), kNever - 1 - now);
   retries_.push_back(PendingRetry{t->batch, t->position, failures, now + backoff, first});
   return nullptr;
+}
+
+size_t StreamMachine::KeptCapacity(uint32_t buffer) const {
+  return buffer < kept_buffers_ ? kKeptFetchBufferBytes : 0;
+}
+
+void StreamMachine::DropFetchedBytes(uint32_t buffer, Outbox* out) {
+  std::vector<uint8_t>& buf = buffers_[buffer];
+  if (buf.capacity() > KeptCapacity(buffer)) {
+    // Freed with the outbox's callbacks, once the lock is released.
+    out->callbacks.push_back([dropped = std::make_shared<std::vector<uint8_t>>(std::move(buf))] {});
+    buf = std::vector<uint8_t>();
+  } else {
+    buf.clear();
+  }
+  free_buffers_.push_back(buffer);
 }
 
 // ---------------------------------------------------------------- decode
@@ -539,7 +582,7 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   // A buffer that grew for a large file is not kept at that size: streams
   // would otherwise keep max_file_bytes per buffer for good. Freed here,
   // outside the lock, by the task that owns the buffer.
-  if (buf.capacity() > kKeptFetchBufferBytes) std::vector<uint8_t>().swap(buffers_[t->buffer]);
+  if (buf.capacity() > KeptCapacity(t->buffer)) std::vector<uint8_t>().swap(buffers_[t->buffer]);
   WriteLabelAndIndex(slot, t->position, index);
 }
 
@@ -576,6 +619,7 @@ void StreamMachine::Fail(absl::Status why, Outbox* out) {
   }
   fetched_.clear();
   retries_.clear();
+  deferred_waiting_ = 0;
   // Reads parked on the network end now (their dones complete the tasks).
   CancelParked(out);
   // Batches being finished are dropped as their done comes; those whose
@@ -596,7 +640,8 @@ void StreamMachine::UpdateClocks(uint64_t now) {
   if (!fetchable) {
     set(Stage::kFetch, StageClock::kStarved);
   } else if (fetched_.size() + fetch_inflight_ >= limits_.fetch_queue_capacity ||
-             free_buffers_.empty() || held_bytes_ >= config_.fetch_bytes) {
+             free_buffers_.empty() || ChargedBytes() >= config_.fetch_bytes ||
+             deferred_waiting_ != 0) {
     set(Stage::kFetch, StageClock::kBlocked);
   } else {
     set(Stage::kFetch, StageClock::kActive);
@@ -624,7 +669,8 @@ void StreamMachine::UpdateClocks(uint64_t now) {
     mark(AutotuneClock::kFetchQueueFull,
          !at_limit && (fetched_.size() + fetch_inflight_ >= limits_.fetch_queue_capacity ||
                        free_buffers_.empty()));
-    mark(AutotuneClock::kFetchBytesFull, held_bytes_ >= config_.fetch_bytes);
+    mark(AutotuneClock::kFetchBytesFull,
+         ChargedBytes() >= config_.fetch_bytes || deferred_waiting_ != 0);
   }
   mark(AutotuneClock::kDecodeStarved,
        !done && fetched_.empty() && decode_inflight_ < limits_.decode_concurrency);
@@ -683,6 +729,7 @@ StreamStats StreamMachine::Stats(uint64_t now) {
   st.consumers_waiting = consumers_waiting_;
   st.elapsed_ns = now - created_ns_;
   st.fetches_pending = parked_count_;
+  st.fetches_deferred = fetches_deferred_;
   const Parked* oldest = nullptr;
   for (const Parked& p : parked_) {
     if (p.active && (oldest == nullptr || p.started_ns < oldest->started_ns)) oldest = &p;
@@ -725,6 +772,10 @@ void StreamMachine::CheckInvariants() const {
   uint64_t bytes = 0;
   for (const uint64_t b : buffer_bytes_) bytes += b;
   assert(bytes == held_bytes_);
+  uint32_t deferred = 0;
+  for (const PendingRetry& r : retries_) deferred += r.deferred ? 1 : 0;
+  assert(deferred == deferred_waiting_);
+  assert(reserved_bytes_ == 0 || fetch_inflight_ != 0);
   for (uint32_t s : free_slots_) mark(s);
   for (const auto& b : open_) mark(b->slot);
   for (const BatchInfo& b : ready_) mark(b.slot);

@@ -63,11 +63,22 @@
 // of the tuner's feeds it that tick and applies the limits it chose. A
 // lower limit only stops new tasks: those running finish.
 //
-// Memory of fetched samples: no fetch starts while the stream holds
-// fetch_bytes of fetched samples (queued or being decoded), so it holds at
-// most fetch_bytes + fetch_limit × max_file_bytes; a buffer that grew past
-// kKeptFetchBufferBytes is freed once its sample is decoded, so an idle
-// stream keeps at most that much per buffer.
+// Memory of fetched samples: held_bytes_ counts the samples fetched and not
+// yet decoded (queued or being decoded), reserved_bytes_ the reads started
+// with room set aside (below); both are charged against fetch_bytes. No
+// fetch starts while they reach it. A read on a worker (a local file or tar
+// member) whose bytes would take them past fetch_bytes while anything else is
+// charged is not kept: its bytes are dropped and it waits, as a deferred
+// retry, until there is room for its size (or nothing else is charged), then
+// is read again with that room reserved; no new sample is fetched while one
+// waits, so it is never starved. A stream thus holds at most
+// max(fetch_bytes, max_file_bytes) of fetched samples, plus the reads in
+// progress, which each hold a worker (whatever fetch_limit the tuner set).
+// Network reads (parked) are kept whatever their size, so a stream of a
+// network source holds at most fetch_bytes + fetch_limit × max_file_bytes.
+// Idle buffers keep their capacity up to kKeptFetchBufferBytes, and only the
+// first kept_buffers_ of them (as many as the config's limits use): those
+// the tuner's higher limits added are freed once their sample is decoded.
 #pragma once
 
 #include <array>
@@ -146,6 +157,7 @@ struct Task {
   bool parked = false;            // fetch: read asynchronously (RunFetchAsync)
   bool cache_lookup = false;      // fetch: the output cache was asked (a miss unless cache_hit)
   bool cache_hit = false;         // fetch: the sample was written from the output cache
+  uint64_t reserved_bytes = 0;    // fetch: room of fetch_bytes set aside for it (deferred)
   uint64_t park_serial = 0;       // parked: which Park it was (buffers are reused)
   // Results, filled by Run.
   absl::Status status;
@@ -338,6 +350,10 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
     uint32_t attempt;  // failures so far
     uint64_t not_before_ns;
     uint64_t first_failure_ns;
+    // A read dropped for want of room in fetch_bytes (not an error): due
+    // once needs_bytes fit (DeferredFits), whatever not_before_ns says.
+    uint64_t needs_bytes = 0;
+    bool deferred = false;
   };
 
   bool AllStarted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -368,6 +384,19 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   void RunSample(Task* t) const;
 
   bool FetchRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bytes charged against fetch_bytes: fetched samples and reserved room.
+  uint64_t ChargedBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return held_bytes_ + reserved_bytes_;
+  }
+  bool DeferredFits(const PendingRetry& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t charged = ChargedBytes();
+    return charged == 0 || charged + r.needs_bytes <= config_.fetch_bytes;
+  }
+  // The capacity buffer `buffer` may keep while idle (see the header).
+  size_t KeptCapacity(uint32_t buffer) const;
+  // Empties a fetch buffer whose bytes are not kept and frees it; memory
+  // past its KeptCapacity is released through `out`, after the lock.
+  void DropFetchedBytes(uint32_t buffer, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BatchWork* Fetchable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Index of a due retry in retries_, or -1; lowers *retry_at otherwise.
   int DueRetry(uint64_t now, uint64_t* retry_at) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -494,6 +523,13 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   // config_.fetch_bytes in FetchRoom.
   uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> buffer_bytes_ ABSL_GUARDED_BY(mu_);
+  // Room set aside for deferred reads in flight (their Task::reserved_bytes).
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t deferred_waiting_ ABSL_GUARDED_BY(mu_) = 0;  // deferred entries of retries_
+  uint64_t fetches_deferred_ ABSL_GUARDED_BY(mu_) = 0;  // reads dropped for want of room
+  // Buffers below this index keep up to kKeptFetchBufferBytes while idle.
+  // Constant after construction.
+  uint32_t kept_buffers_ = 0;
   uint32_t decode_inflight_ ABSL_GUARDED_BY(mu_) = 0;
   // The stage limits in force: the config's, or the tuner's choice.
   AutotuneLimits limits_ ABSL_GUARDED_BY(mu_);

@@ -161,9 +161,15 @@ def worst_case_bytes(cfg, cpu_limit):
     max_decode = max(size_bytes(p.get("max_decode_memory", "128MiB")) for p in pipes)
     queue_cap = engine.get("fetch_queue_capacity", 0) or max(4, 2 * threads)
     decodes = engine.get("decode_concurrency", 0) or threads
+    network_reads = 0
+    if any("urls" in p["dataset"] or "://" in str(p["dataset"].get("shards", "")) for p in pipes):
+        network_reads = engine.get("fetch_concurrency", 4)
+        if engine.get("autotune", True):
+            network_reads = max(network_reads, engine.get("autotune_max_fetch_concurrency", 64))
     return (size_bytes(cfg["memory_budget"])
-            + streams * (size_bytes(engine.get("fetch_queue_bytes", "64MiB"))
-                         + engine.get("fetch_concurrency", 4) * max_file)
+            + streams * max(size_bytes(engine.get("fetch_queue_bytes", "64MiB")), max_file)
+            + threads * max_file
+            + streams * network_reads * max_file
             + streams * (queue_cap + decodes) * 2**20
             + threads * max_decode)
 

@@ -1,9 +1,14 @@
 // The bytes of fetched samples a stream holds are bounded: no fetch starts
 // while the stream holds EngineOptions::fetch_queue_bytes of samples waiting
-// for decode or being decoded, whatever the fetch queue's item capacity.
+// for decode or being decoded, whatever the fetch queue's item capacity, and
+// a read that would take it past that is dropped and read again once there
+// is room, whatever the number of reads running.
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -70,8 +75,31 @@ class GatedDecoder final : public SampleDecoder {
   Gate* gate_;
 };
 
-TEST_CASE("a stream holds at most fetch_queue_bytes of fetched samples (plus the fetches running)",
-          "[engine][memory]") {
+// The engine's stats of the only stream, once `done` holds for them.
+StreamStats WaitForStream(Engine& engine, const std::function<bool(const StreamStats&)>& done) {
+  StreamStats st;
+  const bool reached = WaitFor([&] {
+    EngineStats es = engine.Stats();
+    if (es.streams.empty()) return false;
+    st = es.streams[0];
+    return done(st);
+  });
+  CHECK(reached);
+  return st;
+}
+
+constexpr int kFetch = static_cast<int>(Stage::kFetch);
+constexpr int kDecode = static_cast<int>(Stage::kDecode);
+
+// Samples held by the stream: queued for decode or being decoded.
+uint64_t HeldSamples(const StreamStats& st) {
+  return st.stages[kDecode].queue_size + st.stages[kDecode].in_flight;
+}
+
+TEST_CASE(
+    "a stream holds at most fetch_queue_bytes of fetched samples; a read that does not fit "
+    "waits and is read again",
+    "[engine][memory]") {
   TempDir dir;
   MakeImageFolder(dir.path(), 1, 6);
   auto p = MakePipeline(dir.path());
@@ -79,10 +107,11 @@ TEST_CASE("a stream holds at most fetch_queue_bytes of fetched samples (plus the
   p->source = source;
   Gate gate;
   EngineOptions eo;
+  eo.autotune = false;          // the limits below stay as set
   eo.fetch_queue_capacity = 8;  // room for every sample by count ...
   eo.fetch_concurrency = 1;
   eo.decode_concurrency = 1;
-  eo.fetch_queue_bytes = 7u << 20;  // ... but not by bytes: 3 samples of 3 MiB reach it
+  eo.fetch_queue_bytes = 7u << 20;  // ... but not by bytes: 2 samples of 3 MiB fit, not 3
   eo.decoder_factory = [&gate] { return std::make_unique<GatedDecoder>(&gate); };
   auto engine = MakeEngine(2, eo);
   StreamOptions so;
@@ -91,33 +120,104 @@ TEST_CASE("a stream holds at most fetch_queue_bytes of fetched samples (plus the
   auto stream = engine->OpenStream(p, so);
   REQUIRE(stream.ok());
 
-  // With one decode stuck, fetching stops, blocked, once the stream holds
-  // 7 MiB or more: 3 samples (one being decoded, two queued).
-  const int fetch = static_cast<int>(Stage::kFetch);
-  const int decode = static_cast<int>(Stage::kDecode);
-  StreamStats st;
-  const bool blocked = WaitFor([&] {
-    EngineStats es = engine->Stats();
-    if (es.streams.empty()) return false;
-    st = es.streams[0];
-    return st.stages[fetch].wait_output_ns > 0 && st.stages[fetch].in_flight == 0 &&
-           source->reads() >= 3;
+  // With one decode stuck, the third read finds no room: its bytes are
+  // dropped and it waits; nothing else is fetched meanwhile.
+  const StreamStats st = WaitForStream(*engine, [&](const StreamStats& s) {
+    return s.fetches_deferred == 1 && s.stages[kFetch].in_flight == 0;
   });
-  CHECK(blocked);
   CHECK(source->reads() == 3);
-  CHECK(st.stages[decode].queue_size == 2);
-  CHECK(st.stages[decode].in_flight == 1);
+  CHECK(st.stages[kDecode].queue_size == 1);
+  CHECK(st.stages[kDecode].in_flight == 1);
+  CHECK(st.stages[kFetch].wait_output_ns > 0);
 
   gate.Open();
   const testing::Collected got = Drain(**stream);
   CHECK(got.end.ok());
   REQUIRE(got.batches.size() == 1);
   CHECK(got.batches[0].num_samples == 6);
-  CHECK(source->reads() == 6);
+  // The dropped read was read again (and maybe later ones dropped too).
+  CHECK(source->reads() >= 7);
+}
+
+TEST_CASE("reads running at once do not take a stream past fetch_queue_bytes", "[engine][memory]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 1, 16);
+  auto p = MakePipeline(dir.path());
+  auto source = std::make_shared<BigSource>();
+  p->source = source;
+  Gate gate;
+  EngineOptions eo;
+  eo.autotune = false;  // the limits below stay as set
+  eo.fetch_queue_capacity = 16;
+  eo.fetch_concurrency = 8;  // 8 reads of 3 MiB at once would hold 24 MiB
+  eo.decode_concurrency = 1;
+  eo.fetch_queue_bytes = 7u << 20;
+  eo.decoder_factory = [&gate] { return std::make_unique<GatedDecoder>(&gate); };
+  auto engine = MakeEngine(4, eo);
+  StreamOptions so;
+  so.batch_size = 16;
+  so.shuffle = false;
+  auto stream = engine->OpenStream(p, so);
+  REQUIRE(stream.ok());
+
+  const StreamStats st = WaitForStream(*engine, [&](const StreamStats& s) {
+    return s.fetches_deferred >= 1 && s.stages[kFetch].in_flight == 0 &&
+           s.stages[kDecode].in_flight == 1;
+  });
+  CHECK(HeldSamples(st) * kSampleBytes <= eo.fetch_queue_bytes);
+  CHECK(HeldSamples(st) == 2);
+
+  gate.Open();
+  const testing::Collected got = Drain(**stream);
+  CHECK(got.end.ok());
+  REQUIRE(got.batches.size() == 1);
+  CHECK(got.batches[0].num_samples == 16);
+  CHECK(source->reads() > 16);
+}
+
+TEST_CASE("a sample larger than fetch_queue_bytes is read alone, never starved",
+          "[engine][memory]") {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 1, 5);
+  auto p = MakePipeline(dir.path());
+  auto source = std::make_shared<BigSource>();
+  p->source = source;
+  Gate gate;
+  EngineOptions eo;
+  eo.autotune = false;  // the limits below stay as set
+  eo.fetch_queue_capacity = 8;
+  eo.fetch_concurrency = 4;
+  eo.decode_concurrency = 2;
+  eo.fetch_queue_bytes = 1u << 20;  // less than one sample
+  eo.decoder_factory = [&gate] { return std::make_unique<GatedDecoder>(&gate); };
+  auto engine = MakeEngine(4, eo);
+  StreamOptions so;
+  so.batch_size = 5;
+  so.shuffle = false;
+  auto stream = engine->OpenStream(p, so);
+  REQUIRE(stream.ok());
+
+  // One sample held (being decoded); reads that ran beside its read were
+  // dropped, and nothing more is read while it is held.
+  WaitForStream(*engine, [&](const StreamStats& s) {
+    return s.stages[kFetch].in_flight == 0 && s.stages[kDecode].in_flight == 1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const StreamStats st = engine->Stats().streams.at(0);
+  CHECK(HeldSamples(st) == 1);
+  CHECK(st.stages[kFetch].in_flight == 0);
+  CHECK(source->reads() == 1 + static_cast<int>(st.fetches_deferred));
+
+  gate.Open();
+  const testing::Collected got = Drain(**stream);
+  CHECK(got.end.ok());
+  REQUIRE(got.batches.size() == 1);
+  CHECK(got.batches[0].num_samples == 5);
 }
 
 TEST_CASE("fetch_queue_bytes 0 is refused", "[engine][memory]") {
   EngineOptions eo;
+  eo.autotune = false;  // the limits below stay as set
   eo.fetch_queue_bytes = 0;
   auto e = Engine::Create(eo);
   REQUIRE_FALSE(e.ok());
