@@ -7,7 +7,8 @@ served by tests/integration/http_object_server.py with --latency-ms per
 request (default 50 ms). For each dataset:
 
 1. The sweep: one conveyord per setting (the limits are engine-wide and need
-   a restart): the daemon defaults, and fetch_concurrency in {1, 4, 16, 64}
+   a restart), each with autotune off: the daemon's default limits, and
+   fetch_concurrency in {1, 4, 16, 64}
    x decode_concurrency in {1, threads}, each with fetch_queue_capacity =
    fetch_concurrency + 2 x threads (enough to hold the reads). Each is
    measured as steady-state images/s: one endless stream (shared memory,
@@ -209,11 +210,12 @@ def secs(x):
 def sweep_settings(threads, smoke):
     fetches = (1, 64) if smoke else (1, 4, 16, 64)
     decodes = (threads,) if smoke else sorted({1, threads})
-    out = [("defaults", {})]
+    # Fixed limits: autotune is the daemon's default, so each says false.
+    out = [("defaults", {"autotune": False})]
     for f in fetches:
         for dc in decodes:
             out.append(("fetch %d, decode %d" % (f, dc),
-                        {"fetch_concurrency": f, "decode_concurrency": dc,
+                        {"autotune": False, "fetch_concurrency": f, "decode_concurrency": dc,
                          "fetch_queue_capacity": f + 2 * threads}))
     return out
 

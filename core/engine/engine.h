@@ -56,8 +56,9 @@ struct EngineOptions {
   // above and never past autotune_max_fetch_concurrency reads, the pool's
   // threads in decodes (or decode_concurrency if larger), and a queue of
   // autotune_max_fetch_concurrency + 2 × threads (or fetch_queue_capacity
-  // if larger). fetch_queue_bytes still bounds the bytes read ahead.
-  bool autotune = false;
+  // if larger). fetch_queue_bytes still bounds the bytes read ahead. On by
+  // default; set false for fixed limits (tests and benchmarks of a stage).
+  bool autotune = true;
   uint32_t autotune_max_fetch_concurrency = 64;            // ≥ 1
   absl::Duration autotune_tick = absl::Milliseconds(250);  // > 0
 

@@ -2,8 +2,9 @@
 over HTTP with latency, started from deliberately bad limits (one read at a
 time, a queue of one), gets more reads in flight as its client waits, and
 GetStats, `conveyor stats` and its JSON say what the limits are and why (and
-the log, at debug level, each change); a
-daemon without autotune reports the configured limits; bad autotune
+the log, at debug level, each change); autotune is on when the config
+says nothing of it; a daemon without autotune reports the configured
+limits; bad autotune
 settings are refused naming the field."""
 
 import json
@@ -77,11 +78,30 @@ def test_a_slow_http_stream_gets_more_reads_and_says_why(tmp_path, daemon_factor
         server.stop()
 
 
+def test_autotune_is_the_default(tmp_path, daemon_factory):
+    root, _ = make_image_folder(tmp_path / "images", classes=2, per_class=8)
+    cfg = daemon_config(root, pipelines={"train": pipeline_entry(root)})
+    assert "autotune" not in (cfg.get("engine") or {})
+    d = daemon_factory(cfg)
+    reader = EndlessReader(d.unix, "train", batch_size=4)
+    reader.start()
+    try:
+        assert wait_until(lambda: limits_of(d.unix) is not None and reader.images >= 16,
+                          scaled(30))
+        limits = limits_of(d.unix)
+        assert limits.autotune
+        assert limits.decode_concurrency <= 2  # threads
+        assert limits.fetch_concurrency <= 64  # autotune_max_fetch_concurrency
+    finally:
+        reader.stop()
+    assert reader.error is None, reader.error
+
+
 def test_without_autotune_the_configured_limits_are_reported(tmp_path, daemon_factory):
     root, _ = make_image_folder(tmp_path / "images", classes=2, per_class=8)
     cfg = daemon_config(root, pipelines={"train": pipeline_entry(root)},
-                        engine={"fetch_concurrency": 3, "fetch_queue_capacity": 7,
-                                "decode_concurrency": 1})
+                        engine={"autotune": False, "fetch_concurrency": 3,
+                                "fetch_queue_capacity": 7, "decode_concurrency": 1})
     d = daemon_factory(cfg)
     reader = EndlessReader(d.unix, "train", batch_size=4)
     reader.start()

@@ -222,11 +222,13 @@ TEST_CASE("a stalled consumer stops its stream with bounded memory: others go on
   StreamOptions reader_opts;
   reader_opts.batch_size = 8;
   reader_opts.num_epochs = 30;  // 150 batches
-  // Warm up allocators and buffers, then measure growth over many batches.
+  // Warm up allocators and buffers (a whole stream, so that its tuner
+  // reached the limits the measured one will), then measure growth over
+  // many batches.
   {
     auto warm = engine->OpenStream(p, reader_opts);
     REQUIRE(warm.ok());
-    (*warm)->Cancel();
+    REQUIRE(Drain(**warm).end.ok());
   }
   const uint64_t rss0 = RssBytes();
   auto reader = engine->OpenStream(p, reader_opts);
