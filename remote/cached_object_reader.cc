@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
+#include "core/engine/stats.h"
 #include "remote/cache_read_op.h"
 #include "remote/url.h"
 
@@ -27,6 +28,17 @@ struct CachedObjectReader::State {
 };
 
 namespace {
+
+// A HEAD sent ahead is used up to a second after its answer came
+// (RemoteReader::StatAsync): its freshness is counted from a second earlier.
+constexpr uint64_t kHeadAgeMarginNs = 1'000'000'000;
+
+// Until when (MonotonicNanos) the version the HEAD named may be served
+// without asking again; 0 when its answer declared no freshness.
+uint64_t FreshUntil(const ObjectValidators& v) {
+  const uint64_t fresh_ns = v.fresh_seconds * 1'000'000'000;
+  return fresh_ns > kHeadAgeMarginNs ? MonotonicNanos() + fresh_ns - kHeadAgeMarginNs : 0;
+}
 
 std::string FlightKey(const Op& op) {
   return absl::StrCat(op.key, "\n", op.validators.etag, "\n", op.validators.last_modified, "\n",
@@ -54,9 +66,11 @@ void Revalidated(const RemoteReader* reader, const std::shared_ptr<CachedObjectR
   // Any other failure (a server without HEAD: 405, 501, ...), or too
   // large: an uncached GET, whose answer decides.
   if (!head.ok() || op->validators.size > op->max_bytes) return Uncached(reader, op);
+  const uint64_t fresh_until = FreshUntil(op->validators);
   {
     std::vector<uint8_t> bytes;
     if (s->cache->Get(op->key, op->validators, &bytes)) {
+      if (fresh_until != 0) s->cache->MarkFresh(op->key, op->validators, fresh_until);
       return op->Finish(absl::OkStatus(), &bytes, /*take=*/true);
     }
   }
@@ -78,23 +92,27 @@ void Revalidated(const RemoteReader* reader, const std::shared_ptr<CachedObjectR
   const ObjectValidators v = op->validators;
   const std::string key = op->key;
   // Not cancelled with any one waiter: the others wait on it too.
-  reader->ReadWholeAsync(
-      op->object, op->max_bytes, &flight->body, [s, flight, fkey, key, v](absl::Status st) {
-        // Kept before the flight ends: a read revalidated from now on finds
-        // either the flight or the entry, so a miss is one GET.
-        if (st.ok() && flight->body.size() == v.size) s->cache->Put(key, v, flight->body);
-        std::vector<std::shared_ptr<Op>> waiters;
-        {
-          MutexLock lock(&s->mu);
-          s->flights.erase(fkey);
-          if (--s->filling[key] == 0) s->filling.erase(key);
-          waiters.swap(flight->waiters);
-        }
-        if (st.ok()) s->cache->CountMiss(waiters.size(), flight->body.size());
-        for (size_t i = 0; i < waiters.size(); ++i) {
-          waiters[i]->Finish(st, &flight->body, /*take=*/i + 1 == waiters.size());
-        }
-      });
+  reader->ReadWholeAsync(op->object, op->max_bytes, &flight->body,
+                         [s, flight, fkey, key, v, fresh_until](absl::Status st) {
+                           // Kept before the flight ends: a read revalidated from now on finds
+                           // either the flight or the entry, so a miss is one GET.
+                           if (st.ok() && flight->body.size() == v.size) {
+                             s->cache->Put(key, v, flight->body);
+                             if (fresh_until != 0) s->cache->MarkFresh(key, v, fresh_until);
+                           }
+                           std::vector<std::shared_ptr<Op>> waiters;
+                           {
+                             MutexLock lock(&s->mu);
+                             s->flights.erase(fkey);
+                             if (--s->filling[key] == 0) s->filling.erase(key);
+                             waiters.swap(flight->waiters);
+                           }
+                           if (st.ok()) s->cache->CountMiss(waiters.size(), flight->body.size());
+                           for (size_t i = 0; i < waiters.size(); ++i) {
+                             waiters[i]->Finish(st, &flight->body,
+                                                /*take=*/i + 1 == waiters.size());
+                           }
+                         });
 }
 
 }  // namespace
@@ -109,9 +127,17 @@ std::shared_ptr<PendingRead> CachedObjectReader::ReadWholeAsync(std::string_view
                                                                 uint64_t max_bytes,
                                                                 std::vector<uint8_t>* out,
                                                                 ReadDone done) const {
+  const std::string key = RedactUrl(object);
+  // A version its server declared fresh: served without a HEAD, on this
+  // thread (one read of local disk), as an uncached local read would be.
+  if (const std::optional<ObjectValidators> v = cache_->FreshValidators(key, MonotonicNanos());
+      v.has_value() && v->size <= max_bytes && cache_->Get(key, *v, out)) {
+    done(absl::OkStatus());
+    return nullptr;
+  }
   auto op = std::make_shared<Op>();
   op->object = std::string(object);
-  op->key = RedactUrl(object);
+  op->key = key;
   op->max_bytes = max_bytes;
   {
     MutexLock lock(&op->mu);
@@ -139,6 +165,8 @@ bool CachedObjectReader::PrefetchWhole(std::string_view object, uint64_t max_byt
   // order: the state's mutex, then the remote reader's; the reader calls
   // out with none of its own held.)
   const std::string key = RedactUrl(object);
+  // Fresh: its read asks the server nothing, so nothing is sent ahead.
+  if (cache_->FreshValidators(key, MonotonicNanos()).has_value()) return true;
   MutexLock lock(&state_->mu);
   if (state_->filling.count(key) != 0) return true;
   // The read's HEAD goes out with the read-ahead, so a hit waits for no

@@ -13,6 +13,14 @@
 // any other failure (a server without HEAD) falls back to an uncached GET,
 // whose answer decides.
 //
+// Freshness (RFC 9111): when the HEAD's answer declares the object fresh
+// (Cache-Control s-maxage or max-age, less its Age; not with no-cache or
+// no-store: remote/http_freshness.h), the entry is served without a HEAD
+// until that lifetime ends (counted from a second before the answer was
+// used), and no HEAD is sent ahead for it. That is the server's own word
+// that the version stays current; objects without it are revalidated at
+// every read.
+//
 // Concurrent misses of one object version — from any stream of any pipeline
 // sharing this reader's cache — are one GET: the first starts it, the others
 // wait on it and each gets a copy of its bytes (`fills` counts the GETs).

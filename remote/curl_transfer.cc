@@ -42,19 +42,25 @@ constexpr size_t kMaxKnownSizes = 1 << 16;
 // Content-Range: checked when the field comes (or at the end of the head
 // when none came), before any body byte is taken; a mismatch stops the
 // transfer (returning 0) with r->answer_error set.
-// A HEAD answer's ETag or Last-Modified line into r (a new answer, after a
-// redirect or a 1xx, starts with its status line: the fields are cleared).
+// A HEAD answer's ETag, Last-Modified, Cache-Control or Age line into r (a
+// new answer, after a redirect or a 1xx, starts with its status line: the
+// fields are cleared). Cache-Control fields are joined with ", ".
 void TakeValidator(std::string_view line, Request* r) {
   if (line.substr(0, 5) == "HTTP/") {
     r->etag.clear();
     r->last_modified.clear();
+    r->cache_control.clear();
+    r->age.clear();
     return;
   }
   const size_t colon = line.find(':');
   if (colon == std::string_view::npos) return;
   const absl::string_view name(line.data(), colon);
+  const bool cache_control = absl::EqualsIgnoreCase(name, "cache-control");
   std::string* field = absl::EqualsIgnoreCase(name, "etag")            ? &r->etag
                        : absl::EqualsIgnoreCase(name, "last-modified") ? &r->last_modified
+                       : cache_control                                 ? &r->cache_control
+                       : absl::EqualsIgnoreCase(name, "age")           ? &r->age
                                                                        : nullptr;
   if (field == nullptr) return;
   std::string_view v = line.substr(colon + 1);
@@ -63,7 +69,12 @@ void TakeValidator(std::string_view line, Request* r) {
          (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t')) {
     v.remove_suffix(1);
   }
-  *field = std::string(v.substr(0, 1024));
+  v = v.substr(0, 1024);
+  if (cache_control && !field->empty()) {
+    if (field->size() < 4096) absl::StrAppend(field, ", ", absl::string_view(v.data(), v.size()));
+    return;
+  }
+  *field = std::string(v);
 }
 
 size_t TakeHeaderLine(char* data, size_t size, size_t n, void* user) {

@@ -293,6 +293,20 @@ bool ObjectCache::GetRange(std::string_view key, const ObjectValidators& v, uint
   return true;
 }
 
+void ObjectCache::MarkFresh(std::string_view key, const ObjectValidators& v, uint64_t until_ns) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(std::string(key));
+  if (it != entries_.end() && it->second.validators == v) it->second.fresh_until_ns = until_ns;
+}
+
+std::optional<ObjectValidators> ObjectCache::FreshValidators(std::string_view key,
+                                                             uint64_t now_ns) const {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(std::string(key));
+  if (it == entries_.end() || it->second.fresh_until_ns <= now_ns) return std::nullopt;
+  return it->second.validators;
+}
+
 bool ObjectCache::Contains(std::string_view key) const {
   MutexLock lock(&mu_);
   return entries_.count(std::string(key)) != 0;

@@ -86,6 +86,13 @@ class ObjectCache {
                 std::vector<uint8_t>* out);
   // Whether any entry for `key` is held (whatever its validators).
   bool Contains(std::string_view key) const;
+  // Records that the server declared version `v` of `key` fresh until
+  // `until_ns` (MonotonicNanos; remote/http_freshness.h), if that version is
+  // held. In memory only: after a restart every entry is revalidated once.
+  void MarkFresh(std::string_view key, const ObjectValidators& v, uint64_t until_ns);
+  // The validators of `key`'s entry while it is fresh at `now_ns` (then it
+  // may be served without asking the server); nullopt otherwise.
+  std::optional<ObjectValidators> FreshValidators(std::string_view key, uint64_t now_ns) const;
   // The validators of the entry held for `key`, if any (for entries whose
   // key says all that identifies them: a lookup without knowing the size).
   std::optional<ObjectValidators> ValidatorsOf(std::string_view key) const;
@@ -119,6 +126,7 @@ class ObjectCache {
     std::string file;  // name in dir
     ObjectValidators validators;
     uint64_t file_bytes = 0;
+    uint64_t fresh_until_ns = 0;  // MarkFresh; 0: revalidate at every read
   };
   absl::Status Scan();
   // The file and size of the entry under `key` with validators `v`; false

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/engine/stats.h"
+#include "remote/http_freshness.h"
 #include "remote/remote_reader_impl.h"
 #include "remote/s3_url.h"
 
@@ -184,6 +185,7 @@ std::shared_ptr<PendingRead> RemoteReader::StatAsync(std::string_view object, Ob
           out->size = req->size;
           out->etag = req->etag;
           out->last_modified = req->last_modified;
+          out->fresh_seconds = FreshSeconds(req->cache_control, req->age);
         }
         done(std::move(st));
       });

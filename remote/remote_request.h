@@ -74,6 +74,10 @@ struct Request {
   // object cache's validators (RemoteReader::StatAsync).
   std::string etag;
   std::string last_modified;
+  // HEAD: the answer's Cache-Control (fields joined with ", ") and Age
+  // ("" when absent), for how long it stays fresh (remote/http_freshness.h).
+  std::string cache_control;
+  std::string age;
   // A run (PrefetchRun): the part requests (ascending, not overlapping) its
   // bytes go to as they arrive, each into its part's body (the bytes between
   // parts are dropped). Each part is in the read-ahead map, is claimed and

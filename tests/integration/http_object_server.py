@@ -28,13 +28,15 @@ past the end), keep-alive connections, and induced trouble:
                       being answered (in their --latency-ms wait): an
                       overloaded server that sheds load
   --seed S            the trouble is drawn from random.Random(S)
+  --max-age N         answers say "Cache-Control: max-age=N"
 
 One thread, asyncio: a request's latency is a timer, not a sleeping thread,
 so the server costs little CPU per request (it shares the benchmark's
 machine with the decoders); only the bytes asked are read from the file.
 
 Prints "PORT <n>" on stdout once listening (--port 0 picks a free one).
-Answers carry ETag and Last-Modified (from the file's inode, mtime and size).
+Answers carry ETag and Last-Modified (from the file's inode, mtime and size),
+and with --max-age N "Cache-Control: max-age=N" (declared fresh for N s).
 GET /__stats answers JSON counts: requests, failed, dropped, served (GET
 bodies per path), heads (HEAD answers per path),
 and cpu_s, the CPU seconds this server process has used (benchmarks report
@@ -206,6 +208,8 @@ async def answer(st, writer, method, target, headers, keep_alive):
     status, extra = 200, {"Accept-Ranges": "bytes",
                           "ETag": '"%x-%x-%x"' % (info.st_ino, info.st_mtime_ns, size),
                           "Last-Modified": formatdate(info.st_mtime, usegmt=True)}
+    if st.args.max_age is not None:
+        extra["Cache-Control"] = "max-age=%d" % st.args.max_age
     start, end = 0, size
     if rng is not None:
         status = 206
@@ -309,6 +313,7 @@ def main():
     p.add_argument("--trickle-body-ms", type=float)
     p.add_argument("--busy-above", type=int)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-age", type=int)
     args = p.parse_args()
     try:
         asyncio.run(run(args))

@@ -2,7 +2,8 @@
 against a real conveyord and the test HTTP object server on loopback, which
 counts the bodies it sends (GETs) and the HEADs it answers: epoch 2 of a
 dataset that fits makes no body request and delivers the same bytes as an
-uncached pipeline; two pipelines reading at once fetch each object once; an
+uncached pipeline, and no request at all when the server declared its
+objects fresh (Cache-Control: max-age); two pipelines reading at once fetch each object once; an
 object replaced upstream is fetched again; a daemon killed with SIGKILL
 while filling leaves a cache folder that the next daemon reads back byte for
 byte; a cache on a full disk (a tiny tmpfs) turns read-only and fails no
@@ -86,6 +87,32 @@ def test_epoch_two_makes_no_body_request_and_matches_the_network(images, tmp_pat
         assert (c.hits, c.misses, c.entries, c.evictions) == (len(files), len(files), len(files), 0)
         assert c.bytes_from_cache == c.bytes_from_network > 0
         assert c.bytes_held >= c.bytes_from_cache and c.dir == str(tmp_path / "cache")
+    finally:
+        server.stop()
+
+
+def test_objects_declared_fresh_are_served_without_asking_the_server(images, tmp_path,
+                                                                      daemon_factory):
+    root, files = images
+    # Cache-Control: max-age=600 on every answer: the server's word that an
+    # object stays as it is for 10 minutes.
+    server = ObjectServer(root, "--max-age", "600")
+    try:
+        urls = write_url_list(tmp_path / "urls.tsv", ["%s/%s" % (server.base, f) for f in files])
+        cfg = cache_config(tmp_path, {"cached": url_pipeline(urls)}, tmp_path / "cache")
+        d = daemon_factory(cfg)
+        first = read_epoch(d.unix, pipeline="cached", batch_size=8, seed=3, epoch=0)
+        check_epoch(first, len(files))
+        before = server.stats()
+        assert sum(before["served"].values()) == len(files)
+        second = read_epoch(d.unix, pipeline="cached", batch_size=8, seed=3, epoch=1)
+        check_epoch(second, len(files))
+        after = server.stats()
+        assert after["served"] == before["served"], "epoch 2 asked for no body"
+        assert after["heads"] == before["heads"], "nor revalidated what is fresh"
+        assert after["requests"] == before["requests"], "no request at all (/__stats is not counted)"
+        ref = read_epoch(d.unix, pipeline="cached", batch_size=8, seed=3, epoch=0)
+        assert ref.images.tobytes() == first.images.tobytes()
     finally:
         server.stop()
 

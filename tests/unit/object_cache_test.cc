@@ -8,10 +8,13 @@
 #ifdef CONVEYOR_HAVE_SERVER
 #include <errno.h>
 
+#include <chrono>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -386,6 +389,61 @@ TEST_CASE("CachedObjectReader: concurrent misses are one GET; later reads come f
     after.statuses.push_back(std::move(st));
   });
   REQUIRE(testing::Eventually([&] { return after.Count() == 1; }));
+  CHECK(third == newer);
+  CHECK(reader.fills() == 2);
+}
+
+TEST_CASE(
+    "CachedObjectReader: an object its server declared fresh is served without a HEAD "
+    "until the lifetime ends",
+    "[object_cache]") {
+  TempDir root;
+  auto write = [&root](const std::string& name, const std::vector<uint8_t>& d) {
+    std::ofstream(root.Sub(name), std::ios::binary)
+        .write(reinterpret_cast<const char*>(d.data()), static_cast<std::streamsize>(d.size()));
+  };
+  const std::vector<uint8_t> data = Data(200000, 3);
+  write("obj", data);
+  // Fresh for 2 s, counted from a second before the HEAD's answer was used.
+  ObjectServer server(root.path(), {"--max-age", "2"});
+  TempDir dir;
+  auto remote = RemoteReader::Create(RemoteOptions{}, S3Config{});
+  REQUIRE(remote.ok());
+  auto cache = Open(dir.path(), 16 << 20);
+  CachedObjectReader reader(*remote, cache);
+  auto read = [&reader, &server](std::vector<uint8_t>* out, bool* asked_server) {
+    Results results;
+    std::shared_ptr<PendingRead> p =
+        reader.ReadWholeAsync(server.Url("obj"), 1 << 30, out, [&results](absl::Status st) {
+          MutexLock lock(&results.mu);
+          results.statuses.push_back(std::move(st));
+        });
+    // A fresh entry is read at once, on this thread: no handle, no HEAD.
+    *asked_server = p != nullptr;
+    REQUIRE(testing::Eventually([&] { return results.Count() == 1; }));
+    MutexLock lock(&results.mu);
+    CHECK(results.statuses[0].ok());
+  };
+  std::vector<uint8_t> first, second, third;
+  bool asked = false;
+  read(&first, &asked);
+  CHECK(asked);
+  CHECK(first == data);
+  CHECK(reader.fills() == 1);
+  const auto filled = std::chrono::steady_clock::now();
+  // Replaced upstream while fresh: the server's word stands, the entry is served.
+  const std::vector<uint8_t> newer = Data(200000, 4);
+  write("obj.new", newer);
+  std::filesystem::rename(root.Sub("obj.new"), root.Sub("obj"));
+  read(&second, &asked);
+  if (std::chrono::steady_clock::now() - filled < std::chrono::milliseconds(900)) {
+    CHECK_FALSE(asked);
+    CHECK(second == data);
+  }
+  // Once the lifetime ended the HEAD goes out again and names the new version.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  read(&third, &asked);
+  CHECK(asked);
   CHECK(third == newer);
   CHECK(reader.fills() == 2);
 }
