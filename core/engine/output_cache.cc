@@ -26,18 +26,42 @@ std::string TransformFingerprint(const TransformSpec& t) {
 }
 
 OutputCache::Bytes OutputCache::Lookup(std::string_view key) {
-  MutexLock lock(&mu_);
-  auto it = entries_.find(key);
-  if (it == entries_.end()) {
+  {
+    MutexLock lock(&mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.value;
+    }
+    if (store_ == nullptr) {
+      ++stats_.misses;
+      return nullptr;
+    }
+  }
+  // The store reads disk: not under the lock.
+  std::vector<uint8_t> bytes;
+  if (!store_->Get(key, &bytes)) {
+    MutexLock lock(&mu_);
     ++stats_.misses;
     return nullptr;
   }
-  ++stats_.hits;
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
-  return it->second.value;
+  Bytes value = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  {
+    MutexLock lock(&mu_);
+    ++stats_.hits;
+    ++stats_.store_hits;
+  }
+  Keep(std::string(key), value);
+  return value;
 }
 
 void OutputCache::Insert(std::string key, Bytes value) {
+  if (store_ != nullptr) store_->Put(key, *value);  // disk: not under the lock
+  Keep(std::move(key), std::move(value));
+}
+
+void OutputCache::Keep(std::string key, Bytes value) {
   const uint64_t cost = EntryBytes(key.size(), value->size());
   std::vector<Bytes> evicted;  // freed after the lock is released
   std::string spare;           // a duplicate's key, freed likewise

@@ -21,6 +21,12 @@
 // capacity is not kept. Memory only: the daemon's worst case counts the
 // capacity (config/README.md, "Memory: the worst case").
 //
+// Below it, optionally, an OutputStore (core/engine/output_store.h): the
+// node's cache on disk. Every insert is also put there; a lookup that
+// misses in memory asks it, and what it finds is kept in memory again. So
+// output outlives the daemon and is shared by every pipeline with the same
+// transform over the same files.
+//
 // Thread-safety: safe for concurrent use without external synchronization;
 // every worker of the engine's pool calls it. The lock covers only the map
 // and list updates: values are immutable buffers handed out as
@@ -40,6 +46,7 @@
 #include "absl/base/thread_annotations.h"
 #include "core/base/mutex.h"
 #include "core/decode/transform_spec.h"
+#include "core/engine/output_store.h"
 
 namespace conveyor {
 
@@ -62,26 +69,31 @@ class OutputCache {
     uint64_t entries = 0;  // held now
     uint64_t hits = 0;
     uint64_t misses = 0;
-    uint64_t inserts = 0;    // entries added (a duplicate insert is no insert)
-    uint64_t evictions = 0;  // entries dropped to make room
-    uint64_t refused = 0;    // inserts larger than the whole capacity
+    uint64_t inserts = 0;     // entries added (a duplicate insert is no insert)
+    uint64_t evictions = 0;   // entries dropped to make room
+    uint64_t refused = 0;     // inserts larger than the whole capacity
+    uint64_t store_hits = 0;  // of hits: found in the store, not in memory
   };
 
-  explicit OutputCache(uint64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+  // `store` may be null (memory only).
+  explicit OutputCache(uint64_t capacity_bytes, std::shared_ptr<OutputStore> store = nullptr)
+      : capacity_bytes_(capacity_bytes), store_(std::move(store)) {}
   OutputCache(const OutputCache&) = delete;
   OutputCache& operator=(const OutputCache&) = delete;
 
   // The bytes cached under `key` (now the most recently used entry), or
-  // null; counts a hit or a miss.
+  // null; counts a hit or a miss. A miss in memory asks the store.
   Bytes Lookup(std::string_view key) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Caches `value` under `key`, evicting least recently used entries until
-  // it fits. Keeps the entry there if `key` is already cached (the same
-  // deterministic output); does nothing when the entry alone is larger than
-  // the capacity. REQUIRES: value != nullptr.
+  // Caches `value` under `key` (and puts it in the store), evicting least
+  // recently used entries until it fits. Keeps the entry there if `key` is
+  // already cached (the same deterministic output); keeps nothing in memory
+  // when the entry alone is larger than the capacity. REQUIRES: value !=
+  // nullptr.
   void Insert(std::string key, Bytes value) ABSL_LOCKS_EXCLUDED(mu_);
 
   uint64_t capacity_bytes() const { return capacity_bytes_; }
+  const std::shared_ptr<OutputStore>& store() const { return store_; }
   Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // What an entry costs against the capacity.
@@ -96,8 +108,12 @@ class OutputCache {
     uint64_t cost = 0;                     // EntryBytes
   };
 
+  // In memory only (the store's entry came from there).
+  void Keep(std::string key, Bytes value) ABSL_LOCKS_EXCLUDED(mu_);
+
   // ---- constant after construction
   const uint64_t capacity_bytes_;
+  const std::shared_ptr<OutputStore> store_;  // may be null
 
   // ---- guarded by mu_
   mutable Mutex mu_;

@@ -21,6 +21,7 @@
 #include "core/data/tar_dataset.h"
 #include "core/data/tar_shard_source.h"
 #include "remote/cached_object_reader.h"
+#include "remote/cached_output_store.h"
 #include "remote/cached_shard_reader.h"
 #include "remote/object_cache.h"
 #include "remote/relaid_jpeg_source.h"
@@ -417,7 +418,19 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
         }
       }
       if (pc->output_cache == nullptr) {
-        pc->output_cache = std::make_shared<OutputCache>(pc->cache_output_bytes);
+        // With the daemon's cache (and the pipeline not opted out): on disk
+        // too, in the node cache, shared by every pipeline and kept across
+        // restarts (remote/cached_output_store.h).
+        std::shared_ptr<OutputStore> store;
+        if (spec.cache && !config.cache.dir.empty()) {
+          absl::StatusOr<std::shared_ptr<remote::ObjectCache>> c = SharedObjectCache(config.cache);
+          if (!c.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(config.source, ": field cache: ", c.status().message()));
+          }
+          if (*c != nullptr) store = std::make_shared<remote::CachedOutputStore>(*std::move(c));
+        }
+        pc->output_cache = std::make_shared<OutputCache>(pc->cache_output_bytes, std::move(store));
       }
     }
     if (absl::Status st = ValidatePipelineConfig(*pc); !st.ok()) {

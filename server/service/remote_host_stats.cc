@@ -4,6 +4,7 @@
 
 #include "core/data/tar_shard_source.h"
 #include "remote/cached_object_reader.h"
+#include "remote/cached_output_store.h"
 #include "remote/cached_shard_reader.h"
 #include "remote/host_stats.h"
 #include "remote/object_cache.h"
@@ -87,9 +88,18 @@ void SetObjectCacheStats(const std::vector<std::shared_ptr<const PipelineConfig>
         cache = c->cache().get();
       }
     }
-    if (cache == nullptr) continue;
-    caches.insert(cache);
-    dir = cache->options().dir;
+    if (cache != nullptr) {
+      caches.insert(cache);
+      dir = cache->options().dir;
+    }
+    // Output kept in the node cache (cache_output with the daemon's cache).
+    if (p->output_cache != nullptr) {
+      if (const auto* store =
+              dynamic_cast<const remote::CachedOutputStore*>(p->output_cache->store().get())) {
+        caches.insert(store->cache().get());
+        dir = store->cache()->options().dir;
+      }
+    }
   }
   if (caches.empty()) return;
   v1::ObjectCacheStats* o = out->mutable_object_cache();

@@ -19,9 +19,9 @@ namespace conveyor::server {
 void AppendRemoteHostStats(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines,
                            v1::GetStatsResponse* out);
 
-// Sets out->object_cache from the object cache `pipelines`' URL sources read
-// through (left unset when none does; the figures of several folders, after
-// a reload that changed cache.dir, are summed under the newest's dir).
+// Sets out->object_cache from the object cache `pipelines`' URL sources,
+// re-laid JPEGs and output caches use (left unset when none does; the figures of several folders,
+// after a reload that changed cache.dir, are summed under the newest's dir).
 void SetObjectCacheStats(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines,
                          v1::GetStatsResponse* out);
 

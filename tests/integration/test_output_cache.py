@@ -1,8 +1,10 @@
 """`cache_output: true` on a real daemon with real JPEGs: an eval pipeline's
 second epoch comes from the cache of its output (GetStats counts one hit per
 sample), byte-identical to its first epoch and to the same pipeline without
-the cache; a pipeline that draws random numbers (`augment: train`) is
-refused at config load, naming the field and why."""
+the cache; with the daemon's `cache` section the output is kept on disk
+too, so a new daemon over the same folder decodes nothing; a pipeline that
+draws random numbers (`augment: train`) is refused at config load, naming
+the field and why."""
 
 import json
 import signal
@@ -72,6 +74,31 @@ def test_eval_epochs_after_the_first_come_from_the_cache(daemon_factory, dataset
     (doc,) = json.loads(cli("--json"))["output_caches"]
     assert (doc["pipeline"], doc["hits"], doc["misses"], doc["entries"]) == ("cached", 2 * n, n, n)
 
+
+
+def test_with_the_node_cache_output_outlives_the_daemon(daemon_factory, dataset, tmp_path):
+    root, samples = dataset
+    n = len(samples)
+    cfg = daemon_config(root, pipelines={
+        "cached": pipeline_entry(root, augment="eval", cache_output=True,
+                                 cache_output_bytes="64MiB")})
+    cfg["cache"] = {"dir": str(tmp_path / "node-cache"), "max_bytes": "256MiB"}
+    first_daemon = daemon_factory(cfg)
+    first = read_epoch(first_daemon.unix, pipeline="cached", batch_size=8, epoch=0)
+    # One entry of the node cache per sample.
+    assert len(list((tmp_path / "node-cache").glob("*.obj"))) == n
+    assert conveyor.stats(first_daemon.unix).object_cache.entries == n
+    first_daemon.stop()
+
+    # A new daemon over the same folder: its memory is empty, every sample
+    # comes from disk, nothing is decoded.
+    d = daemon_factory(cfg)
+    again = read_epoch(d.unix, pipeline="cached", batch_size=8, epoch=0)
+    c = _cache_stats(d.unix, "cached")
+    assert (c.hits, c.misses) == (n, 0)
+    np.testing.assert_array_equal(again.images, first.images)
+    np.testing.assert_array_equal(again.indices, first.indices)
+    np.testing.assert_array_equal(again.labels, first.labels)
 
 
 def _reload(d, cfg):

@@ -18,6 +18,8 @@
 
 #include "core/decode/media_decoder.h"
 #include "core/engine/engine.h"
+#include "remote/cached_output_store.h"
+#include "remote/object_cache.h"
 #include "tests/unit/engine_test_util.h"
 #include "tests/unit/temp_dir.h"
 #include "tests/unit/test_images.h"
@@ -335,6 +337,79 @@ TEST_CASE("a cached eval pipeline decodes nothing after its first epoch",
   CHECK(again.images == first.images);
   CHECK(again.labels == first.labels);
   CHECK(again.indices == first.indices);
+}
+
+TEST_CASE(
+    "with the node cache below it, output outlives the daemon: a new cache over the same "
+    "folder decodes nothing",
+    "[output_cache][engine][object_cache]") {
+  TempDir dir;
+  TempDir node_cache;
+  constexpr int kSamples = 10;
+  MakeImageFolder(dir.path(), 2, kSamples / 2);
+  auto base = MakePipeline(dir.path(), 24);
+  base->transform.mode = AugmentMode::kEval;
+  base->transform.resize_size = 28;
+  base->cache_output = true;
+  remote::CacheOptions co;
+  co.dir = node_cache.path();
+  co.max_bytes = 64 << 20;
+  // A pipeline as a daemon with a `cache` section builds it: its output
+  // cache (1 byte of memory: nothing is kept there) over the node cache.
+  auto pipeline_over_node_cache = [&](std::shared_ptr<remote::ObjectCache> node) {
+    auto p = std::make_shared<PipelineConfig>(*base);
+    p->output_cache =
+        std::make_shared<OutputCache>(1, std::make_shared<remote::CachedOutputStore>(node));
+    REQUIRE(ValidatePipelineConfig(*p).ok());
+    return p;
+  };
+  std::atomic<int> decodes{0};
+  EngineOptions eo;
+  eo.decoder_factory = [&decodes] { return std::make_unique<CountingDecoder>(&decodes); };
+  auto engine = MakeEngine(2, eo);
+  StreamOptions so;
+  so.batch_size = 5;
+  so.seed = 3;
+  auto run = [&](const std::shared_ptr<const PipelineConfig>& p) {
+    auto s = engine->OpenStream(p, so);
+    REQUIRE(s.ok());
+    Collected c = Drain(**s);
+    REQUIRE(c.end.ok());
+    return c;
+  };
+
+  Collected first;
+  {
+    auto node = remote::ObjectCache::Open(co);
+    REQUIRE(node.ok());
+    auto p = pipeline_over_node_cache(*node);
+    first = run(p);
+    CHECK(decodes.load() == kSamples);
+    CHECK(p->output_cache->GetStats().entries == 0);  // not in memory: on disk
+    CHECK((*node)->counters().entries == kSamples);
+  }
+  // "Restarted": the folder opened again, a new output cache.
+  decodes = 0;
+  auto node = remote::ObjectCache::Open(co);
+  REQUIRE(node.ok());
+  CHECK((*node)->counters().entries == kSamples);
+  auto p = pipeline_over_node_cache(*node);
+  const Collected again = run(p);
+  CHECK(decodes.load() == 0);
+  const OutputCache::Stats st = p->output_cache->GetStats();
+  CHECK(st.hits == kSamples);
+  CHECK(st.store_hits == kSamples);
+  CHECK(again.images == first.images);
+  CHECK(again.labels == first.labels);
+  CHECK(again.indices == first.indices);
+  // Another transform keys other entries: decoded, not served.
+  auto other = std::make_shared<PipelineConfig>(*p);
+  other->transform.resize_size = 32;
+  other->output_cache =
+      std::make_shared<OutputCache>(1, std::make_shared<remote::CachedOutputStore>(*node));
+  REQUIRE(ValidatePipelineConfig(*other).ok());
+  run(other);
+  CHECK(decodes.load() == kSamples);
 }
 
 TEST_CASE("a changed file or transform is not served from the cache", "[output_cache][engine]") {
