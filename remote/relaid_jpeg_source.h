@@ -109,6 +109,7 @@ class RelaidJpegSource final : public SampleSource {
     return inner_->Identity(index, out);
   }
   const std::shared_ptr<ObjectCache>& cache() const { return cache_; }
+  const std::shared_ptr<const SampleSource>& inner() const { return inner_; }
   const std::shared_ptr<Relayer>& relayer() const { return relayer_; }
 
  private:

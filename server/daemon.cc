@@ -42,6 +42,7 @@
 #include "server/ops/metrics_exposition.h"
 #include "server/ops/metrics_http_server.h"
 #include "server/ops/process_metrics.h"
+#include "server/prepare.h"
 #include "server/probe.h"
 #include "server/reloader.h"
 #include "server/service/grpc_service.h"
@@ -546,6 +547,7 @@ int DaemonMain(int argc, char** argv) {
               << "\n";
     return kExitUsage;
   }
+  if (!flags->prepare.empty()) return RunPrepare(*config, *pipelines, flags->prepare);
   if (flags->check_config) {
     std::set<const DatasetIndex*> datasets;
     std::vector<std::string> names;

@@ -35,6 +35,10 @@ gRPC on a unix socket (and optionally TCP).
                          process may use: affinity mask and cgroup quota)
   --memory-budget SIZE   slot memory for all streams, e.g. 8GiB or 25%
   --log-level LEVEL      trace, debug, info, warn, error, critical, off
+  --prepare PIPELINE     make the re-laid copies (relay_jpeg) of every JPEG
+                         of PIPELINE in the cache folder with all threads,
+                         then exit: run it before the daemon starts (the
+                         folder is one process's at a time)
   --probe TARGET         ask the daemon at TARGET (e.g.
                          unix:///run/conveyor/conveyor.sock) whether it is
                          SERVING (gRPC health check); exit 0 if so, 1 if not
@@ -95,6 +99,11 @@ absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       std::optional<std::string> v;
       st = opt(&v);
       if (st.ok()) f.probe = *v;
+    } else if (arg == "--prepare") {
+      std::optional<std::string> v;
+      st = opt(&v);
+      if (st.ok() && v->empty()) st = absl::InvalidArgumentError("--prepare: needs a pipeline");
+      if (st.ok()) f.prepare = *v;
     } else if (arg == "--check-config") {
       st = flag(&f.check_config);
     } else if (arg == "--no-data") {
@@ -139,6 +148,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, const char* const* argv) {
       st = absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "' (see --help)"));
     }
     if (!st.ok()) return st;
+  }
+  if (!f.prepare.empty() && (f.check_config || !f.probe.empty())) {
+    return absl::InvalidArgumentError("--prepare: not with --check-config or --probe");
   }
   if (f.no_data && !f.check_config) {
     return absl::InvalidArgumentError("--no-data: only with --check-config");

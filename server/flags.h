@@ -26,6 +26,9 @@ struct Flags {
   bool version = false;
   std::string port_file;
   std::string probe;  // --probe TARGET: health-check a running daemon and exit
+  // --prepare PIPELINE: make the re-laid JPEG copies of a relay_jpeg
+  // pipeline in the cache folder, then exit (remote/relay_prepare.h).
+  std::string prepare;
   // Overrides of config fields (unset: keep the file's value).
   std::optional<std::string> socket;         // listen.unix ("" disables)
   std::optional<std::string> tcp;            // listen.tcp ("" or "none" disables)

@@ -2,7 +2,9 @@
 is served from the original files while re-laid copies are made in the
 background; the next epoch is served from the copies, byte-identical to the
 first and to a pipeline without relay_jpeg; the copies are in the cache
-folder, counted in GetStats, `conveyor stats` and the metrics; a
+folder, counted in GetStats, `conveyor stats` and the metrics;
+`conveyord --prepare` makes every copy before the daemon serves, so even
+its first epoch reads copies; a
 relay_jpeg pipeline without a cache, or of URL samples, is refused naming
 the field."""
 
@@ -47,6 +49,47 @@ def test_second_epoch_is_served_from_relaid_copies_byte_identical(tmp_path, daem
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
         metrics = r.read().decode()
     assert 'conveyor_cache_relaid_jpegs_total{outcome="made"} %d' % n in metrics
+
+
+def test_prepare_makes_every_copy_before_the_daemon_serves(tmp_path, daemon_factory):
+    root, _ = make_image_folder(tmp_path / "images", classes=2, per_class=8, min_side=120,
+                                max_side=260)
+    n = 16
+    (root / "class_a" / "notes.jpg").write_bytes(b"not a JPEG at all")
+    cfg = daemon_config(root, pipelines={"relaid": pipeline_entry(root, relay_jpeg=True,
+                                                                  error_policy="skip"),
+                                         "plain": pipeline_entry(root, error_policy="skip")})
+    cfg["cache"] = {"dir": str(tmp_path / "cache"), "max_bytes": "64MiB"}
+    path = write_config(tmp_path / "conveyord.yaml", cfg)
+
+    def prepare(name):
+        return subprocess.run([str(CONVEYORD), "--config", str(path), "--prepare", name],
+                              capture_output=True, text=True, timeout=scaled(120))
+
+    r = prepare("relaid")
+    assert r.returncode == 0, r.stderr
+    assert ("prepared pipeline relaid: %d of %d samples: %d copies made, 0 already there, "
+            "1 not re-laid" % (n + 1, n + 1, n)) in r.stdout, r.stdout
+    assert len(list((tmp_path / "cache").glob("*.obj"))) == n
+    # Again: nothing left to do.
+    r = prepare("relaid")
+    assert r.returncode == 0 and "0 copies made, %d already there" % n in r.stdout, r.stdout
+    # Errors name what is wrong.
+    r = prepare("plain")
+    assert r.returncode == 2 and "pipeline 'plain' has no relay_jpeg: true" in r.stderr, r.stderr
+    r = prepare("nope")
+    assert r.returncode == 2 and "has no pipeline 'nope' (it has: relaid, plain)" in r.stderr
+
+    # The daemon's very first epoch reads copies only, and makes none.
+    d = daemon_factory(cfg)
+    first = read_epoch(d.unix, pipeline="relaid", seed=5, epoch=1)
+    c = conveyor.stats(d.unix).object_cache
+    assert c.hits == n and c.relaid_made == 0, c
+    plain = read_epoch(d.unix, pipeline="plain", seed=5, epoch=1)
+    assert plain.images.tobytes() == first.images.tobytes()
+    # The running daemon holds the folder: --prepare says so.
+    r = prepare("relaid")
+    assert r.returncode == 2 and "is held by another process" in r.stderr, r.stderr
 
 
 def test_relay_jpeg_needs_a_cache_and_local_images(tmp_path):

@@ -951,6 +951,17 @@ TEST_CASE("command-line flags override the config", "[config]") {
   REQUIRE_FALSE(alone.ok());
   CHECK(std::string(alone.status().message()) == "--no-data: only with --check-config");
 
+  const char* prepare[] = {"conveyord", "--prepare=train"};
+  absl::StatusOr<Flags> p = ParseFlags(2, prepare);
+  REQUIRE(p.ok());
+  CHECK(p->prepare == "train");
+  const char* prepare_and_check[] = {"conveyord", "--prepare", "train", "--check-config"};
+  absl::StatusOr<Flags> pc = ParseFlags(4, prepare_and_check);
+  REQUIRE_FALSE(pc.ok());
+  CHECK(std::string(pc.status().message()) == "--prepare: not with --check-config or --probe");
+  const char* prepare_empty[] = {"conveyord", "--prepare="};
+  CHECK_FALSE(ParseFlags(2, prepare_empty).ok());
+
   const char* bad_flag[] = {"conveyord", "--frobnicate"};
   CHECK_FALSE(ParseFlags(2, bad_flag).ok());
   const char* no_value[] = {"conveyord", "--threads"};
