@@ -19,20 +19,25 @@ from conveyor.daemon import DaemonProcess  # noqa: E402
 
 
 def write_config(path, threads, dataset, size=224, max_batch_size=1024, log_level="warn",
-                 name="bench", augment="train", dtype="uint8"):
+                 name="bench", augment="train", dtype="uint8", relay_cache=None):
     """A config serving one pipeline over `dataset` ({"root": DIR} or
     {"list": FILE, "root": DIR}): by default the train transform
     (RandomResizedCrop(size) + flip, uint8 NCHW); `augment="eval"` resizes
     and centre-crops, `dtype="float32"` normalises with the default mean/std.
-    The listeners come from the command line (see daemon())."""
+    `relay_cache` (a folder): `relay_jpeg: true` with the daemon's cache
+    there (4 GiB). The listeners come from the command line (see daemon())."""
     with open(path, "w") as f:
         f.write("threads: %d\nlog_level: %s\n" % (threads, log_level))
+        if relay_cache:
+            f.write("cache:\n  dir: %s\n  max_bytes: 4GiB\n" % json.dumps(relay_cache))
         f.write("pipelines:\n  %s:\n    dataset:\n" % name)
         for k, v in dataset.items():
             f.write("      %s: %s\n" % (k, json.dumps(v)))
         f.write("    augment: %s\n    size: %d\n    layout: nchw\n    dtype: %s\n"
                 % (augment, size, dtype))
         f.write("    max_batch_size: %d\n" % max_batch_size)
+        if relay_cache:
+            f.write("    relay_jpeg: true\n")
 
 
 def daemon(conveyord, workdir, threads, dataset, via="unix", **config):

@@ -32,6 +32,10 @@ A B C ... A B C ..., modes inside each round):
                    at concurrency W on W threads, then a batch stage
   conveyord-unix   conveyord --threads W + conveyor.Loader over the unix socket
   conveyord-tcp    the same over TCP on 127.0.0.1 (data socket)
+  conveyord-relaid conveyord-unix with relay_jpeg: every JPEG re-laid
+                   ahead (conveyord --prepare) into a cache folder kept
+                   beside the data (DIR.relaid-cache), so crops decode only
+                   the restart intervals they cover; the steady state
   ceiling          build/bench/ceiling_bench: the engine in one process (train and
                    eval only: it has no float output)
 A peer whose virtual environment cannot be made (scripts/venv.sh NAME) is
@@ -76,6 +80,7 @@ CONTENDERS = {
     "spdl": ("spdl", "spdl"),
     "conveyord-unix": ("conveyor", None),
     "conveyord-tcp": ("conveyor", None),
+    "conveyord-relaid": ("conveyor", None),
     "ceiling": ("ceiling", None),
 }
 PEERS = ("dataloader", "dataloader-simd", "tfdata", "dali", "spdl")
@@ -306,8 +311,14 @@ def peer_conveyor(args, batches):
                                 {"root": os.path.abspath(args.data)}, via=args.transport,
                                 size=args.size, max_batch_size=max(args.batch_size, 256),
                                 augment="eval" if args.mode == "eval" else "train",
-                                dtype="float32" if args.mode == "float32" else "uint8")
+                                dtype="float32" if args.mode == "float32" else "uint8",
+                                relay_cache=args.relay_cache)
     try:
+        if args.relay_cache:
+            # Every copy made before the daemon serves (the first round's
+            # run makes them; later ones find them all there).
+            subprocess.run([args.conveyord, "--config", os.path.join(workdir, "conveyord.yaml"),
+                            "--prepare", "bench"], check=True, stdout=subprocess.DEVNULL)
         daemon.start(timeout=60)
         loader = conveyor.Loader(daemon.address, pipeline="bench", batch_size=args.batch_size,
                                  seed=args.seed, credits=args.credits)
@@ -338,6 +349,7 @@ def peer_main(argv):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--transport", choices=("unix", "tcp"), default="unix")
     ap.add_argument("--conveyord")
+    ap.add_argument("--relay-cache", help="conveyord-relaid: the cache folder of the copies")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--credits", type=int, default=4)
     ap.add_argument("--size", type=int, default=224)
@@ -412,7 +424,11 @@ def run_contender(c, mode, args, workdir):
            "--warmup-epochs", str(args.warmup_epochs), "--seed", str(args.seed),
            "--credits", str(args.credits)]
     if c["runner"] == "conveyor":
-        cmd += ["--conveyord", args.conveyord, "--transport", c["name"].rsplit("-", 1)[1]]
+        cmd += ["--conveyord", args.conveyord,
+                "--transport", "tcp" if c["name"].endswith("-tcp") else "unix"]
+        if c["name"] == "conveyord-relaid":
+            # Kept beside the data across rounds and runs: the steady state.
+            cmd += ["--relay-cache", os.path.abspath(args.data).rstrip("/") + ".relaid-cache"]
     if args.ids:
         cmd.append("--ids")
     # "peer": vs_dataloader's conveyor runner reports daemon launch times, this one not.
@@ -451,6 +467,13 @@ def evaluate(summary):
         t = summary[mode].get("conveyord-tcp")
         if t:
             out[mode]["tcp_images_per_s"] = vd.ratio(t["images_per_s"], b["images_per_s"])
+        r = summary[mode].get("conveyord-relaid")
+        if r:
+            out[mode]["relaid_images_per_s"] = vd.ratio(r["images_per_s"], b["images_per_s"])
+            out[mode]["relaid_cpu_s_per_image"] = vd.ratio(r["cpu_s_per_image"],
+                                                           b["cpu_s_per_image"])
+            out[mode]["relaid_vs_unix_cpu_s_per_image"] = vd.ratio(r["cpu_s_per_image"],
+                                                                   u["cpu_s_per_image"])
     return out
 
 
@@ -473,6 +496,11 @@ def print_report(summary, ratios, skipped, out=sys.stdout):
                       r["best_peer"], r["images_per_s"], r["target_images_per_s"],
                       fmt(r["images_per_s_median_of_rounds"], ".2f"), r["cpu_s_per_image"],
                       CPU_TARGET, r["result"]), file=out)
+            if "relaid_images_per_s" in r:
+                print("  conveyord-relaid / %s: images/s %.2fx, CPU/image %.2fx; CPU/image "
+                      "%.2fx conveyord-unix's" % (
+                          r["best_peer"], r["relaid_images_per_s"], r["relaid_cpu_s_per_image"],
+                          r["relaid_vs_unix_cpu_s_per_image"]), file=out)
     for n, why in skipped.items():
         print("skipped %s: %s" % (n, why.strip().splitlines()[-1] if why.strip() else why), file=out)
 
