@@ -29,9 +29,10 @@ BATCH = 16  # 40 = 16 + 16 + 8: the short last batch is checked too
 SIZE = 224
 MODES = ("train", "eval", "float32")
 CONTENDERS = ("dataloader", "dataloader-simd", "tfdata", "dali", "spdl",
-              "conveyord-unix", "conveyord-tcp", "ceiling")
+              "conveyord-unix", "conveyord-tcp", "conveyord-relaid", "ceiling")
 BINARIES = {"conveyord-unix": os.path.join(BUILD_DIR, "server", "conveyord"),
             "conveyord-tcp": os.path.join(BUILD_DIR, "server", "conveyord"),
+            "conveyord-relaid": os.path.join(BUILD_DIR, "server", "conveyord"),
             "ceiling": os.path.join(BUILD_DIR, "bench", "ceiling_bench")}
 
 

@@ -96,123 +96,97 @@ uint64_t HeldSamples(const StreamStats& st) {
   return st.stages[kDecode].queue_size + st.stages[kDecode].in_flight;
 }
 
+// One stream of `samples` BigSource samples in one batch, decoded by a
+// GatedDecoder, on an engine of `threads` with the fetch limits given and
+// autotune off (the limits stay as set).
+struct GatedStream {
+  struct Limits {
+    uint32_t queue_capacity, fetch_concurrency, decode_concurrency;
+    uint64_t fetch_queue_bytes;
+  };
+  GatedStream(int samples, int threads, Limits limits) {
+    MakeImageFolder(dir.path(), 1, samples);
+    auto p = MakePipeline(dir.path());
+    p->source = source;
+    EngineOptions eo;
+    eo.autotune = false;
+    eo.fetch_queue_capacity = limits.queue_capacity;
+    eo.fetch_concurrency = limits.fetch_concurrency;
+    eo.decode_concurrency = limits.decode_concurrency;
+    eo.fetch_queue_bytes = limits.fetch_queue_bytes;
+    eo.decoder_factory = [this] { return std::make_unique<GatedDecoder>(&gate); };
+    engine = MakeEngine(threads, eo);
+    StreamOptions so;
+    so.batch_size = static_cast<uint32_t>(samples);
+    so.shuffle = false;
+    auto s = engine->OpenStream(p, so);
+    REQUIRE(s.ok());
+    stream = *std::move(s);
+  }
+  // Opens the gate and reads the batch: every sample delivered.
+  void DrainAll(int samples) {
+    gate.Open();
+    const testing::Collected got = Drain(*stream);
+    CHECK(got.end.ok());
+    REQUIRE(got.batches.size() == 1);
+    CHECK(got.batches[0].num_samples == static_cast<uint32_t>(samples));
+  }
+  TempDir dir;
+  std::shared_ptr<BigSource> source = std::make_shared<BigSource>();
+  Gate gate;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Stream> stream;
+};
+
 TEST_CASE(
     "a stream holds at most fetch_queue_bytes of fetched samples; a read that does not fit "
     "waits and is read again",
     "[engine][memory]") {
-  TempDir dir;
-  MakeImageFolder(dir.path(), 1, 6);
-  auto p = MakePipeline(dir.path());
-  auto source = std::make_shared<BigSource>();
-  p->source = source;
-  Gate gate;
-  EngineOptions eo;
-  eo.autotune = false;          // the limits below stay as set
-  eo.fetch_queue_capacity = 8;  // room for every sample by count ...
-  eo.fetch_concurrency = 1;
-  eo.decode_concurrency = 1;
-  eo.fetch_queue_bytes = 7u << 20;  // ... but not by bytes: 2 samples of 3 MiB fit, not 3
-  eo.decoder_factory = [&gate] { return std::make_unique<GatedDecoder>(&gate); };
-  auto engine = MakeEngine(2, eo);
-  StreamOptions so;
-  so.batch_size = 6;
-  so.shuffle = false;
-  auto stream = engine->OpenStream(p, so);
-  REQUIRE(stream.ok());
-
+  // Room for every sample by count, but not by bytes: 2 samples of 3 MiB
+  // fit in 7 MiB, not 3.
+  GatedStream g(6, 2, {8, 1, 1, 7u << 20});
   // With one decode stuck, the third read finds no room: its bytes are
   // dropped and it waits; nothing else is fetched meanwhile.
-  const StreamStats st = WaitForStream(*engine, [&](const StreamStats& s) {
+  const StreamStats st = WaitForStream(*g.engine, [&](const StreamStats& s) {
     return s.fetches_deferred == 1 && s.stages[kFetch].in_flight == 0;
   });
-  CHECK(source->reads() == 3);
+  CHECK(g.source->reads() == 3);
   CHECK(st.stages[kDecode].queue_size == 1);
   CHECK(st.stages[kDecode].in_flight == 1);
   CHECK(st.stages[kFetch].wait_output_ns > 0);
-
-  gate.Open();
-  const testing::Collected got = Drain(**stream);
-  CHECK(got.end.ok());
-  REQUIRE(got.batches.size() == 1);
-  CHECK(got.batches[0].num_samples == 6);
+  g.DrainAll(6);
   // The dropped read was read again (and maybe later ones dropped too).
-  CHECK(source->reads() >= 7);
+  CHECK(g.source->reads() >= 7);
 }
 
 TEST_CASE("reads running at once do not take a stream past fetch_queue_bytes", "[engine][memory]") {
-  TempDir dir;
-  MakeImageFolder(dir.path(), 1, 16);
-  auto p = MakePipeline(dir.path());
-  auto source = std::make_shared<BigSource>();
-  p->source = source;
-  Gate gate;
-  EngineOptions eo;
-  eo.autotune = false;  // the limits below stay as set
-  eo.fetch_queue_capacity = 16;
-  eo.fetch_concurrency = 8;  // 8 reads of 3 MiB at once would hold 24 MiB
-  eo.decode_concurrency = 1;
-  eo.fetch_queue_bytes = 7u << 20;
-  eo.decoder_factory = [&gate] { return std::make_unique<GatedDecoder>(&gate); };
-  auto engine = MakeEngine(4, eo);
-  StreamOptions so;
-  so.batch_size = 16;
-  so.shuffle = false;
-  auto stream = engine->OpenStream(p, so);
-  REQUIRE(stream.ok());
-
-  const StreamStats st = WaitForStream(*engine, [&](const StreamStats& s) {
+  // 8 reads of 3 MiB at once would hold 24 MiB.
+  const uint64_t limit = 7u << 20;
+  GatedStream g(16, 4, {16, 8, 1, limit});
+  const StreamStats st = WaitForStream(*g.engine, [&](const StreamStats& s) {
     return s.fetches_deferred >= 1 && s.stages[kFetch].in_flight == 0 &&
            s.stages[kDecode].in_flight == 1;
   });
-  CHECK(HeldSamples(st) * kSampleBytes <= eo.fetch_queue_bytes);
+  CHECK(HeldSamples(st) * kSampleBytes <= limit);
   CHECK(HeldSamples(st) == 2);
-
-  gate.Open();
-  const testing::Collected got = Drain(**stream);
-  CHECK(got.end.ok());
-  REQUIRE(got.batches.size() == 1);
-  CHECK(got.batches[0].num_samples == 16);
-  CHECK(source->reads() > 16);
+  g.DrainAll(16);
+  CHECK(g.source->reads() > 16);
 }
 
 TEST_CASE("a sample larger than fetch_queue_bytes is read alone, never starved",
           "[engine][memory]") {
-  TempDir dir;
-  MakeImageFolder(dir.path(), 1, 5);
-  auto p = MakePipeline(dir.path());
-  auto source = std::make_shared<BigSource>();
-  p->source = source;
-  Gate gate;
-  EngineOptions eo;
-  eo.autotune = false;  // the limits below stay as set
-  eo.fetch_queue_capacity = 8;
-  eo.fetch_concurrency = 4;
-  eo.decode_concurrency = 2;
-  eo.fetch_queue_bytes = 1u << 20;  // less than one sample
-  eo.decoder_factory = [&gate] { return std::make_unique<GatedDecoder>(&gate); };
-  auto engine = MakeEngine(4, eo);
-  StreamOptions so;
-  so.batch_size = 5;
-  so.shuffle = false;
-  auto stream = engine->OpenStream(p, so);
-  REQUIRE(stream.ok());
-
+  GatedStream g(5, 4, {8, 4, 2, 1u << 20});  // less than one sample
   // One sample held (being decoded); reads that ran beside its read were
   // dropped, and nothing more is read while it is held.
-  WaitForStream(*engine, [&](const StreamStats& s) {
+  WaitForStream(*g.engine, [&](const StreamStats& s) {
     return s.stages[kFetch].in_flight == 0 && s.stages[kDecode].in_flight == 1;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const StreamStats st = engine->Stats().streams.at(0);
+  const StreamStats st = g.engine->Stats().streams.at(0);
   CHECK(HeldSamples(st) == 1);
   CHECK(st.stages[kFetch].in_flight == 0);
-  CHECK(source->reads() == 1 + static_cast<int>(st.fetches_deferred));
-
-  gate.Open();
-  const testing::Collected got = Drain(**stream);
-  CHECK(got.end.ok());
-  REQUIRE(got.batches.size() == 1);
-  CHECK(got.batches[0].num_samples == 5);
+  CHECK(g.source->reads() == 1 + static_cast<int>(st.fetches_deferred));
+  g.DrainAll(5);
 }
 
 TEST_CASE("fetch_queue_bytes 0 is refused", "[engine][memory]") {
