@@ -1,6 +1,7 @@
 // WebDataset grouping of tar members into samples. See tar_dataset.h.
 #include "core/data/tar_dataset.h"
 
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
@@ -87,6 +88,13 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
   d->shards_ = shards;
   const std::string root = CommonFolder(shards);
   const std::string label_key = absl::AsciiStrToLower(options.label_key);
+  const bool labelled = !label_key.empty();
+  std::vector<std::string> field_members;
+  for (const std::string& m : options.field_members) {
+    field_members.push_back(absl::AsciiStrToLower(m));
+  }
+  const size_t num_fields = field_members.size();
+  if (num_fields > 0) d->parts_per_sample_ = 1 + num_fields;
   TarScanLimits limits = options.limits;
   limits.max_data_bytes = kMaxLabelBytes;
   std::vector<DatasetIndex::Entry> entries;
@@ -95,7 +103,7 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
     auto want = [&](std::string_view name) {
       std::string_view key;
       std::string ext;
-      return SplitKey(name, &key, &ext) && ext == label_key;
+      return labelled && SplitKey(name, &key, &ext) && ext == label_key;
     };
     ASSIGN_OR_RETURN(TarScan scan, ScanTar(reader, shard, limits, want));
     d->ignored_ += scan.ignored;
@@ -105,6 +113,7 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
       int image = -1;  // into scan.members
       int image_rank = 0;
       int label = -1;
+      std::vector<int> fields;  // into scan.members, -1: none
     };
     std::vector<Group> groups;
     uint64_t sparse = 0;  // sparse members of this shard, for one warning
@@ -126,7 +135,7 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
       }
       if (member.sparse && sparse++ == 0) first_sparse = &member;
       auto [it, fresh] = by_key.emplace(key, groups.size());
-      if (fresh) groups.push_back(Group{key});
+      if (fresh) groups.push_back(Group{key, -1, 0, -1, std::vector<int>(num_fields, -1)});
       Group& g = groups[it->second];
       // Two members of one role whose extensions differ only in case
       // (000.cls, 000.CLS): which one is meant is anyone's guess.
@@ -137,7 +146,12 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
             "' differ only in the case of their extension (one role, "
             "two members)"));
       };
-      if (ext == label_key) {
+      for (size_t f = 0; f < num_fields; ++f) {
+        if (field_members[f].empty() || ext != field_members[f]) continue;
+        if (g.fields[f] >= 0) return same_role(g.fields[f]);
+        g.fields[f] = static_cast<int>(m);
+      }
+      if (labelled && ext == label_key) {
         if (g.label >= 0) return same_role(g.label);
         g.label = static_cast<int>(m);
       } else if (const int rank = ImageRank(ext); rank >= 0) {
@@ -155,10 +169,18 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
           "': sparse files are not served (each such image fails as its sample's error)"));
     }
     std::string shard_rel = shard.substr(root == "/" ? 1 : root.size() + 1);
+    d->shard_name_sizes_.push_back(static_cast<uint32_t>(shard_rel.size()));
     uint64_t count = 0;
     for (const Group& g : groups) {
       if (g.image < 0) {
         ++d->ignored_;
+        continue;
+      }
+      const TarMember& image = scan.members[g.image];
+      if (!labelled) {
+        RETURN_IF_ERROR(d->AddSample(s, shard, g.key, image, g.fields, scan.members));
+        entries.push_back(DatasetIndex::Entry{absl::StrCat(shard_rel, "/", image.name), 0});
+        ++count;
         continue;
       }
       if (g.label < 0) {
@@ -179,9 +201,7 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
             "' does not hold a non-negative integer that fits int32: '", EscapeText(label.data, 64),
             "'"));
       }
-      const TarMember& image = scan.members[g.image];
-      d->locations_.push_back(
-          Location{static_cast<uint32_t>(s), image.sparse, image.offset, image.size});
+      RETURN_IF_ERROR(d->AddSample(s, shard, g.key, image, g.fields, scan.members));
       entries.push_back(DatasetIndex::Entry{absl::StrCat(shard_rel, "/", image.name), value});
       ++count;
     }
@@ -195,6 +215,78 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
   }
   ASSIGN_OR_RETURN(d->index_, DatasetIndex::FromEntries(root, entries));
   return std::shared_ptr<const TarDataset>(std::move(d));
+}
+
+absl::Status TarDataset::AddSample(size_t shard_number, const std::string& shard,
+                                   std::string_view key, const TarMember& image,
+                                   const std::vector<int>& fields,
+                                   const std::vector<TarMember>& members) {
+  const uint32_t s = static_cast<uint32_t>(shard_number);
+  if (parts_per_sample_ == 0) {
+    locations_.push_back(Location{s, image.sparse, image.offset, image.size});
+    return absl::OkStatus();
+  }
+  uint64_t begin = image.offset, end = image.offset + image.size;
+  for (int m : fields) {
+    if (m < 0) continue;
+    const TarMember& member = members[m];
+    if (member.sparse) {
+      return absl::InvalidArgumentError(absl::StrCat(shard, ": offset ", member.header_offset,
+                                                     ": field member '", EscapeText(member.name),
+                                                     "' is a sparse file (not supported)"));
+    }
+    begin = std::min(begin, member.offset);
+    end = std::max(end, member.offset + member.size);
+  }
+  if (end - begin > kAbsent - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        shard, ": sample '", EscapeText(key), "': its members span ", end - begin,
+        " bytes of the shard (at most 4 GiB: a sample's members are stored together)"));
+  }
+  locations_.push_back(Location{s, image.sparse, begin, end - begin});
+  parts_.push_back(
+      Part{static_cast<uint32_t>(image.offset - begin), static_cast<uint32_t>(image.size)});
+  for (int m : fields) {
+    if (m < 0) {
+      parts_.push_back(Part{kAbsent, 0});
+    } else {
+      parts_.push_back(Part{static_cast<uint32_t>(members[m].offset - begin),
+                            static_cast<uint32_t>(members[m].size)});
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::span<const uint8_t>> TarDataset::PartOf(uint64_t i, size_t p,
+                                                           std::span<const uint8_t> read) const {
+  if (read.size() != locations_[i].size) return std::nullopt;
+  const Part& part = parts_[i * parts_per_sample_ + p];
+  if (part.offset == kAbsent) return std::nullopt;
+  return read.subspan(part.offset, part.size);
+}
+
+std::span<const uint8_t> TarDataset::Media(uint64_t index, std::span<const uint8_t> read) const {
+  if (parts_per_sample_ == 0) return read;
+  // A read of another size (not this dataset's span) is handed on whole:
+  // the decoder then refuses it as the sample's error.
+  return PartOf(index, 0, read).value_or(read);
+}
+
+std::optional<std::span<const uint8_t>> TarDataset::Member(uint64_t index, size_t field,
+                                                           std::span<const uint8_t> read) const {
+  if (parts_per_sample_ == 0 || field + 1 >= parts_per_sample_) return std::nullopt;
+  return PartOf(index, field + 1, read);
+}
+
+void TarDataset::Key(uint64_t index, std::string* out) const {
+  // "SHARD/MEMBER" (the index's name), less "SHARD/" and the member's
+  // extension: the key WebDataset groups by.
+  std::string name = index_->relative_path(index);
+  const size_t skip = shard_name_sizes_[locations_[index].shard] + 1;
+  std::string_view member = std::string_view(name).substr(std::min(skip, name.size()));
+  const size_t slash = member.rfind('/');
+  const size_t dot = member.find('.', slash == std::string_view::npos ? 0 : slash + 1);
+  out->assign(member.substr(0, dot));
 }
 
 }  // namespace conveyor

@@ -584,5 +584,72 @@ TEST_CASE(
   CHECK(reader->hints == std::vector<std::string>{run({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})});
 }
 
+TEST_CASE("tar fields: a sample's span covers its field members, cut back into parts",
+          "[tar][fields]") {
+  // 000: image, caption and JSON; 001: no JSON; 002's caption is apart, after
+  // another sample's members.
+  const std::string shard = Member("d/000.jpg", "IMG0") + Member("d/000.txt", "a cat") +
+                            Member("d/000.json", "{}") + Member("d/001.jpg", "IMG1") +
+                            Member("d/001.txt", "a dog") + Member("d/002.jpg", "IMG2") +
+                            Member("d/003.jpg", "IMG3") + Member("d/002.txt", "late") + kEnd;
+  MemoryReader reader(shard);
+  TarDatasetOptions options;
+  options.label_key = "";
+  options.field_members = {"txt", "JSON", ""};  // a key field has no member
+  auto loaded = TarDataset::Load({"/s/a.tar"}, reader, options);
+  REQUIRE(loaded.ok());
+  const TarDataset& d = **loaded;
+  REQUIRE(d.size() == 4);
+  auto read = [&](size_t i) {
+    std::vector<uint8_t> out;
+    REQUIRE(reader.ReadRange("", d.location(i).offset, d.location(i).size, &out).ok());
+    return out;
+  };
+  auto text = [](std::span<const uint8_t> s) {
+    return std::string(reinterpret_cast<const char*>(s.data()), s.size());
+  };
+  std::vector<std::string> images, captions, json, keys;
+  for (size_t i = 0; i < d.size(); ++i) {
+    const std::vector<uint8_t> bytes = read(i);
+    images.push_back(text(d.Media(i, bytes)));
+    auto c = d.Member(i, 0, bytes);
+    captions.push_back(c ? text(*c) : "<none>");
+    auto j = d.Member(i, 1, bytes);
+    json.push_back(j ? text(*j) : "<none>");
+    CHECK_FALSE(d.Member(i, 2, bytes).has_value());
+    std::string key;
+    d.Key(i, &key);
+    keys.push_back(key);
+    CHECK(d.index()->label(i) == 0);  // no label members
+  }
+  CHECK(images == std::vector<std::string>{"IMG0", "IMG1", "IMG2", "IMG3"});
+  CHECK(captions == std::vector<std::string>{"a cat", "a dog", "late", "<none>"});
+  CHECK(json == std::vector<std::string>{"{}", "<none>", "<none>", "<none>"});
+  CHECK(keys == std::vector<std::string>{"d/000", "d/001", "d/002", "d/003"});
+  // A read of another size is not cut (the decoder refuses it), no member.
+  const std::vector<uint8_t> other = {1, 2, 3};
+  CHECK(d.Media(0, other).size() == 3);
+  CHECK_FALSE(d.Member(0, 0, other).has_value());
+
+  // Without fields, a location is the image alone, as before.
+  auto plain = TarDataset::Load({"/s/a.tar"}, reader, TarDatasetOptions{"", {}, {}});
+  REQUIRE(plain.ok());
+  CHECK((*plain)->location(0).size == 4);
+  CHECK(d.location(0).size > 1024);
+}
+
+TEST_CASE("tar fields: two members of one field in a sample are an error naming them",
+          "[tar][fields]") {
+  MemoryReader reader(Member("k.jpg", "x") + Member("k.txt", "a") + Member("k.TXT", "b") + kEnd);
+  TarDatasetOptions options;
+  options.label_key = "";
+  options.field_members = {"txt"};
+  auto loaded = TarDataset::Load({"/s/a.tar"}, reader, options);
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(
+      std::string(loaded.status().message()).find("'k.txt' and 'k.TXT' differ only in the case") !=
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace conveyor
