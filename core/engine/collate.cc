@@ -31,6 +31,29 @@ uint32_t CompactSamples(const BatchLayout& layout, uint8_t* slot, std::span<cons
   return w;
 }
 
+void PackFieldAreas(const BatchLayout& layout, uint8_t* slot, std::span<const uint8_t> failed) {
+  for (const BatchLayout::FieldArea& area : layout.fields) {
+    uint8_t* offsets = slot + area.offsets_offset;
+    uint8_t* present = slot + area.present_offset;
+    uint8_t* data = slot + area.data_offset;
+    uint32_t packed = 0;  // bytes of the values kept so far
+    uint32_t w = 0;
+    std::memcpy(offsets, &packed, sizeof(packed));
+    for (uint32_t r = 0; r < failed.size(); ++r) {
+      if (failed[r]) continue;
+      // Read before anything at or past r + 1 is written: w <= r.
+      uint32_t length;
+      std::memcpy(&length, offsets + sizeof(uint32_t) * (size_t{r} + 1), sizeof(length));
+      // packed <= r × stride: the move only ever goes down (or stays).
+      if (length != 0) std::memmove(data + packed, data + size_t{r} * area.stride, length);
+      present[w] = present[r];
+      packed += length;
+      ++w;
+      std::memcpy(offsets + sizeof(uint32_t) * size_t{w}, &packed, sizeof(packed));
+    }
+  }
+}
+
 absl::Status ApplyFailurePolicy(const PipelineConfig& p, uint64_t samples_seen,
                                 uint64_t samples_failed, const SampleFailure& f) {
   if (p.error_policy == ErrorPolicy::kFailFast) {
@@ -66,14 +89,17 @@ BatchWork* StreamMachine::PositionDone(BatchWork* b, Outbox* out) {
   ++positions_done_;
   if (++b->done != b->size) return nullptr;
   stage(Stage::kCollate).items_in += b->size;
-  if (!b->failures.empty()) return b;  // compacted without the lock first
+  // Compacted (and its field areas packed) without the lock first.
+  if (!b->failures.empty() || !config_.plan.layout.fields.empty()) return b;
   b->finalized = true;
   EmitInOrder(out);
   return nullptr;
 }
 
 void StreamMachine::CompactBatch(const BatchWork& b) const {
-  CompactSamples(config_.plan.layout, arena_->slot(b.slot), b.failed);
+  uint8_t* slot = arena_->slot(b.slot);
+  if (!b.failures.empty()) CompactSamples(config_.plan.layout, slot, b.failed);
+  PackFieldAreas(config_.plan.layout, slot, b.failed);
 }
 
 void StreamMachine::FinishCompaction(BatchWork* b, uint64_t busy_ns, Outbox* out) {

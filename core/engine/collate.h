@@ -22,6 +22,13 @@ namespace conveyor {
 // REQUIRES: slot holds failed.size() samples laid out by `layout`.
 uint32_t CompactSamples(const BatchLayout& layout, uint8_t* slot, std::span<const uint8_t> failed);
 
+// Packs each field area of `slot` (BatchLayout): the values of the samples
+// whose failed[i] == 0, written at their positions' strides, are moved
+// together in order, Arrow-style (value i is data[offsets[i], offsets[i+1])),
+// and their present flags with them. REQUIRES: every surviving position's
+// length and flag were written (StreamMachine::WriteFields).
+void PackFieldAreas(const BatchLayout& layout, uint8_t* slot, std::span<const uint8_t> failed);
+
 // The failure policy after a batch with failures: OK to deliver it, or the
 // DataLoss status that ends the stream (fail_fast: at the first failure;
 // skip: once more than max_failure_rate of samples_seen failed, judged after

@@ -41,6 +41,18 @@ absl::Status ValidatePipelineConfig(const PipelineConfig& c) {
           c.name, draws));
     }
   }
+  if (absl::Status s = ValidateFieldSpecs(c.fields); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat("pipeline %s: %s", c.name, s.message()));
+  }
+  if (!c.fields.empty() && c.parts == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: fields are declared but no SampleParts locates them", c.name));
+  }
+  if (!c.fields.empty() && (c.cache_output || c.output_cache != nullptr)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "pipeline %s: cache_output is not available with fields (the cache keeps media only)",
+        c.name));
+  }
   if (c.cache_output && c.output_cache == nullptr) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "pipeline %s: cache_output is set but no output_cache was made for it", c.name));

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/data/dataset_index.h"
+#include "core/data/sample_fields.h"
 #include "core/data/sample_source.h"
 #include "core/data/sampler.h"
 #include "core/decode/transform_spec.h"
@@ -66,6 +68,13 @@ struct PipelineConfig {
   // refuses the others. The cache is shared by every stream of the pipeline
   // and is itself thread-safe (the one mutable thing a config points to).
   // Sources that read over the network are not cached (no cheap identity).
+  // What each sample brings beside its media (core/data/sample_fields.h),
+  // written into the batch's field areas (BatchLayout) and delivered in
+  // order; `parts` (required with fields) says where a sample's media and
+  // members lie in what `source` reads. Not with cache_output (the cache
+  // keeps media only).
+  std::vector<SampleFieldSpec> fields;
+  std::shared_ptr<const SampleParts> parts;
   bool cache_output = false;
   uint64_t cache_output_bytes = uint64_t{1} << 30;
   std::shared_ptr<OutputCache> output_cache;

@@ -17,6 +17,12 @@ std::vector<std::pair<std::string, std::string>> PipelineFingerprint(const Pipel
                                  ToString(p.error_policy), p.max_failure_rate,
                                  p.failure_rate_min_samples, p.max_file_bytes));
   parts.emplace_back("order", p.order == nullptr ? "global" : "dataset");
+  std::string fields;
+  for (const SampleFieldSpec& f : p.fields) {
+    absl::StrAppendFormat(&fields, "%s=%s,%s,%s,%d;", f.name, ToString(f.type), f.member,
+                          f.required ? "required" : "optional", f.max_bytes);
+  }
+  parts.emplace_back("fields", std::move(fields));
   parts.emplace_back("decoders", DecoderVersions());
   return parts;
 }

@@ -12,6 +12,8 @@
 //                rate limits, max_file_bytes;
 //   "order"      whose epoch permutation the sampler uses (the global
 //                shuffle, or the dataset's own, e.g. tar shards');
+//   "fields"     the sample fields, `name=type,member,required|optional,
+//                max_bytes;` each (empty without fields);
 //   "decoders"   DecoderVersions().
 // Settings that change speed only (concurrency, caches, re-laid JPEGs) are
 // not parts: they never change a byte of a batch.

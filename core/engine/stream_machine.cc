@@ -8,8 +8,10 @@
 #include <cassert>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/posix_error.h"
+#include "core/base/status_macros.h"
 #include "core/base/task_cancel.h"
 #include "core/data/sampler.h"
 #include "spdlog/spdlog.h"
@@ -402,6 +404,41 @@ void StreamMachine::WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_
   reinterpret_cast<int64_t*>(slot + l.indices_offset)[position] = static_cast<int64_t>(index);
 }
 
+absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64_t index,
+                                        std::span<const uint8_t> read) const {
+  const PipelineConfig& p = *config_.pipeline;
+  const BatchLayout& l = config_.plan.layout;
+  thread_local std::string key;  // a worker's scratch: no allocation per sample once warm
+  for (size_t f = 0; f < p.fields.size(); ++f) {
+    const SampleFieldSpec& spec = p.fields[f];
+    const BatchLayout::FieldArea& area = l.fields[f];
+    std::optional<std::span<const uint8_t>> value;
+    if (spec.type == FieldType::kKey) {
+      p.parts->Key(index, &key);
+      value = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    } else {
+      value = p.parts->Member(index, f, read);
+    }
+    uint32_t length = 0;
+    if (value.has_value()) {
+      RETURN_IF_ERROR(CheckFieldValue(spec, *value));
+      length = static_cast<uint32_t>(value->size());
+      if (length != 0) {
+        std::memcpy(slot + area.data_offset + size_t{position} * area.stride, value->data(),
+                    length);
+      }
+    } else if (spec.required) {
+      return absl::InvalidArgumentError(absl::StrCat("field '", spec.name,
+                                                     "': the sample has no '.", spec.member,
+                                                     "' member (a required field)"));
+    }
+    std::memcpy(slot + area.offsets_offset + sizeof(uint32_t) * (size_t{position} + 1), &length,
+                sizeof(length));
+    slot[area.present_offset + position] = value.has_value() ? 1 : 0;
+  }
+  return absl::OkStatus();
+}
+
 void StreamMachine::Park(Task* t) {
   t->parked = true;
   Parked& p = parked_[t->buffer];
@@ -564,7 +601,9 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   // A cancel (or any failure of the stream) ends a long decode where its
   // time budget is checked; its result is dropped (CompleteDecode).
   const TaskCancelScope cancel_scope(&stop_decoding_);
-  const std::span<const uint8_t> bytes(buf.data(), buf.size());
+  const std::span<const uint8_t> read(buf.data(), buf.size());
+  const SampleParts* parts = config_.pipeline->parts.get();
+  const std::span<const uint8_t> bytes = parts != nullptr ? parts->Media(index, read) : read;
   std::string* key = cache_ != nullptr ? &cache_keys_[t->buffer] : nullptr;
   if (key != nullptr && !key->empty()) {
     // Decoded into a buffer of its own, copied into the slot and cached
@@ -579,6 +618,7 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   } else {
     t->status = decoder->Run(bytes, config_.plan.transform, rng, dst);
   }
+  if (t->status.ok() && !l.fields.empty()) t->status = WriteFields(slot, t->position, index, read);
   // A buffer that grew for a large file is not kept at that size: streams
   // would otherwise keep max_file_bytes per buffer for good. Freed here,
   // outside the lock, by the task that owns the buffer.

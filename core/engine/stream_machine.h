@@ -409,6 +409,12 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   bool ServeFromCache(Task* t, uint64_t index) const;
   // Writes the label and dataset index of sample `index` at `position`.
   void WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_t index) const;
+  // Writes sample `index`'s fields at `position` of the slot's field areas
+  // (BatchLayout) from `read`, the bytes fetched for it. An error of the
+  // sample (a value that fails CheckFieldValue, a required member missing)
+  // names the field. Lock-free: the position is the task's.
+  absl::Status WriteFields(uint8_t* slot, uint32_t position, uint64_t index,
+                           std::span<const uint8_t> read) const;
   // Queues the cancellation of every parked read that has its handle.
   void CancelParked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a tuner: feeds it the tick that ended at `now`, if one did, and

@@ -136,7 +136,7 @@ absl::StatusOr<StreamPlan> PlanStream(const PipelineConfig& p, const StreamOptio
   // far from overflow; the arena's product is checked.
   plan.transform = p.transform;
   if (o.collate_uint8) plan.transform.dtype = DType::kUint8;
-  plan.layout = BatchLayout::For(plan.transform, o.batch_size);
+  plan.layout = BatchLayout::For(plan.transform, o.batch_size, p.fields);
   plan.slot_bytes = SlotArena::MappedBytes(1, plan.layout.slot_bytes);
   if (__builtin_mul_overflow(plan.slot_bytes, uint64_t{o.num_slots}, &plan.arena_bytes)) {
     return absl::OutOfRangeError(

@@ -41,8 +41,8 @@ TEST_CASE("pipeline fingerprint: one part per input of the batches, each changin
   auto a = testing::MakePipeline(one.path());
   auto same = testing::MakePipeline(two.path());
   const auto parts = Parts(*a);
-  CHECK(parts.size() == 5);
-  for (const char* name : {"dataset", "transform", "samples", "order", "decoders"}) {
+  CHECK(parts.size() == 6);
+  for (const char* name : {"dataset", "transform", "samples", "order", "fields", "decoders"}) {
     CHECK(parts.count(name) == 1);
   }
   CHECK(parts.at("dataset").rfind("digest=sha256:", 0) == 0);
@@ -63,6 +63,11 @@ TEST_CASE("pipeline fingerprint: one part per input of the batches, each changin
   b = testing::MakePipeline(one.path());
   b->max_file_bytes = 1000;
   CHECK(Differ(*a, *b) == std::vector<std::string>{"samples"});
+  CHECK(parts.at("fields").empty());
+  b = testing::MakePipeline(one.path());
+  b->fields.push_back(SampleFieldSpec{"key", FieldType::kKey, "", true, 256});
+  CHECK(Differ(*a, *b) == std::vector<std::string>{"fields"});
+  CHECK(Parts(*b).at("fields") == "key=key,,required,256;");
   // Speed-only settings are not parts.
   b = testing::MakePipeline(one.path());
   b->max_batch_size = 7;
