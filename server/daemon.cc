@@ -129,8 +129,8 @@ absl::Status WritePortFile(const std::string& path, int port) {
 uint64_t MaxMessageBytes(const std::vector<std::shared_ptr<const PipelineConfig>>& pipelines) {
   uint64_t largest = 0;
   for (const auto& p : pipelines) {
-    const BatchLayout l = BatchLayout::For(p->transform, p->max_batch_size);
-    // images + labels + indices, plus per-sample failure text at most.
+    const BatchLayout l = BatchLayout::For(p->transform, p->max_batch_size, p->fields);
+    // images + labels + indices + fields, plus per-sample failure text at most.
     largest = std::max<uint64_t>(largest, l.slot_bytes + uint64_t{p->max_batch_size} * 1024);
   }
   return std::clamp<uint64_t>(largest + (1u << 20), 4u << 20, INT_MAX);

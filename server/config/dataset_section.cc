@@ -38,11 +38,12 @@ const Section<DatasetSpec>& DatasetSection() {
       Manual<DatasetSpec>("shards", "path, brace pattern, or a list of them", "none",
                           "WebDataset tar shards (paths or URLs), brace patterns expanded"),
       String<DatasetSpec>("label_key", &DatasetSpec::label_key,
-                          "tar shards: the extension of the label member")
+                          "tar shards: the extension of the label member; `\"\"`: none (every "
+                          "label 0)")
           .WithType("extension")
           .InGroup("tar")
           .WithCheck([](const DatasetSpec& d) {
-            const bool ok = !d.label_key.empty() && d.label_key.size() <= kMaxLabelKeyLength &&
+            const bool ok = d.label_key.size() <= kMaxLabelKeyLength &&
                             std::all_of(d.label_key.begin(), d.label_key.end(), [](char ch) {
                               return absl::ascii_isalnum(static_cast<unsigned char>(ch)) ||
                                      ch == '_' || ch == '-' || ch == '.';
@@ -50,7 +51,7 @@ const Section<DatasetSpec>& DatasetSection() {
             return ok ? absl::OkStatus()
                       : absl::InvalidArgumentError(
                             "must be a member extension such as `cls` (letters, digits, '_', "
-                            "'-', '.')");
+                            "'-', '.'), or \"\" for none");
           }),
       Uint<DatasetSpec>("shuffle_buffer", &DatasetSpec::shuffle_buffer, 0, kMaxShuffleBuffer,
                         "tar shards: the shuffle buffer of the shard-local order")

@@ -13,7 +13,7 @@ std::string DatasetSpec::Key() const {
     case Kind::kUrlList: return absl::StrCat("urls:", list);
     case Kind::kTarShards:
       return absl::StrCat("tar:", label_key, "\n", shuffle_buffer, "\n",
-                          absl::StrJoin(shards, "\n"));
+                          absl::StrJoin(field_members, ","), "\n", absl::StrJoin(shards, "\n"));
   }
   return "";
 }

@@ -30,8 +30,11 @@ struct DatasetSpec {
   // member's extension; the shuffle buffer B of the shard-local order
   // (core/data/shard_order.h).
   std::vector<std::string> shards;
-  std::string label_key = "cls";
+  std::string label_key = "cls";  // "": no label members (every label 0)
   uint64_t shuffle_buffer = 1000;
+  // The members the pipeline's fields read (TarDatasetOptions::field_members),
+  // set from `fields` (fields_section.cc).
+  std::vector<std::string> field_members;
 
   // Pipelines whose datasets have equal keys share one loaded index.
   std::string Key() const;

@@ -114,6 +114,7 @@ absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d, MediaKind media,
     }
     TarDatasetOptions options;
     options.label_key = d.label_key;
+    options.field_members = d.field_members;
     ASSIGN_OR_RETURN(loaded.tar, TarDataset::Load(d.shards, *loaded.shard_reader, options));
     loaded.index = loaded.tar->index();
     loaded.order = std::make_shared<ShardOrder>(loaded.tar->shard_sizes(), d.shuffle_buffer);
@@ -377,6 +378,13 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
                          ".urls: ", remote::RedactUrlsIn(std::string(source.status().message()))));
       }
       pc->source = *std::move(source);
+    }
+    if (!pc->fields.empty()) {
+      if (it->second.tar != nullptr) {
+        pc->parts = it->second.tar;
+      } else {
+        pc->parts = std::make_shared<WholeFileParts>(pc->dataset);
+      }
     }
     if (spec.relay_jpeg) {
       const std::string relay_field = absl::StrCat("pipelines.", spec.config.name, ".relay_jpeg");

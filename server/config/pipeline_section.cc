@@ -107,6 +107,9 @@ const Section<PipelineSpec>& PipelineSection() {
           "what the samples are"),
       Manual<PipelineSpec>("dataset", "map", "required", "where the samples come from")
           .WithSubRows(DatasetDocs()),
+      Manual<PipelineSpec>("fields", "list of maps", "none",
+                           "what each sample delivers beside its media, in order")
+          .WithSubRows(FieldsDocs(), /*own=*/true, "[i]."),
       schema::Bool<PipelineSpec>("cache", &PipelineSpec::cache,
                                  "`false`: this pipeline's URL samples and remote shards "
                                  "bypass the daemon's `cache`"),
@@ -209,6 +212,10 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
     }
   }
 
+  if (n["fields"]) {
+    RETURN_IF_ERROR(ParseFields(y, sub("fields"), n["fields"], p));
+  }
+
   if (n["size"] && (n["height"] || n["width"])) {
     return y.Error(sub("size"), n["size"], "give either `size` or `height`/`width`, not both");
   }
@@ -242,6 +249,15 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
     t.resize_size = std::min<int>(kMaxOutputSide, (side * 256 + 223) / 224);
   }
   RETURN_IF_ERROR(ParseVideo(y, f, n, p));
+
+  if (!pc.fields.empty() && pc.cache_output) {
+    return y.Error(sub("cache_output"), n["cache_output"],
+                   "is not available with `fields` (the output cache keeps media only)");
+  }
+  if (!pc.fields.empty() && p->relay_jpeg) {
+    return y.Error(sub("relay_jpeg"), n["relay_jpeg"],
+                   "is not available with `fields` (the copies hold the image member only)");
+  }
 
   // cache_output: only a pipeline whose output is the same every epoch.
   if (n["cache_output_bytes"] && !pc.cache_output) {

@@ -60,6 +60,12 @@ absl::Status ParseAudio(const YamlFields& y, const std::string& field, const YAM
                         TransformSpec* t);
 std::vector<FieldDoc> AudioDocs();
 
+// A pipeline's `fields` list (fields_section.cc): read after its dataset;
+// also sets the dataset's field members.
+absl::Status ParseFields(const YamlFields& y, const std::string& field, const YAML::Node& n,
+                         PipelineSpec* out);
+std::vector<FieldDoc> FieldsDocs();
+
 // One `pipelines.<name>` entry (pipeline_section.cc).
 absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const YAML::Node& n,
                            const DaemonConfig& c, PipelineSpec* out);

@@ -23,6 +23,16 @@ void AddSampleShape(const TransformSpec& t, google::protobuf::RepeatedField<int6
   for (int64_t d : SampleShape(t)) shape->Add(d);
 }
 
+v1::FieldType ToProto(FieldType type) {
+  switch (type) {
+    case FieldType::kText: return v1::FIELD_TEXT;
+    case FieldType::kBytes: return v1::FIELD_BYTES;
+    case FieldType::kJson: return v1::FIELD_JSON;
+    case FieldType::kKey: return v1::FIELD_KEY;
+  }
+  return v1::FIELD_TYPE_UNSPECIFIED;
+}
+
 v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
   v1::PipelineInfo info;
   info.set_name(p.name);
@@ -36,6 +46,14 @@ v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
   info.set_error_policy(ToString(p.error_policy));
   info.set_kind(ToString(p.transform.kind));
   for (auto& [part, value] : PipelineFingerprint(p)) (*info.mutable_fingerprint())[part] = value;
+  for (const SampleFieldSpec& f : p.fields) {
+    v1::FieldInfo* fi = info.add_fields();
+    fi->set_name(f.name);
+    fi->set_type(ToProto(f.type));
+    fi->set_member(f.member);
+    fi->set_required(f.required);
+    fi->set_max_bytes(f.max_bytes);
+  }
   return info;
 }
 
@@ -67,6 +85,20 @@ void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
     o->mutable_sample_indices()->Resize(static_cast<int>(n), 0);
     std::memcpy(o->mutable_sample_indices()->mutable_data(), base + layout.indices_offset,
                 sizeof(int64_t) * n);
+  }
+  // The field areas were packed at collate: n values and n + 1 offsets.
+  const std::vector<SampleFieldSpec>& fields = stream.pipeline().fields;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const BatchLayout::FieldArea& area = layout.fields[i];
+    v1::FieldColumn* c = o->add_fields();
+    c->set_name(fields[i].name);
+    c->set_type(ToProto(fields[i].type));
+    const auto* offsets = base + area.offsets_offset;
+    uint32_t bytes = 0;
+    std::memcpy(&bytes, offsets + sizeof(uint32_t) * n, sizeof(bytes));
+    c->set_offsets(offsets, sizeof(uint32_t) * (size_t{n} + 1));
+    c->set_data(base + area.data_offset, bytes);
+    c->set_present(base + area.present_offset, n);
   }
   for (const SampleFailure& f : b.failures) {
     v1::SampleFailure* pf = o->add_failures();

@@ -15,6 +15,7 @@ namespace conveyor::server {
 
 v1::DType ToProto(DType dtype);
 v1::Layout ToProto(Layout layout);
+v1::FieldType ToProto(FieldType type);
 
 // Adds the shape of one sample (C,H,W or H,W,C) to `shape`.
 void AddSampleShape(const TransformSpec& transform,

@@ -380,7 +380,8 @@ def test_max_batches_serves_a_range_and_pipelines_carry_a_fingerprint(daemon):
     ri, _, rx = collect(ref[3:7])
     assert gi.tolist() == ri.tolist() and gx.tobytes() == rx.tobytes()
     info = {p.name: p for p in conveyor.list_pipelines(daemon.unix)}["train"]
-    assert sorted(info.fingerprint) == ["dataset", "decoders", "order", "samples", "transform"]
+    assert sorted(info.fingerprint) == ["dataset", "decoders", "fields", "order", "samples",
+                                        "transform"]
     assert info.fingerprint["dataset"].startswith("digest=sha256:")
     assert "samples=%d" % info.dataset_size in info.fingerprint["dataset"]
 

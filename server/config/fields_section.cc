@@ -1,0 +1,94 @@
+// A pipeline's `fields`: what each sample delivers beside its media
+// (core/data/sample_fields.h), one map per field, in order.
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "server/config/sections.h"
+
+namespace conveyor::server {
+
+namespace {
+
+const Section<SampleFieldSpec>& FieldSection() {
+  using schema::Bool;
+  using schema::Enum;
+  using schema::String;
+  static const Section<SampleFieldSpec> kSection({
+      String<SampleFieldSpec>("name", &SampleFieldSpec::name,
+                              "how clients find it (`batch.fields[name]`)")
+          .WithDefault("required"),
+      Enum<SampleFieldSpec>(
+          "type", &SampleFieldSpec::type,
+          std::vector<std::pair<std::string, FieldType>>{{"text", FieldType::kText},
+                                                         {"bytes", FieldType::kBytes},
+                                                         {"json", FieldType::kJson},
+                                                         {"key", FieldType::kKey}},
+          "UTF-8 text, raw bytes, JSON text (checked), or the sample's key"),
+      String<SampleFieldSpec>("member", &SampleFieldSpec::member,
+                              "tar shards: the extension of the member holding the value "
+                              "(`txt`, `json`); none for `key`")
+          .WithDefault("none"),
+      Bool<SampleFieldSpec>("required", &SampleFieldSpec::required,
+                            "a sample without the member fails; `false`: the value is absent"),
+      schema::Custom<SampleFieldSpec>(
+          "max_bytes", absl::StrCat("size 1B–", FormatSizeBound(kMaxFieldValueBytes)),
+          Quoted(FormatSizeBound(SampleFieldSpec{}.max_bytes)),
+          "largest value of one sample; larger ones fail the sample (a batch reserves "
+          "`batch_size` × this)",
+          [](const YamlFields& y, const YAML::Node& n, const std::string& field,
+             SampleFieldSpec* f) -> absl::Status {
+            uint64_t v = 0;
+            RETURN_IF_ERROR(y.ReadSize(n, field, 1, 0, &v));
+            if (v > kMaxFieldValueBytes) {
+              return y.Error(field, n,
+                             absl::StrCat("at most ", FormatSizeBound(kMaxFieldValueBytes)));
+            }
+            f->max_bytes = static_cast<uint32_t>(v);
+            return absl::OkStatus();
+          }),
+  });
+  return kSection;
+}
+
+}  // namespace
+
+absl::Status ParseFields(const YamlFields& y, const std::string& field, const YAML::Node& n,
+                         PipelineSpec* p) {
+  if (!n.IsSequence()) {
+    return y.Error(field, n, "expected a list of fields, e.g. [{name: caption, member: txt}]");
+  }
+  std::vector<SampleFieldSpec>& fields = p->config.fields;
+  fields.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string at = absl::StrCat(field, "[", i, "]");
+    const YAML::Node f = n[i];
+    RETURN_IF_ERROR(FieldSection().CheckKeys(y, f, at));
+    if (!f["name"]) return y.Error(at, f, "missing `name`");
+    SampleFieldSpec spec;
+    RETURN_IF_ERROR(FieldSection().ReadFields(y, f, at, &spec));
+    spec.member = absl::AsciiStrToLower(spec.member);
+    if (spec.type == FieldType::kKey && f["member"]) {
+      return y.Error(at + ".member", f["member"], "a `key` field has no member");
+    }
+    if (spec.type != FieldType::kKey) {
+      if (p->dataset.kind != DatasetSpec::Kind::kTarShards) {
+        return y.Error(at, f,
+                       "fields read from members are for tar shards (dataset.shards); other "
+                       "datasets deliver `type: key` fields only");
+      }
+      if (!f["member"]) return y.Error(at, f, "missing `member` (the extension of the tar member)");
+    }
+    fields.push_back(std::move(spec));
+    if (absl::Status st = ValidateFieldSpecs(fields); !st.ok()) {
+      return y.Error(at, f, std::string(st.message()));
+    }
+  }
+  // The members are read with the image: part of what the dataset indexes.
+  p->dataset.field_members.clear();
+  for (const SampleFieldSpec& spec : fields) p->dataset.field_members.push_back(spec.member);
+  return absl::OkStatus();
+}
+
+std::vector<FieldDoc> FieldsDocs() { return FieldSection().Docs(); }
+
+}  // namespace conveyor::server

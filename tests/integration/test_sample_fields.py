@@ -1,0 +1,241 @@
+"""Sample fields (`fields` of a pipeline): a caption, JSON metadata and the
+key of every sample, delivered with its image by a real conveyord reading
+WebDataset tar shards written here.
+
+- Every field of every sample arrives exactly once per epoch, equal to what
+  the shard holds, beside the right image and label; optional fields may be
+  absent (None); batches are identical on a rerun and after a mid-epoch
+  resume, and the same over the data socket as over shared memory.
+- A bad value is its sample's error naming the sample and the field:
+  oversize text, invalid JSON, text that is not UTF-8, a required member
+  missing; the other samples are delivered.
+- Datasets read whole (folders) deliver `type: key` fields (their paths).
+- Config mistakes are refused at --check-config, naming the field.
+"""
+
+import json
+import subprocess
+import tarfile
+
+import numpy as np
+import pytest
+
+import conveyor
+from conveyor_integration import (CONVEYORD, Daemon, add_tar_member, daemon_config,
+                                  finish_daemons, pipeline_entry, require_daemon)
+
+SEED = 11
+PER_SHARD = 10
+
+
+def _caption(i):
+    # Not ASCII, of varied length: the bytes travel as they are.
+    return "photo %d: a caf\u00e9 \u2615 %s" % (i, "x" * (i % 7))
+
+
+def _meta(i, label):
+    return {"i": i, "label": label, "boxes": [[i, 1.5, 2, 3]]}
+
+
+def _write_shards(root, samples, out):
+    """The folder's samples as shards: jpg, cls, txt, and json for samples
+    whose number is not a multiple of 5 (the field is optional)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in range(0, len(samples), PER_SHARD):
+        path = out / ("shard-%06d.tar" % (s // PER_SHARD))
+        with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+            for i, (rel, label) in enumerate(samples[s:s + PER_SHARD], start=s):
+                key = "sub/s%06d" % i
+                add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
+                add_tar_member(tar, key + ".cls", b"%d" % label)
+                add_tar_member(tar, key + ".txt", _caption(i).encode())
+                if i % 5:
+                    add_tar_member(tar, key + ".json", json.dumps(_meta(i, label)).encode())
+        paths.append(path)
+    return paths
+
+
+def _write_bad_shard(root, samples, out):
+    """Six samples: 0 and 5 good, 1 an oversize caption, 2 invalid JSON, 3 a
+    caption that is not UTF-8, 4 no caption at all."""
+    path = out / "bad.tar"
+    jpeg = (root / samples[0][0]).read_bytes()
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(6):
+            key = "b%d" % i
+            add_tar_member(tar, key + ".jpg", jpeg)
+            caption = {1: b"y" * 200, 3: b"caf\xe9"}.get(i, b"fine %d" % i)
+            if i != 4:
+                add_tar_member(tar, key + ".txt", caption)
+            add_tar_member(tar, key + ".json", b"{\"ok\": tru}" if i == 2 else b"[1]")
+    return path
+
+
+FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128},
+          {"name": "meta", "member": "json", "type": "json", "required": False},
+          {"name": "key", "type": "key"}]
+
+
+@pytest.fixture(scope="module")
+def served(dataset, tmp_path_factory):
+    root, samples = dataset
+    out = tmp_path_factory.mktemp("field-shards")
+    paths = _write_shards(root, samples, out)
+    bad = _write_bad_shard(root, samples, out)
+    pipelines = {
+        "clip": pipeline_entry(root, dataset={"shards": [str(p) for p in paths],
+                                              "shuffle_buffer": 5},
+                               fields=FIELDS),
+        "bad": pipeline_entry(root, dataset={"shards": [str(bad)], "label_key": ""},
+                              fields=FIELDS, max_failure_rate=1.0),
+        "folder_keys": pipeline_entry(root, fields=[{"name": "path", "type": "key"}]),
+    }
+    cfg = daemon_config(root, pipelines=pipelines, allowed_roots=[str(root.parent), str(out)])
+    # YAML is a superset of JSON: lists of maps written as JSON.
+    d = Daemon(tmp_path_factory.mktemp("fields-daemon"), json.dumps(cfg))
+    try:
+        d.start()
+        yield d, samples
+    finally:
+        finish_daemons([d])
+
+
+def _read(address, pipeline, epoch=0, batch_size=8, **kw):
+    loader = conveyor.Loader(address, pipeline=pipeline, batch_size=batch_size, seed=SEED,
+                             **kw)
+    out = []
+    with loader.epoch(epoch) as stream:
+        for b in stream:
+            out.append(_plain(b))
+    loader.close()
+    return out
+
+
+def _plain(b):
+    """What a batch delivered, as plain values (the batch is released)."""
+    return {"indices": b.indices.tolist(), "labels": b.labels.tolist(),
+            "images": np.array(b.images),
+            "fields": {name: list(col) for name, col in b.fields.items()},
+            "failures": [(f.path, f.reason) for f in b.failures]}
+
+
+def _flat(batches, name):
+    return [v for b in batches for v in b["fields"][name]]
+
+
+def test_pipeline_info_lists_the_fields(served):
+    d, _ = served
+    info = {p.name: p for p in conveyor.list_pipelines(d.unix)}
+    fields = info["clip"].fields
+    assert [(f.name, f.member, f.required) for f in fields] == [
+        ("caption", "txt", True), ("meta", "json", False), ("key", "", True)]
+    assert fields[0].max_bytes == 128 and fields[1].max_bytes == 4096
+    assert "caption=text,txt,required,128;" in info["clip"].fingerprint["fields"]
+    assert list(info["folder_keys"].fields)[0].name == "path"
+
+
+def test_every_field_of_every_sample_once_beside_its_image(served):
+    d, samples = served
+    batches = _read(d.unix, "clip")
+    indices = [i for b in batches for i in b["indices"]]
+    assert sorted(indices) == list(range(len(samples)))  # every sample once
+    keys = _flat(batches, "key")
+    captions = _flat(batches, "caption")
+    metas = _flat(batches, "meta")
+    labels = [x for b in batches for x in b["labels"]]
+    assert len(keys) == len(captions) == len(metas) == len(indices)
+    for index, key, caption, meta, label in zip(indices, keys, captions, metas, labels):
+        # Shards hold the samples in index order, so the key names the index.
+        i = int(key[len("sub/s"):])
+        assert i == index, key
+        assert caption == _caption(i)
+        assert label == samples[i][1]
+        if i % 5:
+            assert meta == _meta(i, label)
+        else:
+            assert meta is None  # optional and absent
+    for b in batches:
+        assert not b["failures"]
+
+
+def test_fields_identical_on_rerun_resume_and_over_the_data_socket(served):
+    d, _ = served
+    first = _read(d.unix, "clip", epoch=1)
+    again = _read(d.unix, "clip", epoch=1)
+    assert [b["fields"] for b in again] == [b["fields"] for b in first]
+    over_tcp = _read(d.tcp, "clip", epoch=1, transport="data_socket")
+    assert [b["fields"] for b in over_tcp] == [b["fields"] for b in first]
+    assert all(np.array_equal(a["images"], b["images"]) for a, b in zip(first, over_tcp))
+
+    # Resume after 2 batches: the rest is the uninterrupted run's rest.
+    loader = conveyor.Loader(d.unix, pipeline="clip", batch_size=8, seed=SEED)
+    with loader.epoch(1) as stream:
+        taken = [_plain(next(stream)), _plain(next(stream))]
+    state = loader.state_dict()
+    loader.close()
+    resumed = conveyor.Loader(d.unix, pipeline="clip", batch_size=8, seed=SEED)
+    resumed.load_state_dict(state)
+    rest = []
+    with resumed.epoch(1) as stream:
+        for b in stream:
+            rest.append(_plain(b))
+    resumed.close()
+    assert [b["fields"] for b in taken + rest] == [b["fields"] for b in first]
+    assert all(np.array_equal(a["images"], b["images"]) for a, b in zip(taken + rest, first))
+
+
+def test_a_bad_value_fails_its_sample_naming_the_field(served):
+    d, _ = served
+    batches = _read(d.unix, "bad", batch_size=6, shuffle=False)
+    assert len(batches) == 1
+    b = batches[0]
+    assert b["fields"]["key"] == ["b0", "b5"]
+    assert b["fields"]["caption"] == ["fine 0", "fine 5"]
+    assert b["fields"]["meta"] == [[1], [1]]
+    assert b["labels"] == [0, 0]  # label_key "": no labels
+    reasons = {path.split("/")[-1]: reason for path, reason in b["failures"]}
+    assert set(reasons) == {"b1.jpg", "b2.jpg", "b3.jpg", "b4.jpg"}
+    assert "field 'caption': 200 bytes, more than its max_bytes 128" in reasons["b1.jpg"]
+    assert "field 'meta': not valid JSON" in reasons["b2.jpg"]
+    assert "field 'caption': not valid UTF-8" in reasons["b3.jpg"]
+    assert "field 'caption': the sample has no '.txt' member" in reasons["b4.jpg"]
+
+
+def test_folder_datasets_deliver_their_paths_as_keys(served):
+    d, samples = served
+    batches = _read(d.unix, "folder_keys")
+    indices = [i for b in batches for i in b["indices"]]
+    paths = _flat(batches, "path")
+    assert [samples[i][0] for i in indices] == paths
+    assert sorted(paths) == sorted(str(rel) for rel, _ in samples)
+
+
+@pytest.mark.parametrize("pipeline, field, why", [
+    ({"fields": [{"name": "c", "member": "txt"}]}, "fields[0]",
+     "fields read from members are for tar shards"),
+    ({"fields": [{"name": "k", "type": "key", "member": "txt"}]}, "fields[0].member",
+     "a `key` field has no member"),
+    ({"fields": [{"name": "a", "type": "key"}, {"name": "a", "type": "key"}]}, "fields[1]",
+     "the name is used twice"),
+    ({"fields": [{"name": "a", "type": "text", "member": "txt", "colour": 1}]}, "fields[0].colour",
+     "unknown field"),
+    ({"fields": [{"name": "a", "type": "key"}], "augment": "eval", "cache_output": True},
+     "cache_output", "not available with `fields`"),
+    ({"fields": {"name": "a"}}, "fields", "expected a list of fields"),
+])
+def test_config_mistakes_name_the_field(dataset, tmp_path, pipeline, field, why):
+    require_daemon()
+    root, _ = dataset
+    entry = pipeline_entry(root, **pipeline)
+    if "member" in json.dumps(pipeline) and "colour" in json.dumps(pipeline):
+        entry["dataset"] = {"shards": [str(tmp_path / "x.tar")]}
+    cfg = daemon_config(root, pipelines={"p": entry},
+                        allowed_roots=[str(root.parent), str(tmp_path)])
+    path = tmp_path / "conveyord.yaml"
+    path.write_text(json.dumps(cfg))
+    r = subprocess.run([str(CONVEYORD), "--config", str(path), "--check-config"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "field pipelines.p.%s" % field in r.stderr, r.stderr
+    assert why in r.stderr, r.stderr
