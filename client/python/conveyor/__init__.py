@@ -7,6 +7,10 @@
         x = torch.from_numpy(batch.images)   # zero-copy view of the daemon's shared memory
         y = torch.from_numpy(batch.labels)   # (kept tensors keep their slot: lifetime="safe")
 
+A pipeline that declares sample fields (a caption, JSON metadata, the
+sample's key) gives them as batch.fields: batch.fields["caption"][0] is the
+first sample's caption (conveyor._fields).
+
 See conveyor.loader for the stream, release and lifetime rules, conveyor.torch
 for the PyTorch adapters (imported on its own: it needs torch), conveyor.retry for the
 opt-in reconnection to a restarted daemon (RetryPolicy), conveyor.errors for
@@ -33,13 +37,14 @@ from .retry import RetryingStream, RetryPolicy
 from ._pool import PoolOptions, PoolStream
 from ._device_array import DeviceArray
 from ._device_feed import DeviceBatch, DeviceStream
+from ._fields import FieldColumn
 from ._security import Security
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccessDenied", "Batch", "BatchReleasedError", "ConveyorError", "DataError", "DeviceArray", "DeviceBatch",
-    "DeviceStream", "FailedPrecondition",
+    "DeviceStream", "FailedPrecondition", "FieldColumn",
     "InvalidRequest", "Loader",
     "NotFound", "PoolOptions", "PoolStream", "ProtocolError", "ResourceExhausted", "RetryPolicy", "RetryingStream", "SampleFailure", "Security", "Stream",
     "Unavailable", "default_address", "list_pipelines", "make_channel", "open_stream", "stats",

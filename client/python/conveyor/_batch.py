@@ -5,16 +5,18 @@ A Batch belongs to the Stream that received it (conveyor/_stream.py): its
 `images` view the stream's transport until the batch is released, after
 which they raise BatchReleasedError; `release()` may be called from any
 thread (the stream serializes it). A copy (`batch.copy()`) owns its arrays
-and belongs to no stream.
+and belongs to no stream. `fields` (conveyor/_fields.py) come with the
+batch's header, not in its slot: they stay readable after the release.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ._fields import FieldColumn
 from ._stubs import pb
 from .errors import BatchReleasedError, ConveyorError, InvalidRequest
 
@@ -55,7 +57,10 @@ class Batch:
     batch), offset (samples of the epoch's global order consumed once every
     rank took this batch: the resume point), epoch_samples, end_of_epoch,
     num_samples, slot,
-    failures (list of SampleFailure(sample_index, path, reason)).
+    failures (list of SampleFailure(sample_index, path, reason)),
+    fields ({name: FieldColumn} in the pipeline's order, {} when it has
+    none: batch.fields["caption"][i] is sample i's caption, see
+    conveyor._fields).
 
     `images` views the daemon's slot without a copy until the batch is
     released; afterwards it raises BatchReleasedError. `copy()` returns a batch
@@ -64,13 +69,14 @@ class Batch:
 
     __slots__ = ("_stream", "_images", "_released", "_returns", "labels", "indices", "sequence", "epoch",
                  "batch_in_epoch", "position", "offset", "epoch_samples", "end_of_epoch", "num_samples",
-                 "slot", "failures", "__weakref__")
+                 "slot", "failures", "fields", "__weakref__")
 
     def __init__(self, stream: Optional[Stream], images: np.ndarray, labels: np.ndarray,
                  indices: np.ndarray, *, sequence: int = 0, epoch: int = 0,
                  batch_in_epoch: int = 0, position: int = 0, offset: int = 0,
                  epoch_samples: int = 0, end_of_epoch: bool = False, slot: int = 0,
-                 failures: Sequence[SampleFailure] = ()) -> None:
+                 failures: Sequence[SampleFailure] = (),
+                 fields: Optional[Mapping[str, FieldColumn]] = None) -> None:
         self._stream = stream
         self._images: Optional[np.ndarray] = images
         self._released = stream is None
@@ -90,6 +96,7 @@ class Batch:
         self.num_samples = int(labels.shape[0])
         self.slot = slot
         self.failures = list(failures)
+        self.fields: Dict[str, FieldColumn] = dict(fields) if fields else {}
 
     @property
     def images(self) -> np.ndarray:
@@ -114,7 +121,8 @@ class Batch:
     def copy(self) -> Batch:
         """An independent batch owning copies of images, labels and indices
         (host batches; a device batch's images are copied with the array
-        library that reads them, e.g. torch.from_dlpack(images).clone())."""
+        library that reads them, e.g. torch.from_dlpack(images).clone()).
+        Its fields are the same (immutable) columns, in a dict of its own."""
         if not isinstance(self.images, np.ndarray):
             raise ConveyorError("batch %d: its images are in device memory (%r); copy them with "
                                 "your array library, e.g. torch.from_dlpack(batch.images).clone()"
@@ -123,7 +131,8 @@ class Batch:
                      sequence=self.sequence, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
                      position=self.position, offset=self.offset,
                      epoch_samples=self.epoch_samples,
-                     end_of_epoch=self.end_of_epoch, slot=self.slot, failures=self.failures)
+                     end_of_epoch=self.end_of_epoch, slot=self.slot, failures=self.failures,
+                     fields=self.fields)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -138,8 +147,9 @@ class Batch:
         shape = tuple(self._images.shape) if self._images is not None else None
         where = "" if self._images is None or isinstance(self._images, np.ndarray) else (
             ", images=%r" % (self._images,))
+        fields = ", fields=%s" % list(self.fields) if self.fields else ""
         return ("Batch(sequence=%d, epoch=%d, batch_in_epoch=%d, position=%d, num_samples=%d, "
-                "shape=%s, dtype=%s, failures=%d%s%s)"
+                "shape=%s, dtype=%s, failures=%d%s%s%s)"
                 % (self.sequence, self.epoch, self.batch_in_epoch, self.position, self.num_samples,
                    shape, self._images.dtype if self._images is not None else None,
-                   len(self.failures), ", released" if self.released else "", where))
+                   len(self.failures), fields, ", released" if self.released else "", where))

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import collections
 import weakref
-from typing import Any, Callable, Deque, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 from ._closing import ClosesOnExit
 
@@ -40,10 +40,11 @@ _END = object()
 class DeviceBatch:
     """A batch whose images are a device tensor (the user's: never
     overwritten). Labels and indices are numpy arrays, as in Batch; the
-    other attributes are the host batch's."""
+    other attributes (fields included) are the host batch's."""
 
     __slots__ = ("images", "labels", "indices", "sequence", "epoch", "batch_in_epoch", "position",
-                 "offset", "epoch_samples", "end_of_epoch", "num_samples", "slot", "failures")
+                 "offset", "epoch_samples", "end_of_epoch", "num_samples", "slot", "failures",
+                 "fields")
 
     def __init__(self, host: Any, images: Any) -> None:
         self.images = images
@@ -59,6 +60,7 @@ class DeviceBatch:
         self.num_samples: int = host.num_samples
         self.slot: int = host.slot
         self.failures = host.failures
+        self.fields: Dict[str, Any] = getattr(host, "fields", None) or {}
 
     @property
     def released(self) -> bool:

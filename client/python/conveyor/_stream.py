@@ -26,6 +26,7 @@ from . import _exit, _fork
 from ._batch import Batch, SampleFailure, check_lifetime, dtype_of
 from ._channel import stub_for
 from ._closing import ClosesOnExit
+from ._fields import FieldColumn, build_fields
 from ._lease import LeaseBook, SlotReturn, leased_array
 from ._security import Security
 from ._shm import HandOverRefused
@@ -269,6 +270,18 @@ class Stream(ClosesOnExit):
                                 % (m.sequence, type(e).__name__, e)) from None
 
     def _wrap_fields(self, m: Any) -> Batch:
+        labels = np.array(m.labels, dtype=np.int64)
+        # The sample fields, checked against the batch and the pipeline's
+        # declared ones before the images are touched (a refused batch
+        # leases nothing); they own their bytes (conveyor/_fields.py).
+        declared = getattr(getattr(self, "pipeline", None), "fields", None)
+        fields: Dict[str, FieldColumn] = {}
+        if m.fields or declared:
+            if m.num_samples != labels.shape[0]:
+                raise ProtocolError("protocol error: batch %d has num_samples %d but %d labels"
+                                    % (m.sequence, m.num_samples, labels.shape[0]))
+            fields = build_fields(m.fields, labels.shape[0], declared,
+                                  where="batch %d" % m.sequence)
         transport = self._transport
         on_device = getattr(transport, "on_device", False)
         dtype = transport.dtype_of(m.dtype) if on_device else dtype_of(m.dtype)
@@ -298,13 +311,12 @@ class Stream(ClosesOnExit):
                     images, returns = self._lease_or_copy(m, images)
         else:
             images = transport.images(m, dtype, shape, nbytes)
-        labels = np.array(m.labels, dtype=np.int64)
         indices = np.array(m.sample_indices, dtype=np.int64)
         failures = [SampleFailure(f.sample_index, f.path, f.reason) for f in m.failures]
         batch = Batch(self, images, labels, indices, sequence=m.sequence, epoch=m.epoch,
                       batch_in_epoch=m.batch_in_epoch, position=m.position, offset=m.offset,
                       epoch_samples=m.epoch_samples, end_of_epoch=m.end_of_epoch, slot=m.slot,
-                      failures=failures)
+                      failures=failures, fields=fields)
         batch._returns = returns
         return batch
 

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 
 import numpy as np
 
@@ -162,10 +163,26 @@ class OutputError(errors.ConveyorError):
     """A batch file could not be written (disk full, permissions, ...)."""
 
 
+def _field_arrays(batch):
+    """(key, array) of the batch's sample fields, three arrays each, no
+    Python objects: NAME_offsets (uint32, num_samples + 1: sample i's value
+    is NAME_data[offsets[i]:offsets[i + 1]]), NAME_data (uint8) and
+    NAME_present (bool). The name is percent-encoded but for letters,
+    digits and _.-~ (no "/" reaches a file or archive member name)."""
+    out = []
+    for name, col in batch.fields.items():
+        key = urllib.parse.quote(name, safe="")
+        out += [(key + "_offsets", np.asarray(col.offsets, dtype=np.uint32)),
+                (key + "_data", np.frombuffer(col.data, dtype=np.uint8)),
+                (key + "_present", np.asarray(col.present, dtype=np.bool_))]
+    return out
+
+
 def _batch_files(batch, fmt):
     """(file name suffix, bytes) of one batch, serialized in memory: a failed
     write then fails on the disk only, with nothing half-built left open."""
-    arrays = (("images", batch.images), ("labels", batch.labels), ("indices", batch.indices))
+    arrays = (("images", batch.images), ("labels", batch.labels),
+              ("indices", batch.indices)) + tuple(_field_arrays(batch))
     if fmt == "npz":
         buf = io.BytesIO()
         np.savez(buf, **dict(arrays))
@@ -421,6 +438,10 @@ def build_parser():
                            "one to DIR: "
                            "batch_00000.npz (arrays images, labels, indices) or, with --format npy, "
                            "batch_00000_images.npy, batch_00000_labels.npy, batch_00000_indices.npy. "
+                           "A pipeline's sample fields add three arrays each: NAME_offsets "
+                           "(uint32, one more than the samples: sample i's value is "
+                           "NAME_data[offsets[i]:offsets[i+1]]), NAME_data (uint8) and "
+                           "NAME_present (bool: False where a sample has no value). "
                            "Prints a summary with images/s (--json: as a JSON object), and a "
                            "progress bar while it runs when stdout is a terminal."))
     add_server(p)

@@ -38,6 +38,13 @@ Labels are int64 numpy arrays owned by the batch; JAX gets them in its
 default integer type (int32 unless jax_enable_x64). JAX is imported on first
 use: importing this module needs no JAX.
 
+Sample fields (captions, JSON metadata, keys: conveyor._fields) are opt-in
+and stay Python values, not arrays: fields=True (all), a name or a list of
+names makes each element (images, labels, {name: list of values}):
+
+    for images, labels, fields in conveyor.jax.iterate(loader.epoch(0), fields=["caption"]):
+        tokens = tokenize(fields["caption"])    # a list of str (None: absent)
+
 Thread-safety: the functions keep no state; iterate() a stream from one
 thread, like the stream itself.
 """
@@ -51,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence, T
 import numpy as np
 
 from ._device_feed import DeviceBatch
+from ._fields import Selection, select_fields
 from ._framework import JAX_PIP, Copy, check_copy, needs_copy, require, views_keep_slot
 from .loader import Loader
 
@@ -136,11 +144,20 @@ def _images_to_jax(jax: ModuleType, images: np.ndarray) -> Any:
     return jax.device_put(images)
 
 
-def to_jax(batch: Batch, copy: Copy = "auto", sharding: Any = None) -> Tuple[Any, Any]:
+def to_jax(batch: Batch, copy: Copy = "auto", sharding: Any = None,
+           fields: Selection = False) -> Tuple[Any, ...]:
     """(images, labels) of a conveyor.Batch as jax.Arrays: on the default CPU
     device through DLPack, or placed with `sharding`. copy: "auto" (copy
     unless the view stays valid after the batch's release), True or False
-    (see the module's documentation)."""
+    (see the module's documentation). fields: True, a name or names adds
+    {name: list of values} of those sample fields (Python values)."""
+    arrays = _arrays(batch, copy, sharding)
+    if fields is False or fields is None:
+        return arrays
+    return arrays + (select_fields(batch, fields),)
+
+
+def _arrays(batch: Batch, copy: Copy, sharding: Any) -> Tuple[Any, Any]:
     jax = _jax()
     check_copy(copy)
     images = batch.images
@@ -170,24 +187,25 @@ def _device_to_jax(jax: ModuleType, batch: Any, images: Any, copy: Copy,
     return arr, jax.device_put(labels)
 
 
-def iterate(batches: Iterable[Batch], copy: Copy = "auto",
-            sharding: Any = None) -> Iterator[Tuple[Any, Any]]:
+def iterate(batches: Iterable[Batch], copy: Copy = "auto", sharding: Any = None,
+            fields: Selection = False) -> Iterator[Tuple[Any, ...]]:
     """Yields (images, labels) jax.Arrays for every batch of `batches` (a
     conveyor Stream, e.g. loader.epoch(e) or loader.stream(n), a Loader -
-    its current epoch - or any iterable of Batch). A stream it opened or was
+    its current epoch - or any iterable of Batch), with fields= also
+    {name: list of values} (see to_jax). A stream it opened or was
     given is closed when the iteration ends or is abandoned."""
     _jax()
     check_copy(copy)
     _warn_unsharded(batches)
-    return _iterate(batches, copy, sharding)
+    return _iterate(batches, copy, sharding, fields)
 
 
-def _iterate(batches: Iterable[Batch], copy: Copy,
-             sharding: Any) -> Iterator[Tuple[Any, Any]]:
+def _iterate(batches: Iterable[Batch], copy: Copy, sharding: Any,
+             fields: Selection) -> Iterator[Tuple[Any, ...]]:
     it = iter(batches)
     try:
         for batch in it:
-            yield to_jax(batch, copy, sharding)
+            yield to_jax(batch, copy, sharding, fields)
     finally:
         close = getattr(it, "close", None)
         if close is not None:

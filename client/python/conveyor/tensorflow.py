@@ -11,6 +11,13 @@ NCHW or NHWC as the pipeline says), labels int64 [None] - the element spec
 comes from the daemon's PipelineInfo (element_spec()). The batch axis is
 None: a batch may be short (skipped samples, the last batch of an epoch).
 
+Sample fields (captions, JSON metadata, raw bytes, keys: conveyor._fields)
+are opt-in: dataset(loader, fields=True) - or a name, or a list of names -
+makes the elements (images, labels, {name: tf.string [None]}), each field's
+values as the bytes the daemon sent (UTF-8 text, JSON text, raw bytes, the
+key's bytes; b"" where a sample has none); element_spec(info, fields=...)
+describes them from PipelineInfo.fields.
+
 Prefetch, credits, cardinality: dataset() prefetches itself (prefetch=2)
 and raises the loader's credits to cover what tf.data holds
 (credits_for(prefetch)), so that the stream never runs out of slots while
@@ -42,10 +49,11 @@ from __future__ import annotations
 
 import numbers
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from ._fields import Selection, field_names
 from ._framework import (TENSORFLOW_PIP, Copy, aligned_copy, check_copy, is_aligned, needs_copy,
                          require)
 from .loader import dtype_of
@@ -58,16 +66,38 @@ def _tf() -> ModuleType:
     return require("tensorflow", TENSORFLOW_PIP, "conveyor.tensorflow")
 
 
-def element_spec(pipeline_info: Any) -> Tuple[Any, Any]:
+def element_spec(pipeline_info: Any, fields: Selection = False) -> Tuple[Any, ...]:
     """(images, labels) tf.TensorSpecs of a conveyor_pb2.PipelineInfo (e.g.
-    loader.pipeline_info())."""
+    loader.pipeline_info()); with fields= (True, a name or names of
+    PipelineInfo.fields) a third element {name: tf.string [None] spec}."""
     tf = _tf()
     shape = tuple(int(d) for d in pipeline_info.sample_shape)
     if not shape:
         raise ValueError("pipeline %r: the daemon gave no sample shape" % pipeline_info.name)
     images = tf.TensorSpec((None,) + shape, tf.as_dtype(dtype_of(pipeline_info.dtype)),
                            name="images")
-    return images, tf.TensorSpec((None,), tf.int64, name="labels")
+    labels = tf.TensorSpec((None,), tf.int64, name="labels")
+    if fields is False or fields is None:
+        return images, labels
+    names = field_names(fields, [str(f.name) for f in pipeline_info.fields])
+    return images, labels, {n: tf.TensorSpec((None,), tf.string, name=n) for n in names}
+
+
+def field_bytes(batch: Batch, names: List[str]) -> Dict[str, np.ndarray]:
+    """{name: object numpy array of bytes} of the batch's fields `names`:
+    each value as the daemon sent it, b"" where absent (what a tf.string
+    tensor takes)."""
+    out = {}
+    for name in names:
+        col = batch.fields.get(name) if batch.fields else None
+        if col is None:
+            raise ValueError("batch %d has no field %r (its fields: %s)"
+                             % (batch.sequence, name, ", ".join(batch.fields) or "none"))
+        values = np.empty(len(col), dtype=object)
+        for i in range(len(col)):
+            values[i] = col.raw(i)
+        out[name] = values
+    return out
 
 
 def _images(batch: Batch, copy: Copy) -> np.ndarray:
@@ -79,17 +109,23 @@ def _images(batch: Batch, copy: Copy) -> np.ndarray:
     return images
 
 
-def to_tensors(batch: Batch, copy: Copy = "auto") -> Tuple[Any, Any]:
+def to_tensors(batch: Batch, copy: Copy = "auto", fields: Selection = False) -> Tuple[Any, ...]:
     """(images, labels) of a conveyor.Batch as eager tf.Tensors. Images go
     through DLPack, without a copy, when copy allows it (see the module) and
-    the memory is 64-byte aligned and writable; otherwise they are copied."""
+    the memory is 64-byte aligned and writable; otherwise they are copied.
+    fields= (True, a name or names): a third element {name: tf.string}."""
     tf = _tf()
     check_copy(copy)
     images = batch.images
     if needs_copy(batch, images, copy) or not is_aligned(images) or not images.flags.writeable:
         images = aligned_copy(images)
-    return (tf.experimental.dlpack.from_dlpack(images.__dlpack__()),
-            tf.convert_to_tensor(batch.labels))
+    out = (tf.experimental.dlpack.from_dlpack(images.__dlpack__()),
+           tf.convert_to_tensor(batch.labels))
+    if fields is False or fields is None:
+        return out
+    names = field_names(fields, list(batch.fields))
+    return out + ({n: tf.constant(v, dtype=tf.string, shape=(len(v),))
+                   for n, v in field_bytes(batch, names).items()},)
 
 
 # Elements a dataset's pipeline holds besides its prefetch buffer, each a
@@ -126,7 +162,8 @@ def _offset(loader: Any) -> int:
     return int(state.get("offset", 0))
 
 
-def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int = 2) -> Any:
+def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int = 2,
+            fields: Selection = False) -> Any:
     """A tf.data.Dataset of (images, labels) over `loader` (a conveyor.Loader,
     or any object with its pipeline_info() and stream(num_epochs=) methods
     whose streams yield conveyor Batches and have close()).
@@ -139,7 +176,10 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
     number, not tf.data.AUTOTUNE), and the loader's credits are raised to
     cover that prefetch (credits_for(prefetch): its streams then never run
     out of slots while tf.data holds elements). Its cardinality is asserted
-    (cardinality()): Keras shows N/N steps, not 1/Unknown."""
+    (cardinality()): Keras shows N/N steps, not 1/Unknown.
+
+    fields= (True, a name or names of the pipeline's fields): elements are
+    (images, labels, {name: tf.string [None]}) (see the module)."""
     tf = _tf()
     check_copy(copy)
     if copy is False:
@@ -150,12 +190,13 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
         raise ValueError("conveyor.tensorflow.dataset: prefetch must be a number of elements >= "
                          "0 (the stream's credits cover it; tf.data.AUTOTUNE has no bound), "
                          "got %r" % (prefetch,))
-    spec = element_spec(loader.pipeline_info())
+    spec = element_spec(loader.pipeline_info(), fields)
+    names = list(spec[2]) if len(spec) > 2 else None
     if hasattr(loader, "credits"):
         loader.credits = max(int(loader.credits), credits_for(int(prefetch)))
     count = cardinality(loader, num_epochs)
 
-    def generate() -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    def generate() -> Iterator[Tuple[Any, ...]]:
         if count is not None and _offset(loader) > 0:
             raise ValueError(
                 "conveyor.tensorflow.dataset: the loader resumes mid-epoch (an earlier pass "
@@ -166,7 +207,10 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
         stream = loader.stream(num_epochs=num_epochs)
         try:
             for batch in stream:
-                yield _images(batch, copy), batch.labels
+                if names is None:
+                    yield _images(batch, copy), batch.labels
+                else:
+                    yield _images(batch, copy), batch.labels, field_bytes(batch, names)
         finally:  # also when tf.data drops the iterator half-way
             stream.close()
 

@@ -18,6 +18,17 @@ default lifetime="safe" a kept tensor keeps its batch's slot (conveyor.loader).
 It is not a dataset: DataLoader(TorchLoader(...)) raises TypeError at its
 first batch, saying to iterate the TorchLoader or to wrap ConveyorDataset.
 
+Sample fields (a pipeline's captions, JSON metadata, keys: conveyor._fields)
+are opt-in: fields=True (every field), a name or a list of names adds a
+last element to each tuple, {name: list of the batch's values} (str, bytes,
+parsed JSON, None where a sample has none):
+
+    for images, labels, fields in TorchLoader(None, pipeline="coco", batch_size=64,
+                                              fields=["caption", "meta"]):
+        captions, boxes = fields["caption"], [m["boxes"] for m in fields["meta"]]
+
+A name the pipeline does not have raises InvalidRequest at the first batch.
+
 ConveyorDataset: a torch.utils.data.IterableDataset over a Loader, for code
 that wants a DataLoader: DataLoader(ConveyorDataset(loader), batch_size=None).
 With num_workers=0 it iterates in the training process; with num_workers=1 in
@@ -45,7 +56,7 @@ DataLoader.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -62,12 +73,18 @@ except ImportError as e:
 
 from ._device_array import DeviceArray  # noqa: E402
 from ._device_feed import DeviceBatch  # noqa: E402
+from ._fields import Selection, select_fields  # noqa: E402
 from .errors import ConveyorError  # noqa: E402
 from .loader import Batch, Loader  # noqa: E402
 
 __all__ = ["ConveyorDataset", "TorchLoader", "batch_tensors"]
 
-Tensors = Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+# (images, labels), then indices with yield_indices=True, then the fields'
+# {name: values} with fields=.
+FieldValues = Dict[str, List[Any]]
+Tensors = Union[Tuple[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                Tuple[torch.Tensor, torch.Tensor, FieldValues],
+                Tuple[torch.Tensor, torch.Tensor, torch.Tensor, FieldValues]]
 
 
 def _tensor(arr: np.ndarray) -> torch.Tensor:
@@ -76,12 +93,15 @@ def _tensor(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
 
 
-def batch_tensors(batch: Union[Batch, DeviceBatch], yield_indices: bool = False) -> Tensors:
-    """(images, labels[, indices]) of a batch as tensors; images share the
-    batch's memory (and, with lifetime="safe", keep its slot leased).
-    Device batches (Loader device=, transport="device_memory") give CUDA
-    tensors, labels and indices on the same device; a DEVICE_MEMORY batch's
-    images are read through DLPack (no copy; bfloat16 included)."""
+def batch_tensors(batch: Union[Batch, DeviceBatch], yield_indices: bool = False,
+                  fields: Selection = False) -> Tensors:
+    """(images, labels[, indices][, fields]) of a batch as tensors; images
+    share the batch's memory (and, with lifetime="safe", keep its slot
+    leased). Device batches (Loader device=, transport="device_memory") give
+    CUDA tensors, labels and indices on the same device; a DEVICE_MEMORY
+    batch's images are read through DLPack (no copy; bfloat16 included).
+    fields: False (default), True (all) or names: appends {name: list of
+    values} of those sample fields (conveyor._fields.select_fields)."""
     images = batch.images
     if isinstance(images, DeviceArray):
         images = torch.from_dlpack(images)
@@ -93,6 +113,11 @@ def batch_tensors(batch: Union[Batch, DeviceBatch], yield_indices: bool = False)
         labels = labels.to(images.device, non_blocking=True)
         if indices is not None:
             indices = indices.to(images.device, non_blocking=True)
+    if fields is not False and fields is not None:
+        values = select_fields(batch, fields)
+        if indices is not None:
+            return images, labels, indices, values
+        return images, labels, values
     if indices is not None:
         return images, labels, indices
     return images, labels
@@ -108,24 +133,31 @@ class TorchLoader:
     """A DataLoader-like iterator over one pipeline for this rank.
 
     TorchLoader(address, pipeline, batch_size, *, yield_indices=False,
+                fields=False,
                 **Loader keyword arguments (seed, rank, world_size, credits,
                 shuffle, drop_last, transport, lifetime, retry, security ...))
-    or TorchLoader.from_loader(loader).
+    or TorchLoader.from_loader(loader, yield_indices=False, fields=False).
+    fields=True or a list of names: each tuple ends with {name: values}
+    (see the module).
     """
 
     def __init__(self, address: Optional[str] = None, pipeline: str = "",
-                 batch_size: int = 0, *, yield_indices: bool = False, **loader_kwargs: Any):
+                 batch_size: int = 0, *, yield_indices: bool = False, fields: Selection = False,
+                 **loader_kwargs: Any):
         if not pipeline or batch_size <= 0:
             raise ConveyorError("TorchLoader needs a pipeline and a positive batch_size, got "
                                 "pipeline=%r batch_size=%r" % (pipeline, batch_size))
         self.loader = Loader(address, pipeline=pipeline, batch_size=batch_size, **loader_kwargs)
         self.yield_indices = yield_indices
+        self.fields = fields
 
     @classmethod
-    def from_loader(cls, loader: Loader, *, yield_indices: bool = False) -> "TorchLoader":
+    def from_loader(cls, loader: Loader, *, yield_indices: bool = False,
+                    fields: Selection = False) -> "TorchLoader":
         self = cls.__new__(cls)
         self.loader = loader
         self.yield_indices = yield_indices
+        self.fields = fields
         return self
 
     # DataLoader-like attributes
@@ -166,7 +198,7 @@ class TorchLoader:
         """The current epoch (from where a loaded state left it)."""
         with self.loader.stream(num_epochs=1) as stream:
             for batch in stream:
-                yield batch_tensors(batch, self.yield_indices)
+                yield batch_tensors(batch, self.yield_indices, self.fields)
 
     def state_dict(self) -> Dict[str, Any]:
         """The resume point after the last batch this loader yielded."""
@@ -188,15 +220,17 @@ class TorchLoader:
 class ConveyorDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """An IterableDataset of whole batches: use it with batch_size=None.
 
-    ConveyorDataset(loader, yield_indices=False). Iterating reads the
+    ConveyorDataset(loader, yield_indices=False, fields=False). Iterating reads the
     loader's current epoch; set_epoch(e) chooses it (call it before each
     epoch, as with a DistributedSampler: with workers, before iter(dataloader)
     so the worker's copy sees it)."""
 
-    def __init__(self, loader: Loader, *, yield_indices: bool = False):
+    def __init__(self, loader: Loader, *, yield_indices: bool = False,
+                 fields: Selection = False):
         super().__init__()
         self.loader = loader
         self.yield_indices = yield_indices
+        self.fields = fields
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -213,7 +247,7 @@ class ConveyorDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 "already)" % info.num_workers)
         with self.loader.stream(num_epochs=1) as stream:
             for batch in stream:
-                yield batch_tensors(batch, self.yield_indices)
+                yield batch_tensors(batch, self.yield_indices, self.fields)
 
     def state_dict(self) -> Dict[str, Any]:
         return self.loader.state_dict()
