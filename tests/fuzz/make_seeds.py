@@ -220,6 +220,20 @@ def http1_seeds():
     seed("no_content.bin", 0x0C, b"HTTP/1.1 204 No Content\r\n\r\n")
 
 
+def fields_seeds():
+    # Byte 0 even: a JSON text; odd: a batch of field values (see fields_fuzz.cc).
+    for name, text in [("object.json", b'{"a": [1, 2.5e-3, "caf\xc3\xa9 \\u00e9"], "b": null}'),
+                       ("nested.json", b"[" * 127 + b"true" + b"]" * 127),
+                       ("not_json.json", b"{a: 1,}"), ("number.json", b"-0.5E+12"),
+                       ("escapes.json", b'"\\ud83d\\ude00 \\n \\/"')]:
+        _write("fields_fuzz", name, b"\x00" + text)
+    # batch of 5, stride 8: (flags, length, bytes) per position.
+    batch = bytes([5, 7]) + b"".join(bytes([flags, len(v)]) + v for flags, v in [
+        (2, b"abc"), (3, b"dropped"), (0, b""), (2, b"12345678"), (2, b"z")])
+    _write("fields_fuzz", "batch.bin", b"\x01" + batch)
+    _write("fields_fuzz", "all_failed.bin", b"\x01" + bytes([3, 0, 1, 0, 1, 0, 1, 0]))
+
+
 def tar_seeds():
     import io
     import tarfile
@@ -300,6 +314,7 @@ def main():
     handshake_seeds()
     http1_seeds()
     tar_seeds()
+    fields_seeds()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 // "/fuzz.tar: offset N: ..." ; accepted members lie inside the shard, start
 // on a block boundary after their header, and have acceptable names; a
 // loaded dataset's samples point inside the shard and scanning repeats
-// exactly.
+// exactly; loaded with field members, every sample's media and members lie
+// inside the span it reads.
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } else {
     FUZZ_CHECK(!dataset.status().message().empty());
+  }
+  // With field members and no labels: every sample's parts lie inside the
+  // span its Location reads, and its key is a prefix of its name's member.
+  options.label_key = "";
+  options.field_members = {"cls", "txt", ""};
+  absl::StatusOr<std::shared_ptr<const TarDataset>> fields =
+      TarDataset::Load({"/fuzz.tar"}, reader, options);
+  if (fields.ok()) {
+    const TarDataset& d = **fields;
+    std::vector<uint8_t> read;
+    std::string key;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const TarDataset::Location& at = d.location(i);
+      FUZZ_CHECK(at.offset <= size && at.size <= size - at.offset);
+      FUZZ_CHECK(reader.ReadRange("", at.offset, at.size, &read).ok());
+      const std::span<const uint8_t> bytes(read);
+      const std::span<const uint8_t> media = d.Media(i, bytes);
+      FUZZ_CHECK(media.data() >= bytes.data() &&
+                 media.data() + media.size() <= bytes.data() + bytes.size());
+      for (size_t f = 0; f < 3; ++f) {
+        if (auto m = d.Member(i, f, bytes); m.has_value()) {
+          FUZZ_CHECK(f < 2);
+          FUZZ_CHECK(m->data() >= bytes.data() &&
+                     m->data() + m->size() <= bytes.data() + bytes.size());
+        }
+      }
+      d.Key(i, &key);
+      FUZZ_CHECK(d.index()->relative_path(i).find(key) != std::string::npos);
+    }
   }
   return 0;
 }
