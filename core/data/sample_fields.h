@@ -79,9 +79,9 @@ class SampleParts {
   // The media's bytes (what the decoder gets) within `read`, the bytes the
   // pipeline's source returned for sample `index`.
   virtual std::span<const uint8_t> Media(uint64_t index, std::span<const uint8_t> read) const = 0;
-  // Field `field`'s member bytes within `read`; nullopt when the sample has
-  // no such member. REQUIRES: the field has a member.
-  virtual std::optional<std::span<const uint8_t>> Member(uint64_t index, size_t field,
+  // The bytes within `read` of the sample's member `member` (a field's
+  // SampleFieldSpec::member); nullopt when the sample has no such member.
+  virtual std::optional<std::span<const uint8_t>> Member(uint64_t index, std::string_view member,
                                                          std::span<const uint8_t> read) const = 0;
   // Replaces *out with the sample's key.
   virtual void Key(uint64_t index, std::string* out) const = 0;
@@ -97,7 +97,7 @@ class WholeFileParts final : public SampleParts {
   std::span<const uint8_t> Media(uint64_t, std::span<const uint8_t> read) const override {
     return read;
   }
-  std::optional<std::span<const uint8_t>> Member(uint64_t, size_t,
+  std::optional<std::span<const uint8_t>> Member(uint64_t, std::string_view,
                                                  std::span<const uint8_t>) const override {
     return std::nullopt;
   }

@@ -94,6 +94,7 @@ absl::StatusOr<std::shared_ptr<const TarDataset>> TarDataset::Load(
     field_members.push_back(absl::AsciiStrToLower(m));
   }
   const size_t num_fields = field_members.size();
+  d->field_members_ = field_members;
   if (num_fields > 0) d->parts_per_sample_ = 1 + num_fields;
   TarScanLimits limits = options.limits;
   limits.max_data_bytes = kMaxLabelBytes;
@@ -272,10 +273,12 @@ std::span<const uint8_t> TarDataset::Media(uint64_t index, std::span<const uint8
   return PartOf(index, 0, read).value_or(read);
 }
 
-std::optional<std::span<const uint8_t>> TarDataset::Member(uint64_t index, size_t field,
+std::optional<std::span<const uint8_t>> TarDataset::Member(uint64_t index, std::string_view member,
                                                            std::span<const uint8_t> read) const {
-  if (parts_per_sample_ == 0 || field + 1 >= parts_per_sample_) return std::nullopt;
-  return PartOf(index, field + 1, read);
+  for (size_t f = 0; f < field_members_.size(); ++f) {
+    if (!member.empty() && field_members_[f] == member) return PartOf(index, f + 1, read);
+  }
+  return std::nullopt;
 }
 
 void TarDataset::Key(uint64_t index, std::string* out) const {

@@ -104,7 +104,7 @@ class TarDataset final : public SampleParts {
   // SampleParts: the image and the field members within a Location's bytes;
   // the key is the sample's tar key ("dir/000123" for dir/000123.jpg).
   std::span<const uint8_t> Media(uint64_t index, std::span<const uint8_t> read) const override;
-  std::optional<std::span<const uint8_t>> Member(uint64_t index, size_t field,
+  std::optional<std::span<const uint8_t>> Member(uint64_t index, std::string_view member,
                                                  std::span<const uint8_t> read) const override;
   void Key(uint64_t index, std::string* out) const override;
 
@@ -136,6 +136,7 @@ class TarDataset final : public SampleParts {
   size_t parts_per_sample_ = 0;
   std::vector<Part> parts_;
   std::vector<uint32_t> shard_name_sizes_;  // of each shard's path below the root
+  std::vector<std::string> field_members_;  // TarDatasetOptions::field_members, lower case
   std::shared_ptr<const DatasetIndex> index_;
   uint64_t ignored_ = 0;
   std::vector<std::string> warnings_;

@@ -417,7 +417,7 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
       p.parts->Key(index, &key);
       value = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()), key.size());
     } else {
-      value = p.parts->Member(index, f, read);
+      value = p.parts->Member(index, spec.member, read);
     }
     uint32_t length = 0;
     if (value.has_value()) {

@@ -95,9 +95,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::span<const uint8_t> media = d.Media(i, bytes);
       FUZZ_CHECK(media.data() >= bytes.data() &&
                  media.data() + media.size() <= bytes.data() + bytes.size());
-      for (size_t f = 0; f < 3; ++f) {
-        if (auto m = d.Member(i, f, bytes); m.has_value()) {
-          FUZZ_CHECK(f < 2);
+      for (const char* member : {"cls", "txt", "", "jpg"}) {
+        if (auto m = d.Member(i, member, bytes); m.has_value()) {
+          FUZZ_CHECK(member[0] != '\0' && member[0] != 'j');
           FUZZ_CHECK(m->data() >= bytes.data() &&
                      m->data() + m->size() <= bytes.data() + bytes.size());
         }

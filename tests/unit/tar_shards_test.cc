@@ -612,11 +612,12 @@ TEST_CASE("tar fields: a sample's span covers its field members, cut back into p
   for (size_t i = 0; i < d.size(); ++i) {
     const std::vector<uint8_t> bytes = read(i);
     images.push_back(text(d.Media(i, bytes)));
-    auto c = d.Member(i, 0, bytes);
+    auto c = d.Member(i, "txt", bytes);
     captions.push_back(c ? text(*c) : "<none>");
-    auto j = d.Member(i, 1, bytes);
+    auto j = d.Member(i, "json", bytes);
     json.push_back(j ? text(*j) : "<none>");
-    CHECK_FALSE(d.Member(i, 2, bytes).has_value());
+    CHECK_FALSE(d.Member(i, "", bytes).has_value());
+    CHECK_FALSE(d.Member(i, "cls", bytes).has_value());
     std::string key;
     d.Key(i, &key);
     keys.push_back(key);
@@ -629,7 +630,7 @@ TEST_CASE("tar fields: a sample's span covers its field members, cut back into p
   // A read of another size is not cut (the decoder refuses it), no member.
   const std::vector<uint8_t> other = {1, 2, 3};
   CHECK(d.Media(0, other).size() == 3);
-  CHECK_FALSE(d.Member(0, 0, other).has_value());
+  CHECK_FALSE(d.Member(0, "txt", other).has_value());
 
   // Without fields, a location is the image alone, as before.
   auto plain = TarDataset::Load({"/s/a.tar"}, reader, TarDatasetOptions{"", {}, {}});
