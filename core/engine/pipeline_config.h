@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -75,6 +76,11 @@ struct PipelineConfig {
   // keeps media only).
   std::vector<SampleFieldSpec> fields;
   std::shared_ptr<const SampleParts> parts;
+  // What a stream may choose for itself (core/engine/stream_choices.h):
+  // output sizes as (height, width) and element types besides the
+  // transform's own, which are always allowed. Empty: only those.
+  std::vector<std::pair<int, int>> allowed_sizes;
+  std::vector<DType> allowed_dtypes;
   bool cache_output = false;
   uint64_t cache_output_bytes = uint64_t{1} << 30;
   std::shared_ptr<OutputCache> output_cache;

@@ -90,6 +90,49 @@ absl::Status ReadSize(const YamlFields& y, const YAML::Node& s, const std::strin
   return absl::OkStatus();
 }
 
+// allowed_sizes: a list of sizes, each an integer or [h, w].
+absl::Status ReadAllowedSizes(const YamlFields& y, const YAML::Node& n, const std::string& field,
+                              PipelineSpec* p) {
+  if (!n.IsSequence()) return y.Error(field, n, "expected a list of sizes, e.g. [160, [192, 256]]");
+  std::vector<std::pair<int, int>>& sizes = p->config.allowed_sizes;
+  sizes.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string at = absl::StrCat(field, "[", i, "]");
+    int h = 0, w = 0;
+    if (n[i].IsSequence()) {
+      if (n[i].size() != 2) {
+        return y.Error(at, n[i],
+                       absl::StrCat("expected [height, width], got ", n[i].size(), " items"));
+      }
+      RETURN_IF_ERROR(y.ReadUintAs(n[i][0], at + "[0]", 1, kMaxOutputSide, &h));
+      RETURN_IF_ERROR(y.ReadUintAs(n[i][1], at + "[1]", 1, kMaxOutputSide, &w));
+    } else {
+      RETURN_IF_ERROR(y.ReadUintAs(n[i], at, 1, kMaxOutputSide, &h));
+      w = h;
+    }
+    if (std::find(sizes.begin(), sizes.end(), std::make_pair(h, w)) != sizes.end()) {
+      return y.Error(at, n[i], absl::StrCat(h, "x", w, " is listed twice"));
+    }
+    sizes.emplace_back(h, w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAllowedDtypes(const YamlFields& y, const YAML::Node& n, const std::string& field,
+                               PipelineSpec* p) {
+  if (!n.IsSequence()) return y.Error(field, n, "expected a list, e.g. [uint8, float16]");
+  const std::vector<std::string> names = {"uint8", "float32", "float16"};
+  const DType types[] = {DType::kUint8, DType::kFloat32, DType::kFloat16};
+  std::vector<DType>& out = p->config.allowed_dtypes;
+  out.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    int k = 0;
+    RETURN_IF_ERROR(y.ReadEnum(n[i], absl::StrCat(field, "[", i, "]"), names, &k));
+    if (std::find(out.begin(), out.end(), types[k]) == out.end()) out.push_back(types[k]);
+  }
+  return absl::OkStatus();
+}
+
 const Section<PipelineSpec>& PipelineSection() {
   using schema::Bool;
   using schema::Custom;
@@ -127,6 +170,9 @@ const Section<PipelineSpec>& PipelineSection() {
                          "output height"),
       Uint<PipelineSpec>("width", Tr(&TransformSpec::output_width), 1, kMaxOutputSide,
                          "output width"),
+      Custom<PipelineSpec>("allowed_sizes", "list of sizes (integer or `[h, w]`)", "none",
+                           "other output sizes a stream may ask for (progressive resizing)",
+                           ReadAllowedSizes),
       Enum<PipelineSpec>("layout", Tr(&TransformSpec::layout),
                          std::vector<std::pair<std::string, Layout>>{{"nchw", Layout::kNCHW},
                                                                      {"nhwc", Layout::kNHWC}},
@@ -136,6 +182,8 @@ const Section<PipelineSpec>& PipelineSection() {
           std::vector<std::pair<std::string, DType>>{
               {"uint8", DType::kUint8}, {"float32", DType::kFloat32}, {"float16", DType::kFloat16}},
           "element type; floats are normalised"),
+      Custom<PipelineSpec>("allowed_dtypes", "list of `uint8` \\| `float32` \\| `float16`", "none",
+                           "other element types a stream may ask for", ReadAllowedDtypes),
       Triple("mean", &TransformSpec::mean, -kMaxNormalisation, kMaxNormalisation,
              "per-channel mean (RGB) for float outputs"),
       Triple("std", &TransformSpec::std, kMinStd, kMaxNormalisation,
@@ -272,6 +320,18 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
                        "), so its output differs every epoch and cannot be cached; only "
                        "deterministic pipelines may set it (augment: eval; video clip_start "
                        "center or start; audio crop centre)"));
+    }
+  }
+
+  if (t.kind == MediaKind::kAudio && !pc.allowed_sizes.empty()) {
+    return y.Error(sub("allowed_sizes"), n["allowed_sizes"],
+                   "is for image and video pipelines (audio clips have no size)");
+  }
+  for (DType d : pc.allowed_dtypes) {
+    if (t.kind != MediaKind::kImage && d != t.dtype) {
+      return y.Error(sub("allowed_dtypes"), n["allowed_dtypes"],
+                     absl::StrCat(ToString(t.kind), " pipelines deliver ", ToString(t.dtype),
+                                  " only, not ", ToString(d)));
     }
   }
 

@@ -14,6 +14,7 @@
 #include "core/engine/stats.h"
 #include "server/service/batch_message.h"
 #include "server/service/remote_host_stats.h"
+#include "server/service/stream_choices_request.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor::server {
@@ -356,13 +357,17 @@ absl::StatusOr<std::unique_ptr<Session>> ConveyorService::OpenStream(const v1::O
                                                                      std::function<void()> abort) {
   if (shutting_down()) return absl::UnavailableError("daemon shutting down");
   // The definition this stream keeps for its life, whatever reloads come.
-  ASSIGN_OR_RETURN(const std::shared_ptr<const PipelineConfig> pipeline,
-                   pipelines_.Find(req.pipeline()));
+  ASSIGN_OR_RETURN(std::shared_ptr<const PipelineConfig> defined, pipelines_.Find(req.pipeline()));
   if (!client.MayOpen(req.pipeline())) {
     return absl::PermissionDeniedError(
         absl::StrFormat("%s may not open pipeline '%s'", client.Describe(),
                         EscapeText(req.pipeline(), kClientStringCap)));
   }
+  ASSIGN_OR_RETURN(const StreamChoices choices, StreamChoicesOf(req));
+  // The stream's own size, dtype and fields, within the pipeline's bounds:
+  // from here on the stream runs on that view of its pipeline.
+  ASSIGN_OR_RETURN(const std::shared_ptr<const PipelineConfig> pipeline,
+                   PipelineForStream(std::move(defined), choices));
   Transport* transport = nullptr;
   ASSIGN_OR_RETURN(StreamPlan plan, PlanRequest(req, client, *pipeline, &transport));
   RETURN_IF_ERROR(transport->CheckLayout(plan.layout));
