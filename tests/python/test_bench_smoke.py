@@ -418,3 +418,33 @@ def test_pool_smoke(tmp_path):
                                 ("pool / local", r["pool_vs_local"], 1.8)):
         verdict = "PASS" if ratio >= target else "FAIL"
         assert "%s = %.2f (target >= %.1f) -> %s" % (line, ratio, target, verdict) in res.stdout
+
+
+# --- bench/clip_vs_webdataset.py ---------------------------------------------
+CLIP = os.path.join(SOURCE_DIR, "bench", "clip_vs_webdataset.py")
+
+
+def test_clip_vs_webdataset_smoke(tmp_path):
+    """bench/clip_vs_webdataset.py --smoke (~20 s): conveyord serving image +
+    caption + JSON + key from tar shards, and WebDataset in a DataLoader over
+    the same shards, each for 3 batches; both report a rate and the ratio is
+    printed. Skipped when the webdataset environment is not made (the test
+    never runs pip)."""
+    conveyord = os.path.join(BUILD_DIR, "server", "conveyord")
+    if not os.path.exists(conveyord):
+        pytest.skip("conveyord is not built")
+    venvs = os.environ.get("CONVEYOR_VENV_DIR") or os.path.join(SOURCE_DIR, ".venvs")
+    if not os.path.exists(os.path.join(venvs, "webdataset", "bin", "python")):
+        pytest.skip("the webdataset environment is not made (scripts/venv.sh webdataset)")
+    data = tmp_path / "data"
+    subprocess.run([PYTHON, GEN, "--out", str(data), "--images", "40", "--classes", "2"],
+                   check=True, capture_output=True, timeout=300)
+    res = subprocess.run([PYTHON, CLIP, "--data", str(data), "--shards", str(tmp_path / "shards"),
+                          "--per-shard", "20", "--smoke", "--conveyord", conveyord],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, "clip_vs_webdataset.py --smoke failed (%d)\nstdout:\n%s\n" \
+        "stderr:\n%s" % (res.returncode, res.stdout, res.stderr)
+    assert "2 shards, 3 batches of 64" in res.stdout
+    assert "conveyord (image+caption+json+key):" in res.stdout
+    assert "WebDataset + DataLoader(2 workers):" in res.stdout
+    assert "x the images/s at" in res.stdout
