@@ -36,7 +36,10 @@ twice. Batches it delivered stay readable. It is tried again after a backoff
 (0.5 s doubling to 10 s). A daemon whose pipeline differs from the first
 daemon's (PipelineInfo.fingerprint, or its size and shape) is refused for
 the stream's life, with a RuntimeWarning naming the part that differs; so is
-one that refuses the request (unknown pipeline, access denied). The stream
+one that refuses the request (unknown pipeline, access denied, a size,
+dtype or field its pipeline does not allow, or a daemon that ignores such
+a choice). Once every daemon of a servers= list without DNS names refused,
+the stream raises the first one's refusal, naming each. Otherwise it
 raises Unavailable only when no batch came from any daemon for
 `unavailable_timeout` seconds while the trainer waited, naming each
 daemon's state.
@@ -63,6 +66,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import grpc
 
 from ._batch import Batch
+from ._choices import StreamChoices
 from ._channel import make_channel
 from ._closing import ClosesOnExit
 from ._datasock import tcp_host
@@ -287,6 +291,7 @@ class _Worker:
         self.state = "connecting"  # connecting, ready, backoff, refused, retired
         self.last_error: Optional[str] = None
         self.refused: Optional[str] = None
+        self.refusal: Optional[BaseException] = None  # the error that refused it
         self.retired = False
         self.ranges = 0
         self.batches = 0
@@ -321,7 +326,9 @@ class PoolStream(ClosesOnExit):
     as one stream would, Batch.sequence numbers the batch in the range's
     stream that carried it.
 
-    Attributes: pipeline (the reference PipelineInfo), batches_per_epoch,
+    Attributes: pipeline (the PipelineInfo of the stream's samples: the
+    reference's, with the stream's size, dtype and fields), reference (the
+    first daemon's PipelineInfo of the pipeline, ListPipelines'), batches_per_epoch,
     samples_per_epoch (of the first epoch), total_batches (None: endless),
     starved_seconds (how long the trainer waited for batches), refused
     ({address: reason}). stats(): per daemon, its state and what it served.
@@ -334,8 +341,13 @@ class PoolStream(ClosesOnExit):
                  drop_last: bool, transport: Any, security: Any,
                  first_epoch: int, num_epochs: int, resume: Optional[Tuple[int, int, int]],
                  on_batch: Optional[Callable[[Batch], None]],
-                 open_stream: Callable[..., Any]) -> None:
+                 open_stream: Callable[..., Any],
+                 choices: Optional[StreamChoices] = None) -> None:
         self._servers = servers
+        # Every range's stream, on every daemon, asks for the same choices;
+        # open_stream refuses a stream that does not honour them (an older
+        # daemon), which refuses that daemon (_classify).
+        self._choices = choices if choices is not None else StreamChoices()
         self._opt = options
         self._request = dict(pipeline=pipeline, batch_size=batch_size, seed=seed, rank=rank,
                              world_size=world_size, shuffle=shuffle, drop_last=drop_last,
@@ -362,14 +374,18 @@ class PoolStream(ClosesOnExit):
 
         if servers.has_names:
             servers.resolve()
-        self.pipeline = self._reference(servers.current())
+        # Daemons are compared by their pipelines' own PipelineInfos (the
+        # same choices then give the same stream); the range size by the
+        # stream's samples.
+        self.reference = self._reference(servers.current())
+        self.pipeline = self._choices.stream_info(self.reference)
         if resume is not None:
             first_epoch, offset = int(resume[0]), int(resume[1])
         else:
             offset = 0
         self.range_batches = int(options.range_batches or auto_range_batches(
             self.pipeline, batch_size, options.ranges_ahead, options.buffer_bytes))
-        self._epochs = _Epochs(int(self.pipeline.dataset_size), batch_size, world_size, drop_last,
+        self._epochs = _Epochs(int(self.reference.dataset_size), batch_size, world_size, drop_last,
                                first_epoch, num_epochs, offset, self.range_batches)
         self.total_batches = self._epochs.total
         self.samples_per_epoch = self._epochs.samples_of(first_epoch)
@@ -508,7 +524,7 @@ class PoolStream(ClosesOnExit):
         if info is None:
             ch.close()
             raise NotFound("%s has no pipeline %r" % (w.endpoint.address, name))
-        diff = fingerprint_difference(self.pipeline, info)
+        diff = fingerprint_difference(self.reference, info)
         if diff is not None:
             ch.close()
             raise InvalidRequest("pipeline %r on %s differs from the first daemon's in %s"
@@ -537,7 +553,8 @@ class PoolStream(ClosesOnExit):
                 # batches), so arrays kept past a release are never
                 # overwritten whatever the lifetime: no leases, no copies.
                 security=self._security_for(w.endpoint), lifetime="fast",
-                max_batches=rng.count)
+                max_batches=rng.count, size=self._choices.size, dtype=self._choices.dtype,
+                fields=self._choices.fields)
             with self._cond:
                 job.stream = stream
                 job.progress = time.monotonic()
@@ -593,6 +610,7 @@ class PoolStream(ClosesOnExit):
                 self._abandon(job, str(e))
                 if kind == "refuse":
                     w.refused = str(e)
+                    w.refusal = e
                     w.state = "refused"
                     self.refused[w.endpoint.address] = str(e)
                     if w.endpoint.address not in self._warned:
@@ -656,6 +674,21 @@ class PoolStream(ClosesOnExit):
                     self._abandon(job, "stalled: no batch for %.1f s" % (now - job.progress))
                     return
 
+    def _all_refused(self) -> Optional[BaseException]:
+        """When every daemon refused the stream and no other can join (no
+        DNS names in servers=), the first daemon's refusal naming them all
+        (an unknown pipeline, a choice no daemon allows): no need to wait
+        for unavailable_timeout (REQUIRES: the lock)."""
+        workers = list(self._workers.values())
+        if self._servers.has_names or not workers or not all(w.refused for w in workers):
+            return None
+        first = workers[0].refusal
+        why = "; ".join("%s: %s" % (w.endpoint.address, w.refused) for w in workers)
+        message = "every daemon of the pool refused the stream: %s" % why
+        if isinstance(first, ConveyorError):
+            return type(first)(message, code=first.code, details=first.details)
+        return InvalidRequest(message)
+
     def _unavailable(self) -> Unavailable:
         states = "; ".join("%s: %s%s" % (w.endpoint.address, w.state,
                                           " (%s)" % w.last_error if w.last_error else "")
@@ -714,6 +747,9 @@ class PoolStream(ClosesOnExit):
                         continue
                     if now - max(self._last_batch_at, start) > self._opt.unavailable_timeout:
                         raise self._unavailable()
+                    refusal = self._all_refused()
+                    if refusal is not None:
+                        raise refusal
                     self._cond.notify_all()  # local_first: remote workers may help now
                     self._cond.wait(0.05)
             finally:

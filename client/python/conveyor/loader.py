@@ -88,6 +88,7 @@ from . import _cuda_copy, _exit, _fork, _pinning
 from ._device_feed import DeviceStream
 from ._batch import (LIFETIMES, Batch, SampleFailure, check_lifetime,  # noqa: F401  (re-exported)
                      dtype_of)
+from ._choices import StreamChoices
 from ._channel import (DEFAULT_ADDRESS, MAX_MESSAGE_BYTES, default_address,  # noqa: F401
                        grpc_target, list_pipelines, make_channel, stats)
 from ._datasock import tcp_host
@@ -143,7 +144,9 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
                 on_batch: Optional[Callable[[Batch], None]] = None,
                 data_host: Any = _FROM_ADDRESS, security: Optional[Security] = None,
                 lifetime: str = "safe", pin_memory: bool = False, device: Any = None,
-                gpu_uuid: Optional[str] = None, copier: Any = None, max_batches: int = 0) -> Any:
+                gpu_uuid: Optional[str] = None, copier: Any = None, max_batches: int = 0,
+                size: Union[None, int, Tuple[int, int]] = None, dtype: Optional[str] = None,
+                fields: Optional[Sequence[str]] = None) -> Any:
     """Opens one StreamBatches call (the lower-level API under Loader).
 
     address: "unix:///path.sock", "host:port" or a grpc.Channel.
@@ -166,8 +169,17 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
     of device= (the client then maps the GPU of that UUID).
     max_batches: > 0 ends the stream after that many batches (with resume=,
     any range of a rank's batches; see OpenStream.max_batches).
+    size, dtype, fields: this stream's choices within the pipeline's bounds
+    (its allowed_sizes / allowed_dtypes; conveyor/_choices.py): size an int
+    (square) or (height, width), dtype "uint8", "float32" or "float16",
+    fields a list of the pipeline's field names ([]: none); None: the
+    pipeline's. stream.pipeline then describes the stream's samples. A
+    choice the daemon does not allow is InvalidRequest naming the allowed
+    values; one it ignores (a daemon older than the choices) is
+    FailedPrecondition.
     """
     check_lifetime(lifetime)
+    choices = StreamChoices.of(size, dtype, fields)
     try:
         tcode = _TRANSPORTS[transport.lower()] if isinstance(transport, str) else int(transport)
     except KeyError:
@@ -210,6 +222,7 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
                         num_epochs=num_epochs, rank=rank, world_size=world_size, credits=credits,
                         shuffle=shuffle, drop_last=drop_last, transport=tcode,
                         accept_data_socket=data_host is not None, max_batches=max_batches)
+    choices.apply(req)
     if resume is not None:
         r_epoch, r_offset, r_world = resume
         req.first_epoch = r_epoch
@@ -218,12 +231,30 @@ def open_stream(address: Union[str, grpc.Channel], pipeline: str, batch_size: in
     if gpu_uuid:
         req.device.gpu_uuid = gpu_uuid
     if device is not None and tcode != pb.DEVICE_MEMORY:
-        host = Stream(address, req, auto_release=False, on_batch=None, data_host=data_host,
-                      security=security, lifetime="fast", registrar=registrar)
+        host = _honoured(choices, Stream(address, req, auto_release=False, on_batch=None,
+                                         data_host=data_host, security=security, lifetime="fast",
+                                         registrar=registrar))
         return DeviceStream(host, copier, credits, on_batch)
-    return Stream(address, req, auto_release=auto_release, on_batch=on_batch, data_host=data_host,
-                  security=security, lifetime=lifetime, registrar=registrar,
-                  device_ordinal=ordinal)
+    return _honoured(choices, Stream(address, req, auto_release=auto_release, on_batch=on_batch,
+                                     data_host=data_host, security=security, lifetime=lifetime,
+                                     registrar=registrar, device_ordinal=ordinal))
+
+
+def _honoured(choices: StreamChoices, stream: Stream) -> Stream:
+    """`stream`, once its StreamOpened.pipeline shows the choices applied;
+    a daemon older than the choices ignores them (it drops the request's
+    fields unread): FailedPrecondition then, rather than batches of another
+    shape than asked for."""
+    if choices.empty:
+        return stream
+    why = choices.unhonoured(stream.pipeline)
+    if why is None:
+        return stream
+    stream.close()
+    raise FailedPrecondition(
+        "the daemon opened stream %d of pipeline %r without the choice of %s: a conveyord "
+        "without per-stream choices (older than this client)?"
+        % (stream.stream_id, stream.pipeline.name, why))
 
 
 class Loader:
@@ -231,7 +262,8 @@ class Loader:
 
     Loader(address, pipeline=..., batch_size=..., rank=None, world_size=None,
            seed=0, credits=3, shuffle=True, drop_last=False, transport="auto",
-           first_epoch=0, retry=None, local_rank=None, pin_memory=False, device=None)
+           first_epoch=0, retry=None, local_rank=None, pin_memory=False, device=None,
+           size=None, dtype=None, fields=None)
 
     address None means default_address() ($CONVEYOR_SERVER, else the node's
     default socket). rank / world_size default to $RANK / $WORLD_SIZE (set by
@@ -260,6 +292,10 @@ class Loader:
     conveyor.PoolOptions) sets the policy ("local_first" or "balanced"),
     range size and deadlines (conveyor/_pool.py). address is then
     servers[0]; retry=, device= and pin_memory are for one daemon.
+    size / dtype / fields: the choices of this loader's streams within the
+    pipeline's bounds (open_stream): an output size (an int or (height,
+    width)), "uint8" / "float32" / "float16", a list of the pipeline's
+    field names ([]: none); None: the pipeline's.
 
     loader.epoch(e)        a Stream over epoch e (one gRPC call)
     loader.stream(n)       a Stream over n epochs from the current epoch (0: endless)
@@ -272,6 +308,12 @@ class Loader:
                            all ranks; loadable at any world size)
     loader.load_state_dict(state)  the next stream of that epoch starts there
                            (InvalidRequest if the state is of another pipeline)
+    loader.set_size(s)     the output size of the streams opened from now on
+                           (progressive resizing: small early epochs, then
+                           set_size(None), the pipeline's); the order of the
+                           samples and state_dict do not depend on it
+    loader.stream_info()   the PipelineInfo of this loader's streams (shape,
+                           dtype and fields after the choices)
     """
 
     _exit_order = 1  # closed at interpreter exit after streams (conveyor/_exit.py)
@@ -288,9 +330,12 @@ class Loader:
                  tls_server_name: Optional[str] = None, lifetime: str = "safe",
                  pin_memory: bool = False, device: Any = None,
                  servers: Optional[Sequence[str]] = None,
-                 pool: Optional[PoolOptions] = None) -> None:
+                 pool: Optional[PoolOptions] = None,
+                 size: Union[None, int, Tuple[int, int]] = None, dtype: Optional[str] = None,
+                 fields: Optional[Sequence[str]] = None) -> None:
         if pipeline is None or batch_size is None:
             raise TypeError("Loader needs pipeline= and batch_size=")
+        self._choices = StreamChoices.of(size, dtype, fields)
         self.lifetime = check_lifetime(lifetime)
         self._servers: Optional[ServerSet] = None
         self.pool_options: Optional[PoolOptions] = None
@@ -409,14 +454,18 @@ class Loader:
 
     def _open_stream(self, first_epoch: int, num_epochs: int,
                      resume: Optional[Tuple[int, int, int]],
-                     on_batch: Optional[Callable[[Batch], None]]) -> Stream:
+                     on_batch: Optional[Callable[[Batch], None]],
+                     choices: Optional[StreamChoices] = None) -> Stream:
+        # choices: a retried stream's own (what it was opened with), else the loader's.
+        c = self._choices if choices is None else choices
         return open_stream(self.channel, self.pipeline, self.batch_size, seed=self.seed,
                            first_epoch=first_epoch, num_epochs=num_epochs, rank=self.rank,
                            world_size=self.world_size, credits=self.credits, shuffle=self.shuffle,
                            drop_last=self.drop_last, transport=self.transport, resume=resume,
                            on_batch=on_batch, data_host=self._data_host, security=self.security,
                            lifetime=self.lifetime, pin_memory=self.pin_memory,
-                           device=self.device, copier=self._copier)
+                           device=self.device, copier=self._copier, size=c.size,
+                           dtype=c.dtype, fields=c.fields)
 
     def _open(self, first_epoch: int, num_epochs: int,
               resume: Optional[Tuple[int, int, int]]) -> Union[Stream, RetryingStream, PoolStream]:
@@ -429,7 +478,8 @@ class Loader:
                               drop_last=self.drop_last, transport=self.transport,
                               security=self.security,
                               first_epoch=first_epoch, num_epochs=num_epochs, resume=resume,
-                              on_batch=self._on_batch, open_stream=open_stream)
+                              on_batch=self._on_batch, open_stream=open_stream,
+                              choices=self._choices)
         if self.retry is not None:
             return RetryingStream(self, first_epoch, num_epochs, resume)
         return self._open_stream(first_epoch, num_epochs, resume, self._on_batch)
@@ -477,6 +527,37 @@ class Loader:
         `epoch` is that epoch, else reading starts at the epoch's beginning."""
         self._check_fork()
         self._position.set_epoch(int(epoch), self.world_size)
+
+    @property
+    def size(self) -> Optional[Tuple[int, int]]:
+        """(height, width) the loader's streams ask for; None: the pipeline's."""
+        return self._choices.size
+
+    @property
+    def dtype(self) -> Optional[str]:
+        """The dtype name the loader's streams ask for; None: the pipeline's."""
+        return self._choices.dtype
+
+    @property
+    def fields(self) -> Optional[Tuple[str, ...]]:
+        """The field names the loader's streams ask for; None: every field."""
+        return self._choices.fields
+
+    def set_size(self, size: Union[None, int, Tuple[int, int]]) -> None:
+        """The output size of the streams opened from now on (epoch(),
+        stream(), iter(loader)): an int (square), (height, width), or None
+        for the pipeline's own. Streams already open keep theirs (a retried
+        stream too). The daemon must allow it (the pipeline's allowed_sizes).
+        The samples' order and the resume position do not depend on it, so
+        progressive resizing is a set_size() between epochs."""
+        self._choices = self._choices.with_size(size)
+
+    def stream_info(self) -> Any:
+        """The PipelineInfo of the streams this loader opens now: the
+        pipeline's (pipeline_info()) with the loader's size, dtype and fields,
+        as StreamOpened.pipeline will describe them (the daemon still judges
+        whether the pipeline allows them)."""
+        return self._choices.stream_info(self.pipeline_info())
 
     def batches_per_epoch(self) -> int:
         """Batches of a full epoch for this rank: what StreamOpened's

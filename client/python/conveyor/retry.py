@@ -101,6 +101,9 @@ class RetryingStream(ClosesOnExit):
     def __init__(self, loader, first_epoch, num_epochs, resume):
         self._loader = loader
         self._policy = loader.retry
+        # Its reopens keep the size, dtype and fields it was opened with,
+        # whatever the loader's set_size() says meanwhile.
+        self._choices = getattr(loader, "_choices", None)
         self._end_epoch = None if num_epochs == 0 else first_epoch + num_epochs  # exclusive
         # The position the trainer reached: where a reopen starts.
         if resume is not None:
@@ -135,7 +138,8 @@ class RetryingStream(ClosesOnExit):
             if num_epochs <= 0:
                 return None
         resume = (self._epoch, self._offset, self._world) if self._offset > 0 else None
-        return self._loader._open_stream(self._epoch, num_epochs, resume, self._on_batch)
+        return self._loader._open_stream(self._epoch, num_epochs, resume, self._on_batch,
+                                         choices=self._choices)
 
     def _reopen(self, error, stale):
         """Waits for the daemon and reopens; raises `error` after max_wait_s."""

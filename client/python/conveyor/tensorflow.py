@@ -8,8 +8,12 @@
 The dataset's elements are (images, labels) batches: images shaped
 [None, *sample_shape] in the pipeline's dtype (uint8, float32 or float16;
 NCHW or NHWC as the pipeline says), labels int64 [None] - the element spec
-comes from the daemon's PipelineInfo (element_spec()). The batch axis is
-None: a batch may be short (skipped samples, the last batch of an epoch).
+comes from the daemon's PipelineInfo (element_spec()), with the loader's
+own size, dtype and fields (Loader(size=, dtype=, fields=):
+loader.stream_info()). The batch axis is None: a batch may be short
+(skipped samples, the last batch of an epoch). The spec is fixed when the
+dataset is made: after loader.set_size(), make a new dataset (a pass whose
+stream has another shape raises ValueError).
 
 Sample fields (captions, JSON metadata, raw bytes, keys: conveyor._fields)
 are opt-in: dataset(loader, fields=True) - or a name, or a list of names -
@@ -162,11 +166,28 @@ def _offset(loader: Any) -> int:
     return int(state.get("offset", 0))
 
 
+def _check_stream(stream: Any, made_for: Tuple[Tuple[int, ...], int]) -> None:
+    """ValueError when the stream's samples are not those the dataset's
+    spec was made for (the loader's size changed since)."""
+    info = getattr(stream, "pipeline", None)
+    if info is None or not hasattr(info, "sample_shape"):
+        return
+    got = (tuple(int(d) for d in info.sample_shape), int(info.dtype))
+    if got != made_for:
+        raise ValueError(
+            "conveyor.tensorflow.dataset: the loader's stream has samples of shape %s, %s but "
+            "the dataset was made for %s, %s (its element spec is fixed): after "
+            "loader.set_size(), make a new dataset"
+            % (list(got[0]), dtype_of(got[1]), list(made_for[0]), dtype_of(made_for[1])))
+
+
 def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int = 2,
             fields: Selection = False) -> Any:
     """A tf.data.Dataset of (images, labels) over `loader` (a conveyor.Loader,
-    or any object with its pipeline_info() and stream(num_epochs=) methods
-    whose streams yield conveyor Batches and have close()).
+    or any object with its pipeline_info() (or stream_info()) and
+    stream(num_epochs=) methods whose streams yield conveyor Batches and have
+    close()). The element spec is the loader's stream_info(): its size,
+    dtype and fields.
     Each iteration of the dataset opens one stream of `num_epochs` epochs
     (0: endless) from the loader's current epoch: with num_epochs=1 every
     Keras epoch reads the loader's next epoch, and a checkpointed
@@ -190,7 +211,9 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
         raise ValueError("conveyor.tensorflow.dataset: prefetch must be a number of elements >= "
                          "0 (the stream's credits cover it; tf.data.AUTOTUNE has no bound), "
                          "got %r" % (prefetch,))
-    spec = element_spec(loader.pipeline_info(), fields)
+    info = loader.stream_info() if hasattr(loader, "stream_info") else loader.pipeline_info()
+    spec = element_spec(info, fields)
+    made_for = (tuple(int(d) for d in info.sample_shape), int(info.dtype))
     names = list(spec[2]) if len(spec) > 2 else None
     if hasattr(loader, "credits"):
         loader.credits = max(int(loader.credits), credits_for(int(prefetch)))
@@ -206,6 +229,7 @@ def dataset(loader: Any, num_epochs: int = 1, copy: Copy = "auto", prefetch: int
                 % count)
         stream = loader.stream(num_epochs=num_epochs)
         try:
+            _check_stream(stream, made_for)
             for batch in stream:
                 if names is None:
                     yield _images(batch, copy), batch.labels

@@ -138,7 +138,9 @@ class TorchLoader:
                 shuffle, drop_last, transport, lifetime, retry, security ...))
     or TorchLoader.from_loader(loader, yield_indices=False, fields=False).
     fields=True or a list of names: each tuple ends with {name: values}
-    (see the module).
+    (see the module). size= and dtype= are the Loader's (the streams'
+    choices; set_size() between epochs for progressive resizing); the fields
+    the daemon sends are chosen with Loader(fields=...) and from_loader.
     """
 
     def __init__(self, address: Optional[str] = None, pipeline: str = "",
@@ -188,6 +190,10 @@ class TorchLoader:
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
+
+    def set_size(self, size: Union[None, int, Tuple[int, int]]) -> None:
+        """The output size of the epochs iterated from now on (Loader.set_size)."""
+        self.loader.set_size(size)
 
     def __getitem__(self, index: Any) -> Any:
         # What DataLoader(TorchLoader(...)) reaches first (its sampler indexes
