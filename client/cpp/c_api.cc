@@ -12,12 +12,16 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpp/client.h"
+#include "client/cpp/fields.h"
+#include "core/base/text_escape.h"
 
 namespace cc = ::conveyor::client;
 
@@ -103,6 +107,21 @@ int Guard(Body&& body) noexcept {
   } catch (...) {
     return Fail(absl::StatusCode::kInternal, "conveyor client: unknown exception");
   }
+}
+
+// Field `index` of `batch`, or the error (a NULL batch, an index past the
+// fields) as the caller's code.
+absl::StatusOr<const cc::Field*> BatchField(const conveyor_batch* batch, uint32_t index,
+                                            const char* what) {
+  if (batch == nullptr || !batch->lease.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": NULL batch"));
+  }
+  const std::span<const cc::Field> fields = batch->lease.fields();
+  if (index >= fields.size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(what, ": field ", index, " of a batch of ", fields.size(), " fields"));
+  }
+  return &fields[index];
 }
 
 }  // namespace
@@ -321,6 +340,99 @@ int conveyor_batch_copy_images(const conveyor_batch* batch, void* out, uint64_t 
     }
     absl::Status s = batch->lease.CopyImages(static_cast<uint8_t*>(out));
     return s.ok() ? 0 : Fail(s);
+  });
+}
+
+int conveyor_batch_field_count(const conveyor_batch* batch, uint32_t* count) {
+  return Guard([&] {
+    if (batch == nullptr || count == nullptr || !batch->lease.valid()) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_batch_field_count: NULL argument");
+    }
+    *count = static_cast<uint32_t>(batch->lease.fields().size());
+    return 0;
+  });
+}
+
+int conveyor_batch_field_info(const conveyor_batch* batch, uint32_t index, const char** name,
+                              int32_t* type) {
+  return Guard([&] {
+    absl::StatusOr<const cc::Field*> field = BatchField(batch, index, "conveyor_batch_field_info");
+    if (!field.ok()) return Fail(field.status());
+    if (name != nullptr) *name = (*field)->name().c_str();
+    if (type != nullptr) *type = static_cast<int32_t>((*field)->type());
+    return 0;
+  });
+}
+
+int conveyor_batch_find_field(const conveyor_batch* batch, const char* name, uint32_t* index) {
+  return Guard([&] {
+    if (batch == nullptr || name == nullptr || index == nullptr || !batch->lease.valid()) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_batch_find_field: NULL argument");
+    }
+    const std::span<const cc::Field> fields = batch->lease.fields();
+    std::string names;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i].name() == name) {
+        *index = static_cast<uint32_t>(i);
+        return 0;
+      }
+      absl::StrAppend(&names, i == 0 ? "" : ", ",
+                      ::conveyor::EscapeText(fields[i].name(), ::conveyor::kClientStringCap));
+    }
+    return Fail(
+        absl::StatusCode::kNotFound,
+        absl::StrCat("conveyor_batch_find_field: no field \"",
+                     ::conveyor::EscapeText(name, ::conveyor::kClientStringCap),
+                     "\" in this batch (its fields: ", fields.empty() ? "none" : names, ")"));
+  });
+}
+
+int conveyor_batch_field_offsets(const conveyor_batch* batch, uint32_t index,
+                                 const uint32_t** offsets, uint32_t* count) {
+  return Guard([&] {
+    if (offsets == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "conveyor_batch_field_offsets: NULL argument");
+    }
+    absl::StatusOr<const cc::Field*> field =
+        BatchField(batch, index, "conveyor_batch_field_offsets");
+    if (!field.ok()) return Fail(field.status());
+    const std::span<const uint32_t> o = (*field)->offsets();
+    *offsets = o.data();
+    if (count != nullptr) *count = static_cast<uint32_t>(o.size());
+    return 0;
+  });
+}
+
+int conveyor_batch_field_data(const conveyor_batch* batch, uint32_t index, const uint8_t** data,
+                              uint64_t* size) {
+  return Guard([&] {
+    if (data == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument, "conveyor_batch_field_data: NULL argument");
+    }
+    absl::StatusOr<const cc::Field*> field = BatchField(batch, index, "conveyor_batch_field_data");
+    if (!field.ok()) return Fail(field.status());
+    const std::string_view d = (*field)->data();
+    *data = reinterpret_cast<const uint8_t*>(d.data());
+    if (size != nullptr) *size = d.size();
+    return 0;
+  });
+}
+
+int conveyor_batch_field_present(const conveyor_batch* batch, uint32_t index,
+                                 const uint8_t** present, uint32_t* count) {
+  return Guard([&] {
+    if (present == nullptr) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "conveyor_batch_field_present: NULL argument");
+    }
+    absl::StatusOr<const cc::Field*> field =
+        BatchField(batch, index, "conveyor_batch_field_present");
+    if (!field.ok()) return Fail(field.status());
+    const std::span<const uint8_t> p = (*field)->present_flags();
+    *present = p.data();
+    if (count != nullptr) *count = static_cast<uint32_t>(p.size());
+    return 0;
   });
 }
 

@@ -151,6 +151,7 @@ BatchLease& BatchLease::operator=(BatchLease&& other) noexcept {
     call_ = std::move(other.call_);
     header_ = std::move(other.header_);
     bytes_ = std::exchange(other.bytes_, BatchBytes{});
+    fields_ = std::move(other.fields_);
   }
   return *this;
 }
@@ -330,6 +331,12 @@ absl::StatusOr<BatchLease> Stream::Take(v1::Batch batch) {
                                       batch.labels_size(), " labels, ", batch.sample_indices_size(),
                                       " indices"));
   }
+  // The sample fields, checked before the slot is held or the images
+  // touched (a refused batch leases nothing).
+  ASSIGN_OR_RETURN(std::vector<Field> fields,
+                   ParseFields(std::move(*batch.mutable_fields()), n, opened_.pipeline().fields(),
+                               absl::StrCat("batch ", batch.sequence())));
+  batch.clear_fields();
   const uint32_t slot = batch.slot();
   {
     MutexLock lock(&call_->mu);
@@ -347,6 +354,7 @@ absl::StatusOr<BatchLease> Stream::Take(v1::Batch batch) {
   resume_ = batch.end_of_epoch() ? ResumeState{batch.epoch() + 1, 0, world_size_}
                                  : ResumeState{batch.epoch(), batch.offset(), world_size_};
   lease.header_ = std::move(batch);
+  lease.fields_ = std::move(fields);
   return lease;
 }
 

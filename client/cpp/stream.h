@@ -31,10 +31,14 @@
 // stream must start to continue right after it (epoch, offset in the
 // epoch's global order, world size): pass it as StreamOptions::resume.
 //
+// Sample fields: each lease carries its batch's fields (fields(), see
+// fields.h), checked against the pipeline's declared ones on receipt.
+//
 // Errors are values: the daemon's gRPC status comes back with its code and
 // message (naming the stream and pipeline); a batch whose fields do not fit
-// together is Internal ("protocol error: ..."); a broken data socket is
-// Unavailable. After an error the stream is finished; Next() repeats it.
+// together (its sample fields included) is Internal ("protocol error:
+// ..."); a broken data socket is Unavailable. After an error the stream is
+// finished; Next() repeats it.
 //
 // Thread-safety: Next(), Close() and the accessors of a Stream are called
 // from one thread at a time (the consumer's). A BatchLease may be released
@@ -46,13 +50,16 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/cpp/fields.h"
 #include "client/cpp/transport/client_transport.h"
 #include "conveyor/v1/conveyor.grpc.pb.h"
 #include "core/base/mutex.h"
@@ -162,8 +169,16 @@ class BatchLease {
   // Everything else the daemon said of the batch: sequence, epoch,
   // batch_in_epoch, position, offset, end_of_epoch, num_samples, shape,
   // dtype, layout, slot, labels, sample_indices, failures. Its `images`
-  // field is empty (the bytes are behind images()).
+  // field is empty (the bytes are behind images()), and so is its `fields`
+  // (they are behind fields()).
   const v1::Batch& header() const { return header_; }
+  // The sample fields (fields.h): the pipeline's declared fields, in their
+  // order, each with one value per sample, checked when the batch arrived.
+  // They are the lease's own bytes (they come in the batch message, not in
+  // the slot): valid as long as the lease, moved or not.
+  std::span<const Field> fields() const { return fields_; }
+  // The field called `name`, or nullptr.
+  const Field* field(std::string_view name) const { return FindField(fields_, name); }
 
  private:
   friend class Stream;
@@ -171,7 +186,8 @@ class BatchLease {
   friend struct internal::PoolState;
   std::shared_ptr<internal::StreamCall> call_;
   v1::Batch header_;
-  BatchBytes bytes_;  // where the images are (INLINE: owns them)
+  BatchBytes bytes_;           // where the images are (INLINE: owns them)
+  std::vector<Field> fields_;  // one heap block: a move of the lease moves no Field
 };
 
 class Stream {

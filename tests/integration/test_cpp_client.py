@@ -261,7 +261,8 @@ def project_version():
 def test_shared_library_carries_its_abi_version():
     # The soname names CONVEYOR_CLIENT_ABI_VERSION of the header; the file
     # is libconveyor_client.so.ABI.PROJECT_VERSION; the GPU functions of
-    # version 2 and conveyor_version of version 3 are exported.
+    # version 2, conveyor_version of version 3 and the sample-field
+    # functions added to version 3 are exported.
     version = abi_version()
     dynamic = subprocess.run(["readelf", "-d", str(LIBRARY)], capture_output=True, text=True,
                              check=True).stdout
@@ -273,7 +274,23 @@ def test_shared_library_carries_its_abi_version():
                          text=True, check=True).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     assert {"conveyor_abi_version", "conveyor_version", "conveyor_batch_device_pointer",
-            "conveyor_batch_copy_images"} <= names
+            "conveyor_batch_copy_images", "conveyor_batch_field_count",
+            "conveyor_batch_field_info", "conveyor_batch_find_field",
+            "conveyor_batch_field_offsets", "conveyor_batch_field_data",
+            "conveyor_batch_field_present"} <= names
+
+
+def test_every_function_of_the_header_is_exported():
+    # A function declared in conveyor_client.h but missing from the library
+    # (not compiled in, hidden, or kept local by exports.map) would only
+    # show when a program calling it fails to load.
+    declared = set(re.findall(r"CONVEYOR_API\s[^;(]*?\b(conveyor_\w+)\s*\(", HEADER.read_text()))
+    assert len(declared) >= 20 and "conveyor_batch_field_data" in declared, declared
+    out = subprocess.run(["nm", "-D", "--defined-only", str(LIBRARY)], capture_output=True,
+                         text=True, check=True).stdout
+    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    assert declared - names == set()
+    assert names - declared == set(), "exported but not in the header"
 
 
 @pytest.mark.parametrize("kind", ["cpp", "c"])

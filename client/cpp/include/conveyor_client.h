@@ -31,7 +31,29 @@
  *   conveyor_stream_close(s);
  *   conveyor_client_close(c);
  *
- * Memory: a batch's images, labels and sample indices stay valid until
+ * Sample fields: besides images and labels, each sample of a batch carries
+ * the pipeline's fields (a caption, JSON metadata, raw bytes, its key), one
+ * column per field, Arrow-style: sample i's value is data[offsets[i],
+ * offsets[i + 1]) and present[i] (0 or 1) says whether the sample has it:
+ *
+ *   uint32_t f, n;
+ *   if (conveyor_batch_find_field(b, "caption", &f) == CONVEYOR_OK) {
+ *     const uint32_t* offsets; const uint8_t* data; const uint8_t* present;
+ *     uint64_t size;
+ *     conveyor_batch_field_offsets(b, f, &offsets, &n);   // n: num_samples + 1
+ *     conveyor_batch_field_data(b, f, &data, &size);       // size == offsets[n - 1]
+ *     conveyor_batch_field_present(b, f, &present, NULL);
+ *     for (uint32_t i = 0; i + 1 < n; ++i)
+ *       if (present[i]) use(data + offsets[i], offsets[i + 1] - offsets[i]);
+ *   }
+ *
+ * The client checked every column when the batch arrived (lengths,
+ * offsets in bounds and non-decreasing, flags 0 or 1, the pipeline's
+ * fields in its order): a batch that fails is CONVEYOR_INTERNAL naming the
+ * field, from conveyor_stream_next, so reading within these bounds is
+ * always safe.
+ *
+ * Memory: a batch's images, labels, sample indices and fields stay valid until
  * conveyor_batch_release of that batch (even after its stream is closed);
  * after it they belong to the daemon again. The caller may hold at most
  * `credits` batches of a stream unreleased; conveyor_stream_next returns
@@ -55,6 +77,10 @@
  * conveyor_stream_info, conveyor_batch_info) and gave
  * conveyor_stream_options_init a size: code built against versions 1 and 2
  * must be rebuilt. Check at start-up that both ABI versions agree.
+ * Within an ABI version functions are only ever added, never changed: the
+ * sample-field functions (conveyor_batch_field_*) were added to version 3,
+ * and a program that calls them needs a library that has them (the dynamic
+ * linker refuses to start it with an older libconveyor_client.so.3).
  *
  * Sized structs: set struct_size to sizeof the struct as you compiled it
  * (conveyor_stream_options_init does it for the options,
@@ -247,6 +273,48 @@ CONVEYOR_API int conveyor_batch_device_pointer(const conveyor_batch* batch, uint
  * copy for device batches. */
 CONVEYOR_API int conveyor_batch_copy_images(const conveyor_batch* batch, void* out,
                                             uint64_t capacity);
+
+/* Sample fields (FieldType of the proto): what a field's values hold. */
+enum {
+  CONVEYOR_FIELD_TEXT = 1,  /* UTF-8 text (checked by the daemon) */
+  CONVEYOR_FIELD_BYTES = 2, /* any bytes */
+  CONVEYOR_FIELD_JSON = 3,  /* JSON text, UTF-8 (checked by the daemon; parse it) */
+  CONVEYOR_FIELD_KEY = 4    /* the sample's key: its tar key or dataset path, bytes as stored */
+};
+
+/* The number of sample fields of the batch: the pipeline's declared fields
+ * (0 for a pipeline without any), the same for every batch of a stream.
+ * Fields are numbered 0 .. *count - 1, in the pipeline's order. */
+CONVEYOR_API int conveyor_batch_field_count(const conveyor_batch* batch, uint32_t* count);
+
+/* Field `index`'s name (NUL-terminated, non-empty, unique in the batch) and
+ * type (CONVEYOR_FIELD_*). Either out pointer may be NULL. An index past
+ * the fields is CONVEYOR_OUT_OF_RANGE. */
+CONVEYOR_API int conveyor_batch_field_info(const conveyor_batch* batch, uint32_t index,
+                                           const char** name, int32_t* type);
+
+/* The index of the field called `name`; CONVEYOR_NOT_FOUND (naming the
+ * batch's fields) when it has none of that name. */
+CONVEYOR_API int conveyor_batch_find_field(const conveyor_batch* batch, const char* name,
+                                           uint32_t* index);
+
+/* Field `index`'s offsets: *count = num_samples + 1 uint32 values in host
+ * byte order, 4-byte aligned; offsets[0] == 0, never decreasing, the last
+ * is the size of its data. Sample i's value is data[offsets[i],
+ * offsets[i + 1]). `count` may be NULL. */
+CONVEYOR_API int conveyor_batch_field_offsets(const conveyor_batch* batch, uint32_t index,
+                                              const uint32_t** offsets, uint32_t* count);
+
+/* Field `index`'s values, concatenated: *size bytes (not NUL-terminated;
+ * the pointer is never NULL, even for 0 bytes). `size` may be NULL. */
+CONVEYOR_API int conveyor_batch_field_data(const conveyor_batch* batch, uint32_t index,
+                                           const uint8_t** data, uint64_t* size);
+
+/* Field `index`'s present flags: *count = num_samples bytes, 1 where the
+ * sample has the field, 0 where not (its value is then empty). `count` may
+ * be NULL. */
+CONVEYOR_API int conveyor_batch_field_present(const conveyor_batch* batch, uint32_t index,
+                                              const uint8_t** present, uint32_t* count);
 
 /* Gives the batch's slot back to the daemon and frees the handle (NULL is
  * ignored). Any thread. */

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "conveyor_client.h"
@@ -55,6 +56,26 @@ inline conveyor_stream_options DefaultStreamOptions() {
   return o;
 }
 
+// One sample field of a batch (conveyor_batch_field_*): views of the
+// batch's bytes, valid while the batch is held. Sample i's value is
+// data[offsets[i], offsets[i + 1]); present[i] is 1 where the sample has it.
+struct FieldView {
+  const char* name = nullptr;
+  int32_t type = 0;  // CONVEYOR_FIELD_TEXT, ...
+  uint32_t num_samples = 0;
+  const uint32_t* offsets = nullptr;  // num_samples + 1
+  const uint8_t* data = nullptr;
+  uint64_t data_size = 0;
+  const uint8_t* present = nullptr;  // num_samples
+
+  // Sample i's value ("" where absent). REQUIRES i < num_samples.
+  std::string_view value(uint32_t i) const {
+    return std::string_view(reinterpret_cast<const char*>(data) + offsets[i],
+                            offsets[i + 1] - offsets[i]);
+  }
+  bool has(uint32_t i) const { return present[i] != 0; }
+};
+
 // One batch the caller holds: a lease on a slot of the daemon, released by
 // the destructor, Release() or the next Stream::Next into it.
 class Batch {
@@ -81,6 +102,29 @@ class Batch {
   // Copies the images (host or device) into `out` of `capacity` bytes.
   Status CopyImages(void* out, uint64_t capacity) const {
     return Status::FromCode(conveyor_batch_copy_images(batch_, out, capacity));
+  }
+  // The sample fields: how many (0 for an empty batch), and field `index`
+  // (0 .. NumFields() - 1) or the one called `name` (NOT_FOUND if none).
+  uint32_t NumFields() const {
+    uint32_t n = 0;
+    return batch_ != nullptr && conveyor_batch_field_count(batch_, &n) == CONVEYOR_OK ? n : 0;
+  }
+  Status GetField(uint32_t index, FieldView* out) const {
+    FieldView f;
+    uint32_t count = 0;
+    int rc = conveyor_batch_field_info(batch_, index, &f.name, &f.type);
+    if (rc == CONVEYOR_OK) rc = conveyor_batch_field_offsets(batch_, index, &f.offsets, &count);
+    if (rc == CONVEYOR_OK) rc = conveyor_batch_field_data(batch_, index, &f.data, &f.data_size);
+    if (rc == CONVEYOR_OK) rc = conveyor_batch_field_present(batch_, index, &f.present, nullptr);
+    if (rc != CONVEYOR_OK) return Status::FromCode(rc);
+    f.num_samples = count - 1;
+    *out = f;
+    return Status{};
+  }
+  Status GetField(const char* name, FieldView* out) const {
+    uint32_t index = 0;
+    int rc = conveyor_batch_find_field(batch_, name, &index);
+    return rc == CONVEYOR_OK ? GetField(index, out) : Status::FromCode(rc);
   }
   // Gives the slot back to the daemon; the batch is empty after it.
   void Release() { conveyor_batch_release(std::exchange(batch_, nullptr)); }
