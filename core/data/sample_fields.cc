@@ -9,10 +9,13 @@
 // object here). Checking the grammar needs no tree: one pass, no allocation.
 #include "core/data/sample_fields.h"
 
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/base/text_escape.h"
+#include "core/data/npy_array.h"
 
 namespace conveyor {
 
@@ -22,6 +25,16 @@ const char* ToString(FieldType type) {
     case FieldType::kBytes: return "bytes";
     case FieldType::kJson: return "json";
     case FieldType::kKey: return "key";
+    case FieldType::kNpy: return "npy";
+  }
+  return "?";
+}
+
+const char* ToString(FieldGeometry g) {
+  switch (g) {
+    case FieldGeometry::kNone: return "none";
+    case FieldGeometry::kBoxesXyxy: return "boxes_xyxy";
+    case FieldGeometry::kBoxesXywh: return "boxes_xywh";
   }
   return "?";
 }
@@ -217,6 +230,15 @@ absl::Status ValidateFieldSpecs(std::span<const SampleFieldSpec> fields) {
             absl::StrCat(at, "member '", EscapeText(f.member), "' is read by another field"));
       }
     }
+    if (f.type != FieldType::kNpy && (!f.npy_dtype.empty() || f.geometry != FieldGeometry::kNone)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "`dtype` and `geometry` are for `type: npy` fields"));
+    }
+    if (f.geometry != FieldGeometry::kNone && !f.npy_dtype.empty() && f.npy_dtype != "float32" &&
+        f.npy_dtype != "float64") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(at, "boxes are float32 or float64, not ", f.npy_dtype));
+    }
     if (f.max_bytes < 1 || f.max_bytes > kMaxFieldValueBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat(at, "max_bytes must be 1–", kMaxFieldValueBytes, ", got ", f.max_bytes));
@@ -247,8 +269,54 @@ absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_
       }
       break;
     }
+    case FieldType::kNpy: {
+      absl::StatusOr<NpyArray> a = ParseNpy(value);
+      if (!a.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field '", spec.name, "': ", a.status().message()));
+      }
+      if (!spec.npy_dtype.empty() && a->dtype != spec.npy_dtype) {
+        return absl::InvalidArgumentError(absl::StrCat("field '", spec.name, "': an array of ",
+                                                       a->dtype, ", not the declared ",
+                                                       spec.npy_dtype));
+      }
+      if (spec.geometry != FieldGeometry::kNone) {
+        if (a->dtype != "float32" && a->dtype != "float64") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "field '", spec.name, "': boxes must be float32 or float64, not ", a->dtype));
+        }
+        if (a->shape.size() != 2 || a->shape[1] < 4) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("field '", spec.name, "': boxes must have shape [N, 4 or more], not [",
+                           absl::StrJoin(a->shape, ", "), "]"));
+        }
+      }
+      break;
+    }
     case FieldType::kBytes:
     case FieldType::kKey: break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadBoxes(const SampleFieldSpec& spec, std::span<const uint8_t> value,
+                       std::vector<double>* out, size_t* columns) {
+  absl::StatusOr<NpyArray> a = ParseNpy(value);
+  if (!a.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", spec.name, "': ", a.status().message()));
+  }
+  const size_t n = a->data.size() / a->item_bytes;
+  *columns = a->shape.size() == 2 ? static_cast<size_t>(a->shape[1]) : 4;
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (a->dtype == "float32") {
+      float v;
+      std::memcpy(&v, a->data.data() + 4 * i, 4);
+      (*out)[i] = v;
+    } else {
+      std::memcpy(&(*out)[i], a->data.data() + 8 * i, 8);
+    }
   }
   return absl::OkStatus();
 }

@@ -32,9 +32,15 @@ enum class FieldType {
   kBytes,  // anything
   kJson,   // one JSON value (RFC 8259), as text
   kKey,    // the sample's key (tar key, or its path in the dataset); no member
+  kNpy,    // a NumPy .npy array (core/data/npy_array.h), delivered as the .npy file
 };
 
-const char* ToString(FieldType type);  // "text", "bytes", "json", "key"
+const char* ToString(FieldType type);  // "text", "bytes", "json", "key", "npy"
+
+// An npy field whose values move with the image (core/decode/sample_geometry.h):
+// boxes of 4 numbers, [N, 4], rewritten as float32 after the crop and flip.
+enum class FieldGeometry { kNone, kBoxesXyxy, kBoxesXywh };
+const char* ToString(FieldGeometry g);  // "none", "boxes_xyxy", "boxes_xywh"
 
 // Bounds on what a pipeline may declare.
 inline constexpr size_t kMaxSampleFields = 32;
@@ -54,6 +60,14 @@ struct SampleFieldSpec {
   // The largest value of one sample; larger ones fail their sample. A
   // batch's area for the field is batch_size × max_bytes (BatchLayout).
   uint32_t max_bytes = 4096;
+  // kNpy: the element type every value must have ("float32", "int64", …;
+  // NpyArray::dtype names), "" for any.
+  std::string npy_dtype;
+  // kNpy: boxes moved with the image, [N, 4 + k] (the k columns after the
+  // box, e.g. its class, travel with it); `normalized`: the coordinates are
+  // fractions of the image's width and height (in and out), else pixels.
+  FieldGeometry geometry = FieldGeometry::kNone;
+  bool normalized = false;
 };
 
 // InvalidArgument naming the bad spec ("fields[2] (caption): ..."), or OK:
@@ -63,8 +77,15 @@ struct SampleFieldSpec {
 absl::Status ValidateFieldSpecs(std::span<const SampleFieldSpec> fields);
 
 // OK when `value` fits `spec` (size, UTF-8 for text, one JSON value for
-// json); else InvalidArgument "field 'NAME': ..." saying what is wrong.
+// json, a .npy file of the declared element type for npy, [N, 4] of
+// float32 or float64 for boxes); else InvalidArgument "field 'NAME': ..."
+// saying what is wrong.
 absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_t> value);
+
+// The numbers of a boxes field's value (REQUIRES: CheckFieldValue passed):
+// float32 or float64 read as double, *columns (≥ 4) per box.
+absl::Status ReadBoxes(const SampleFieldSpec& spec, std::span<const uint8_t> value,
+                       std::vector<double>* out, size_t* columns);
 
 // Whether `text` is exactly one JSON value (RFC 8259: objects, arrays,
 // strings with valid escapes and UTF-8, numbers, true/false/null; nesting at

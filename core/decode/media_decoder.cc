@@ -15,12 +15,15 @@ absl::Status MediaDecoder::Run(std::span<const uint8_t> bytes, const TransformSp
   switch (spec.kind) {
     case MediaKind::kImage:
       if (image_ == nullptr) image_ = std::make_unique<SampleTransformer>();
+      last_ = image_.get();
       return image_->Run(bytes, spec, rng, out);
     case MediaKind::kVideo:
       if (video_ == nullptr) video_ = std::make_unique<VideoClipDecoder>();
+      last_ = video_.get();
       return video_->Run(bytes, spec, rng, out);
     case MediaKind::kAudio:
       if (audio_ == nullptr) audio_ = std::make_unique<AudioClipDecoder>();
+      last_ = audio_.get();
       return audio_->Run(bytes, spec, rng, out);
   }
   return absl::InvalidArgumentError(

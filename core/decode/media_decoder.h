@@ -21,8 +21,13 @@ class MediaDecoder final : public SampleDecoder {
 
   absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
                    uint8_t* out) override;
+  // The geometry of the last Run's decoder (images only).
+  const SampleGeometry* LastGeometry() const override {
+    return last_ != nullptr ? last_->LastGeometry() : nullptr;
+  }
 
  private:
+  SampleDecoder* last_ = nullptr;  // the decoder of the last Run
   std::unique_ptr<SampleDecoder> image_;
   std::unique_ptr<SampleDecoder> video_;
   std::unique_ptr<SampleDecoder> audio_;

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "core/base/rng.h"
+#include "core/decode/sample_geometry.h"
 #include "core/decode/transform_spec.h"
 
 namespace conveyor {
@@ -29,6 +30,10 @@ class SampleDecoder {
   // bytes, aligned to ElementSize(spec.dtype).
   virtual absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
                            uint8_t* out) = 0;
+  // Where the last successful Run's pixels came from in its source image
+  // (core/decode/sample_geometry.h), for annotations that move with the
+  // image; null when the decoder does not say (video, audio, synthetic).
+  virtual const SampleGeometry* LastGeometry() const { return nullptr; }
 };
 
 using SampleDecoderFactory = std::function<std::unique_ptr<SampleDecoder>()>;

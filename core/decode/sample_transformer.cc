@@ -266,6 +266,12 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
   }
   trace_.crop = crop;
   trace_.flip = flip;
+  geometry_ = SampleGeometry{header_.width, header_.height, spec.output_width, spec.output_height};
+  geometry_.scale_x = static_cast<double>(spec.output_width) / crop.width;
+  geometry_.scale_y = static_cast<double>(spec.output_height) / crop.height;
+  geometry_.offset_x = crop.left * geometry_.scale_x;
+  geometry_.offset_y = crop.top * geometry_.scale_y;
+  geometry_.flip = flip;
   ResampleAxis x, y;
   int ox = 0, oy = 0;
   TrainAxis(crop.left, crop.width, header_.width, d, spec.output_width, &x, &ox);
@@ -276,6 +282,11 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
 absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out) {
   const EvalWindow win = EvalCenterWindow(header_.width, header_.height, spec);
   trace_.window = win;
+  geometry_ = SampleGeometry{header_.width, header_.height, spec.output_width, spec.output_height};
+  geometry_.scale_x = static_cast<double>(win.resized_width) / header_.width;
+  geometry_.scale_y = static_cast<double>(win.resized_height) / header_.height;
+  geometry_.offset_x = win.left;
+  geometry_.offset_y = win.top;
   // Per-axis filter scale of the resize; decode at 1/d only while it stays >= 1.
   const double sx = static_cast<double>(header_.width) / win.resized_width;
   const double sy = static_cast<double>(header_.height) / win.resized_height;

@@ -101,6 +101,7 @@ class SampleTransformer final : public SampleDecoder {
                        const CropBox& crop, bool flip, int scale_denom, uint8_t* out);
 
   const Trace& last() const { return trace_; }
+  const SampleGeometry* LastGeometry() const override { return &geometry_; }
   // Whether the AVX2 kernels are in use.
   bool simd() const { return resampler_.simd(); }
 
@@ -127,6 +128,7 @@ class SampleTransformer final : public SampleDecoder {
   Resampler resampler_;
   JpegHeader header_;  // width and height of the current image (any format)
   Trace trace_;
+  SampleGeometry geometry_;  // of the last Run, RunCrop (valid after a success)
   // Per-channel uint8 -> output value tables for float outputs, rebuilt when
   // mean/std change: ((float)v / 255 - mean) / std in float32, and its half.
   bool tables_valid_ = false;

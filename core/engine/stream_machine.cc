@@ -13,6 +13,7 @@
 #include "core/base/posix_error.h"
 #include "core/base/status_macros.h"
 #include "core/base/task_cancel.h"
+#include "core/data/npy_array.h"
 #include "core/data/sampler.h"
 #include "spdlog/spdlog.h"
 
@@ -405,10 +406,15 @@ void StreamMachine::WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_
 }
 
 absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64_t index,
-                                        std::span<const uint8_t> read) const {
+                                        std::span<const uint8_t> read,
+                                        const SampleGeometry* geometry) const {
   const PipelineConfig& p = *config_.pipeline;
   const BatchLayout& l = config_.plan.layout;
-  thread_local std::string key;  // a worker's scratch: no allocation per sample once warm
+  // A worker's scratch: no allocation per sample once warm.
+  thread_local std::string key;
+  thread_local std::vector<double> boxes;
+  thread_local std::vector<float> moved;
+  thread_local std::vector<uint8_t> rewritten;
   for (size_t f = 0; f < p.fields.size(); ++f) {
     const SampleFieldSpec& spec = p.fields[f];
     const BatchLayout::FieldArea& area = l.fields[f];
@@ -422,6 +428,29 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
     uint32_t length = 0;
     if (value.has_value()) {
       RETURN_IF_ERROR(CheckFieldValue(spec, *value));
+      if (spec.geometry != FieldGeometry::kNone) {
+        // Boxes move with the image: rewritten as float32 [M, columns].
+        if (geometry == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "field '", spec.name, "': this sample's decoder reports no geometry for its boxes"));
+        }
+        size_t columns = 4;
+        RETURN_IF_ERROR(ReadBoxes(spec, *value, &boxes, &columns));
+        TransformBoxes(
+            *geometry,
+            spec.geometry == FieldGeometry::kBoxesXywh ? BoxFormat::kXywh : BoxFormat::kXyxy,
+            spec.normalized, boxes, columns, &moved);
+        WriteNpyFloat32(moved, static_cast<int64_t>(moved.size() / columns),
+                        static_cast<int64_t>(columns), &rewritten);
+        if (rewritten.size() > spec.max_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat("field '", spec.name,
+                                                         "': ", rewritten.size(),
+                                                         " bytes after moving the boxes, more "
+                                                         "than its max_bytes ",
+                                                         spec.max_bytes));
+        }
+        value = std::span<const uint8_t>(rewritten);
+      }
       length = static_cast<uint32_t>(value->size());
       if (length != 0) {
         std::memcpy(slot + area.data_offset + size_t{position} * area.stride, value->data(),
@@ -618,7 +647,9 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
   } else {
     t->status = decoder->Run(bytes, config_.plan.transform, rng, dst);
   }
-  if (t->status.ok() && !l.fields.empty()) t->status = WriteFields(slot, t->position, index, read);
+  if (t->status.ok() && !l.fields.empty()) {
+    t->status = WriteFields(slot, t->position, index, read, decoder->LastGeometry());
+  }
   // A buffer that grew for a large file is not kept at that size: streams
   // would otherwise keep max_file_bytes per buffer for good. Freed here,
   // outside the lock, by the task that owns the buffer.

@@ -1,0 +1,54 @@
+#include "core/decode/sample_geometry.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace conveyor {
+
+void TransformBoxes(const SampleGeometry& g, BoxFormat format, bool normalized,
+                    std::span<const double> boxes, size_t columns, std::vector<float>* out) {
+  out->clear();
+  const double out_w = g.output_width, out_h = g.output_height;
+  if (columns < 4) return;
+  for (size_t b = 0; b + columns <= boxes.size(); b += columns) {
+    double x0 = boxes[b], y0 = boxes[b + 1], x1 = boxes[b + 2], y1 = boxes[b + 3];
+    if (format == BoxFormat::kXywh) {
+      x1 += x0;
+      y1 += y0;
+    }
+    if (normalized) {
+      x0 *= g.source_width;
+      x1 *= g.source_width;
+      y0 *= g.source_height;
+      y1 *= g.source_height;
+    }
+    if (!(std::isfinite(x0) && std::isfinite(y0) && std::isfinite(x1) && std::isfinite(y1))) {
+      continue;
+    }
+    auto map_x = [&](double x) { return std::clamp(x * g.scale_x - g.offset_x, 0.0, out_w); };
+    auto map_y = [&](double y) { return std::clamp(y * g.scale_y - g.offset_y, 0.0, out_h); };
+    double a = map_x(std::min(x0, x1)), c = map_x(std::max(x0, x1));
+    const double top = map_y(std::min(y0, y1)), bottom = map_y(std::max(y0, y1));
+    if (!(c > a) || !(bottom > top)) continue;  // nothing of it inside
+    if (g.flip) {
+      const double fa = out_w - c, fc = out_w - a;
+      a = fa;
+      c = fc;
+    }
+    double v[4] = {a, top, c, bottom};
+    if (format == BoxFormat::kXywh) {
+      v[2] = c - a;
+      v[3] = bottom - top;
+    }
+    if (normalized) {
+      v[0] /= out_w;
+      v[2] /= out_w;
+      v[1] /= out_h;
+      v[3] /= out_h;
+    }
+    for (double x : v) out->push_back(static_cast<float>(x));
+    for (size_t k = 4; k < columns; ++k) out->push_back(static_cast<float>(boxes[b + k]));
+  }
+}
+
+}  // namespace conveyor
