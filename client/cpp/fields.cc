@@ -22,7 +22,7 @@ std::string Prefix(absl::string_view where) {
 
 bool KnownType(int type) {
   return type == v1::FIELD_TEXT || type == v1::FIELD_BYTES || type == v1::FIELD_JSON ||
-         type == v1::FIELD_KEY;
+         type == v1::FIELD_KEY || type == v1::FIELD_NPY;
 }
 
 uint32_t LoadLe32(const std::string& bytes, size_t i) {
@@ -56,6 +56,7 @@ std::string_view FieldTypeName(v1::FieldType type) {
     case v1::FIELD_BYTES: return "bytes";
     case v1::FIELD_JSON: return "json";
     case v1::FIELD_KEY: return "key";
+    case v1::FIELD_NPY: return "npy";
     default: return "unknown";
   }
 }

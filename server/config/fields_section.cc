@@ -22,8 +22,10 @@ const Section<SampleFieldSpec>& FieldSection() {
           std::vector<std::pair<std::string, FieldType>>{{"text", FieldType::kText},
                                                          {"bytes", FieldType::kBytes},
                                                          {"json", FieldType::kJson},
-                                                         {"key", FieldType::kKey}},
-          "UTF-8 text, raw bytes, JSON text (checked), or the sample's key"),
+                                                         {"key", FieldType::kKey},
+                                                         {"npy", FieldType::kNpy}},
+          "UTF-8 text, raw bytes, JSON text (checked), the sample's key, or a NumPy `.npy` "
+          "array"),
       String<SampleFieldSpec>("member", &SampleFieldSpec::member,
                               "tar shards: the extension of the member holding the value "
                               "(`txt`, `json`); none for `key`")
@@ -46,6 +48,28 @@ const Section<SampleFieldSpec>& FieldSection() {
             f->max_bytes = static_cast<uint32_t>(v);
             return absl::OkStatus();
           }),
+      Enum<SampleFieldSpec>("dtype", &SampleFieldSpec::npy_dtype,
+                            std::vector<std::pair<std::string, std::string>>{{"any", ""},
+                                                                             {"float32", "float32"},
+                                                                             {"float64", "float64"},
+                                                                             {"int8", "int8"},
+                                                                             {"int16", "int16"},
+                                                                             {"int32", "int32"},
+                                                                             {"int64", "int64"},
+                                                                             {"uint8", "uint8"},
+                                                                             {"uint16", "uint16"},
+                                                                             {"uint32", "uint32"},
+                                                                             {"uint64", "uint64"},
+                                                                             {"bool", "bool"}},
+                            "`npy`: the element type every value must have"),
+      Enum<SampleFieldSpec>("geometry", &SampleFieldSpec::geometry,
+                            std::vector<std::pair<std::string, FieldGeometry>>{
+                                {"none", FieldGeometry::kNone},
+                                {"boxes_xyxy", FieldGeometry::kBoxesXyxy},
+                                {"boxes_xywh", FieldGeometry::kBoxesXywh}},
+                            "`npy` boxes `[N, 4 + k]` moved with the image's crop, resize and flip"),
+      Bool<SampleFieldSpec>("normalized", &SampleFieldSpec::normalized,
+                            "the boxes are fractions of the image's width and height, not pixels"),
   });
   return kSection;
 }

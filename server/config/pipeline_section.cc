@@ -298,6 +298,12 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
   }
   RETURN_IF_ERROR(ParseVideo(y, f, n, p));
 
+  for (size_t i = 0; i < pc.fields.size(); ++i) {
+    if (pc.fields[i].geometry != FieldGeometry::kNone && t.kind != MediaKind::kImage) {
+      return y.Error(absl::StrCat(sub("fields"), "[", i, "].geometry"), n["fields"][i]["geometry"],
+                     "boxes move with images: for `kind: image` only");
+    }
+  }
   if (!pc.fields.empty() && pc.cache_output) {
     return y.Error(sub("cache_output"), n["cache_output"],
                    "is not available with `fields` (the output cache keeps media only)");

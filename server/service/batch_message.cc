@@ -29,6 +29,7 @@ v1::FieldType ToProto(FieldType type) {
     case FieldType::kBytes: return v1::FIELD_BYTES;
     case FieldType::kJson: return v1::FIELD_JSON;
     case FieldType::kKey: return v1::FIELD_KEY;
+    case FieldType::kNpy: return v1::FIELD_NPY;
   }
   return v1::FIELD_TYPE_UNSPECIFIED;
 }
@@ -53,6 +54,9 @@ v1::PipelineInfo PipelineInfoOf(const PipelineConfig& p) {
     fi->set_member(f.member);
     fi->set_required(f.required);
     fi->set_max_bytes(f.max_bytes);
+    fi->set_dtype(f.npy_dtype);
+    if (f.geometry != FieldGeometry::kNone) fi->set_geometry(ToString(f.geometry));
+    fi->set_normalized(f.normalized);
   }
   return info;
 }

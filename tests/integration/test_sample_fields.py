@@ -239,3 +239,128 @@ def test_config_mistakes_name_the_field(dataset, tmp_path, pipeline, field, why)
     assert r.returncode != 0
     assert "field pipelines.p.%s" % field in r.stderr, r.stderr
     assert why in r.stderr, r.stderr
+
+
+# --- boxes that move with the image -----------------------------------------
+def _box_shards(out, count=24, seed=3):
+    """Shards of dark images, each with one white rectangle, and its box as
+    a float32 [1, 4] .npy in pixels (xyxy); sample 0's box file is float64."""
+    import io as _io
+
+    from PIL import Image, ImageDraw
+    rng = np.random.default_rng(seed)
+    path = out / "boxes.tar"
+    truth = {}
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for i in range(count):
+            w, h = int(rng.integers(120, 200)), int(rng.integers(100, 160))
+            bw, bh = int(rng.integers(w // 4, w // 2)), int(rng.integers(h // 4, h // 2))
+            x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+            img = Image.new("RGB", (w, h), (15, 15, 15))
+            ImageDraw.Draw(img).rectangle([x0, y0, x0 + bw - 1, y0 + bh - 1], fill=(240, 240, 240))
+            buf = _io.BytesIO()
+            img.save(buf, format="JPEG", quality=98)
+            key = "img%03d" % i
+            add_tar_member(tar, key + ".jpg", buf.getvalue())
+            box = np.array([[x0, y0, x0 + bw, y0 + bh]], dtype=np.float64 if i == 0 else np.float32)
+            npy = _io.BytesIO()
+            np.save(npy, box)
+            add_tar_member(tar, key + ".npy", npy.getvalue())
+            truth[key] = box[0].tolist()
+    return path, truth
+
+
+@pytest.fixture(scope="module")
+def boxes_daemon(dataset, tmp_path_factory):
+    root, _ = dataset
+    out = tmp_path_factory.mktemp("box-shards")
+    path, truth = _box_shards(out)
+    fields = [{"name": "boxes", "member": "npy", "type": "npy", "geometry": "boxes_xyxy"},
+              {"name": "key", "type": "key"}]
+    shards = {"shards": [str(path)], "label_key": ""}
+    pipelines = {
+        "train": pipeline_entry(root, dataset=shards, fields=fields, scale=[0.25, 1.0],
+                                layout="nhwc"),
+        "eval": pipeline_entry(root, dataset=shards, fields=fields, augment="eval",
+                               resize_size=80, layout="nhwc"),
+    }
+    cfg = daemon_config(root, pipelines=pipelines, allowed_roots=[str(root.parent), str(out)])
+    d = Daemon(tmp_path_factory.mktemp("boxes-daemon"), json.dumps(cfg))
+    try:
+        d.start()
+        yield d, truth
+    finally:
+        finish_daemons([d])
+
+
+def _bright_box(image):
+    """[x0, y0, x1, y1] around the image's bright pixels (HWC uint8), or None."""
+    mask = image.astype(np.int32).mean(axis=2) > 128
+    if mask.sum() < 4:
+        return None
+    ys, xs = np.nonzero(mask)
+    return [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+
+
+@pytest.mark.parametrize("pipeline", ["train", "eval"])
+def test_boxes_land_where_the_transformed_image_shows_them(boxes_daemon, pipeline):
+    d, truth = boxes_daemon
+    checked = dropped = 0
+    for epoch in range(3 if pipeline == "train" else 1):
+        loader = conveyor.Loader(d.unix, pipeline=pipeline, batch_size=8, seed=SEED)
+        with loader.epoch(epoch) as stream:
+            for b in stream:
+                assert not b.failures
+                for image, boxes, key in zip(b.images, b.fields["boxes"], b.fields["key"]):
+                    assert key in truth
+                    assert boxes.dtype == np.float32 and boxes.ndim == 2 and boxes.shape[1] == 4
+                    seen = _bright_box(image)
+                    if boxes.shape[0] == 0:
+                        # Dropped: the rectangle is outside the crop.
+                        assert seen is None or (seen[2] - seen[0]) * (seen[3] - seen[1]) < 6, key
+                        dropped += 1
+                        continue
+                    box = boxes[0]
+                    if (box[2] - box[0]) < 3 or (box[3] - box[1]) < 3:
+                        continue  # a sliver: resampling blurs it below the threshold
+                    assert seen is not None, (key, box)
+                    # The resampler blurs an edge over about a pixel.
+                    assert np.allclose(seen, box, atol=2.0), (key, seen, box.tolist())
+                    checked += 1
+        loader.close()
+    assert checked >= (40 if pipeline == "train" else 20)
+    if pipeline == "train":
+        assert dropped + checked >= 60
+
+
+def test_bad_boxes_fail_their_sample(dataset, tmp_path, daemon_factory):
+    import io as _io
+
+    from PIL import Image
+    root, _ = dataset
+    path = tmp_path / "bad-boxes.tar"
+    jpeg = _io.BytesIO()
+    Image.new("RGB", (64, 64)).save(jpeg, format="JPEG")
+    cases = {"ok": np.zeros((2, 4), np.float32), "three": np.zeros((1, 3), np.float32),
+             "ints": np.zeros((1, 4), np.int64)}
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for key, array in cases.items():
+            add_tar_member(tar, key + ".jpg", jpeg.getvalue())
+            npy = _io.BytesIO()
+            np.save(npy, array)
+            add_tar_member(tar, key + ".npy", npy.getvalue())
+        add_tar_member(tar, "junk.jpg", jpeg.getvalue())
+        add_tar_member(tar, "junk.npy", b"\x93NUMPY not really")
+    fields = [{"name": "boxes", "member": "npy", "type": "npy", "geometry": "boxes_xywh"}]
+    cfg = daemon_config(root, pipelines={"p": pipeline_entry(
+        root, dataset={"shards": [str(path)], "label_key": ""}, fields=fields,
+        max_failure_rate=1.0)}, allowed_roots=[str(root.parent), str(tmp_path)])
+    d = daemon_factory(json.dumps(cfg))
+    batches = _read(d.unix, "p", batch_size=4, shuffle=False)
+    reasons = {p.split("/")[-1]: r for b in batches for p, r in b["failures"]}
+    assert set(reasons) == {"three.jpg", "ints.jpg", "junk.jpg"}
+    assert "boxes must have shape [N, 4 or more], not [1, 3]" in reasons["three.jpg"]
+    assert "boxes must be float32 or float64, not int64" in reasons["ints.jpg"]
+    assert "field 'boxes': npy:" in reasons["junk.jpg"]
+    # The all-zero boxes have no area: dropped, an empty [0, 4] array.
+    assert [v.shape for b in batches for v in b["fields"]["boxes"]] == [(0, 4)]

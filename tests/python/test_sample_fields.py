@@ -28,7 +28,7 @@ from conveyor._stubs import pb
 from conveyor.errors import ConveyorError, InvalidRequest, ProtocolError
 
 TYPES = {"text": pb.FIELD_TEXT, "bytes": pb.FIELD_BYTES, "json": pb.FIELD_JSON,
-         "key": pb.FIELD_KEY}
+         "key": pb.FIELD_KEY, "npy": pb.FIELD_NPY}
 
 
 def message(name, kind, values):
@@ -61,6 +61,22 @@ def test_bytes_values():
     col = column("raw", "bytes", [b"\x00\xff\x80", None, b""])
     assert list(col) == [b"\x00\xff\x80", None, b""]
     assert all(isinstance(v, bytes) for v in col if v is not None)
+
+
+def test_npy_values_are_read_only_arrays_loaded_once():
+    import io
+    buf = io.BytesIO()
+    np.save(buf, np.arange(8, dtype=np.float32).reshape(2, 4))
+    col = column("boxes", "npy", [buf.getvalue(), None])
+    first = col[0]
+    assert first.dtype == np.float32 and first.shape == (2, 4)
+    assert first.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert col[0] is first and col[1] is None
+    with pytest.raises(ValueError):
+        first[0, 0] = 1  # shared by every reader: read-only
+    bad = column("boxes", "npy", [b"\x93NUMPY junk"])
+    with pytest.raises(ProtocolError, match=r"field 'boxes' of sample 0 .*not a \.npy array"):
+        bad[0]
 
 
 def test_json_is_parsed_lazily_and_cached():

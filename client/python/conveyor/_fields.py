@@ -9,7 +9,9 @@ num_samples values, built from a conveyor_pb2.FieldColumn message (Arrow
 style: sample i's value is data[offsets[i]:offsets[i + 1]], present[i] says
 whether the sample has it). Values by type: "text" -> str (strict UTF-8),
 "bytes" -> bytes, "json" -> the value json.loads gives (parsed when first
-read, then cached: the same object on every access), "key" -> str (invalid
+read, then cached: the same object on every access), "npy" -> a read-only
+numpy array (np.load without pickles; cached likewise; boxes the daemon
+moved with the image are float32 [N, 4]), "key" -> str (invalid
 UTF-8 bytes kept as surrogate escapes, so name.encode("utf-8",
 "surrogateescape") gives the key's bytes back); an absent value is None.
 `offsets`, `data` and `present` are there for readers that want the bytes
@@ -28,6 +30,7 @@ race parses a value twice; reading from several threads is safe.
 
 from __future__ import annotations
 
+import io
 import json
 import operator
 from collections.abc import Sequence as _SequenceABC
@@ -42,7 +45,7 @@ __all__ = ["FieldColumn", "build_fields", "select_fields", "field_names", "TYPE_
 
 # conveyor_pb2.FieldType -> FieldColumn.type
 TYPE_NAMES: Dict[int, str] = {pb.FIELD_TEXT: "text", pb.FIELD_BYTES: "bytes",
-                              pb.FIELD_JSON: "json", pb.FIELD_KEY: "key"}
+                              pb.FIELD_JSON: "json", pb.FIELD_KEY: "key", pb.FIELD_NPY: "npy"}
 
 _UNPARSED = object()  # a JSON value not read yet
 _OFFSET = np.dtype("<u4")
@@ -114,7 +117,8 @@ class FieldColumn(_SequenceABC):
         self.offsets = offsets
         self.data = data
         self.present = present
-        self._json: Optional[List[Any]] = [_UNPARSED] * n if kind == "json" else None
+        # JSON and npy values are parsed when first read, then kept.
+        self._json: Optional[List[Any]] = [_UNPARSED] * n if kind in ("json", "npy") else None
 
     def __len__(self) -> int:
         return len(self.present)
@@ -156,7 +160,8 @@ class FieldColumn(_SequenceABC):
         if cache is not None:
             value = cache[i]
             if value is _UNPARSED:
-                value = cache[i] = self._parse_json(i)
+                value = cache[i] = (self._parse_npy(i) if self.type == "npy"
+                                    else self._parse_json(i))
             return value
         raw = self.data[int(self.offsets[i]):int(self.offsets[i + 1])]
         if self.type == "bytes":
@@ -178,6 +183,37 @@ class FieldColumn(_SequenceABC):
             raise self._undecodable(i, "JSON nested too deeply to parse") from None
         except ValueError as e:  # json.JSONDecodeError, int digit limits
             raise self._undecodable(i, "not valid JSON (%s)" % e) from None
+
+    def _parse_npy(self, i: int) -> Any:
+        raw = self.data[int(self.offsets[i]):int(self.offsets[i + 1])]
+        # The header first, then the data checked against it before any
+        # allocation: a hostile header cannot make the client allocate what
+        # the bytes do not hold (np.load would, for a file-like object).
+        fmt = np.lib.format
+        try:
+            f = io.BytesIO(raw)
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                raise ValueError("format version %r" % (version,))
+            if dtype.hasobject:
+                raise ValueError("object arrays are refused")
+            count = 1
+            for d in shape:
+                count *= int(d)
+            body = raw[f.tell():]
+            if count * dtype.itemsize != len(body):
+                raise ValueError("shape %r of %s needs %d bytes, the value has %d"
+                                 % (shape, dtype, count * dtype.itemsize, len(body)))
+            array = np.frombuffer(body, dtype=dtype, count=count)
+            array = array.reshape(shape, order="F" if fortran else "C")
+        except (ValueError, OSError, EOFError, TypeError, SyntaxError) as e:
+            raise self._undecodable(i, "not a .npy array (%s)" % e) from None
+        array.flags.writeable = False  # one object per value, kept: shared by every reader
+        return array
 
     def _undecodable(self, i: int, why: str) -> ProtocolError:
         return ProtocolError("protocol error: %sfield %r of sample %d (of %d): %s"
