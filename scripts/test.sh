@@ -47,7 +47,7 @@ export CONVEYOR_VENV_DIR
 # sanitizer it only takes time. The framework adapters' suites test Python
 # code in the frameworks' own interpreters against a daemon that the other
 # suites already run sanitized.
-SANITIZED_EXCLUDE="pytest.python.test_bench_smoke|pytest.python.test_peers_smoke|pytest.integration.test_jax_adapter|pytest.integration.test_tensorflow_adapter"
+SANITIZED_EXCLUDE="pytest.python.test_bench_smoke|pytest.python.test_peers_smoke|pytest.integration.test_jax_adapter|pytest.integration.test_tensorflow_adapter|pytest.integration.test_fields_frameworks"
 # Checks of the sources themselves (the include graph, clang-format): the
 # same in every build, so only the release stage runs them.
 SOURCE_CHECKS="^layers\\.|^style\\."
