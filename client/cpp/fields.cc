@@ -22,7 +22,7 @@ std::string Prefix(absl::string_view where) {
 
 bool KnownType(int type) {
   return type == v1::FIELD_TEXT || type == v1::FIELD_BYTES || type == v1::FIELD_JSON ||
-         type == v1::FIELD_KEY || type == v1::FIELD_NPY;
+         type == v1::FIELD_KEY || type == v1::FIELD_NPY || type == v1::FIELD_MASK;
 }
 
 uint32_t LoadLe32(const std::string& bytes, size_t i) {
@@ -57,6 +57,7 @@ std::string_view FieldTypeName(v1::FieldType type) {
     case v1::FIELD_JSON: return "json";
     case v1::FIELD_KEY: return "key";
     case v1::FIELD_NPY: return "npy";
+    case v1::FIELD_MASK: return "mask";
     default: return "unknown";
   }
 }

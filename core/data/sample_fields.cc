@@ -26,6 +26,7 @@ const char* ToString(FieldType type) {
     case FieldType::kJson: return "json";
     case FieldType::kKey: return "key";
     case FieldType::kNpy: return "npy";
+    case FieldType::kMask: return "mask";
   }
   return "?";
 }
@@ -294,7 +295,8 @@ absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_
       break;
     }
     case FieldType::kBytes:
-    case FieldType::kKey: break;
+    case FieldType::kKey:
+    case FieldType::kMask: break;  // a mask is checked by decoding it
   }
   return absl::OkStatus();
 }

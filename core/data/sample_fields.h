@@ -33,9 +33,11 @@ enum class FieldType {
   kJson,   // one JSON value (RFC 8259), as text
   kKey,    // the sample's key (tar key, or its path in the dataset); no member
   kNpy,    // a NumPy .npy array (core/data/npy_array.h), delivered as the .npy file
+  kMask,   // a second image (a segmentation mask): its first channel, moved
+           // nearest-neighbour with the image; output height × width uint8
 };
 
-const char* ToString(FieldType type);  // "text", "bytes", "json", "key", "npy"
+const char* ToString(FieldType type);  // "text", "bytes", "json", "key", "npy", "mask"
 
 // An npy field whose values move with the image (core/decode/sample_geometry.h):
 // boxes of 4 numbers, [N, 4], rewritten as float32 after the crop and flip.

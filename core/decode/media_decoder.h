@@ -25,6 +25,11 @@ class MediaDecoder final : public SampleDecoder {
   const SampleGeometry* LastGeometry() const override {
     return last_ != nullptr ? last_->LastGeometry() : nullptr;
   }
+  absl::Status RunMask(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                       const SampleGeometry& geometry, uint8_t* out) override {
+    if (last_ == nullptr) return SampleDecoder::RunMask(bytes, spec, geometry, out);
+    return last_->RunMask(bytes, spec, geometry, out);
+  }
 
  private:
   SampleDecoder* last_ = nullptr;  // the decoder of the last Run

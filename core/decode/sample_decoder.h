@@ -34,6 +34,16 @@ class SampleDecoder {
   // (core/decode/sample_geometry.h), for annotations that move with the
   // image; null when the decoder does not say (video, audio, synthetic).
   virtual const SampleGeometry* LastGeometry() const { return nullptr; }
+  // Decodes `bytes`, a second image of the sample (a segmentation mask of
+  // the same size as its image), and writes its first channel at `out`,
+  // geometry.output_height × geometry.output_width uint8 values, each the
+  // nearest source pixel through `geometry` (the image's crop, resize and
+  // flip): torchvision's NEAREST rule, source = floor((o + 0.5 + offset) /
+  // scale). Errors are the sample's. The default: decoders without masks.
+  virtual absl::Status RunMask(std::span<const uint8_t> /*bytes*/, const TransformSpec& /*spec*/,
+                               const SampleGeometry& /*geometry*/, uint8_t* /*out*/) {
+    return absl::UnimplementedError("this pipeline's decoder does not decode masks");
+  }
 };
 
 using SampleDecoderFactory = std::function<std::unique_ptr<SampleDecoder>()>;

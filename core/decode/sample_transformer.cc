@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -277,6 +278,53 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
   TrainAxis(crop.left, crop.width, header_.width, d, spec.output_width, &x, &ox);
   TrainAxis(crop.top, crop.height, header_.height, d, spec.output_height, &y, &oy);
   return Execute(x, ox, y, oy, d, spec, flip, out);
+}
+
+absl::Status SampleTransformer::RunMask(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                                        const SampleGeometry& g, uint8_t* out) {
+  const Trace image_trace = trace_;  // last() keeps describing the image
+  const SampleGeometry image_geometry = g;
+  absl::Status st = Start(bytes, spec);
+  trace_ = image_trace;
+  if (!st.ok()) return st;
+  if (header_.width != image_geometry.source_width ||
+      header_.height != image_geometry.source_height) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the mask is %dx%d, its image %dx%d", header_.width, header_.height,
+                        image_geometry.source_width, image_geometry.source_height));
+  }
+  const int w = image_geometry.output_width, h = image_geometry.output_height;
+  auto source = [](int o, double offset, double scale, int limit) {
+    const double s = std::floor((o + 0.5 + offset) / scale);
+    return static_cast<int>(std::clamp(s, 0.0, static_cast<double>(limit - 1)));
+  };
+  mask_x_.resize(w);
+  mask_y_.resize(h);
+  for (int x = 0; x < w; ++x) {
+    mask_x_[x] = source(x, image_geometry.offset_x, image_geometry.scale_x, header_.width);
+  }
+  for (int y = 0; y < h; ++y) {
+    mask_y_[y] = source(y, image_geometry.offset_y, image_geometry.scale_y, header_.height);
+  }
+  const PixelRegion region{mask_x_.front(), mask_y_.front(), mask_x_.back() + 1,
+                           mask_y_.back() + 1};
+  int row = region.y0;  // the source row of the next row pushed
+  int next = 0;         // the next output row to fill
+  auto sink = [&](const uint8_t* rows, size_t stride, int count) {
+    for (int r = 0; r < count; ++r, ++row) {
+      const uint8_t* rgb = rows + r * stride;
+      for (; next < h && mask_y_[next] == row; ++next) {
+        uint8_t* dst = out + static_cast<size_t>(next) * w;
+        for (int x = 0; x < w; ++x) {
+          dst[image_geometry.flip ? w - 1 - x : x] = rgb[3 * (mask_x_[x] - region.x0)];
+        }
+      }
+    }
+  };
+  st = jpeg_ ? decoder_.DecodeRegion(region, 1, sink) : ffmpeg_->DecodeRegion(region, sink);
+  if (!st.ok()) return st;
+  if (next != h) return absl::DataLossError("the mask's decoder stopped before its last row");
+  return absl::OkStatus();
 }
 
 absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out) {

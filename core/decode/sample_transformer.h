@@ -102,6 +102,12 @@ class SampleTransformer final : public SampleDecoder {
 
   const Trace& last() const { return trace_; }
   const SampleGeometry* LastGeometry() const override { return &geometry_; }
+  // A mask of the same size as the last image (JPEG or any format here;
+  // decoded at full size), its first channel sampled nearest-neighbour.
+  // InvalidArgument when its size differs from geometry's source. last()
+  // and LastGeometry() still describe the image.
+  absl::Status RunMask(std::span<const uint8_t> bytes, const TransformSpec& spec,
+                       const SampleGeometry& geometry, uint8_t* out) override;
   // Whether the AVX2 kernels are in use.
   bool simd() const { return resampler_.simd(); }
 
@@ -128,7 +134,8 @@ class SampleTransformer final : public SampleDecoder {
   Resampler resampler_;
   JpegHeader header_;  // width and height of the current image (any format)
   Trace trace_;
-  SampleGeometry geometry_;  // of the last Run, RunCrop (valid after a success)
+  SampleGeometry geometry_;           // of the last Run, RunCrop (valid after a success)
+  std::vector<int> mask_x_, mask_y_;  // RunMask: the source column / row of each output one
   // Per-channel uint8 -> output value tables for float outputs, rebuilt when
   // mean/std change: ((float)v / 255 - mean) / std in float32, and its half.
   bool tables_valid_ = false;

@@ -15,11 +15,14 @@ BatchLayout BatchLayout::For(const TransformSpec& spec, uint32_t batch_size,
   size_t end = l.indices_offset + sizeof(int64_t) * batch_size;
   for (const SampleFieldSpec& f : fields) {
     FieldArea a;
-    a.stride = f.max_bytes;
+    // A mask's value is its decoded pixels, one byte each at the output size.
+    a.stride = f.type == FieldType::kMask
+                   ? static_cast<uint32_t>(spec.output_height) * spec.output_width
+                   : f.max_bytes;
     a.offsets_offset = AlignUp(end, 8);
     a.present_offset = a.offsets_offset + sizeof(uint32_t) * (size_t{batch_size} + 1);
     a.data_offset = AlignUp(a.present_offset + batch_size, 8);
-    end = a.data_offset + size_t{batch_size} * f.max_bytes;
+    end = a.data_offset + size_t{batch_size} * a.stride;
     l.fields.push_back(a);
   }
   l.slot_bytes = end;

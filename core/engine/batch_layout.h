@@ -39,7 +39,7 @@ struct BatchLayout {
     size_t offsets_offset = 0;  // uint32 × (batch_size + 1)
     size_t present_offset = 0;  // uint8 × batch_size
     size_t data_offset = 0;     // batch_size × stride bytes
-    uint32_t stride = 0;        // the field's max_bytes
+    uint32_t stride = 0;        // the field's max_bytes; a mask's height × width
   };
   std::vector<FieldArea> fields;  // one per pipeline field, in order
   size_t slot_bytes = 0;          // bytes one slot needs (before page rounding)

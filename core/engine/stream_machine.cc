@@ -407,7 +407,8 @@ void StreamMachine::WriteLabelAndIndex(uint8_t* slot, uint32_t position, uint64_
 
 absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64_t index,
                                         std::span<const uint8_t> read,
-                                        const SampleGeometry* geometry) const {
+                                        SampleDecoder* decoder) const {
+  const SampleGeometry* geometry = decoder->LastGeometry();
   const PipelineConfig& p = *config_.pipeline;
   const BatchLayout& l = config_.plan.layout;
   // A worker's scratch: no allocation per sample once warm.
@@ -428,6 +429,24 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
     uint32_t length = 0;
     if (value.has_value()) {
       RETURN_IF_ERROR(CheckFieldValue(spec, *value));
+      if (spec.type == FieldType::kMask) {
+        // Decoded straight into its place, through the image's geometry.
+        if (geometry == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "field '", spec.name, "': this sample's decoder reports no geometry for its mask"));
+        }
+        absl::Status st =
+            decoder->RunMask(*value, config_.plan.transform, *geometry,
+                             slot + area.data_offset + size_t{position} * area.stride);
+        if (!st.ok()) {
+          return absl::Status(st.code(), absl::StrCat("field '", spec.name, "': ", st.message()));
+        }
+        const uint32_t length = area.stride;
+        std::memcpy(slot + area.offsets_offset + sizeof(uint32_t) * (size_t{position} + 1), &length,
+                    sizeof(length));
+        slot[area.present_offset + position] = 1;
+        continue;
+      }
       if (spec.geometry != FieldGeometry::kNone) {
         // Boxes move with the image: rewritten as float32 [M, columns].
         if (geometry == nullptr) {
@@ -648,7 +667,7 @@ void StreamMachine::RunDecode(Task* t, SampleDecoder* decoder) const {
     t->status = decoder->Run(bytes, config_.plan.transform, rng, dst);
   }
   if (t->status.ok() && !l.fields.empty()) {
-    t->status = WriteFields(slot, t->position, index, read, decoder->LastGeometry());
+    t->status = WriteFields(slot, t->position, index, read, decoder);
   }
   // A buffer that grew for a large file is not kept at that size: streams
   // would otherwise keep max_file_bytes per buffer for good. Freed here,

@@ -413,10 +413,10 @@ class StreamMachine : public std::enable_shared_from_this<StreamMachine> {
   // (BatchLayout) from `read`, the bytes fetched for it. An error of the
   // sample (a value that fails CheckFieldValue, a required member missing)
   // names the field. Lock-free: the position is the task's.
-  // Boxes fields are moved with the image by `geometry` (the decoder's
-  // LastGeometry; null: it reports none, and such a field fails).
+  // Boxes and masks move with the image by the geometry of `decoder`'s last
+  // Run (LastGeometry; none: such a field fails); masks are decoded by it.
   absl::Status WriteFields(uint8_t* slot, uint32_t position, uint64_t index,
-                           std::span<const uint8_t> read, const SampleGeometry* geometry) const;
+                           std::span<const uint8_t> read, SampleDecoder* decoder) const;
   // Queues the cancellation of every parked read that has its handle.
   void CancelParked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a tuner: feeds it the tick that ended at `now`, if one did, and

@@ -23,9 +23,10 @@ const Section<SampleFieldSpec>& FieldSection() {
                                                          {"bytes", FieldType::kBytes},
                                                          {"json", FieldType::kJson},
                                                          {"key", FieldType::kKey},
-                                                         {"npy", FieldType::kNpy}},
-          "UTF-8 text, raw bytes, JSON text (checked), the sample's key, or a NumPy `.npy` "
-          "array"),
+                                                         {"npy", FieldType::kNpy},
+                                                         {"mask", FieldType::kMask}},
+          "UTF-8 text, raw bytes, JSON text (checked), the sample's key, a NumPy `.npy` "
+          "array, or a segmentation mask moved with the image"),
       String<SampleFieldSpec>("member", &SampleFieldSpec::member,
                               "tar shards: the extension of the member holding the value "
                               "(`txt`, `json`); none for `key`")
@@ -62,12 +63,13 @@ const Section<SampleFieldSpec>& FieldSection() {
                                                                              {"uint64", "uint64"},
                                                                              {"bool", "bool"}},
                             "`npy`: the element type every value must have"),
-      Enum<SampleFieldSpec>("geometry", &SampleFieldSpec::geometry,
-                            std::vector<std::pair<std::string, FieldGeometry>>{
-                                {"none", FieldGeometry::kNone},
-                                {"boxes_xyxy", FieldGeometry::kBoxesXyxy},
-                                {"boxes_xywh", FieldGeometry::kBoxesXywh}},
-                            "`npy` boxes `[N, 4 + k]` moved with the image's crop, resize and flip"),
+      Enum<SampleFieldSpec>(
+          "geometry", &SampleFieldSpec::geometry,
+          std::vector<std::pair<std::string, FieldGeometry>>{
+              {"none", FieldGeometry::kNone},
+              {"boxes_xyxy", FieldGeometry::kBoxesXyxy},
+              {"boxes_xywh", FieldGeometry::kBoxesXywh}},
+          "`npy` boxes `[N, 4 + k]` moved with the image's crop, resize and flip"),
       Bool<SampleFieldSpec>("normalized", &SampleFieldSpec::normalized,
                             "the boxes are fractions of the image's width and height, not pixels"),
   });

@@ -303,6 +303,10 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
       return y.Error(absl::StrCat(sub("fields"), "[", i, "].geometry"), n["fields"][i]["geometry"],
                      "boxes move with images: for `kind: image` only");
     }
+    if (pc.fields[i].type == FieldType::kMask && t.kind != MediaKind::kImage) {
+      return y.Error(absl::StrCat(sub("fields"), "[", i, "].type"), n["fields"][i]["type"],
+                     "masks move with images: for `kind: image` only");
+    }
   }
   if (!pc.fields.empty() && pc.cache_output) {
     return y.Error(sub("cache_output"), n["cache_output"],

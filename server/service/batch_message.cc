@@ -30,6 +30,7 @@ v1::FieldType ToProto(FieldType type) {
     case FieldType::kJson: return v1::FIELD_JSON;
     case FieldType::kKey: return v1::FIELD_KEY;
     case FieldType::kNpy: return v1::FIELD_NPY;
+    case FieldType::kMask: return v1::FIELD_MASK;
   }
   return v1::FIELD_TYPE_UNSPECIFIED;
 }
@@ -103,6 +104,10 @@ void FillBatchHeader(const BatchInfo& b, const Stream& stream, v1::Batch* o) {
     c->set_offsets(offsets, sizeof(uint32_t) * (size_t{n} + 1));
     c->set_data(base + area.data_offset, bytes);
     c->set_present(base + area.present_offset, n);
+    if (fields[i].type == FieldType::kMask) {
+      c->add_value_shape(t.output_height);
+      c->add_value_shape(t.output_width);
+    }
   }
   for (const SampleFailure& f : b.failures) {
     v1::SampleFailure* pf = o->add_failures();

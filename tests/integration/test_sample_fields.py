@@ -262,6 +262,11 @@ def _box_shards(out, count=24, seed=3):
             img.save(buf, format="JPEG", quality=98)
             key = "img%03d" % i
             add_tar_member(tar, key + ".jpg", buf.getvalue())
+            mask = Image.new("L", (w, h), 0)
+            ImageDraw.Draw(mask).rectangle([x0, y0, x0 + bw - 1, y0 + bh - 1], fill=255)
+            png = _io.BytesIO()
+            mask.save(png, format="PNG")
+            add_tar_member(tar, key + ".mask.png", png.getvalue())
             box = np.array([[x0, y0, x0 + bw, y0 + bh]], dtype=np.float64 if i == 0 else np.float32)
             npy = _io.BytesIO()
             np.save(npy, box)
@@ -276,6 +281,7 @@ def boxes_daemon(dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("box-shards")
     path, truth = _box_shards(out)
     fields = [{"name": "boxes", "member": "npy", "type": "npy", "geometry": "boxes_xyxy"},
+              {"name": "mask", "member": "mask.png", "type": "mask", "max_bytes": 65536},
               {"name": "key", "type": "key"}]
     shards = {"shards": [str(path)], "label_key": ""}
     pipelines = {
@@ -311,10 +317,19 @@ def test_boxes_land_where_the_transformed_image_shows_them(boxes_daemon, pipelin
         with loader.epoch(epoch) as stream:
             for b in stream:
                 assert not b.failures
-                for image, boxes, key in zip(b.images, b.fields["boxes"], b.fields["key"]):
+                for image, boxes, mask, key in zip(b.images, b.fields["boxes"], b.fields["mask"],
+                                                   b.fields["key"]):
                     assert key in truth
                     assert boxes.dtype == np.float32 and boxes.ndim == 2 and boxes.shape[1] == 4
                     seen = _bright_box(image)
+                    # The mask moved with the image: nearest-neighbour, so its
+                    # pixels agree with the image's away from the blurred edges.
+                    assert mask.dtype == np.uint8 and mask.shape == image.shape[:2]
+                    bright = image.astype(np.int32).mean(axis=2) > 128
+                    assert np.mean(bright == (mask > 127)) > 0.93, key
+                    masked = _bright_box(np.repeat(mask[:, :, None], 3, axis=2))
+                    if seen is not None and masked is not None:
+                        assert np.allclose(masked, seen, atol=2.0), (key, masked, seen)
                     if boxes.shape[0] == 0:
                         # Dropped: the rectangle is outside the crop.
                         assert seen is None or (seen[2] - seen[0]) * (seen[3] - seen[1]) < 6, key

@@ -28,7 +28,7 @@ from conveyor._stubs import pb
 from conveyor.errors import ConveyorError, InvalidRequest, ProtocolError
 
 TYPES = {"text": pb.FIELD_TEXT, "bytes": pb.FIELD_BYTES, "json": pb.FIELD_JSON,
-         "key": pb.FIELD_KEY, "npy": pb.FIELD_NPY}
+         "key": pb.FIELD_KEY, "npy": pb.FIELD_NPY, "mask": pb.FIELD_MASK}
 
 
 def message(name, kind, values):
@@ -77,6 +77,25 @@ def test_npy_values_are_read_only_arrays_loaded_once():
     bad = column("boxes", "npy", [b"\x93NUMPY junk"])
     with pytest.raises(ProtocolError, match=r"field 'boxes' of sample 0 .*not a \.npy array"):
         bad[0]
+
+
+def test_masks_are_read_only_arrays_of_the_column_shape():
+    m = message("mask", "mask", [bytes(range(6)), None])
+    m.value_shape.extend([2, 3])
+    col = FieldColumn(m, 2)
+    assert col[0].tolist() == [[0, 1, 2], [3, 4, 5]] and col[1] is None
+    assert not col[0].flags.writeable and col.value_shape == (2, 3)
+    short = message("mask", "mask", [bytes(5)])
+    short.value_shape.extend([2, 3])
+    with pytest.raises(ProtocolError, match="mask of sample 0 has 5 bytes, not 2 x 3"):
+        FieldColumn(short, 1)
+    shapeless = message("mask", "mask", [bytes(6)])
+    with pytest.raises(ProtocolError, match="value_shape"):
+        FieldColumn(shapeless, 1)
+    text = message("caption", "text", [b"a"])
+    text.value_shape.extend([1, 1])
+    with pytest.raises(ProtocolError, match="value_shape"):
+        FieldColumn(text, 1)
 
 
 def test_json_is_parsed_lazily_and_cached():

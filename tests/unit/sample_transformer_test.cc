@@ -216,4 +216,47 @@ TEST_CASE("sample transformer: bad input and bad specs are errors then it carrie
   CHECK(t.Run(jpeg, spec, rng, out.data()).ok());
 }
 
+TEST_CASE("a mask is sampled nearest-neighbour through the image's crop, resize and flip",
+          "[decode][mask]") {
+  const int w = 97, h = 61;
+  const std::vector<uint8_t> image = testing::EncodeNoiseJpeg(w, h, 3);
+  std::vector<uint8_t> gray(static_cast<size_t>(w) * h);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = static_cast<uint8_t>((i * 37) % 251);
+  const std::vector<uint8_t> mask = testing::CompressJpeg(gray, w, h, 1, 95);
+  // The reference: the mask decoded whole, sampled by the rule.
+  JpegDecoder full;
+  REQUIRE(full.ReadHeader(mask, DecodeLimits()).ok());
+  RgbImage decoded;
+  REQUIRE(full.DecodeImage(1, &decoded).ok());
+
+  TransformSpec spec;
+  spec.output_height = 24;
+  spec.output_width = 32;
+  SampleTransformer t;
+  std::vector<uint8_t> out(SampleBytes(spec));
+  const CropBox crop{5, 7, 40, 50};
+  for (bool flip : {false, true}) {
+    REQUIRE(t.RunCrop(image, spec, crop, flip, 1, out.data()).ok());
+    const SampleGeometry g = *t.LastGeometry();
+    std::vector<uint8_t> got(24 * 32);
+    REQUIRE(t.RunMask(mask, spec, g, got.data()).ok());
+    CHECK(t.last().crop == crop);  // last() still describes the image
+    for (int y = 0; y < 24; ++y) {
+      for (int x = 0; x < 32; ++x) {
+        const int sy = crop.top + static_cast<int>(std::floor((y + 0.5) * crop.height / 24));
+        const int sx = crop.left + static_cast<int>(std::floor((x + 0.5) * crop.width / 32));
+        const uint8_t want = decoded.pixels[(static_cast<size_t>(sy) * w + sx) * 3];
+        INFO("flip " << flip << " y " << y << " x " << x);
+        REQUIRE(got[y * 32 + (flip ? 31 - x : x)] == want);
+      }
+    }
+  }
+  // A mask of another size than its image is the sample's error.
+  const std::vector<uint8_t> small = testing::CompressJpeg(gray, 60, 40, 1, 95);
+  std::vector<uint8_t> got(24 * 32);
+  const absl::Status st = t.RunMask(small, spec, *t.LastGeometry(), got.data());
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(st.message()) == "the mask is 60x40, its image 97x61");
+}
+
 }  // namespace conveyor

@@ -280,7 +280,8 @@ enum {
   CONVEYOR_FIELD_BYTES = 2, /* any bytes */
   CONVEYOR_FIELD_JSON = 3,  /* JSON text, UTF-8 (checked by the daemon; parse it) */
   CONVEYOR_FIELD_KEY = 4,   /* the sample's key: its tar key or dataset path, bytes as stored */
-  CONVEYOR_FIELD_NPY = 5    /* a NumPy .npy file (checked by the daemon; boxes rewritten float32) */
+  CONVEYOR_FIELD_NPY = 5,   /* a NumPy .npy file (checked by the daemon; boxes rewritten float32) */
+  CONVEYOR_FIELD_MASK = 6   /* a segmentation mask: output height x width uint8 per sample */
 };
 
 /* The number of sample fields of the batch: the pipeline's declared fields

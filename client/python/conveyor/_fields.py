@@ -11,7 +11,9 @@ whether the sample has it). Values by type: "text" -> str (strict UTF-8),
 "bytes" -> bytes, "json" -> the value json.loads gives (parsed when first
 read, then cached: the same object on every access), "npy" -> a read-only
 numpy array (np.load without pickles; cached likewise; boxes the daemon
-moved with the image are float32 [N, 4]), "key" -> str (invalid
+moved with the image are float32 [N, 4 + k]), "mask" -> a read-only
+uint8 array [height, width] (a segmentation mask moved with the image),
+"key" -> str (invalid
 UTF-8 bytes kept as surrogate escapes, so name.encode("utf-8",
 "surrogateescape") gives the key's bytes back); an absent value is None.
 `offsets`, `data` and `present` are there for readers that want the bytes
@@ -45,7 +47,8 @@ __all__ = ["FieldColumn", "build_fields", "select_fields", "field_names", "TYPE_
 
 # conveyor_pb2.FieldType -> FieldColumn.type
 TYPE_NAMES: Dict[int, str] = {pb.FIELD_TEXT: "text", pb.FIELD_BYTES: "bytes",
-                              pb.FIELD_JSON: "json", pb.FIELD_KEY: "key", pb.FIELD_NPY: "npy"}
+                              pb.FIELD_JSON: "json", pb.FIELD_KEY: "key", pb.FIELD_NPY: "npy",
+                              pb.FIELD_MASK: "mask"}
 
 _UNPARSED = object()  # a JSON value not read yet
 _OFFSET = np.dtype("<u4")
@@ -59,7 +62,7 @@ class FieldColumn(_SequenceABC):
     num_samples + 1, offsets[0] == 0), data (bytes), present (bool numpy,
     num_samples), all read-only."""
 
-    __slots__ = ("name", "type", "offsets", "data", "present", "_where", "_json")
+    __slots__ = ("name", "type", "offsets", "data", "present", "value_shape", "_where", "_json")
 
     name: str
     type: str
@@ -114,6 +117,18 @@ class FieldColumn(_SequenceABC):
         if stray.size:
             raise bad("sample %d is absent but has %d bytes"
                       % (stray[0], offsets[stray[0] + 1] - offsets[stray[0]]))
+        shape = tuple(int(d) for d in message.value_shape)
+        if kind == "mask":
+            if len(shape) != 2 or min(shape) <= 0 or shape[0] * shape[1] > (1 << 31):
+                raise bad("a mask column's value_shape is %r, not [height, width]" % (shape,))
+            sizes = (offsets[1:] - offsets[:-1]).astype(np.int64)
+            wrong = np.flatnonzero(present & (sizes != shape[0] * shape[1]))
+            if wrong.size:
+                raise bad("mask of sample %d has %d bytes, not %d x %d"
+                          % (wrong[0], sizes[wrong[0]], shape[0], shape[1]))
+        elif shape:
+            raise bad("value_shape %r on a %s column" % (shape, kind))
+        self.value_shape = shape
         self.offsets = offsets
         self.data = data
         self.present = present
@@ -166,6 +181,9 @@ class FieldColumn(_SequenceABC):
         raw = self.data[int(self.offsets[i]):int(self.offsets[i + 1])]
         if self.type == "bytes":
             return raw
+        if self.type == "mask":
+            # Read-only: a view of the column's bytes (checked to be h × w).
+            return np.frombuffer(raw, dtype=np.uint8).reshape(self.value_shape)
         if self.type == "key":
             return raw.decode("utf-8", "surrogateescape")
         try:
