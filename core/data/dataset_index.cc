@@ -22,6 +22,7 @@
 #include "core/base/text_escape.h"
 #include "core/base/unique_fd.h"
 #include "core/data/file_reader.h"
+#include "core/data/list_columns.h"
 
 namespace conveyor {
 namespace {
@@ -435,7 +436,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadImageFolde
 }
 
 absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
-    const std::string& list_path, const std::string& root_arg) {
+    const std::string& list_path, const std::string& root_arg, ListColumns* columns) {
   absl::StatusOr<std::string> data = ReadListFile(list_path);
   if (!data.ok()) return data.status();
   const std::string root = NormalizeRoot(root_arg.empty() ? DirName(list_path) : root_arg);
@@ -480,7 +481,15 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
       return bad_line("missing tab between path and label (expected 'relative/path<TAB>label')");
     }
     const std::string_view path = line.substr(0, tab);
-    const std::string_view label_text = line.substr(tab + 1);
+    std::string_view label_text = line.substr(tab + 1);
+    std::string_view rest;  // the columns after the label, with their tabs
+    if (columns != nullptr) {
+      const size_t more = label_text.find('\t');
+      if (more != std::string_view::npos) {
+        rest = label_text.substr(more);
+        label_text = label_text.substr(0, more);
+      }
+    }
     if (absl::Status s = ValidateRelativePath(path); !s.ok()) return bad_line(s.message());
     int32_t label = 0;
     if (!ParseLabel(label_text, &label)) {
@@ -489,6 +498,7 @@ absl::StatusOr<std::shared_ptr<const DatasetIndex>> DatasetIndex::LoadListFile(
     }
     paths.Add(path);
     labels.push_back(label);
+    if (columns != nullptr) columns->AddLine(rest);
     line_start = next_start;
   }
   if (labels.empty()) {

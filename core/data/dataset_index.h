@@ -41,6 +41,8 @@
 
 namespace conveyor {
 
+class ListColumns;  // core/data/list_columns.h
+
 // The entries of an ImageFolder tree that are not samples, counted by reason
 // when the index loads, so that an operator learns what the daemon ignores
 // (the daemon logs Summary() once per dataset). A few example paths per
@@ -109,7 +111,8 @@ class DatasetIndex {
   // non-negative decimal integer that fits int32. Lines ending in "\r\n" are
   // accepted. Blank lines (empty or only spaces/tabs) and lines whose first
   // character is '#' are skipped. The path is everything before the first tab
-  // and may contain spaces; nothing may follow the label. Paths are relative to
+  // and may contain spaces; nothing may follow the label (but the columns
+  // asked for, see below). Paths are relative to
   // `root` (default: the directory holding the list file); absolute paths,
   // empty paths and paths with a ".." component are refused since they would
   // escape root. Files are NOT checked for existence (1 M stat calls at start
@@ -121,8 +124,11 @@ class DatasetIndex {
   // naming the file and its type when it is not a regular file, naming
   // "file:line: reason" for a bad line and naming the file when it holds no
   // entries.
+  // With `columns` (core/data/list_columns.h), lines may have more columns
+  // after the label, tab-separated: those asked for are kept there, one
+  // value per sample.
   static absl::StatusOr<std::shared_ptr<const DatasetIndex>> LoadListFile(
-      const std::string& list_path, const std::string& root = "");
+      const std::string& list_path, const std::string& root = "", ListColumns* columns = nullptr);
 
   // Builds an index from entries in memory (tests, other dataset formats).
   // Paths follow the list-file rules; labels must be >= 0. `class_names` may

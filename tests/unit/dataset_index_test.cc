@@ -2,6 +2,7 @@
 // list files built in a temporary directory.
 #include "core/data/dataset_index.h"
 #include "absl/strings/str_cat.h"
+#include "core/data/list_columns.h"
 #include "tests/unit/temp_dir.h"
 
 #include <stdlib.h>
@@ -394,6 +395,46 @@ TEST_CASE("content digest: names and labels in order, not the root", "[dataset]"
   CHECK(digest("/data/one", changed) != d);
   // A path may not be split differently between entries to collide.
   CHECK(digest("/r", {{"ab", 0}, {"c", 0}}) != digest("/r", {{"a", 0}, {"bc", 0}}));
+}
+
+TEST_CASE("List file: extra columns are kept for the fields that read them", "[dataset][fields]") {
+  TempDir dir;
+  const std::string list = dir.Write("list.txt",
+                                     "a.jpg\t1\ta cat\t{\"w\": 3}\n"
+                                     "b.jpg\t2\n"
+                                     "# comment\n"
+                                     "c.jpg\t0\t\tlast\r\n");
+  ListColumns columns({3, 2, 7});
+  auto index = DatasetIndex::LoadListFile(list, "", &columns);
+  REQUIRE(index.ok());
+  REQUIRE((*index)->size() == 3);
+  CHECK((*index)->label(0) == 1);
+  CHECK((*index)->label(2) == 0);
+  CHECK(columns.size() == 3);
+  CHECK(columns.Value(0, 2) == std::optional<std::string_view>("a cat"));
+  CHECK(columns.Value(0, 3) == std::optional<std::string_view>("{\"w\": 3}"));
+  CHECK_FALSE(columns.Value(1, 2).has_value());  // a line without it
+  CHECK(columns.Value(2, 2) == std::optional<std::string_view>(""));
+  CHECK(columns.Value(2, 3) == std::optional<std::string_view>("last"));
+  CHECK_FALSE(columns.Value(0, 7).has_value());
+  CHECK_FALSE(columns.Value(0, 4).has_value());  // not asked for
+
+  ListFileParts parts(*index, std::make_shared<ListColumns>(std::move(columns)));
+  const auto caption = parts.Member(0, ColumnMember(2), {});
+  REQUIRE(caption.has_value());
+  CHECK(std::string(reinterpret_cast<const char*>(caption->data()), caption->size()) == "a cat");
+  CHECK_FALSE(parts.Member(0, "txt", {}).has_value());
+  std::string key;
+  parts.Key(2, &key);
+  CHECK(key == "c.jpg");
+  CHECK(ColumnOfMember("#12") == std::optional<uint32_t>(12));
+  CHECK_FALSE(ColumnOfMember("#").has_value());
+  CHECK_FALSE(ColumnOfMember("#1x").has_value());
+
+  // Without columns asked for, a column after the label is an error, as before.
+  auto strict = DatasetIndex::LoadListFile(list);
+  REQUIRE_FALSE(strict.ok());
+  CHECK(std::string(strict.status().message()).find("list.txt:1: label") != std::string::npos);
 }
 
 }  // namespace
