@@ -9,8 +9,10 @@ namespace conveyor::server {
 std::string DatasetSpec::Key() const {
   switch (kind) {
     case Kind::kImageFolder: return absl::StrCat("folder:", root);
-    case Kind::kListFile: return absl::StrCat("list:", list, "\n", root);
-    case Kind::kUrlList: return absl::StrCat("urls:", list);
+    case Kind::kListFile:
+      return absl::StrCat("list:", list, "\n", root, "\n", absl::StrJoin(field_members, ","));
+    case Kind::kUrlList:
+      return absl::StrCat("urls:", list, "\n", absl::StrJoin(field_members, ","));
     case Kind::kTarShards:
       return absl::StrCat("tar:", label_key, "\n", shuffle_buffer, "\n",
                           absl::StrJoin(field_members, ","), "\n", absl::StrJoin(shards, "\n"));

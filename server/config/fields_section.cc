@@ -3,11 +3,15 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/data/list_columns.h"
 #include "server/config/sections.h"
 
 namespace conveyor::server {
 
 namespace {
+
+// The largest list-file column a field may read.
+constexpr uint32_t kMaxListColumn = 64;
 
 const Section<SampleFieldSpec>& FieldSection() {
   using schema::Bool;
@@ -31,6 +35,17 @@ const Section<SampleFieldSpec>& FieldSection() {
                               "tar shards: the extension of the member holding the value "
                               "(`txt`, `json`); none for `key`")
           .WithDefault("none"),
+      schema::Custom<SampleFieldSpec>(
+          "column", absl::StrCat("integer 2–", kMaxListColumn), "none",
+          "list and URL files: the tab-separated column holding the value (0 is the path, 1 "
+          "the label)",
+          [](const YamlFields& y, const YAML::Node& n, const std::string& field,
+             SampleFieldSpec* f) -> absl::Status {
+            uint32_t column = 0;
+            RETURN_IF_ERROR(y.ReadUintAs(n, field, 2, kMaxListColumn, &column));
+            f->member = ColumnMember(column);
+            return absl::OkStatus();
+          }),
       Bool<SampleFieldSpec>("required", &SampleFieldSpec::required,
                             "a sample without the member fails; `false`: the value is absent"),
       schema::Custom<SampleFieldSpec>(
@@ -91,18 +106,40 @@ absl::Status ParseFields(const YamlFields& y, const std::string& field, const YA
     RETURN_IF_ERROR(FieldSection().CheckKeys(y, f, at));
     if (!f["name"]) return y.Error(at, f, "missing `name`");
     SampleFieldSpec spec;
-    RETURN_IF_ERROR(FieldSection().ReadFields(y, f, at, &spec));
-    spec.member = absl::AsciiStrToLower(spec.member);
-    if (spec.type == FieldType::kKey && f["member"]) {
-      return y.Error(at + ".member", f["member"], "a `key` field has no member");
+    if (f["member"] && f["column"]) {
+      return y.Error(at + ".column", f["column"], "give either `member` or `column`, not both");
     }
+    RETURN_IF_ERROR(FieldSection().ReadFields(y, f, at, &spec));
+    if (f["member"]) spec.member = absl::AsciiStrToLower(spec.member);
+    if (spec.type == FieldType::kKey && (f["member"] || f["column"])) {
+      return y.Error(at + (f["member"] ? ".member" : ".column"),
+                     f["member"] ? f["member"] : f["column"], "a `key` field has no member");
+    }
+    const DatasetSpec::Kind kind = p->dataset.kind;
+    const bool lists = kind == DatasetSpec::Kind::kListFile || kind == DatasetSpec::Kind::kUrlList;
     if (spec.type != FieldType::kKey) {
-      if (p->dataset.kind != DatasetSpec::Kind::kTarShards) {
+      if (kind == DatasetSpec::Kind::kTarShards) {
+        if (f["column"]) {
+          return y.Error(at + ".column", f["column"],
+                         "is for list and URL files; tar shards "
+                         "name a `member`");
+        }
+        if (!f["member"]) {
+          return y.Error(at, f, "missing `member` (the extension of the tar member)");
+        }
+      } else if (lists) {
+        if (!f["column"]) {
+          return y.Error(at, f, "missing `column` (the list file's column holding the value)");
+        }
+        if (spec.type != FieldType::kText && spec.type != FieldType::kJson) {
+          return y.Error(at + ".type", f["type"] ? f["type"] : f,
+                         "a list file's column is `text` or `json`");
+        }
+      } else {
         return y.Error(at, f,
-                       "fields read from members are for tar shards (dataset.shards); other "
-                       "datasets deliver `type: key` fields only");
+                       "fields read from members are for tar shards (dataset.shards) and "
+                       "columns for list and URL files; folders deliver `type: key` fields only");
       }
-      if (!f["member"]) return y.Error(at, f, "missing `member` (the extension of the tar member)");
     }
     fields.push_back(std::move(spec));
     if (absl::Status st = ValidateFieldSpecs(fields); !st.ok()) {

@@ -16,6 +16,7 @@
 #include "core/base/status_macros.h"
 #include "core/base/text_escape.h"
 #include "core/data/dataset_index.h"
+#include "core/data/list_columns.h"
 #include "core/data/local_range_reader.h"
 #include "core/data/shard_order.h"
 #include "core/data/tar_dataset.h"
@@ -93,6 +94,7 @@ struct LoadedDataset {
   std::shared_ptr<const TarDataset> tar;                // tar shards only
   std::shared_ptr<const EpochOrder> order;              // tar shards only
   std::shared_ptr<const ByteRangeReader> shard_reader;  // tar shards only: local or remote
+  std::shared_ptr<const ListColumns> columns;           // list and URL files read by fields
 };
 
 // The config's one remote reader (one I/O thread), made on first use.
@@ -120,9 +122,19 @@ absl::StatusOr<LoadedDataset> LoadDataset(const DatasetSpec& d, MediaKind media,
     loaded.order = std::make_shared<ShardOrder>(loaded.tar->shard_sizes(), d.shuffle_buffer);
     return loaded;
   }
-  ASSIGN_OR_RETURN(loaded.index, d.kind == DatasetSpec::Kind::kImageFolder
-                                     ? DatasetIndex::LoadImageFolder(d.root, ExtensionsFor(media))
-                                     : DatasetIndex::LoadListFile(d.list, d.root));  // list or urls
+  if (d.kind == DatasetSpec::Kind::kImageFolder) {
+    ASSIGN_OR_RETURN(loaded.index, DatasetIndex::LoadImageFolder(d.root, ExtensionsFor(media)));
+    return loaded;
+  }
+  // A list of files or URLs; with fields, the columns they read are kept.
+  std::vector<uint32_t> wanted;
+  for (const std::string& member : d.field_members) {
+    if (std::optional<uint32_t> c = ColumnOfMember(member); c.has_value()) wanted.push_back(*c);
+  }
+  std::shared_ptr<ListColumns> columns;
+  if (!wanted.empty()) columns = std::make_shared<ListColumns>(std::move(wanted));
+  ASSIGN_OR_RETURN(loaded.index, DatasetIndex::LoadListFile(d.list, d.root, columns.get()));
+  loaded.columns = std::move(columns);
   return loaded;
 }
 
@@ -382,8 +394,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
     if (!pc->fields.empty()) {
       if (it->second.tar != nullptr) {
         pc->parts = it->second.tar;
-      } else {
+      } else if (d.kind == DatasetSpec::Kind::kImageFolder) {
         pc->parts = std::make_shared<WholeFileParts>(pc->dataset);
+      } else {
+        pc->parts = std::make_shared<ListFileParts>(pc->dataset, it->second.columns);
       }
     }
     if (spec.relay_jpeg) {

@@ -211,9 +211,40 @@ def test_folder_datasets_deliver_their_paths_as_keys(served):
     assert sorted(paths) == sorted(str(rel) for rel, _ in samples)
 
 
+def test_list_file_columns_are_fields(dataset, tmp_path, daemon_factory):
+    root, samples = dataset
+    lines = []
+    for i, (rel, label) in enumerate(samples):
+        line = "%s\t%d\tcaption %d: caf\u00e9" % (rel, label, i)
+        if i % 3:
+            line += "\t" + json.dumps({"i": i})
+        lines.append(line)
+    listing = tmp_path / "list.tsv"
+    listing.write_text("\n".join(lines) + "\n")
+    fields = [{"name": "caption", "column": 2, "type": "text"},
+              {"name": "meta", "column": 3, "type": "json", "required": False},
+              {"name": "path", "type": "key"}]
+    cfg = daemon_config(root, pipelines={"listed": pipeline_entry(
+        root, dataset={"list": str(listing), "root": str(root)}, fields=fields)},
+        allowed_roots=[str(root.parent), str(tmp_path)])
+    d = daemon_factory(json.dumps(cfg))
+    batches = _read(d.unix, "listed")
+    indices = [i for b in batches for i in b["indices"]]
+    assert sorted(indices) == list(range(len(samples)))
+    for i, caption, meta, path in zip(indices, _flat(batches, "caption"), _flat(batches, "meta"),
+                                      _flat(batches, "path")):
+        assert caption == "caption %d: caf\u00e9" % i
+        assert meta == ({"i": i} if i % 3 else None)
+        assert path == str(samples[i][0])
+
+
 @pytest.mark.parametrize("pipeline, field, why", [
     ({"fields": [{"name": "c", "member": "txt"}]}, "fields[0]",
      "fields read from members are for tar shards"),
+    ({"fields": [{"name": "c", "column": 2}]}, "fields[0]",
+     "columns for list and URL files"),
+    ({"fields": [{"name": "c", "column": 1}], "dataset": "LIST"}, "fields[0].column",
+     "must be within"),
     ({"fields": [{"name": "k", "type": "key", "member": "txt"}]}, "fields[0].member",
      "a `key` field has no member"),
     ({"fields": [{"name": "a", "type": "key"}, {"name": "a", "type": "key"}]}, "fields[1]",
@@ -230,6 +261,9 @@ def test_config_mistakes_name_the_field(dataset, tmp_path, pipeline, field, why)
     entry = pipeline_entry(root, **pipeline)
     if "member" in json.dumps(pipeline) and "colour" in json.dumps(pipeline):
         entry["dataset"] = {"shards": [str(tmp_path / "x.tar")]}
+    if entry["dataset"] == "LIST":
+        (tmp_path / "list.tsv").write_text("a/b.jpg\t0\n")
+        entry["dataset"] = {"list": str(tmp_path / "list.tsv"), "root": str(root)}
     cfg = daemon_config(root, pipelines={"p": entry},
                         allowed_roots=[str(root.parent), str(tmp_path)])
     path = tmp_path / "conveyord.yaml"
