@@ -28,12 +28,17 @@ void TransformBoxes(const SampleGeometry& g, BoxFormat format, bool normalized,
     auto map_x = [&](double x) { return std::clamp(x * g.scale_x - g.offset_x, 0.0, out_w); };
     auto map_y = [&](double y) { return std::clamp(y * g.scale_y - g.offset_y, 0.0, out_h); };
     double a = map_x(std::min(x0, x1)), c = map_x(std::max(x0, x1));
-    const double top = map_y(std::min(y0, y1)), bottom = map_y(std::max(y0, y1));
+    double top = map_y(std::min(y0, y1)), bottom = map_y(std::max(y0, y1));
     if (!(c > a) || !(bottom > top)) continue;  // nothing of it inside
     if (g.flip) {
       const double fa = out_w - c, fc = out_w - a;
       a = fa;
       c = fc;
+    }
+    if (g.vflip) {
+      const double ft = out_h - bottom, fb = out_h - top;
+      top = ft;
+      bottom = fb;
     }
     double v[4] = {a, top, c, bottom};
     if (format == BoxFormat::kXywh) {

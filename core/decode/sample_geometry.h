@@ -6,7 +6,8 @@
 //
 // A source point (x, y), in pixels of the image as decoded (after EXIF
 // orientation), lands at (x × scale_x − offset_x, y × scale_y − offset_y)
-// in the output, then x → output_width − x when flipped.
+// in the output, then x → output_width − x when flipped (and y →
+// output_height − y when flipped vertically).
 //
 // Box rule (documented in config/README.md, "Sample fields"): a box is
 // moved as its two corners, clipped to the output, and dropped when nothing
@@ -30,6 +31,7 @@ struct SampleGeometry {
   double scale_x = 1, scale_y = 1;
   double offset_x = 0, offset_y = 0;
   bool flip = false;
+  bool vflip = false;  // y → output_height − y, after the rest
 };
 
 enum class BoxFormat {

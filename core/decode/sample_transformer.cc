@@ -232,18 +232,31 @@ absl::Status SampleTransformer::Start(std::span<const uint8_t> bytes, const Tran
 absl::Status SampleTransformer::Run(std::span<const uint8_t> bytes, const TransformSpec& spec,
                                     Rng& rng, uint8_t* out) {
   if (absl::Status s = Start(bytes, spec); !s.ok()) return s;
-  if (spec.mode == AugmentMode::kEval) return RunEval(spec, out);
+  if (spec.mode == AugmentMode::kEval) {
+    DrawPixelOps(spec, rng);
+    return RunEval(spec, out);
+  }
   bool fallback = false;
   const CropBox crop = RandomResizedCropBox(header_.width, header_.height, spec, rng, &fallback);
   const bool flip = rng.Bernoulli(spec.flip_probability);
   trace_.fallback = fallback;
+  DrawPixelOps(spec, rng);
   return RunTrain(spec, crop, flip, 0, out);
+}
+
+void SampleTransformer::DrawPixelOps(const TransformSpec& spec, Rng& rng) {
+  // Only drawn when asked for: the presets keep the draws they always made.
+  vflip_ = spec.vflip_probability > 0 && rng.Bernoulli(spec.vflip_probability);
+  gray_ = spec.grayscale_probability > 0 && rng.Bernoulli(spec.grayscale_probability);
+  trace_.vflip = vflip_;
+  trace_.grayscale = gray_;
 }
 
 absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const TransformSpec& spec,
                                         const CropBox& crop, bool flip, int scale_denom,
                                         uint8_t* out) {
   if (absl::Status s = Start(bytes, spec); !s.ok()) return s;
+  vflip_ = gray_ = false;
   if (crop.width <= 0 || crop.height <= 0 || crop.left < 0 || crop.top < 0 ||
       crop.left > header_.width - crop.width || crop.top > header_.height - crop.height) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -273,6 +286,7 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
   geometry_.offset_x = crop.left * geometry_.scale_x;
   geometry_.offset_y = crop.top * geometry_.scale_y;
   geometry_.flip = flip;
+  geometry_.vflip = vflip_;
   ResampleAxis x, y;
   int ox = 0, oy = 0;
   TrainAxis(crop.left, crop.width, header_.width, d, spec.output_width, &x, &ox);
@@ -314,7 +328,8 @@ absl::Status SampleTransformer::RunMask(std::span<const uint8_t> bytes, const Tr
     for (int r = 0; r < count; ++r, ++row) {
       const uint8_t* rgb = rows + r * stride;
       for (; next < h && mask_y_[next] == row; ++next) {
-        uint8_t* dst = out + static_cast<size_t>(next) * w;
+        const int out_row = image_geometry.vflip ? h - 1 - next : next;
+        uint8_t* dst = out + static_cast<size_t>(out_row) * w;
         for (int x = 0; x < w; ++x) {
           dst[image_geometry.flip ? w - 1 - x : x] = rgb[3 * (mask_x_[x] - region.x0)];
         }
@@ -335,6 +350,7 @@ absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out)
   geometry_.scale_y = static_cast<double>(win.resized_height) / header_.height;
   geometry_.offset_x = win.left;
   geometry_.offset_y = win.top;
+  geometry_.vflip = vflip_;
   // Per-axis filter scale of the resize; decode at 1/d only while it stays >= 1.
   const double sx = static_cast<double>(header_.width) / win.resized_width;
   const double sy = static_cast<double>(header_.height) / win.resized_height;
@@ -387,21 +403,40 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
   const int w = spec.output_width;
   const int h = spec.output_height;
   const bool planar = spec.layout == Layout::kNCHW;
+  // The vertical flip and grayscale, after the resize: the output row a
+  // resized row goes to, and its pixels (PIL's convert("L") as three equal
+  // channels: L = (19595 R + 38470 G + 7471 B + 2^15) >> 16).
+  const bool vflip = vflip_;
+  const bool gray = gray_;
+  if (gray) gray_row_.resize(static_cast<size_t>(w) * 3);
+  auto row_of = [&](int yy) { return vflip ? h - 1 - yy : yy; };
+  auto pixels_of = [&](const uint8_t* rgb) -> const uint8_t* {
+    if (!gray) return rgb;
+    uint8_t* g = gray_row_.data();
+    for (int x = 0; x < w; ++x) {
+      const uint32_t l =
+          (rgb[3 * x] * 19595u + rgb[3 * x + 1] * 38470u + rgb[3 * x + 2] * 7471u + 0x8000u) >> 16;
+      g[3 * x] = g[3 * x + 1] = g[3 * x + 2] = static_cast<uint8_t>(l);
+    }
+    return g;
+  };
   switch (spec.dtype) {
     case DType::kUint8:
       if (!planar && !flip) {
         const size_t row = static_cast<size_t>(w) * 3;
-        resampler_.Finish(
-            [&](int yy, const uint8_t* rgb) { std::memcpy(out + yy * row, rgb, row); });
+        resampler_.Finish([&](int yy, const uint8_t* rgb) {
+          std::memcpy(out + row_of(yy) * row, pixels_of(rgb), row);
+        });
       } else if (planar && resampler_.simd()) {
         const size_t plane = static_cast<size_t>(w) * h;
         resampler_.Finish([&](int yy, const uint8_t* rgb) {
-          uint8_t* r = out + static_cast<size_t>(yy) * w;
-          DeinterleaveRowSimd(rgb, w, flip, r, r + plane, r + 2 * plane);
+          uint8_t* r = out + static_cast<size_t>(row_of(yy)) * w;
+          DeinterleaveRowSimd(pixels_of(rgb), w, flip, r, r + plane, r + 2 * plane);
         });
       } else {
         resampler_.Finish([&](int yy, const uint8_t* rgb) {
-          WriteRow(rgb, w, yy, h, planar, flip, out, [](int, uint8_t v) { return v; });
+          WriteRow(pixels_of(rgb), w, row_of(yy), h, planar, flip, out,
+                   [](int, uint8_t v) { return v; });
         });
       }
       break;
@@ -409,7 +444,7 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
       PrepareTables(spec);
       float* o = reinterpret_cast<float*>(out);
       resampler_.Finish([&](int yy, const uint8_t* rgb) {
-        WriteRow(rgb, w, yy, h, planar, flip, o,
+        WriteRow(pixels_of(rgb), w, row_of(yy), h, planar, flip, o,
                  [this](int c, uint8_t v) { return f32_table_[c][v]; });
       });
       break;
@@ -418,7 +453,7 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
       PrepareTables(spec);
       uint16_t* o = reinterpret_cast<uint16_t*>(out);
       resampler_.Finish([&](int yy, const uint8_t* rgb) {
-        WriteRow(rgb, w, yy, h, planar, flip, o,
+        WriteRow(pixels_of(rgb), w, row_of(yy), h, planar, flip, o,
                  [this](int c, uint8_t v) { return f16_table_[c][v]; });
       });
       break;

@@ -63,6 +63,8 @@ class SampleTransformer final : public SampleDecoder {
     bool fallback = false;  // train: RandomResizedCrop used its centre fallback
     EvalWindow window;      // eval: the resize + centre-crop window
     bool flip = false;
+    bool vflip = false;       // the vertical flip drawn (vflip_probability)
+    bool grayscale = false;   // the grayscale drawn (grayscale_probability)
     int scale_denom = 1;      // DCT scale 1/scale_denom used for decoding (JPEG only)
     const char* format = "";  // ImageFormatName of the image
     PixelRegion decoded;      // region decoded, in scaled-image pixels
@@ -116,6 +118,9 @@ class SampleTransformer final : public SampleDecoder {
   absl::Status RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip, int scale_denom,
                         uint8_t* out);
   absl::Status RunEval(const TransformSpec& spec, uint8_t* out);
+  // Draws the vertical flip and grayscale (only those asked for) into
+  // vflip_ / gray_, after the crop and flip draws.
+  void DrawPixelOps(const TransformSpec& spec, Rng& rng);
   // Plans the resampler, decodes the region it reads and writes the output.
   absl::Status Execute(const ResampleAxis& x, int x_origin, const ResampleAxis& y, int y_origin,
                        int scale_denom, const TransformSpec& spec, bool flip, uint8_t* out);
@@ -136,6 +141,9 @@ class SampleTransformer final : public SampleDecoder {
   Trace trace_;
   SampleGeometry geometry_;           // of the last Run, RunCrop (valid after a success)
   std::vector<int> mask_x_, mask_y_;  // RunMask: the source column / row of each output one
+  bool vflip_ = false;                // of the current image (DrawPixelOps; RunCrop: none)
+  bool gray_ = false;
+  std::vector<uint8_t> gray_row_;  // one output row made grey
   // Per-channel uint8 -> output value tables for float outputs, rebuilt when
   // mean/std change: ((float)v / 255 - mean) / std in float32, and its half.
   bool tables_valid_ = false;

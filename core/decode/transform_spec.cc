@@ -177,6 +177,18 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
   if (!(spec.flip_probability >= 0 && spec.flip_probability <= 1)) {
     return bad("flip_probability", absl::StrCat("must be in [0, 1], got ", spec.flip_probability));
   }
+  if (!(spec.vflip_probability >= 0 && spec.vflip_probability <= 1)) {
+    return bad("vflip_probability",
+               absl::StrCat("must be in [0, 1], got ", spec.vflip_probability));
+  }
+  if (!(spec.grayscale_probability >= 0 && spec.grayscale_probability <= 1)) {
+    return bad("grayscale_probability",
+               absl::StrCat("must be in [0, 1], got ", spec.grayscale_probability));
+  }
+  if (spec.kind != MediaKind::kImage &&
+      (spec.vflip_probability > 0 || spec.grayscale_probability > 0)) {
+    return bad("vflip_probability/grayscale_probability", "are for image pipelines");
+  }
   if (spec.resize_size <= 0 || spec.resize_size > kMaxOutputSide) {
     return bad("resize_size",
                absl::StrCat("must be in [1, ", kMaxOutputSide, "], got ", spec.resize_size));
@@ -240,8 +252,10 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
 const char* RandomDraws(const TransformSpec& spec) {
   switch (spec.kind) {
     case MediaKind::kImage:
-      return spec.mode == AugmentMode::kTrain ? "augment: train draws a random crop and flip"
-                                              : nullptr;
+      if (spec.mode == AugmentMode::kTrain) return "augment: train draws a random crop and flip";
+      return spec.vflip_probability > 0 || spec.grayscale_probability > 0
+                 ? "vertical_flip and grayscale draw whether to apply"
+                 : nullptr;
     case MediaKind::kVideo:
       if (spec.mode == AugmentMode::kTrain) {
         return "augment: train draws a random crop and flip of each clip";

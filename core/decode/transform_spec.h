@@ -100,6 +100,12 @@ struct TransformSpec {
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double flip_probability = 0.5;
+  // Images (either mode), after the crop and resize: torchvision's
+  // RandomVerticalFlip and RandomGrayscale (PIL's convert("L"), as three
+  // equal channels). Drawn after the horizontal flip, in this order, only
+  // when above 0 (so the presets draw what they always drew).
+  double vflip_probability = 0;
+  double grayscale_probability = 0;
   // Eval: the shorter side is resized to this before the centre crop.
   int resize_size = 256;
   // Use libjpeg's DCT-domain scaling (1/2, 1/4, 1/8) when the crop stays at

@@ -14,7 +14,8 @@ std::string TransformFingerprint(const TransformSpec& t) {
   return absl::StrFormat(
       "v1;kind=%d;mode=%d;out=%dx%d;layout=%d;dtype=%d;mean=%a,%a,%a;std=%a,%a,%a;"
       "scale=%a,%a;ratio=%a,%a;flip=%a;resize=%d;dct=%d;max_pixels=%d;max_decode_memory=%d;"
-      "max_decode_seconds=%a;video=%d,%d,%a,%d,%d,%a,%d;audio=%d,%d,%d,%d,%d,%d,%a",
+      "max_decode_seconds=%a;video=%d,%d,%a,%d,%d,%a,%d;audio=%d,%d,%d,%d,%d,%d,%a;vflip=%a;"
+      "gray=%a",
       static_cast<int>(t.kind), static_cast<int>(t.mode), t.output_height, t.output_width,
       static_cast<int>(t.layout), static_cast<int>(t.dtype), t.mean[0], t.mean[1], t.mean[2],
       t.std[0], t.std[1], t.std[2], t.scale_min, t.scale_max, t.ratio_min, t.ratio_max,
@@ -22,7 +23,7 @@ std::string TransformFingerprint(const TransformSpec& t) {
       t.max_decode_seconds, v.clip_frames, v.frame_stride, v.fps, static_cast<int>(v.clip_start),
       v.max_frames_decoded, v.max_duration_seconds, v.autorotate ? 1 : 0, a.sample_rate, a.channels,
       a.clip_samples, static_cast<int>(a.crop), static_cast<int>(a.padding), a.max_samples,
-      a.max_duration_seconds);
+      a.max_duration_seconds, t.vflip_probability, t.grayscale_probability);
 }
 
 OutputCache::Bytes OutputCache::Lookup(std::string_view key) {

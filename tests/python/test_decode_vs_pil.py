@@ -160,6 +160,35 @@ def test_eval_equals_torchvision(tmp, size):
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_vertical_flip_and_grayscale_equal_torchvision(tmp, layout, dtype):
+    # Eval geometry (no crop drawn) with both ops certain: torchvision's
+    # RandomVerticalFlip(1) and RandomGrayscale(1) after Resize + CenterCrop.
+    w, h = 333, 251
+    path = os.path.join(tmp, "vflip_gray.jpg")
+    Image.fromarray(jf.natural_image(w, h, 11)).save(path, quality=92)
+    ops = [T.Resize(256), T.CenterCrop(224), T.RandomVerticalFlip(1.0), T.RandomGrayscale(1.0)]
+    img = T.Compose(ops)(pil_rgb(path))
+    ref = np.asarray(img.convert("RGB"), dtype=np.uint8)  # HWC, three equal channels
+    assert np.array_equal(ref[..., 0], ref[..., 1])
+    out = os.path.join(tmp, "vflip_gray.raw")
+    jf.run_tool("run", path, out, "--mode", "eval", "--no-dct", "--layout", layout, "--dtype",
+                dtype, "--vflip-probability", "1", "--grayscale-probability", "1")
+    if dtype == "uint8":
+        ours = np.fromfile(out, np.uint8)
+        want = ref
+    else:
+        ours = np.fromfile(out, np.float32)
+        # ToTensor + Normalize with the tool's default mean/std, in float32.
+        mean = np.array([0.485, 0.456, 0.406], np.float32)
+        std = np.array([0.229, 0.224, 0.225], np.float32)
+        want = (ref.astype(np.float32) / np.float32(255) - mean) / std
+    want = want.transpose(2, 0, 1) if layout == "nchw" else want
+    ours = ours.reshape(want.shape)
+    assert np.array_equal(ours, want), "max diff %s" % np.abs(ours.astype(float) - want).max()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_float_outputs_equal_torchvision(variants, tmp, layout, dtype):
     path = variants["baseline444"]

@@ -14,6 +14,7 @@
 //       SampleTransformer::Run N times with Rng::ForKeys(S, 0, I + k).
 // Spec options: --mode train|eval --size H,W --layout nchw|nhwc
 //   --dtype uint8|float32|float16 --resize-size N --no-dct --scalar
+//   --flip-probability P --vflip-probability P --grayscale-probability P
 // Prints one JSON line per sample to stdout (geometry the transformer used);
 // errors go to stderr with exit status 2.
 #include <cstdio>
@@ -121,6 +122,12 @@ Args Parse(int argc, char** argv) {
       a.spec.resize_size = std::atoi(value().c_str());
     } else if (opt == "--no-dct") {
       a.spec.dct_scaling = false;
+    } else if (opt == "--flip-probability") {
+      a.spec.flip_probability = std::strtod(value().c_str(), nullptr);
+    } else if (opt == "--vflip-probability") {
+      a.spec.vflip_probability = std::strtod(value().c_str(), nullptr);
+    } else if (opt == "--grayscale-probability") {
+      a.spec.grayscale_probability = std::strtod(value().c_str(), nullptr);
     } else {
       Fail("unknown option " + opt);
     }

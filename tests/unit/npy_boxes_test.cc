@@ -130,6 +130,10 @@ TEST_CASE("boxes move with the crop, resize and flip; outside ones are dropped",
   TransformBoxes(g, BoxFormat::kXyxy, false,
                  std::vector<double>{40, 20, 80, 40, 7, 0.5, 150, 70, 190, 90, 3, 0.25}, 6, &out);
   CHECK(out == std::vector<float>{10, 5, 30, 15, 7, 0.5f});
+  // A vertical flip mirrors y: (10, 5)-(30, 15) in a 25-high output.
+  g.vflip = true;
+  TransformBoxes(g, BoxFormat::kXyxy, false, std::vector<double>{40, 20, 80, 40}, 4, &out);
+  CHECK(out == std::vector<float>{10, 10, 30, 20});
 }
 
 }  // namespace

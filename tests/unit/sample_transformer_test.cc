@@ -216,6 +216,38 @@ TEST_CASE("sample transformer: bad input and bad specs are errors then it carrie
   CHECK(t.Run(jpeg, spec, rng, out.data()).ok());
 }
 
+TEST_CASE("vertical flip and grayscale: the plain output mirrored and made grey, after the crop",
+          "[decode][augment]") {
+  const std::vector<uint8_t> image = testing::EncodeNoiseJpeg(120, 90, 5);
+  TransformSpec plain;
+  plain.output_height = 20;
+  plain.output_width = 28;
+  plain.layout = Layout::kNHWC;
+  TransformSpec ops = plain;
+  ops.vflip_probability = 1;
+  ops.grayscale_probability = 1;
+  SampleTransformer t;
+  std::vector<uint8_t> a(SampleBytes(plain)), b(SampleBytes(ops));
+  Rng r1 = Rng::ForKeys(1, 0, 7), r2 = Rng::ForKeys(1, 0, 7);
+  REQUIRE(t.Run(image, plain, r1, a.data()).ok());
+  const CropBox crop = t.last().crop;
+  REQUIRE(t.Run(image, ops, r2, b.data()).ok());
+  CHECK(t.last().crop == crop);  // the crop and flip draws come first, unchanged
+  CHECK(t.last().vflip);
+  CHECK(t.last().grayscale);
+  CHECK(t.LastGeometry()->vflip);
+  for (int y = 0; y < 20; ++y) {
+    for (int x = 0; x < 28; ++x) {
+      const uint8_t* p = &a[(static_cast<size_t>(19 - y) * 28 + x) * 3];
+      const uint8_t l =
+          static_cast<uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+      const uint8_t* q = &b[(static_cast<size_t>(y) * 28 + x) * 3];
+      INFO("y " << y << " x " << x);
+      REQUIRE((q[0] == l && q[1] == l && q[2] == l));
+    }
+  }
+}
+
 TEST_CASE("a mask is sampled nearest-neighbour through the image's crop, resize and flip",
           "[decode][mask]") {
   const int w = 97, h = 61;
