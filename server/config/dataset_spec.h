@@ -50,6 +50,9 @@ struct PipelineSpec {
   // `relay_jpeg: true`: its JPEGs are served from re-laid copies kept in the
   // daemon's cache (remote/relaid_jpeg_source.h).
   bool relay_jpeg = false;
+  // `augment` was a list of ops (augment_section.cc), and it had a normalize.
+  bool augment_ops = false;
+  bool augment_normalizes = false;
 };
 
 // A path a pipeline reads from, with the config field that names it.

@@ -159,10 +159,10 @@ const Section<PipelineSpec>& PipelineSection() {
       schema::Bool<PipelineSpec>("relay_jpeg", &PipelineSpec::relay_jpeg,
                                  "keep re-laid copies of the JPEGs in the daemon's `cache`, so "
                                  "crops decode only the data they cover"),
-      Enum<PipelineSpec>("augment", Tr(&TransformSpec::mode),
-                         std::vector<std::pair<std::string, AugmentMode>>{
-                             {"train", AugmentMode::kTrain}, {"eval", AugmentMode::kEval}},
-                         "RandomResizedCrop and flip (`train`) or resize and centre crop (`eval`)"),
+      Custom<PipelineSpec>("augment", "`train` \\| `eval` \\| list of ops", "`train`",
+                           "RandomResizedCrop and flip (`train`), resize and centre crop "
+                           "(`eval`), or the ops in order",
+                           ReadAugment),
       Custom<PipelineSpec>("size", absl::StrCat("integer or `[h, w]`, 1–", kMaxOutputSide),
                            Quoted(absl::StrCat(TransformSpec{}.output_height)),
                            "output size in pixels (or `height`/`width`)", ReadSize),
@@ -281,7 +281,41 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
     RETURN_IF_ERROR(ParseAudio(y, sub("audio"), n["audio"], &t));
   }
 
-  if (n["resize_size"]) {
+  if (p->augment_ops) {
+    // The ops say it all: the preset's own keys would contradict them.
+    for (const char* key : {"scale", "ratio", "flip_probability", "resize_size", "mean", "std"}) {
+      if (n[key]) {
+        return y.Error(sub(key), n[key],
+                       "is set by `augment`'s ops when `augment` is a list (give it in the op)");
+      }
+    }
+    if (t.kind != MediaKind::kImage) {
+      return y.Error(sub("augment"), n["augment"], "a list of ops is for `kind: image`");
+    }
+    if (p->augment_normalizes) {
+      if (!n["dtype"]) t.dtype = DType::kFloat32;
+      if (t.dtype == DType::kUint8) {
+        return y.Error(sub("dtype"), n["dtype"], "normalize makes floats: float32 or float16");
+      }
+    } else if (t.dtype != DType::kUint8) {
+      // Floats without normalize: ToTensor's x / 255.
+      t.mean = {0, 0, 0};
+      t.std = {1, 1, 1};
+    }
+    if (t.mode == AugmentMode::kTrain) {
+      // Unused by a crop; set as the preset sets it, so the same ops make
+      // the same transform (and fingerprint).
+      const int side = std::max(t.output_height, t.output_width);
+      t.resize_size = std::min<int>(kMaxOutputSide, (side * 256 + 223) / 224);
+    }
+    if (t.mode == AugmentMode::kEval &&
+        (t.resize_size < t.output_height || t.resize_size < t.output_width)) {
+      return y.Error(
+          sub("augment"), n["augment"],
+          absl::StrCat("resize's size must be at least the output size (", t.output_height, "x",
+                       t.output_width, "; no padding), got ", t.resize_size));
+    }
+  } else if (n["resize_size"]) {
     RETURN_IF_ERROR(s.ReadOne(y, n, f, "resize_size", p));
     if (t.mode == AugmentMode::kEval &&
         (t.resize_size < t.output_height || t.resize_size < t.output_width)) {

@@ -60,6 +60,11 @@ absl::Status ParseAudio(const YamlFields& y, const std::string& field, const YAM
                         TransformSpec* t);
 std::vector<FieldDoc> AudioDocs();
 
+// A pipeline's `augment`: `train`, `eval` or a list of ops
+// (augment_section.cc).
+absl::Status ReadAugment(const YamlFields& y, const YAML::Node& n, const std::string& field,
+                         PipelineSpec* out);
+
 // A pipeline's `fields` list (fields_section.cc): read after its dataset;
 // also sets the dataset's field members.
 absl::Status ParseFields(const YamlFields& y, const std::string& field, const YAML::Node& n,

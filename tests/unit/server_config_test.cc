@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/posix_error.h"
+#include "core/engine/output_cache.h"
 #include "server/access/token_identifier.h"
 #include "server/config/byte_size.h"
 #include "server/config/config.h"
@@ -1406,6 +1407,56 @@ TEST_CASE("kind audio refuses bad fields naming them", "[config][audio]") {
                 {"field pipelines.p.audio.max_duration_seconds: must be within [0.001,"});
   ExpectRefused(audio + "    audio: {rate: 8000}\n",
                 {"field pipelines.p.audio.rate: unknown field"});
+}
+
+TEST_CASE("augment: a list of ops maps onto the fused transform, in its order", "[config]") {
+  auto pipeline = [](const std::string& augment, const std::string& more = "") {
+    return "pipelines:\n  p:\n    dataset: {root: /data/x}\n    size: 64\n    augment: " + augment +
+           "\n" + more;
+  };
+  auto c = Parse(pipeline(
+      "[{op: random_resized_crop, scale: [0.3, 1]}, {op: horizontal_flip}, "
+      "{op: vertical_flip, p: 0.25}, {op: grayscale}, {op: normalize, mean: [0.5, 0.5, 0.5]}]"));
+  REQUIRE(c.ok());
+  const TransformSpec& t = c->pipelines[0].config.transform;
+  CHECK(t.mode == AugmentMode::kTrain);
+  CHECK(t.scale_min == 0.3);
+  CHECK(t.flip_probability == 0.5);
+  CHECK(t.vflip_probability == 0.25);
+  CHECK(t.grayscale_probability == 0.1);  // RandomGrayscale's default
+  CHECK(t.dtype == DType::kFloat32);      // normalize makes floats
+  CHECK(t.mean[0] == 0.5f);
+
+  // The train preset, as a list: the same transform.
+  auto preset = Parse(pipeline("train"));
+  auto listed = Parse(pipeline("[{op: random_resized_crop}, {op: horizontal_flip}]"));
+  REQUIRE(preset.ok());
+  REQUIRE(listed.ok());
+  CHECK(TransformFingerprint(preset->pipelines[0].config.transform) ==
+        TransformFingerprint(listed->pipelines[0].config.transform));
+
+  // Eval as ops; what the list does not name does not happen.
+  c = Parse(pipeline("[{op: resize, size: 73}, {op: center_crop}]"));
+  REQUIRE(c.ok());
+  CHECK(c->pipelines[0].config.transform.mode == AugmentMode::kEval);
+  CHECK(c->pipelines[0].config.transform.resize_size == 73);
+  CHECK(c->pipelines[0].config.transform.flip_probability == 0);
+
+  ExpectRefused(pipeline("[{op: horizontal_flip}]"),
+                {"pipelines.p.augment[0].op", "the first op must be"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: grayscale}, {op: horizontal_flip}]"),
+                {"augment[2].op", "'horizontal_flip' after 'grayscale'", "fused pass"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: color_jitter}]"),
+                {"unknown op 'color_jitter'", "known: random_resized_crop"});
+  ExpectRefused(pipeline("[{op: resize, size: 80}]"), {"followed by center_crop"});
+  ExpectRefused(pipeline("[{op: resize, size: 32}, {op: center_crop}]"),
+                {"at least the output size"});
+  ExpectRefused(pipeline("[{op: random_resized_crop, colour: 1}]"), {"augment[0].colour"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}]", "    scale: [0.5, 1]\n"),
+                {"pipelines.p.scale", "set by `augment`'s ops"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: normalize}]", "    dtype: uint8\n"),
+                {"normalize makes floats"});
+  ExpectRefused(pipeline("[]"), {"an empty list"});
 }
 
 }  // namespace
