@@ -448,3 +448,24 @@ def test_clip_vs_webdataset_smoke(tmp_path):
     assert "conveyord (image+caption+json+key):" in res.stdout
     assert "WebDataset + DataLoader(2 workers):" in res.stdout
     assert "x the images/s at" in res.stdout
+
+
+# --- bench/augment_ops.py ------------------------------------------------------
+def test_augment_ops_smoke(tmp_path):
+    """bench/augment_ops.py --smoke (~5 s): the train preset, the same as a
+    list of ops, and the list with vertical_flip and grayscale each serve
+    two batches on one daemon."""
+    conveyord = os.path.join(BUILD_DIR, "server", "conveyord")
+    if not os.path.exists(conveyord):
+        pytest.skip("conveyord is not built")
+    data = tmp_path / "data"
+    subprocess.run([PYTHON, GEN, "--out", str(data), "--images", "40", "--classes", "2"],
+                   check=True, capture_output=True, timeout=300)
+    res = subprocess.run([PYTHON, os.path.join(SOURCE_DIR, "bench", "augment_ops.py"), "--data",
+                          str(data), "--smoke", "--conveyord", conveyord],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, "augment_ops.py --smoke failed (%d)\nstdout:\n%s\nstderr:\n%s" % (
+        res.returncode, res.stdout, res.stderr)
+    for name in ("preset", "ops ", "ops-vflip-gray"):
+        assert name in res.stdout
+    assert "x the preset" in res.stdout
