@@ -21,6 +21,7 @@ are skipped when the daemon is sanitized (daemon_sanitizer()).
 
 import contextlib
 import io
+import json
 import os
 import re
 import resource
@@ -587,5 +588,26 @@ def write_shards(root, samples, out_dir, per_shard=10, fmt=tarfile.GNU_FORMAT):
                 key = "sample%06d" % (s + i)
                 add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
                 add_tar_member(tar, key + ".cls", b"%d" % label)
+        paths.append(path)
+    return paths
+
+
+def write_field_shards(root, samples, out_dir, caption, meta, per_shard=10):
+    """The folder's samples as shards for sample-field tests: key
+    "sub/sNNNNNN", members .jpg, .cls, .txt (caption(i)) and, for samples
+    whose number is not a multiple of 5 (an optional field), .json
+    (json of meta(i, label)). Returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in range(0, len(samples), per_shard):
+        path = out_dir / ("shard-%06d.tar" % (s // per_shard))
+        with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+            for i, (rel, label) in enumerate(samples[s:s + per_shard], start=s):
+                key = "sub/s%06d" % i
+                add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
+                add_tar_member(tar, key + ".cls", b"%d" % label)
+                add_tar_member(tar, key + ".txt", caption(i).encode())
+                if i % 5:
+                    add_tar_member(tar, key + ".json", json.dumps(meta(i, label)).encode())
         paths.append(path)
     return paths

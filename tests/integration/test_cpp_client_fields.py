@@ -15,16 +15,14 @@ shards written here, and against a fake daemon that sends hostile columns.
 """
 
 import json
-import os
 import subprocess
-import tarfile
 from concurrent import futures
 
 import grpc
 import pytest
 
-from conveyor_integration import (BUILD_DIR, SOURCE_DIR, Daemon, add_tar_member, daemon_config,
-                                  finish_daemons, pb, pb_grpc, pipeline_entry, scaled)
+from conveyor_integration import (BUILD_DIR, SOURCE_DIR, Daemon, daemon_config, finish_daemons,
+                                  pb, pb_grpc, pipeline_entry, scaled, write_field_shards)
 
 LIB_DIR = BUILD_DIR / "client" / "cpp"
 INCLUDE_DIR = SOURCE_DIR / "client" / "cpp" / "include"
@@ -79,18 +77,7 @@ def served(dataset, tmp_path_factory):
     whose number is a multiple of 5 have no .json) and `train` (no fields)."""
     root, samples = dataset
     out = tmp_path_factory.mktemp("cpp-field-shards")
-    paths = []
-    for s in range(0, len(samples), PER_SHARD):
-        path = out / ("shard-%06d.tar" % (s // PER_SHARD))
-        with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
-            for i, (rel, label) in enumerate(samples[s:s + PER_SHARD], start=s):
-                key = "sub/s%06d" % i
-                add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
-                add_tar_member(tar, key + ".cls", b"%d" % label)
-                add_tar_member(tar, key + ".txt", _caption(i).encode())
-                if i % 5:
-                    add_tar_member(tar, key + ".json", json.dumps(_meta(i, label)).encode())
-        paths.append(path)
+    paths = write_field_shards(root, samples, out, _caption, _meta, per_shard=PER_SHARD)
     pipelines = {
         "clip": pipeline_entry(root, dataset={"shards": [str(p) for p in paths]}, fields=FIELDS),
         "train": pipeline_entry(root),

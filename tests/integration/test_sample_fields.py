@@ -22,7 +22,8 @@ import pytest
 
 import conveyor
 from conveyor_integration import (CONVEYORD, Daemon, add_tar_member, daemon_config,
-                                  finish_daemons, pipeline_entry, require_daemon)
+                                  finish_daemons, pipeline_entry, require_daemon,
+                                  write_field_shards)
 
 SEED = 11
 PER_SHARD = 10
@@ -35,25 +36,6 @@ def _caption(i):
 
 def _meta(i, label):
     return {"i": i, "label": label, "boxes": [[i, 1.5, 2, 3]]}
-
-
-def _write_shards(root, samples, out):
-    """The folder's samples as shards: jpg, cls, txt, and json for samples
-    whose number is not a multiple of 5 (the field is optional)."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for s in range(0, len(samples), PER_SHARD):
-        path = out / ("shard-%06d.tar" % (s // PER_SHARD))
-        with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
-            for i, (rel, label) in enumerate(samples[s:s + PER_SHARD], start=s):
-                key = "sub/s%06d" % i
-                add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
-                add_tar_member(tar, key + ".cls", b"%d" % label)
-                add_tar_member(tar, key + ".txt", _caption(i).encode())
-                if i % 5:
-                    add_tar_member(tar, key + ".json", json.dumps(_meta(i, label)).encode())
-        paths.append(path)
-    return paths
 
 
 def _write_bad_shard(root, samples, out):
@@ -81,7 +63,7 @@ FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128}
 def served(dataset, tmp_path_factory):
     root, samples = dataset
     out = tmp_path_factory.mktemp("field-shards")
-    paths = _write_shards(root, samples, out)
+    paths = write_field_shards(root, samples, out, _caption, _meta, per_shard=PER_SHARD)
     bad = _write_bad_shard(root, samples, out)
     pipelines = {
         "clip": pipeline_entry(root, dataset={"shards": [str(p) for p in paths],

@@ -22,15 +22,14 @@ sample fields, and StreamOpened.pipeline and every batch follow the choice.
 """
 
 import json
-import tarfile
 
 import numpy as np
 import pytest
 
 import conveyor
 from conveyor._stubs import pb
-from conveyor_integration import (IMAGE_SIZE, Daemon, add_tar_member, daemon_config,
-                                  finish_daemons, pipeline_entry)
+from conveyor_integration import (IMAGE_SIZE, Daemon, daemon_config, finish_daemons,
+                                  pipeline_entry, write_field_shards)
 
 SEED = 5
 PER_SHARD = 10
@@ -43,25 +42,6 @@ def _caption(i):
     return "photo %d: a caf\u00e9 %s" % (i, "x" * (i % 5))
 
 
-def _write_shards(root, samples, out):
-    """The folder's samples as shards: jpg, cls, txt, and json for samples
-    whose number is not a multiple of 5 (an optional field); key sub/sNNNNNN."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for s in range(0, len(samples), PER_SHARD):
-        path = out / ("shard-%06d.tar" % (s // PER_SHARD))
-        with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
-            for i, (rel, label) in enumerate(samples[s:s + PER_SHARD], start=s):
-                key = "sub/s%06d" % i
-                add_tar_member(tar, key + ".jpg", (root / rel).read_bytes())
-                add_tar_member(tar, key + ".cls", b"%d" % label)
-                add_tar_member(tar, key + ".txt", _caption(i).encode())
-                if i % 5:
-                    add_tar_member(tar, key + ".json", json.dumps({"i": i}).encode())
-        paths.append(path)
-    return paths
-
-
 FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128},
           {"name": "meta", "member": "json", "type": "json", "required": False},
           {"name": "key", "type": "key"}]
@@ -71,7 +51,8 @@ FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128}
 def served(dataset, tmp_path_factory):
     root, samples = dataset
     out = tmp_path_factory.mktemp("choice-shards")
-    paths = _write_shards(root, samples, out)
+    paths = write_field_shards(root, samples, out, _caption, lambda i, label: {"i": i},
+                               per_shard=PER_SHARD)
     bounds = dict(allowed_sizes=[32, [48, 40]], allowed_dtypes=["float32"])
     pipelines = {
         # Deterministic (eval): two streams of the same samples compare.
