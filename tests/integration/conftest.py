@@ -592,6 +592,13 @@ def write_shards(root, samples, out_dir, per_shard=10, fmt=tarfile.GNU_FORMAT):
     return paths
 
 
+# The fields of write_field_shards' shards: a caption (at most 128 bytes),
+# optional JSON metadata and the key.
+CAPTION_FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128},
+                  {"name": "meta", "member": "json", "type": "json", "required": False},
+                  {"name": "key", "type": "key"}]
+
+
 def write_field_shards(root, samples, out_dir, caption, meta, per_shard=10):
     """The folder's samples as shards for sample-field tests: key
     "sub/sNNNNNN", members .jpg, .cls, .txt (caption(i)) and, for samples

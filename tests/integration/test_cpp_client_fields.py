@@ -21,16 +21,15 @@ from concurrent import futures
 import grpc
 import pytest
 
-from conveyor_integration import (BUILD_DIR, SOURCE_DIR, Daemon, daemon_config, finish_daemons,
-                                  pb, pb_grpc, pipeline_entry, scaled, write_field_shards)
+from conveyor_integration import (BUILD_DIR, CAPTION_FIELDS, SOURCE_DIR, Daemon, daemon_config,
+                                  finish_daemons, pb, pb_grpc, pipeline_entry, scaled,
+                                  write_field_shards)
 
 LIB_DIR = BUILD_DIR / "client" / "cpp"
 INCLUDE_DIR = SOURCE_DIR / "client" / "cpp" / "include"
 HERE = SOURCE_DIR / "tests" / "integration"
 PER_SHARD = 10
-FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128},
-          {"name": "meta", "member": "json", "type": "json", "required": False},
-          {"name": "key", "type": "key"}]
+FIELDS = CAPTION_FIELDS
 
 
 def _caption(i):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import conveyor
-from conveyor_integration import (CONVEYORD, Daemon, add_tar_member, daemon_config,
+from conveyor_integration import (CAPTION_FIELDS, CONVEYORD, Daemon, add_tar_member, daemon_config,
                                   finish_daemons, pipeline_entry, require_daemon,
                                   write_field_shards)
 
@@ -54,9 +54,7 @@ def _write_bad_shard(root, samples, out):
     return path
 
 
-FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128},
-          {"name": "meta", "member": "json", "type": "json", "required": False},
-          {"name": "key", "type": "key"}]
+FIELDS = CAPTION_FIELDS
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ import pytest
 
 import conveyor
 from conveyor._stubs import pb
-from conveyor_integration import (IMAGE_SIZE, Daemon, daemon_config, finish_daemons,
+from conveyor_integration import (CAPTION_FIELDS, IMAGE_SIZE, Daemon, daemon_config, finish_daemons,
                                   pipeline_entry, write_field_shards)
 
 SEED = 5
@@ -42,9 +42,7 @@ def _caption(i):
     return "photo %d: a caf\u00e9 %s" % (i, "x" * (i % 5))
 
 
-FIELDS = [{"name": "caption", "member": "txt", "type": "text", "max_bytes": 128},
-          {"name": "meta", "member": "json", "type": "json", "required": False},
-          {"name": "key", "type": "key"}]
+FIELDS = CAPTION_FIELDS
 
 
 @pytest.fixture(scope="module")
