@@ -99,8 +99,7 @@ TEST_CASE("stream choices: an eval pipeline's resize scales with the chosen size
   CHECK((*view)->transform.resize_size == 343);  // ceil(256 × 300 / 224)
 }
 
-TEST_CASE("stream choices: a stream on a view delivers its size and dtype",
-          "[engine][choices]") {
+TEST_CASE("stream choices: a stream on a view delivers its size and dtype", "[engine][choices]") {
   TempDir dir;
   testing::MakeImageFolder(dir.path(), 2, 2);
   auto p = testing::MakePipeline(dir.path(), 32);
