@@ -188,14 +188,16 @@ void WriteNpyFloat32(std::span<const float> values, int64_t rows, int64_t cols,
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header.push_back('\n');
-  out->clear();
   static constexpr uint8_t kStart[] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out->insert(out->end(), kStart, kStart + sizeof(kStart));
-  out->push_back(static_cast<uint8_t>(header.size() & 0xff));
-  out->push_back(static_cast<uint8_t>(header.size() >> 8));
-  out->insert(out->end(), header.begin(), header.end());
-  const auto* v = reinterpret_cast<const uint8_t*>(values.data());
-  out->insert(out->end(), v, v + values.size_bytes());
+  out->resize(sizeof(kStart) + 2 + header.size() + values.size_bytes());
+  uint8_t* at = out->data();
+  std::memcpy(at, kStart, sizeof(kStart));
+  at += sizeof(kStart);
+  *at++ = static_cast<uint8_t>(header.size() & 0xff);
+  *at++ = static_cast<uint8_t>(header.size() >> 8);
+  std::memcpy(at, header.data(), header.size());
+  at += header.size();
+  if (!values.empty()) std::memcpy(at, values.data(), values.size_bytes());
 }
 
 }  // namespace conveyor

@@ -280,7 +280,10 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
   }
   trace_.crop = crop;
   trace_.flip = flip;
-  geometry_ = SampleGeometry{header_.width, header_.height, spec.output_width, spec.output_height};
+  geometry_ = SampleGeometry{.source_width = header_.width,
+                             .source_height = header_.height,
+                             .output_width = spec.output_width,
+                             .output_height = spec.output_height};
   geometry_.scale_x = static_cast<double>(spec.output_width) / crop.width;
   geometry_.scale_y = static_cast<double>(spec.output_height) / crop.height;
   geometry_.offset_x = crop.left * geometry_.scale_x;
@@ -345,7 +348,10 @@ absl::Status SampleTransformer::RunMask(std::span<const uint8_t> bytes, const Tr
 absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out) {
   const EvalWindow win = EvalCenterWindow(header_.width, header_.height, spec);
   trace_.window = win;
-  geometry_ = SampleGeometry{header_.width, header_.height, spec.output_width, spec.output_height};
+  geometry_ = SampleGeometry{.source_width = header_.width,
+                             .source_height = header_.height,
+                             .output_width = spec.output_width,
+                             .output_height = spec.output_height};
   geometry_.scale_x = static_cast<double>(win.resized_width) / header_.width;
   geometry_.scale_y = static_cast<double>(win.resized_height) / header_.height;
   geometry_.offset_x = win.left;

@@ -18,6 +18,7 @@
 #include "core/engine/batch_layout.h"
 #include "core/engine/collate.h"
 #include "tests/fuzz/fuzz_target.h"
+#include "tests/unit/field_spec_of.h"
 
 namespace {
 
@@ -32,7 +33,7 @@ void Json(const uint8_t* data, size_t size) {
   std::string inner_why;
   const bool wrapped = IsValidJson("[" + text + "]", &inner_why);
   if (valid) FUZZ_CHECK(wrapped || inner_why.find("nested") != std::string::npos);
-  SampleFieldSpec spec{"f", FieldType::kJson, "json", true, 64};
+  SampleFieldSpec spec = testing::FieldSpecOf("f", FieldType::kJson, "json", true, 64);
   const absl::Status st = CheckFieldValue(spec, std::span<const uint8_t>(data, size));
   FUZZ_CHECK(st.ok() == (valid && size <= 64));
 }
@@ -44,7 +45,8 @@ void Pack(const uint8_t* data, size_t size) {
   size_t at = 2;
   TransformSpec spec;
   spec.output_height = spec.output_width = 1;
-  const std::vector<SampleFieldSpec> fields = {{"f", FieldType::kBytes, "bin", false, stride}};
+  const std::vector<SampleFieldSpec> fields = {
+      testing::FieldSpecOf("f", FieldType::kBytes, "bin", false, stride)};
   const BatchLayout l = BatchLayout::For(spec, batch, fields);
   const BatchLayout::FieldArea& a = l.fields[0];
   // Guard bytes after the slot: nothing may write them.

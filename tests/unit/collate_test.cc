@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/engine/collate.h"
+#include "tests/unit/field_spec_of.h"
 
 namespace conveyor {
 namespace {
@@ -40,8 +41,9 @@ TEST_CASE("field areas are packed Arrow-style, the failed samples' values left o
           "[collate][fields]") {
   TransformSpec spec;
   spec.output_height = spec.output_width = 2;
-  const std::vector<SampleFieldSpec> fields = {{"caption", FieldType::kText, "txt", true, 6},
-                                               {"meta", FieldType::kJson, "json", false, 3}};
+  const std::vector<SampleFieldSpec> fields = {
+      testing::FieldSpecOf("caption", FieldType::kText, "txt", true, 6),
+      testing::FieldSpecOf("meta", FieldType::kJson, "json", false, 3)};
   const BatchLayout l = BatchLayout::For(spec, 4, fields);
   REQUIRE(l.fields.size() == 2);
   CHECK(l.fields[0].offsets_offset >= l.indices_offset + 4 * sizeof(int64_t));

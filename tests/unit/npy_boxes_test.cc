@@ -9,6 +9,7 @@
 #include "core/data/npy_array.h"
 #include "core/data/sample_fields.h"
 #include "core/decode/sample_geometry.h"
+#include "tests/unit/field_spec_of.h"
 
 namespace conveyor {
 namespace {
@@ -85,7 +86,7 @@ TEST_CASE("npy: what is not a plain little-endian array is refused, saying why",
 }
 
 TEST_CASE("a npy field checks the declared element type and the shape of boxes", "[fields][npy]") {
-  SampleFieldSpec boxes{"boxes", FieldType::kNpy, "npy", true, 4096};
+  SampleFieldSpec boxes = testing::FieldSpecOf("boxes", FieldType::kNpy, "npy", true, 4096);
   boxes.geometry = FieldGeometry::kBoxesXyxy;
   const auto f32 =
       Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4), }", Floats({1, 2, 3, 4}));
@@ -94,7 +95,8 @@ TEST_CASE("a npy field checks the declared element type and the shape of boxes",
       Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), }", Floats({1, 2, 3}));
   CHECK(std::string(CheckFieldValue(boxes, three).message()) ==
         "field 'boxes': boxes must have shape [N, 4 or more], not [1, 3]");
-  SampleFieldSpec ints{"ids", FieldType::kNpy, "ids.npy", true, 4096, "int64"};
+  SampleFieldSpec ints =
+      testing::FieldSpecOf("ids", FieldType::kNpy, "ids.npy", true, 4096, "int64");
   CHECK(std::string(CheckFieldValue(ints, f32).message()) ==
         "field 'ids': an array of float32, not the declared int64");
   std::vector<double> read;
@@ -108,7 +110,14 @@ TEST_CASE("boxes move with the crop, resize and flip; outside ones are dropped",
           "[fields][geometry]") {
   // A train crop of 100x50 at (left 20, top 10) of a 200x100 image, resized
   // to 50x25: scale 0.5 both ways.
-  SampleGeometry g{200, 100, 50, 25, 0.5, 0.5, 10, 5, false};
+  SampleGeometry g{.source_width = 200,
+                   .source_height = 100,
+                   .output_width = 50,
+                   .output_height = 25,
+                   .scale_x = 0.5,
+                   .scale_y = 0.5,
+                   .offset_x = 10,
+                   .offset_y = 5};
   std::vector<float> out;
   const std::vector<double> boxes = {40,  20, 80,  40,   // inside: (10, 5)-(30, 15)
                                      0,   0,  30,  20,   // partly outside: clipped to (0, 0)-(5, 5)

@@ -9,6 +9,7 @@
 
 #include "core/decode/decoder_versions.h"
 #include "tests/unit/engine_test_util.h"
+#include "tests/unit/field_spec_of.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor {
@@ -65,7 +66,7 @@ TEST_CASE("pipeline fingerprint: one part per input of the batches, each changin
   CHECK(Differ(*a, *b) == std::vector<std::string>{"samples"});
   CHECK(parts.at("fields").empty());
   b = testing::MakePipeline(one.path());
-  b->fields.push_back(SampleFieldSpec{"key", FieldType::kKey, "", true, 256});
+  b->fields.push_back(testing::FieldSpecOf("key", FieldType::kKey, "", true, 256));
   CHECK(Differ(*a, *b) == std::vector<std::string>{"fields"});
   CHECK(Parts(*b).at("fields") == "key=key,,required,256;");
   // Speed-only settings are not parts.

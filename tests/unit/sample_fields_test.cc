@@ -4,7 +4,9 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/data/sample_fields.h"
+#include "tests/unit/field_spec_of.h"
 
 namespace conveyor {
 namespace {
@@ -45,7 +47,7 @@ TEST_CASE("JSON: what is not JSON is refused, saying why", "[fields]") {
 }
 
 TEST_CASE("a field value is checked against its type and its max_bytes", "[fields]") {
-  SampleFieldSpec text{"caption", FieldType::kText, "txt", true, 8};
+  SampleFieldSpec text = testing::FieldSpecOf("caption", FieldType::kText, "txt", true, 8);
   CHECK(CheckFieldValue(text, Bytes("a cat")).ok());
   const absl::Status long_text = CheckFieldValue(text, Bytes("a cat on a mat"));
   CHECK(long_text.code() == absl::StatusCode::kInvalidArgument);
@@ -53,12 +55,12 @@ TEST_CASE("a field value is checked against its type and its max_bytes", "[field
   const absl::Status not_utf8 = CheckFieldValue(text, Bytes("a\xff"));
   CHECK(std::string(not_utf8.message()).find("not valid UTF-8") != std::string::npos);
 
-  SampleFieldSpec json{"meta", FieldType::kJson, "json", true, 64};
+  SampleFieldSpec json = testing::FieldSpecOf("meta", FieldType::kJson, "json", true, 64);
   CHECK(CheckFieldValue(json, Bytes("{\"w\": 3}")).ok());
   const absl::Status bad = CheckFieldValue(json, Bytes("{\"w\": 3"));
   CHECK(std::string(bad.message()).rfind("field 'meta': not valid JSON (", 0) == 0);
 
-  SampleFieldSpec raw{"raw", FieldType::kBytes, "bin", true, 4};
+  SampleFieldSpec raw = testing::FieldSpecOf("raw", FieldType::kBytes, "bin", true, 4);
   CHECK(CheckFieldValue(raw, Bytes(std::string("\0\xff\x01\x02", 4))).ok());
 }
 
@@ -66,22 +68,25 @@ TEST_CASE("field specs: names, members and bounds are checked", "[fields]") {
   auto Check = [](std::vector<SampleFieldSpec> f) {
     return std::string(ValidateFieldSpecs(f).message());
   };
-  const SampleFieldSpec caption{"caption", FieldType::kText, "txt", true, 100};
-  const SampleFieldSpec key{"key", FieldType::kKey, "", true, 256};
+  const SampleFieldSpec caption =
+      testing::FieldSpecOf("caption", FieldType::kText, "txt", true, 100);
+  const SampleFieldSpec key = testing::FieldSpecOf("key", FieldType::kKey, "", true, 256);
   CHECK(ValidateFieldSpecs(std::vector<SampleFieldSpec>{caption, key}).ok());
   CHECK(Check({caption, caption}) == "fields[1] (caption): the name is used twice");
-  CHECK(Check({{"9x", FieldType::kText, "txt", true, 1}}).find("a name is") != std::string::npos);
-  CHECK(Check({caption, {"other", FieldType::kBytes, "txt", true, 1}}) ==
+  CHECK(Check({testing::FieldSpecOf("9x", FieldType::kText, "txt", true, 1)}).find("a name is") !=
+        std::string::npos);
+  CHECK(Check({caption, testing::FieldSpecOf("other", FieldType::kBytes, "txt", true, 1)}) ==
         "fields[1] (other): member 'txt' is read by another field");
-  CHECK(Check({{"k", FieldType::kKey, "txt", true, 1}}) ==
+  CHECK(Check({testing::FieldSpecOf("k", FieldType::kKey, "txt", true, 1)}) ==
         "fields[0] (k): a `key` field has no member");
-  CHECK(Check({{"t", FieldType::kText, "", true, 1}}).find("`member` is required") !=
-        std::string::npos);
-  CHECK(Check({{"t", FieldType::kText, "txt", true, 0}}).find("max_bytes must be") !=
-        std::string::npos);
+  CHECK(Check({testing::FieldSpecOf("t", FieldType::kText, "", true, 1)})
+            .find("`member` is required") != std::string::npos);
+  CHECK(Check({testing::FieldSpecOf("t", FieldType::kText, "txt", true, 0)})
+            .find("max_bytes must be") != std::string::npos);
   std::vector<SampleFieldSpec> many;
   for (size_t i = 0; i <= kMaxSampleFields; ++i) {
-    many.push_back({"f" + std::to_string(i), FieldType::kText, "m" + std::to_string(i), true, 1});
+    many.push_back(testing::FieldSpecOf(absl::StrCat("f", i), FieldType::kText,
+                                        absl::StrCat("m", i), true, 1));
   }
   CHECK(Check(many).find("at most") != std::string::npos);
 }

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/unit/engine_test_util.h"
+#include "tests/unit/field_spec_of.h"
 #include "tests/unit/temp_dir.h"
 
 namespace conveyor {
@@ -28,7 +29,8 @@ TEST_CASE("stream choices: a view within the pipeline's bounds, or a refusal nam
   auto p = testing::MakePipeline(dir.path(), 32);
   p->allowed_sizes = {{16, 16}, {24, 40}};
   p->allowed_dtypes = {DType::kFloat16};
-  p->fields = {{"key", FieldType::kKey, "", true, 256}, {"path", FieldType::kKey, "", true, 64}};
+  p->fields = {testing::FieldSpecOf("key", FieldType::kKey, "", true, 256),
+               testing::FieldSpecOf("path", FieldType::kKey, "", true, 64)};
   p->parts = std::make_shared<WholeFileParts>(p->dataset);
   std::shared_ptr<const PipelineConfig> pipeline = p;
 
