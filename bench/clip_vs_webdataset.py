@@ -106,11 +106,12 @@ def consume(images, captions, metas, keys):
 
 
 # --------------------------------------------------------------- conveyord
-def run_conveyord(conveyord, shards, threads, batches, warmup):
+def run_conveyord(conveyord, shards, threads, batches, warmup, startup=False):
     sys.path.insert(0, HERE)
     import daemon_proc
     import conveyor
     import torch
+    self_cpu_at_start = self_cpu()
     with tempfile.TemporaryDirectory() as work:
         cfg = os.path.join(work, "conveyord.yaml")
         pipeline = {
@@ -124,6 +125,7 @@ def run_conveyord(conveyord, shards, threads, batches, warmup):
             json.dump({"threads": threads, "log_level": "warn",
                        "pipelines": {"clip": pipeline}}, f)
         d = daemon_proc.DaemonProcess(conveyord, cfg, workdir=work, threads=threads)
+        started = time.perf_counter()
         d.start()
         try:
             loader = conveyor.Loader(d.unix, pipeline="clip", batch_size=BATCH, seed=1)
@@ -133,6 +135,8 @@ def run_conveyord(conveyord, shards, threads, batches, warmup):
                     if i + 1 >= warmup:
                         break
             cpu0, mine0, t0 = proc_cpu_seconds(d.pid), self_cpu(), time.perf_counter()
+            if startup:  # from the daemon's start: its index load and the warm-up count
+                cpu0, mine0, t0 = 0.0, self_cpu_at_start, started
             n = 0
             with loader.stream(num_epochs=0) as stream:
                 for i, b in enumerate(stream):
@@ -142,6 +146,8 @@ def run_conveyord(conveyord, shards, threads, batches, warmup):
                     n += got[0]
                     if i + 1 == batches:
                         break
+            if startup:
+                n += warmup * BATCH
             elapsed = time.perf_counter() - t0
             cpu = proc_cpu_seconds(d.pid) - cpu0 + self_cpu() - mine0
             loader.close()
@@ -156,6 +162,8 @@ import json, resource, sys, time
 import torch, torchvision.transforms as T, webdataset as wds
 shards, batches, batch, size = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 warmup = int(sys.argv[6])
+startup = sys.argv[7] == "1"
+start = time.perf_counter()
 sys.path.insert(0, sys.argv[5])
 from clip_vs_webdataset import consume
 
@@ -176,6 +184,9 @@ def cpu():
     a = resource.getrusage(resource.RUSAGE_SELF)
     return a.ru_utime + a.ru_stime
 
+cpu_at_start = cpu()  # after the imports, as on conveyord's side
+
+
 def worker_cpu(loader_iter):
     total = 0.0
     for w in loader_iter._workers:
@@ -189,6 +200,8 @@ for _ in range(warmup):
     next(it)
 w0, c0, t0 = worker_cpu(it), cpu(), time.perf_counter()
 n = 0
+if startup:  # from the DataLoader's creation: worker start-up and the warm-up count
+    w0, c0, t0, n = 0.0, cpu_at_start, start, warmup * batch
 for _ in range(batches):
     images, captions, metas, keys = next(it)
     n += consume(images, captions, metas, keys)[0]
@@ -198,10 +211,10 @@ print(json.dumps({"rate": n / elapsed, "cpu_ms": 1000 * used / n}))
 """
 
 
-def run_webdataset(python, shards, batches, warmup):
+def run_webdataset(python, shards, batches, warmup, startup=False):
     out = subprocess.run([python, "-c", WDS_SIDE, json.dumps(shards), str(batches), str(BATCH),
-                          str(SIZE), HERE, str(warmup)], capture_output=True, text=True,
-                         timeout=3600)
+                          str(SIZE), HERE, str(warmup), "1" if startup else "0"],
+                         capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError("WebDataset side failed:\n" + out.stderr[-4000:])
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -217,6 +230,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="daemon threads (WebDataset: 2 "
                     "DataLoader workers)")
     ap.add_argument("--batches", type=int, default=60, help="batches of 64 timed per round")
+    ap.add_argument("--include-startup", action="store_true",
+                    help="time from the daemon's start / the DataLoader's creation, warm-up "
+                    "batches counted (default: after the warm-up)")
     ap.add_argument("--smoke", action="store_true", help="one round of 3 batches after 1 of "
                     "warm-up: checks that both sides run (tests/python/test_bench_smoke.py)")
     ap.add_argument("--conveyord", default=os.path.join(
@@ -233,8 +249,9 @@ def main():
                                                                BATCH, args.rounds))
     ours, theirs = [], []
     for r in range(args.rounds):
-        ours.append(run_conveyord(args.conveyord, shards, args.threads, args.batches, warmup))
-        theirs.append(run_webdataset(python, shards, args.batches, warmup))
+        ours.append(run_conveyord(args.conveyord, shards, args.threads, args.batches, warmup,
+                                  args.include_startup))
+        theirs.append(run_webdataset(python, shards, args.batches, warmup, args.include_startup))
         print("round %d: conveyord %.0f images/s %.2f CPU-ms/image | WebDataset+DataLoader(2) "
               "%.0f images/s %.2f CPU-ms/image" % (r, *ours[-1], *theirs[-1]), flush=True)
     rate = statistics.median(x[0] for x in ours)
