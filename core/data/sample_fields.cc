@@ -248,7 +248,8 @@ absl::Status ValidateFieldSpecs(std::span<const SampleFieldSpec> fields) {
   return absl::OkStatus();
 }
 
-absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_t> value) {
+absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_t> value,
+                             NpyArray* npy) {
   if (value.size() > spec.max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("field '", spec.name, "': ", value.size(),
                                                    " bytes, more than its max_bytes ",
@@ -292,6 +293,7 @@ absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_
                            absl::StrJoin(a->shape, ", "), "]"));
         }
       }
+      if (npy != nullptr) *npy = *std::move(a);
       break;
     }
     case FieldType::kBytes:
@@ -301,26 +303,19 @@ absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_
   return absl::OkStatus();
 }
 
-absl::Status ReadBoxes(const SampleFieldSpec& spec, std::span<const uint8_t> value,
-                       std::vector<double>* out, size_t* columns) {
-  absl::StatusOr<NpyArray> a = ParseNpy(value);
-  if (!a.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("field '", spec.name, "': ", a.status().message()));
-  }
-  const size_t n = a->data.size() / a->item_bytes;
-  *columns = a->shape.size() == 2 ? static_cast<size_t>(a->shape[1]) : 4;
+void ReadBoxes(const NpyArray& a, std::vector<double>* out, size_t* columns) {
+  const size_t n = a.data.size() / a.item_bytes;
+  *columns = a.shape.size() == 2 ? static_cast<size_t>(a.shape[1]) : 4;
   out->resize(n);
   for (size_t i = 0; i < n; ++i) {
-    if (a->dtype == "float32") {
+    if (a.dtype == "float32") {
       float v;
-      std::memcpy(&v, a->data.data() + 4 * i, 4);
+      std::memcpy(&v, a.data.data() + 4 * i, 4);
       (*out)[i] = v;
     } else {
-      std::memcpy(&(*out)[i], a->data.data() + 8 * i, 8);
+      std::memcpy(&(*out)[i], a.data.data() + 8 * i, 8);
     }
   }
-  return absl::OkStatus();
 }
 
 void WholeFileParts::Key(uint64_t index, std::string* out) const {

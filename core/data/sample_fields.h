@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "core/data/dataset_index.h"
+#include "core/data/npy_array.h"
 
 namespace conveyor {
 
@@ -82,12 +83,13 @@ absl::Status ValidateFieldSpecs(std::span<const SampleFieldSpec> fields);
 // json, a .npy file of the declared element type for npy, [N, 4] of
 // float32 or float64 for boxes); else InvalidArgument "field 'NAME': ..."
 // saying what is wrong.
-absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_t> value);
+// An npy value's parsed array goes to *npy when given (so it is parsed once).
+absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_t> value,
+                             NpyArray* npy = nullptr);
 
-// The numbers of a boxes field's value (REQUIRES: CheckFieldValue passed):
+// The numbers of a boxes field's array (checked by CheckFieldValue):
 // float32 or float64 read as double, *columns (≥ 4) per box.
-absl::Status ReadBoxes(const SampleFieldSpec& spec, std::span<const uint8_t> value,
-                       std::vector<double>* out, size_t* columns);
+void ReadBoxes(const NpyArray& a, std::vector<double>* out, size_t* columns);
 
 // Whether `text` is exactly one JSON value (RFC 8259: objects, arrays,
 // strings with valid escapes and UTF-8, numbers, true/false/null; nesting at

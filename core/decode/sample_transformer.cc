@@ -280,16 +280,9 @@ absl::Status SampleTransformer::RunTrain(const TransformSpec& spec, const CropBo
   }
   trace_.crop = crop;
   trace_.flip = flip;
-  geometry_ = SampleGeometry{.source_width = header_.width,
-                             .source_height = header_.height,
-                             .output_width = spec.output_width,
-                             .output_height = spec.output_height};
-  geometry_.scale_x = static_cast<double>(spec.output_width) / crop.width;
-  geometry_.scale_y = static_cast<double>(spec.output_height) / crop.height;
-  geometry_.offset_x = crop.left * geometry_.scale_x;
-  geometry_.offset_y = crop.top * geometry_.scale_y;
-  geometry_.flip = flip;
-  geometry_.vflip = vflip_;
+  const double scale_x = static_cast<double>(spec.output_width) / crop.width;
+  const double scale_y = static_cast<double>(spec.output_height) / crop.height;
+  SetGeometry(spec, scale_x, scale_y, crop.left * scale_x, crop.top * scale_y, flip);
   ResampleAxis x, y;
   int ox = 0, oy = 0;
   TrainAxis(crop.left, crop.width, header_.width, d, spec.output_width, &x, &ox);
@@ -345,18 +338,25 @@ absl::Status SampleTransformer::RunMask(std::span<const uint8_t> bytes, const Tr
   return absl::OkStatus();
 }
 
-absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out) {
-  const EvalWindow win = EvalCenterWindow(header_.width, header_.height, spec);
-  trace_.window = win;
+void SampleTransformer::SetGeometry(const TransformSpec& spec, double scale_x, double scale_y,
+                                    double offset_x, double offset_y, bool flip) {
   geometry_ = SampleGeometry{.source_width = header_.width,
                              .source_height = header_.height,
                              .output_width = spec.output_width,
-                             .output_height = spec.output_height};
-  geometry_.scale_x = static_cast<double>(win.resized_width) / header_.width;
-  geometry_.scale_y = static_cast<double>(win.resized_height) / header_.height;
-  geometry_.offset_x = win.left;
-  geometry_.offset_y = win.top;
-  geometry_.vflip = vflip_;
+                             .output_height = spec.output_height,
+                             .scale_x = scale_x,
+                             .scale_y = scale_y,
+                             .offset_x = offset_x,
+                             .offset_y = offset_y,
+                             .flip = flip,
+                             .vflip = vflip_};
+}
+
+absl::Status SampleTransformer::RunEval(const TransformSpec& spec, uint8_t* out) {
+  const EvalWindow win = EvalCenterWindow(header_.width, header_.height, spec);
+  trace_.window = win;
+  SetGeometry(spec, static_cast<double>(win.resized_width) / header_.width,
+              static_cast<double>(win.resized_height) / header_.height, win.left, win.top, false);
   // Per-axis filter scale of the resize; decode at 1/d only while it stays >= 1.
   const double sx = static_cast<double>(header_.width) / win.resized_width;
   const double sy = static_cast<double>(header_.height) / win.resized_height;

@@ -118,6 +118,10 @@ class SampleTransformer final : public SampleDecoder {
   absl::Status RunTrain(const TransformSpec& spec, const CropBox& crop, bool flip, int scale_denom,
                         uint8_t* out);
   absl::Status RunEval(const TransformSpec& spec, uint8_t* out);
+  // geometry_ of the current image: source point × scale − offset, then the
+  // flips (the horizontal one given, the vertical one drawn).
+  void SetGeometry(const TransformSpec& spec, double scale_x, double scale_y, double offset_x,
+                   double offset_y, bool flip);
   // Draws the vertical flip and grayscale (only those asked for) into
   // vflip_ / gray_, after the crop and flip draws.
   void DrawPixelOps(const TransformSpec& spec, Rng& rng);

@@ -428,7 +428,8 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
     }
     uint32_t length = 0;
     if (value.has_value()) {
-      RETURN_IF_ERROR(CheckFieldValue(spec, *value));
+      NpyArray npy;
+      RETURN_IF_ERROR(CheckFieldValue(spec, *value, &npy));
       if (spec.type == FieldType::kMask) {
         // Decoded straight into its place, through the image's geometry.
         if (geometry == nullptr) {
@@ -454,7 +455,7 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
               "field '", spec.name, "': this sample's decoder reports no geometry for its boxes"));
         }
         size_t columns = 4;
-        RETURN_IF_ERROR(ReadBoxes(spec, *value, &boxes, &columns));
+        ReadBoxes(npy, &boxes, &columns);
         TransformBoxes(
             *geometry,
             spec.geometry == FieldGeometry::kBoxesXywh ? BoxFormat::kXywh : BoxFormat::kXyxy,

@@ -90,7 +90,8 @@ TEST_CASE("a npy field checks the declared element type and the shape of boxes",
   boxes.geometry = FieldGeometry::kBoxesXyxy;
   const auto f32 =
       Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4), }", Floats({1, 2, 3, 4}));
-  CHECK(CheckFieldValue(boxes, f32).ok());
+  NpyArray parsed;
+  CHECK(CheckFieldValue(boxes, f32, &parsed).ok());
   const auto three =
       Npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), }", Floats({1, 2, 3}));
   CHECK(std::string(CheckFieldValue(boxes, three).message()) ==
@@ -101,7 +102,7 @@ TEST_CASE("a npy field checks the declared element type and the shape of boxes",
         "field 'ids': an array of float32, not the declared int64");
   std::vector<double> read;
   size_t columns = 0;
-  REQUIRE(ReadBoxes(boxes, f32, &read, &columns).ok());
+  ReadBoxes(parsed, &read, &columns);
   CHECK(read == std::vector<double>{1, 2, 3, 4});
   CHECK(columns == 4);
 }
