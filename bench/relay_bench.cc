@@ -13,8 +13,8 @@
 // draws from Rng::ForKeys(0, r, i)); the first pair is a warm-up. Prints
 // the median CPU-ms/image of each and the ratio original / re-laid.
 // --only runs the rounds of one side alone, for instruction counts:
-//   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*Round*' \
-//       build/bench/relay_bench DIR --rounds 2 --only original
+//   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*Round*'
+//       build/bench/relay_bench DIR --rounds 2 --only original   (one command line)
 #include <time.h>
 
 #include <algorithm>
