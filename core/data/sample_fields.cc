@@ -25,6 +25,7 @@ const char* ToString(FieldType type) {
     case FieldType::kBytes: return "bytes";
     case FieldType::kJson: return "json";
     case FieldType::kKey: return "key";
+    case FieldType::kAugment: return "augment";
     case FieldType::kNpy: return "npy";
     case FieldType::kMask: return "mask";
   }
@@ -36,6 +37,7 @@ const char* ToString(FieldGeometry g) {
     case FieldGeometry::kNone: return "none";
     case FieldGeometry::kBoxesXyxy: return "boxes_xyxy";
     case FieldGeometry::kBoxesXywh: return "boxes_xywh";
+    case FieldGeometry::kKeypoints: return "keypoints";
   }
   return "?";
 }
@@ -217,9 +219,10 @@ absl::Status ValidateFieldSpecs(std::span<const SampleFieldSpec> fields) {
     if (!names.insert(f.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(at, "the name is used twice"));
     }
-    if (f.type == FieldType::kKey) {
+    if (ReadsNoMember(f.type)) {
       if (!f.member.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(at, "a `key` field has no member"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, "a `", ToString(f.type), "` field has no member"));
       }
     } else {
       if (f.member.empty()) {
@@ -287,10 +290,12 @@ absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_
           return absl::InvalidArgumentError(absl::StrCat(
               "field '", spec.name, "': boxes must be float32 or float64, not ", a->dtype));
         }
-        if (a->shape.size() != 2 || a->shape[1] < 4) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("field '", spec.name, "': boxes must have shape [N, 4 or more], not [",
-                           absl::StrJoin(a->shape, ", "), "]"));
+        const bool points = spec.geometry == FieldGeometry::kKeypoints;
+        const int64_t least = points ? 2 : 4;
+        if (a->shape.size() != 2 || a->shape[1] < least) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "field '", spec.name, "': ", points ? "keypoints" : "boxes", " must have shape [N, ",
+              least, " or more], not [", absl::StrJoin(a->shape, ", "), "]"));
         }
       }
       if (npy != nullptr) *npy = *std::move(a);
@@ -298,6 +303,7 @@ absl::Status CheckFieldValue(const SampleFieldSpec& spec, std::span<const uint8_
     }
     case FieldType::kBytes:
     case FieldType::kKey:
+    case FieldType::kAugment:      // made by the daemon
     case FieldType::kMask: break;  // a mask is checked by decoding it
   }
   return absl::OkStatus();

@@ -29,21 +29,29 @@
 namespace conveyor {
 
 enum class FieldType {
-  kText,   // valid UTF-8
-  kBytes,  // anything
-  kJson,   // one JSON value (RFC 8259), as text
-  kKey,    // the sample's key (tar key, or its path in the dataset); no member
-  kNpy,    // a NumPy .npy array (core/data/npy_array.h), delivered as the .npy file
-  kMask,   // a second image (a segmentation mask): its first channel, moved
-           // nearest-neighbour with the image; output height × width uint8
+  kText,     // valid UTF-8
+  kBytes,    // anything
+  kJson,     // one JSON value (RFC 8259), as text
+  kKey,      // the sample's key (tar key, or its path in the dataset); no member
+  kNpy,      // a NumPy .npy array (core/data/npy_array.h), delivered as the .npy file
+  kMask,     // a second image (a segmentation mask): its first channel, moved
+             // nearest-neighbour with the image; output height × width uint8
+  kAugment,  // what the sample's augmentation drew, as one JSON object
+             // (SampleDecoder::LastDraws); no member; delivered as JSON
 };
 
-const char* ToString(FieldType type);  // "text", "bytes", "json", "key", "npy", "mask"
+// "text", "bytes", "json", "key", "npy", "mask", "augment"
+const char* ToString(FieldType type);
+// Fields made by the daemon (key, augment), not read from a member or column.
+inline bool ReadsNoMember(FieldType type) {
+  return type == FieldType::kKey || type == FieldType::kAugment;
+}
 
 // An npy field whose values move with the image (core/decode/sample_geometry.h):
 // boxes of 4 numbers, [N, 4], rewritten as float32 after the crop and flip.
-enum class FieldGeometry { kNone, kBoxesXyxy, kBoxesXywh };
-const char* ToString(FieldGeometry g);  // "none", "boxes_xyxy", "boxes_xywh"
+enum class FieldGeometry { kNone, kBoxesXyxy, kBoxesXywh, kKeypoints };
+// "none", "boxes_xyxy", "boxes_xywh", "keypoints"
+const char* ToString(FieldGeometry g);
 
 // Bounds on what a pipeline may declare.
 inline constexpr size_t kMaxSampleFields = 32;

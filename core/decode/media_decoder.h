@@ -22,6 +22,9 @@ class MediaDecoder final : public SampleDecoder {
   absl::Status Run(std::span<const uint8_t> bytes, const TransformSpec& spec, Rng& rng,
                    uint8_t* out) override;
   // The geometry of the last Run's decoder (images only).
+  bool LastDraws(std::string* out) const override {
+    return last_ != nullptr && last_->LastDraws(out);
+  }
   const SampleGeometry* LastGeometry() const override {
     return last_ != nullptr ? last_->LastGeometry() : nullptr;
   }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "core/base/rng.h"
@@ -34,6 +35,10 @@ class SampleDecoder {
   // (core/decode/sample_geometry.h), for annotations that move with the
   // image; null when the decoder does not say (video, audio, synthetic).
   virtual const SampleGeometry* LastGeometry() const { return nullptr; }
+  // What the last successful Run drew, as one JSON object (the crop, the
+  // flips, the whole-image ops' parameters) in *out; false when the decoder
+  // does not say.
+  virtual bool LastDraws(std::string* /*out*/) const { return false; }
   // Decodes `bytes`, a second image of the sample (a segmentation mask of
   // the same size as its image), and writes its first channel at `out`,
   // geometry.output_height × geometry.output_width uint8 values, each the

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/decode/color_ops.h"
 #include "core/decode/image_format.h"
 #include "core/decode/image_probe.h"
 
@@ -179,6 +181,64 @@ void EvalAxis(int full, int d, int resized, int offset, int out, ResampleAxis* a
 
 }  // namespace
 
+ImageOpsDraws DrawImageOps(const ImageOpsSpec& ops, Rng& rng) {
+  ImageOpsDraws d;
+  if (ops.padding > 0) {
+    // RandomCrop.get_params: top, then left, each in [0, 2 × padding].
+    const uint64_t span = 2 * static_cast<uint64_t>(ops.padding) + 1;
+    d.pad_top = static_cast<int>(rng.Below(span));
+    d.pad_left = static_cast<int>(rng.Below(span));
+  }
+  if (ops.jitter()) {
+    d.jitter = rng.Bernoulli(ops.jitter_probability);
+    if (d.jitter) {
+      // torch.randperm(4) as a Fisher–Yates shuffle, then the factors.
+      for (int i = 3; i > 0; --i) {
+        std::swap(d.jitter_order[i], d.jitter_order[rng.Below(static_cast<uint64_t>(i) + 1)]);
+      }
+      auto draw = [&](double lo, double hi, double identity) {
+        return lo == identity && hi == identity ? identity : rng.Uniform(lo, hi);
+      };
+      d.brightness = draw(ops.brightness_min, ops.brightness_max, 1);
+      d.contrast = draw(ops.contrast_min, ops.contrast_max, 1);
+      d.saturation = draw(ops.saturation_min, ops.saturation_max, 1);
+      d.hue = draw(ops.hue_min, ops.hue_max, 0);
+    }
+  }
+  if (ops.blur()) {
+    d.blur = rng.Bernoulli(ops.blur_probability);
+    if (d.blur) d.blur_sigma = rng.Uniform(ops.blur_sigma_min, ops.blur_sigma_max);
+  }
+  if (ops.trivial_augment()) {
+    d.trivial_augment = true;
+    d.trivial = DrawTrivialAugment(ops.trivial_augment_bins, rng);
+  }
+  return d;
+}
+
+std::string ImageOpsDrawsJson(const ImageOpsSpec& ops, const ImageOpsDraws& d) {
+  std::vector<std::string> parts;
+  if (ops.padding > 0) parts.push_back(absl::StrFormat("\"pad\":[%d,%d]", d.pad_top, d.pad_left));
+  if (ops.jitter()) {
+    parts.push_back(absl::StrFormat(
+        "\"jitter\":{\"applied\":%s,\"order\":[%d,%d,%d,%d],\"brightness\":%.17g,"
+        "\"contrast\":%.17g,\"saturation\":%.17g,\"hue\":%.17g}",
+        d.jitter ? "true" : "false", d.jitter_order[0], d.jitter_order[1], d.jitter_order[2],
+        d.jitter_order[3], d.brightness, d.contrast, d.saturation, d.hue));
+  }
+  if (ops.blur()) {
+    parts.push_back(absl::StrFormat("\"blur\":{\"applied\":%s,\"sigma\":%.17g}",
+                                    d.blur ? "true" : "false", d.blur_sigma));
+  }
+  if (ops.trivial_augment()) {
+    parts.push_back(
+        absl::StrFormat("\"trivial_augment\":{\"op\":\"%s\",\"bin\":%d,"
+                        "\"magnitude\":%.17g}",
+                        ToString(d.trivial.op), d.trivial.bin, d.trivial.magnitude));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, ","), "}");
+}
+
 SampleTransformer::SampleTransformer() : SampleTransformer(true) {}
 
 SampleTransformer::SampleTransformer(bool allow_simd) : resampler_(allow_simd) {}
@@ -248,8 +308,12 @@ void SampleTransformer::DrawPixelOps(const TransformSpec& spec, Rng& rng) {
   // Only drawn when asked for: the presets keep the draws they always made.
   vflip_ = spec.vflip_probability > 0 && rng.Bernoulli(spec.vflip_probability);
   gray_ = spec.grayscale_probability > 0 && rng.Bernoulli(spec.grayscale_probability);
+  ops_ = spec.image_ops.any() ? DrawImageOps(spec.image_ops, rng) : ImageOpsDraws();
+  ops_spec_ = spec.image_ops;
+  eval_ = spec.mode == AugmentMode::kEval;
   trace_.vflip = vflip_;
   trace_.grayscale = gray_;
+  trace_.ops = ops_;
 }
 
 absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const TransformSpec& spec,
@@ -257,6 +321,12 @@ absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const Tr
                                         uint8_t* out) {
   if (absl::Status s = Start(bytes, spec); !s.ok()) return s;
   vflip_ = gray_ = false;
+  // The ops draw nothing here: the padding's window centred, nothing else.
+  ops_ = ImageOpsDraws();
+  ops_.pad_top = ops_.pad_left = spec.image_ops.padding;
+  ops_spec_ = spec.image_ops;
+  eval_ = false;
+  trace_.ops = ops_;
   if (crop.width <= 0 || crop.height <= 0 || crop.left < 0 || crop.top < 0 ||
       crop.left > header_.width - crop.width || crop.top > header_.height - crop.height) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -318,16 +388,23 @@ absl::Status SampleTransformer::RunMask(std::span<const uint8_t> bytes, const Tr
   }
   const PixelRegion region{mask_x_.front(), mask_y_.front(), mask_x_.back() + 1,
                            mask_y_.back() + 1};
+  // With padding the mask is made at the resized image's place first, then
+  // gathered through the padding and flips as the image was (fill 0).
+  const bool padded = image_geometry.shift_x != 0 || image_geometry.shift_y != 0;
+  uint8_t* const target =
+      padded ? (mask_resized_.resize(static_cast<size_t>(w) * h), mask_resized_.data()) : out;
+  const bool flip = !padded && image_geometry.flip;
+  const bool vflip = !padded && image_geometry.vflip;
   int row = region.y0;  // the source row of the next row pushed
   int next = 0;         // the next output row to fill
   auto sink = [&](const uint8_t* rows, size_t stride, int count) {
     for (int r = 0; r < count; ++r, ++row) {
       const uint8_t* rgb = rows + r * stride;
       for (; next < h && mask_y_[next] == row; ++next) {
-        const int out_row = image_geometry.vflip ? h - 1 - next : next;
-        uint8_t* dst = out + static_cast<size_t>(out_row) * w;
+        const int out_row = vflip ? h - 1 - next : next;
+        uint8_t* dst = target + static_cast<size_t>(out_row) * w;
         for (int x = 0; x < w; ++x) {
-          dst[image_geometry.flip ? w - 1 - x : x] = rgb[3 * (mask_x_[x] - region.x0)];
+          dst[flip ? w - 1 - x : x] = rgb[3 * (mask_x_[x] - region.x0)];
         }
       }
     }
@@ -335,7 +412,34 @@ absl::Status SampleTransformer::RunMask(std::span<const uint8_t> bytes, const Tr
   st = jpeg_ ? decoder_.DecodeRegion(region, 1, sink) : ffmpeg_->DecodeRegion(region, sink);
   if (!st.ok()) return st;
   if (next != h) return absl::DataLossError("the mask's decoder stopped before its last row");
+  if (padded) GatherPadded(image_geometry, mask_resized_.data(), out);
   return absl::OkStatus();
+}
+
+void SampleTransformer::GatherPadded(const SampleGeometry& g, const uint8_t* mask, uint8_t* out) {
+  const int w = g.output_width, h = g.output_height;
+  for (int y = 0; y < h; ++y) {
+    const int sy = PaddedIndex(y - g.shift_y, h, g.pad_mode);
+    uint8_t* dst = out + static_cast<size_t>(g.vflip ? h - 1 - y : y) * w;
+    for (int x = 0; x < w; ++x) {
+      const int sx = PaddedIndex(x - g.shift_x, w, g.pad_mode);
+      dst[g.flip ? w - 1 - x : x] = sx < 0 || sy < 0 ? 0 : mask[static_cast<size_t>(sy) * w + sx];
+    }
+  }
+}
+
+bool SampleTransformer::LastDraws(std::string* out) const {
+  const Trace& t = trace_;
+  const std::string where =
+      eval_ ? absl::StrFormat("\"window\":[%d,%d,%d,%d]", t.window.resized_height,
+                              t.window.resized_width, t.window.top, t.window.left)
+            : absl::StrFormat("\"crop\":[%d,%d,%d,%d],\"flip\":%s", t.crop.top, t.crop.left,
+                              t.crop.height, t.crop.width, t.flip ? "true" : "false");
+  std::string ops = ImageOpsDrawsJson(ops_spec_, ops_);  // "{...}"
+  *out = absl::StrCat("{", where, ",\"vflip\":", t.vflip ? "true" : "false",
+                      ",\"grayscale\":", t.grayscale ? "true" : "false", ops.size() > 2 ? "," : "",
+                      ops.substr(1));
+  return true;
 }
 
 void SampleTransformer::SetGeometry(const TransformSpec& spec, double scale_x, double scale_y,
@@ -348,6 +452,9 @@ void SampleTransformer::SetGeometry(const TransformSpec& spec, double scale_x, d
                              .scale_y = scale_y,
                              .offset_x = offset_x,
                              .offset_y = offset_y,
+                             .shift_x = spec.image_ops.padding - ops_.pad_left,
+                             .shift_y = spec.image_ops.padding - ops_.pad_top,
+                             .pad_mode = spec.image_ops.padding_mode,
                              .flip = flip,
                              .vflip = vflip_};
 }
@@ -406,14 +513,23 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
   }
   if (!s.ok()) return s;
 
+  if (spec.image_ops.any()) {
+    FinishWholeImage(spec, flip, out);
+    return absl::OkStatus();
+  }
+  WriteOutput(spec, flip, vflip_, gray_, out);
+  return absl::OkStatus();
+}
+
+template <typename RowSource>
+void SampleTransformer::WriteRows(const TransformSpec& spec, bool flip, bool vflip, bool gray,
+                                  uint8_t* out, RowSource&& rows) {
   const int w = spec.output_width;
   const int h = spec.output_height;
   const bool planar = spec.layout == Layout::kNCHW;
   // The vertical flip and grayscale, after the resize: the output row a
   // resized row goes to, and its pixels (PIL's convert("L") as three equal
   // channels: L = (19595 R + 38470 G + 7471 B + 2^15) >> 16).
-  const bool vflip = vflip_;
-  const bool gray = gray_;
   if (gray) gray_row_.resize(static_cast<size_t>(w) * 3);
   auto row_of = [&](int yy) { return vflip ? h - 1 - yy : yy; };
   auto pixels_of = [&](const uint8_t* rgb) -> const uint8_t* {
@@ -430,17 +546,17 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
     case DType::kUint8:
       if (!planar && !flip) {
         const size_t row = static_cast<size_t>(w) * 3;
-        resampler_.Finish([&](int yy, const uint8_t* rgb) {
+        rows([&](int yy, const uint8_t* rgb) {
           std::memcpy(out + row_of(yy) * row, pixels_of(rgb), row);
         });
       } else if (planar && resampler_.simd()) {
         const size_t plane = static_cast<size_t>(w) * h;
-        resampler_.Finish([&](int yy, const uint8_t* rgb) {
+        rows([&](int yy, const uint8_t* rgb) {
           uint8_t* r = out + static_cast<size_t>(row_of(yy)) * w;
           DeinterleaveRowSimd(pixels_of(rgb), w, flip, r, r + plane, r + 2 * plane);
         });
       } else {
-        resampler_.Finish([&](int yy, const uint8_t* rgb) {
+        rows([&](int yy, const uint8_t* rgb) {
           WriteRow(pixels_of(rgb), w, row_of(yy), h, planar, flip, out,
                    [](int, uint8_t v) { return v; });
         });
@@ -449,7 +565,7 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
     case DType::kFloat32: {
       PrepareTables(spec);
       float* o = reinterpret_cast<float*>(out);
-      resampler_.Finish([&](int yy, const uint8_t* rgb) {
+      rows([&](int yy, const uint8_t* rgb) {
         WriteRow(pixels_of(rgb), w, row_of(yy), h, planar, flip, o,
                  [this](int c, uint8_t v) { return f32_table_[c][v]; });
       });
@@ -458,14 +574,106 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
     case DType::kFloat16: {
       PrepareTables(spec);
       uint16_t* o = reinterpret_cast<uint16_t*>(out);
-      resampler_.Finish([&](int yy, const uint8_t* rgb) {
+      rows([&](int yy, const uint8_t* rgb) {
         WriteRow(pixels_of(rgb), w, row_of(yy), h, planar, flip, o,
                  [this](int c, uint8_t v) { return f16_table_[c][v]; });
       });
       break;
     }
   }
-  return absl::OkStatus();
+}
+
+void SampleTransformer::WriteOutput(const TransformSpec& spec, bool flip, bool vflip, bool gray,
+                                    uint8_t* out) {
+  WriteRows(spec, flip, vflip, gray, out, [this](auto&& sink) { resampler_.Finish(sink); });
+}
+
+void SampleTransformer::FinishWholeImage(const TransformSpec& spec, bool flip, uint8_t* out) {
+  const int w = spec.output_width;
+  const int h = spec.output_height;
+  const size_t stride = static_cast<size_t>(w) * 3;
+  image_.resize(stride * h);
+  // image_ pixel (x, y) shows resized pixel (gather_x_[x], gather_y_[y]):
+  // the padding's window, then the flips; −1 is the fill.
+  const ImageOpsSpec& o = spec.image_ops;
+  const int shift_x = o.padding - ops_.pad_left, shift_y = o.padding - ops_.pad_top;
+  gather_x_.resize(w);
+  gather_y_.resize(h);
+  for (int x = 0; x < w; ++x) {
+    gather_x_[flip ? w - 1 - x : x] = PaddedIndex(x - shift_x, w, o.padding_mode);
+  }
+  for (int y = 0; y < h; ++y) {
+    gather_y_[vflip_ ? h - 1 - y : y] = PaddedIndex(y - shift_y, h, o.padding_mode);
+  }
+  const uint8_t fill = static_cast<uint8_t>(o.fill);
+  auto gather_row = [&](const uint8_t* src, uint8_t* dst) {
+    for (int x = 0; x < w; ++x) {
+      const int sx = gather_x_[x];
+      if (sx < 0) {
+        dst[3 * x] = dst[3 * x + 1] = dst[3 * x + 2] = fill;
+      } else {
+        std::memcpy(dst + 3 * x, src + 3 * sx, 3);
+      }
+    }
+  };
+  if (o.padding_mode == PadMode::kConstant) {
+    // Each resized row shows in at most one row of image_: gathered as the
+    // resampler finishes it, with no copy of the whole resized image.
+    if (shift_y != 0) std::memset(image_.data(), fill, image_.size());
+    resampler_.Finish([&](int yy, const uint8_t* rgb) {
+      const int y = yy + shift_y;
+      if (y < 0 || y >= h) return;
+      uint8_t* dst = image_.data() + static_cast<size_t>(vflip_ ? h - 1 - y : y) * stride;
+      if (shift_x == 0 && !flip) {
+        std::memcpy(dst, rgb, stride);
+      } else {
+        gather_row(rgb, dst);
+      }
+    });
+  } else {
+    // Edge and reflect padding repeat resized rows: keep them all first.
+    resized_.resize(stride * h);
+    resampler_.Finish([&](int yy, const uint8_t* rgb) {
+      std::memcpy(resized_.data() + yy * stride, rgb, stride);
+    });
+    for (int y = 0; y < h; ++y) {
+      gather_row(resized_.data() + static_cast<size_t>(gather_y_[y]) * stride,
+                 image_.data() + y * stride);
+    }
+  }
+  ApplyImageOps(spec, RgbView{image_.data(), w, h});
+  // Flips and grayscale are in image_ already.
+  WriteRows(spec, false, false, false, out, [&](auto&& sink) {
+    for (int y = 0; y < h; ++y) sink(y, image_.data() + y * stride);
+  });
+}
+
+void SampleTransformer::ApplyImageOps(const TransformSpec& spec, RgbView image) {
+  if (ops_.jitter) {
+    for (int fn : ops_.jitter_order) {
+      switch (fn) {
+        case 0:
+          if (ops_.brightness != 1) AdjustBrightness(image, ops_.brightness);
+          break;
+        case 1:
+          if (ops_.contrast != 1) AdjustContrast(image, ops_.contrast);
+          break;
+        case 2:
+          if (ops_.saturation != 1) AdjustSaturation(image, ops_.saturation);
+          break;
+        case 3:
+          if (ops_.hue != 0) AdjustHue(image, ops_.hue);
+          break;
+      }
+    }
+  }
+  if (gray_) ToGrayscale(image);
+  if (ops_.blur) {
+    const ImageOpsSpec& o = spec.image_ops;
+    GaussianBlur(image, o.blur_kernel_width, o.blur_kernel_height, ops_.blur_sigma, ops_.blur_sigma,
+                 &blur_scratch_);
+  }
+  if (ops_.trivial_augment) ApplyTrivialAugment(ops_.trivial, image, &op_scratch_);
 }
 
 void SampleTransformer::PrepareTables(const TransformSpec& spec) {

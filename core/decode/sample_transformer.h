@@ -31,6 +31,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,8 +41,10 @@
 #include "core/decode/jpeg_decoder.h"
 #include "core/decode/jpeg_relayout.h"
 #include "core/decode/resize.h"
+#include "core/decode/rgb_view.h"
 #include "core/decode/sample_decoder.h"
 #include "core/decode/transform_spec.h"
+#include "core/decode/trivial_augment.h"
 
 namespace conveyor {
 
@@ -53,6 +56,31 @@ int ChooseScaleDenom(double src_w, double src_h, int out_w, int out_h);
 // (overflow to infinity, NaN kept quiet). Matches torch's .half().
 uint16_t FloatToHalf(float f);
 
+// What a sample drew for the whole-image ops (TransformSpec::image_ops),
+// in the order they were drawn: the padding's window, the colour jitter
+// (whether applied, the order of its four adjustments, their factors), the
+// blur's sigma, TrivialAugmentWide's op and signed magnitude.
+struct ImageOpsDraws {
+  int pad_top = 0, pad_left = 0;  // the window's offset in the padded image
+  bool jitter = false;
+  std::array<int, 4> jitter_order = {0, 1, 2, 3};  // 0 brightness 1 contrast 2 saturation 3 hue
+  double brightness = 1, contrast = 1, saturation = 1, hue = 0;  // identity when not drawn
+  bool blur = false;
+  double blur_sigma = 0;
+  bool trivial_augment = false;
+  TrivialAugmentDraw trivial;
+};
+
+// Draws what `ops` asks for, from `rng`, in the order: padding window (top,
+// left), jitter (apply, permutation, brightness, contrast, saturation, hue,
+// each only when its range is not the identity), blur (apply, sigma),
+// TrivialAugmentWide (op, bin, sign).
+ImageOpsDraws DrawImageOps(const ImageOpsSpec& ops, Rng& rng);
+
+// The draws as one JSON object, e.g. {"pad":[3,1],"jitter":{...},...}: only
+// the ops that are on (for tools and the `augment` debug field).
+std::string ImageOpsDrawsJson(const ImageOpsSpec& ops, const ImageOpsDraws& draws);
+
 class SampleTransformer final : public SampleDecoder {
  public:
   // What the last successful Run did; for tests, tools and statistics.
@@ -63,8 +91,10 @@ class SampleTransformer final : public SampleDecoder {
     bool fallback = false;  // train: RandomResizedCrop used its centre fallback
     EvalWindow window;      // eval: the resize + centre-crop window
     bool flip = false;
-    bool vflip = false;       // the vertical flip drawn (vflip_probability)
-    bool grayscale = false;   // the grayscale drawn (grayscale_probability)
+    bool vflip = false;      // the vertical flip drawn (vflip_probability)
+    bool grayscale = false;  // the grayscale drawn (grayscale_probability)
+    // The whole-image ops' draws (ImageOpsDraws), when the spec has any.
+    ImageOpsDraws ops;
     int scale_denom = 1;      // DCT scale 1/scale_denom used for decoding (JPEG only)
     const char* format = "";  // ImageFormatName of the image
     PixelRegion decoded;      // region decoded, in scaled-image pixels
@@ -104,6 +134,10 @@ class SampleTransformer final : public SampleDecoder {
 
   const Trace& last() const { return trace_; }
   const SampleGeometry* LastGeometry() const override { return &geometry_; }
+  // {"crop": [top, left, height, width], "flip": …, "vflip": …, "grayscale": …,
+  // then ImageOpsDrawsJson's members} (eval: "window": [resized height,
+  // resized width, top, left] instead of the crop and flip).
+  bool LastDraws(std::string* out) const override;
   // A mask of the same size as the last image (JPEG or any format here;
   // decoded at full size), its first channel sampled nearest-neighbour.
   // InvalidArgument when its size differs from geometry's source. last()
@@ -125,6 +159,20 @@ class SampleTransformer final : public SampleDecoder {
   // Draws the vertical flip and grayscale (only those asked for) into
   // vflip_ / gray_, after the crop and flip draws.
   void DrawPixelOps(const TransformSpec& spec, Rng& rng);
+  // The whole-image path (spec.image_ops.any()): the resized rows gathered
+  // into image_ through the padding window and flips as the resampler
+  // finishes them (edge and reflect padding keep them in resized_ first),
+  // the ops applied in place, then image_ converted into the sample.
+  void FinishWholeImage(const TransformSpec& spec, bool flip, uint8_t* out);
+  // Writes the resampler's rows into the sample, flipped and made grey as
+  // asked, in spec's layout and type.
+  void WriteOutput(const TransformSpec& spec, bool flip, bool vflip, bool gray, uint8_t* out);
+  // The same from any source of rows: rows(sink) calls sink(y, rgb) for
+  // every output row.
+  template <typename RowSource>
+  void WriteRows(const TransformSpec& spec, bool flip, bool vflip, bool gray, uint8_t* out,
+                 RowSource&& rows);
+  void ApplyImageOps(const TransformSpec& spec, RgbView image);
   // Plans the resampler, decodes the region it reads and writes the output.
   absl::Status Execute(const ResampleAxis& x, int x_origin, const ResampleAxis& y, int y_origin,
                        int scale_denom, const TransformSpec& spec, bool flip, uint8_t* out);
@@ -143,11 +191,21 @@ class SampleTransformer final : public SampleDecoder {
   Resampler resampler_;
   JpegHeader header_;  // width and height of the current image (any format)
   Trace trace_;
-  SampleGeometry geometry_;           // of the last Run, RunCrop (valid after a success)
-  std::vector<int> mask_x_, mask_y_;  // RunMask: the source column / row of each output one
-  bool vflip_ = false;                // of the current image (DrawPixelOps; RunCrop: none)
+  SampleGeometry geometry_;            // of the last Run, RunCrop (valid after a success)
+  std::vector<int> mask_x_, mask_y_;   // RunMask: the source column / row of each output one
+  std::vector<uint8_t> mask_resized_;  // RunMask with padding: before the padding and flips
+  // A w × h mask at the resized image's place → out, through g's padding
+  // (fill 0) and flips.
+  static void GatherPadded(const SampleGeometry& g, const uint8_t* mask, uint8_t* out);
+  bool vflip_ = false;  // of the current image (DrawPixelOps; RunCrop: none)
   bool gray_ = false;
   std::vector<uint8_t> gray_row_;  // one output row made grey
+  ImageOpsDraws ops_;              // of the current image (DrawPixelOps; RunCrop: none)
+  ImageOpsSpec ops_spec_;          // the ops of the current image's spec
+  bool eval_ = false;              // the current image's mode
+  std::vector<uint8_t> resized_, image_, op_scratch_;
+  std::vector<float> blur_scratch_;
+  std::vector<int> gather_x_, gather_y_;  // image_ pixel → resized_ pixel (−1: fill)
   // Per-channel uint8 -> output value tables for float outputs, rebuilt when
   // mean/std change: ((float)v / 255 - mean) / std in float32, and its half.
   bool tables_valid_ = false;

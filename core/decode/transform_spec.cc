@@ -133,6 +133,84 @@ absl::Status ValidateAudioSpec(const TransformSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateImageOps(const TransformSpec& spec) {
+  const ImageOpsSpec& o = spec.image_ops;
+  auto bad = [](const char* field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("transform spec: image_ops.", field, " ", why));
+  };
+  if (o.any() && spec.kind != MediaKind::kImage) {
+    return bad("*",
+               "(random crop with padding, colour jitter, blur, TrivialAugmentWide) are for "
+               "image pipelines");
+  }
+  if (o.padding < 0 || o.padding > kMaxCropPadding) {
+    return bad("padding", absl::StrCat("must be in [0, ", kMaxCropPadding, "], got ", o.padding));
+  }
+  if (o.padding_mode != PadMode::kConstant && o.padding_mode != PadMode::kEdge &&
+      o.padding_mode != PadMode::kReflect) {
+    return bad("padding_mode", "is not constant, edge or reflect");
+  }
+  if (o.padding_mode == PadMode::kReflect &&
+      (o.padding >= spec.output_width || o.padding >= spec.output_height)) {
+    return bad("padding",
+               absl::StrCat("must be less than the output's sides with reflect "
+                            "padding, got ",
+                            o.padding, " for ", spec.output_height, "x", spec.output_width));
+  }
+  if (o.fill < 0 || o.fill > 255) {
+    return bad("fill", absl::StrCat("must be in [0, 255], got ", o.fill));
+  }
+  auto probability = [&](const char* field, double p) {
+    return p >= 0 && p <= 1 ? absl::OkStatus()
+                            : bad(field, absl::StrCat("must be in [0, 1], got ", p));
+  };
+  auto range = [&](const char* field, double lo, double hi, double min, double max) {
+    if (Finite(lo) && Finite(hi) && lo >= min && lo <= hi && hi <= max) return absl::OkStatus();
+    return bad(field, absl::StrCat("must satisfy ", min, " <= min <= max <= ", max, ", got ", lo,
+                                   ", ", hi));
+  };
+  if (absl::Status s = probability("jitter_probability", o.jitter_probability); !s.ok()) return s;
+  if (absl::Status s = range("brightness", o.brightness_min, o.brightness_max, 0, 1e6); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = range("contrast", o.contrast_min, o.contrast_max, 0, 1e6); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = range("saturation", o.saturation_min, o.saturation_max, 0, 1e6); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = range("hue", o.hue_min, o.hue_max, -0.5, 0.5); !s.ok()) return s;
+  if (absl::Status s = probability("blur_probability", o.blur_probability); !s.ok()) return s;
+  if (o.blur()) {
+    auto side = [&](const char* field, int k, int out) {
+      if (k >= 1 && k % 2 == 1 && k / 2 < out) return absl::OkStatus();
+      return bad(field, absl::StrCat("must be odd, >= 1 and at most 2 x the output side - 1 (",
+                                     2 * out - 1, "), got ", k));
+    };
+    if (absl::Status s = side("blur_kernel_width", o.blur_kernel_width, spec.output_width);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = side("blur_kernel_height", o.blur_kernel_height, spec.output_height);
+        !s.ok()) {
+      return s;
+    }
+    if (!(o.blur_sigma_min > 0)) {
+      return bad("blur_sigma", absl::StrCat("must be > 0, got ", o.blur_sigma_min));
+    }
+    if (absl::Status s = range("blur_sigma", o.blur_sigma_min, o.blur_sigma_max, 0, 1e6); !s.ok()) {
+      return s;
+    }
+  }
+  if (o.trivial_augment_bins < 0 || o.trivial_augment_bins == 1 ||
+      o.trivial_augment_bins > kMaxTrivialAugmentBins) {
+    return bad("trivial_augment_bins",
+               absl::StrCat("must be 0 (off) or in [2, ", kMaxTrivialAugmentBins, "], got ",
+                            o.trivial_augment_bins));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateTransformSpec(const TransformSpec& spec) {
@@ -245,6 +323,7 @@ absl::Status ValidateTransformSpec(const TransformSpec& spec) {
                  absl::StrCat("must be in (0, 1e7], got ", v.max_duration_seconds));
     }
   }
+  if (absl::Status s = ValidateImageOps(spec); !s.ok()) return s;
   if (spec.kind == MediaKind::kAudio) return ValidateAudioSpec(spec);
   return absl::OkStatus();
 }
@@ -253,6 +332,10 @@ const char* RandomDraws(const TransformSpec& spec) {
   switch (spec.kind) {
     case MediaKind::kImage:
       if (spec.mode == AugmentMode::kTrain) return "augment: train draws a random crop and flip";
+      if (spec.image_ops.any()) {
+        return "random_crop, color_jitter, gaussian_blur and trivial_augment_wide draw their "
+               "parameters";
+      }
       return spec.vflip_probability > 0 || spec.grayscale_probability > 0
                  ? "vertical_flip and grayscale draw whether to apply"
                  : nullptr;

@@ -86,6 +86,56 @@ inline constexpr int kMaxAudioSampleRate = 384000;
 inline constexpr int64_t kMaxAudioClipSamples = int64_t{1} << 24;
 enum class DType { kUint8, kFloat32, kFloat16 };
 
+// How torchvision's RandomCrop(padding=...) fills what lies beyond the image.
+enum class PadMode {
+  kConstant,  // `fill` in every channel
+  kEdge,      // the nearest edge pixel
+  kReflect,   // mirrored without repeating the edge (torch's reflect)
+};
+
+// Per-image ops of image pipelines that act on the whole resized image, each
+// with torchvision's semantics on a PIL image (core/decode/color_ops.h,
+// core/decode/affine_ops.h), applied after the crop/resize and the flips in
+// this order: random crop with padding, colour jitter, grayscale, Gaussian
+// blur, TrivialAugmentWide. Each is drawn from the sample's Rng only when it
+// is on, so pipelines without them draw what they always drew. A plain
+// value.
+struct ImageOpsSpec {
+  // RandomCrop(size = output size, padding): the resized image padded by
+  // `padding` on every side, then an output-sized window at a uniform offset
+  // in [0, 2 × padding] on each axis. 0: off.
+  int padding = 0;
+  PadMode padding_mode = PadMode::kConstant;
+  int fill = 0;  // kConstant: 0..255
+  // RandomApply(ColorJitter(...), p = jitter_probability): each factor drawn
+  // uniformly in its range, the four applied in a drawn order. A factor whose
+  // range is the identity ({1, 1}, hue {0, 0}) is neither drawn nor applied.
+  double jitter_probability = 0;  // 0: off
+  double brightness_min = 1, brightness_max = 1;
+  double contrast_min = 1, contrast_max = 1;
+  double saturation_min = 1, saturation_max = 1;
+  double hue_min = 0, hue_max = 0;  // within [-0.5, 0.5]
+  // RandomApply(GaussianBlur(kernel, sigma), p = blur_probability): sigma
+  // uniform in [sigma_min, sigma_max], the same on both axes. Odd kernel
+  // sides, each at most 2 × the output side − 1 (torch's reflect padding).
+  double blur_probability = 0;  // 0: off
+  int blur_kernel_width = 0, blur_kernel_height = 0;
+  double blur_sigma_min = 0.1, blur_sigma_max = 2.0;
+  // TrivialAugmentWide(num_magnitude_bins = trivial_augment_bins,
+  // NEAREST, fill 0). 0: off.
+  int trivial_augment_bins = 0;
+
+  bool jitter() const { return jitter_probability > 0; }
+  bool blur() const { return blur_probability > 0; }
+  bool trivial_augment() const { return trivial_augment_bins > 0; }
+  // Whether any op is on (the transform then keeps the whole resized image).
+  bool any() const { return padding > 0 || jitter() || blur() || trivial_augment(); }
+  bool operator==(const ImageOpsSpec&) const = default;
+};
+// Bounds of the ops' fields (ValidateTransformSpec).
+inline constexpr int kMaxCropPadding = 4096;
+inline constexpr int kMaxTrivialAugmentBins = 1024;
+
 struct TransformSpec {
   MediaKind kind = MediaKind::kImage;
   AugmentMode mode = AugmentMode::kTrain;
@@ -106,6 +156,8 @@ struct TransformSpec {
   // when above 0 (so the presets draw what they always drew).
   double vflip_probability = 0;
   double grayscale_probability = 0;
+  // Whole-image ops after those (see ImageOpsSpec).
+  ImageOpsSpec image_ops;
   // Eval: the shorter side is resized to this before the centre crop.
   int resize_size = 256;
   // Use libjpeg's DCT-domain scaling (1/2, 1/4, 1/8) when the crop stays at

@@ -6,24 +6,42 @@
 
 namespace conveyor {
 
+namespace {
+
+// The whole-image ops, only when any is on: pipelines without them keep the
+// fingerprints (and cache keys) they always had.
+std::string ImageOpsFingerprint(const ImageOpsSpec& o) {
+  if (!o.any()) return "";
+  return absl::StrFormat(
+      ";pad=%d,%d,%d;jitter=%a,%a,%a,%a,%a,%a,%a,%a,%a;blur=%a,%d,%d,%a,%a;trivial=%d", o.padding,
+      static_cast<int>(o.padding_mode), o.fill, o.jitter_probability, o.brightness_min,
+      o.brightness_max, o.contrast_min, o.contrast_max, o.saturation_min, o.saturation_max,
+      o.hue_min, o.hue_max, o.blur_probability, o.blur_kernel_width, o.blur_kernel_height,
+      o.blur_sigma_min, o.blur_sigma_max, o.trivial_augment_bins);
+}
+
+}  // namespace
+
 std::string TransformFingerprint(const TransformSpec& t) {
   // %a writes a float or double exactly (hexadecimal mantissa and exponent).
   // Bump the version when the decoders' output changes for the same spec.
   const VideoSpec& v = t.video;
   const AudioSpec& a = t.audio;
   return absl::StrFormat(
-      "v1;kind=%d;mode=%d;out=%dx%d;layout=%d;dtype=%d;mean=%a,%a,%a;std=%a,%a,%a;"
-      "scale=%a,%a;ratio=%a,%a;flip=%a;resize=%d;dct=%d;max_pixels=%d;max_decode_memory=%d;"
-      "max_decode_seconds=%a;video=%d,%d,%a,%d,%d,%a,%d;audio=%d,%d,%d,%d,%d,%d,%a;vflip=%a;"
-      "gray=%a",
-      static_cast<int>(t.kind), static_cast<int>(t.mode), t.output_height, t.output_width,
-      static_cast<int>(t.layout), static_cast<int>(t.dtype), t.mean[0], t.mean[1], t.mean[2],
-      t.std[0], t.std[1], t.std[2], t.scale_min, t.scale_max, t.ratio_min, t.ratio_max,
-      t.flip_probability, t.resize_size, t.dct_scaling ? 1 : 0, t.max_pixels, t.max_decode_memory,
-      t.max_decode_seconds, v.clip_frames, v.frame_stride, v.fps, static_cast<int>(v.clip_start),
-      v.max_frames_decoded, v.max_duration_seconds, v.autorotate ? 1 : 0, a.sample_rate, a.channels,
-      a.clip_samples, static_cast<int>(a.crop), static_cast<int>(a.padding), a.max_samples,
-      a.max_duration_seconds, t.vflip_probability, t.grayscale_probability);
+             "v1;kind=%d;mode=%d;out=%dx%d;layout=%d;dtype=%d;mean=%a,%a,%a;std=%a,%a,%a;"
+             "scale=%a,%a;ratio=%a,%a;flip=%a;resize=%d;dct=%d;max_pixels=%d;max_decode_memory=%d;"
+             "max_decode_seconds=%a;video=%d,%d,%a,%d,%d,%a,%d;audio=%d,%d,%d,%d,%d,%d,%a;vflip=%a;"
+             "gray=%a",
+             static_cast<int>(t.kind), static_cast<int>(t.mode), t.output_height, t.output_width,
+             static_cast<int>(t.layout), static_cast<int>(t.dtype), t.mean[0], t.mean[1], t.mean[2],
+             t.std[0], t.std[1], t.std[2], t.scale_min, t.scale_max, t.ratio_min, t.ratio_max,
+             t.flip_probability, t.resize_size, t.dct_scaling ? 1 : 0, t.max_pixels,
+             t.max_decode_memory, t.max_decode_seconds, v.clip_frames, v.frame_stride, v.fps,
+             static_cast<int>(v.clip_start), v.max_frames_decoded, v.max_duration_seconds,
+             v.autorotate ? 1 : 0, a.sample_rate, a.channels, a.clip_samples,
+             static_cast<int>(a.crop), static_cast<int>(a.padding), a.max_samples,
+             a.max_duration_seconds, t.vflip_probability, t.grayscale_probability) +
+         ImageOpsFingerprint(t.image_ops);
 }
 
 OutputCache::Bytes OutputCache::Lookup(std::string_view key) {

@@ -423,6 +423,10 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
     if (spec.type == FieldType::kKey) {
       p.parts->Key(index, &key);
       value = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()), key.size());
+    } else if (spec.type == FieldType::kAugment) {
+      if (decoder->LastDraws(&key)) {
+        value = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key.data()), key.size());
+      }
     } else {
       value = p.parts->Member(index, spec.member, read);
     }
@@ -449,23 +453,27 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
         continue;
       }
       if (spec.geometry != FieldGeometry::kNone) {
-        // Boxes move with the image: rewritten as float32 [M, columns].
+        // Boxes and keypoints move with the image: rewritten as float32 [M, columns].
         if (geometry == nullptr) {
           return absl::InvalidArgumentError(absl::StrCat(
               "field '", spec.name, "': this sample's decoder reports no geometry for its boxes"));
         }
         size_t columns = 4;
         ReadBoxes(npy, &boxes, &columns);
-        TransformBoxes(
-            *geometry,
-            spec.geometry == FieldGeometry::kBoxesXywh ? BoxFormat::kXywh : BoxFormat::kXyxy,
-            spec.normalized, boxes, columns, &moved);
+        if (spec.geometry == FieldGeometry::kKeypoints) {
+          TransformKeypoints(*geometry, spec.normalized, boxes, columns, &moved);
+        } else {
+          TransformBoxes(
+              *geometry,
+              spec.geometry == FieldGeometry::kBoxesXywh ? BoxFormat::kXywh : BoxFormat::kXyxy,
+              spec.normalized, boxes, columns, &moved);
+        }
         WriteNpyFloat32(moved, static_cast<int64_t>(moved.size() / columns),
                         static_cast<int64_t>(columns), &rewritten);
         if (rewritten.size() > spec.max_bytes) {
           return absl::InvalidArgumentError(absl::StrCat("field '", spec.name,
                                                          "': ", rewritten.size(),
-                                                         " bytes after moving the boxes, more "
+                                                         " bytes after moving its values, more "
                                                          "than its max_bytes ",
                                                          spec.max_bytes));
         }
@@ -477,6 +485,10 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
                     length);
       }
     } else if (spec.required) {
+      if (spec.type == FieldType::kAugment) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "field '", spec.name, "': this sample's decoder does not report its draws"));
+      }
       return absl::InvalidArgumentError(absl::StrCat("field '", spec.name,
                                                      "': the sample has no '.", spec.member,
                                                      "' member (a required field)"));

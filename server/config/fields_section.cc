@@ -28,12 +28,14 @@ const Section<SampleFieldSpec>& FieldSection() {
                                                          {"json", FieldType::kJson},
                                                          {"key", FieldType::kKey},
                                                          {"npy", FieldType::kNpy},
-                                                         {"mask", FieldType::kMask}},
+                                                         {"mask", FieldType::kMask},
+                                                         {"augment", FieldType::kAugment}},
           "UTF-8 text, raw bytes, JSON text (checked), the sample's key, a NumPy `.npy` "
-          "array, or a segmentation mask moved with the image"),
+          "array, a segmentation mask moved with the image, or what the sample's "
+          "augmentation drew (JSON)"),
       String<SampleFieldSpec>("member", &SampleFieldSpec::member,
                               "tar shards: the extension of the member holding the value "
-                              "(`txt`, `json`); none for `key`")
+                              "(`txt`, `json`); none for `key` and `augment`")
           .WithDefault("none"),
       schema::Custom<SampleFieldSpec>(
           "column", absl::StrCat("integer 2–", kMaxListColumn), "none",
@@ -83,10 +85,13 @@ const Section<SampleFieldSpec>& FieldSection() {
           std::vector<std::pair<std::string, FieldGeometry>>{
               {"none", FieldGeometry::kNone},
               {"boxes_xyxy", FieldGeometry::kBoxesXyxy},
-              {"boxes_xywh", FieldGeometry::kBoxesXywh}},
-          "`npy` boxes `[N, 4 + k]` moved with the image's crop, resize and flip"),
+              {"boxes_xywh", FieldGeometry::kBoxesXywh},
+              {"keypoints", FieldGeometry::kKeypoints}},
+          "`npy` boxes `[N, 4 + k]` or keypoints `[N, 2 + k]` moved with the image's crop, "
+          "resize, padding and flips"),
       Bool<SampleFieldSpec>("normalized", &SampleFieldSpec::normalized,
-                            "the boxes are fractions of the image's width and height, not pixels"),
+                            "the boxes or keypoints are fractions of the image's width and height, "
+                            "not pixels"),
   });
   return kSection;
 }
@@ -111,13 +116,14 @@ absl::Status ParseFields(const YamlFields& y, const std::string& field, const YA
     }
     RETURN_IF_ERROR(FieldSection().ReadFields(y, f, at, &spec));
     if (f["member"]) spec.member = absl::AsciiStrToLower(spec.member);
-    if (spec.type == FieldType::kKey && (f["member"] || f["column"])) {
+    if (ReadsNoMember(spec.type) && (f["member"] || f["column"])) {
       return y.Error(at + (f["member"] ? ".member" : ".column"),
-                     f["member"] ? f["member"] : f["column"], "a `key` field has no member");
+                     f["member"] ? f["member"] : f["column"],
+                     absl::StrCat("a `", ToString(spec.type), "` field has no member"));
     }
     const DatasetSpec::Kind kind = p->dataset.kind;
     const bool lists = kind == DatasetSpec::Kind::kListFile || kind == DatasetSpec::Kind::kUrlList;
-    if (spec.type != FieldType::kKey) {
+    if (!ReadsNoMember(spec.type)) {
       if (kind == DatasetSpec::Kind::kTarShards) {
         if (f["column"]) {
           return y.Error(at + ".column", f["column"],
@@ -138,7 +144,8 @@ absl::Status ParseFields(const YamlFields& y, const std::string& field, const YA
       } else {
         return y.Error(at, f,
                        "fields read from members are for tar shards (dataset.shards) and "
-                       "columns for list and URL files; folders deliver `type: key` fields only");
+                       "columns for list and URL files; folders deliver `type: key` and "
+                       "`type: augment` fields only");
       }
     }
     fields.push_back(std::move(spec));

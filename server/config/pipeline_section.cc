@@ -337,6 +337,19 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
       return y.Error(absl::StrCat(sub("fields"), "[", i, "].geometry"), n["fields"][i]["geometry"],
                      "boxes move with images: for `kind: image` only");
     }
+    const bool moves =
+        pc.fields[i].geometry != FieldGeometry::kNone || pc.fields[i].type == FieldType::kMask;
+    if (moves && t.image_ops.trivial_augment()) {
+      // Its shears and rotations are not followed by boxes, keypoints or masks.
+      return y.Error(absl::StrCat(sub("fields"), "[", i, "]"), n["fields"][i],
+                     "boxes, keypoints and masks do not follow trivial_augment_wide's shears, "
+                     "translations and rotations: drop the op or the field's geometry");
+    }
+    if (pc.fields[i].type == FieldType::kAugment && t.kind != MediaKind::kImage) {
+      return y.Error(absl::StrCat(sub("fields"), "[", i, "].type"), n["fields"][i]["type"],
+                     "`augment` fields report what an image's augmentation drew: image "
+                     "pipelines only");
+    }
     if (pc.fields[i].type == FieldType::kMask && t.kind != MediaKind::kImage) {
       return y.Error(absl::StrCat(sub("fields"), "[", i, "].type"), n["fields"][i]["type"],
                      "masks move with images: for `kind: image` only");
@@ -382,6 +395,19 @@ absl::Status ParsePipeline(const YamlFields& y, const std::string& name, const Y
   // The core's own check, as the last word (names the transform field).
   if (absl::Status st = ValidateTransformSpec(t); !st.ok()) {
     return y.Error(f, n, std::string(st.message()));
+  }
+  // Every size a stream may choose must suit the ops too (a blur's kernel,
+  // reflect padding).
+  for (const auto& [h, w] :
+       t.image_ops.any() ? pc.allowed_sizes : std::vector<std::pair<int, int>>()) {
+    TransformSpec sized = t;
+    sized.output_height = h;
+    sized.output_width = w;
+    sized.resize_size = std::max({t.resize_size, h, w});  // eval's scales with the size
+    if (absl::Status st = ValidateTransformSpec(sized); !st.ok()) {
+      return y.Error(sub("allowed_sizes"), n["allowed_sizes"],
+                     absl::StrCat(h, "x", w, ": ", st.message()));
+    }
   }
   return absl::OkStatus();
 }

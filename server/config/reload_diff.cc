@@ -23,9 +23,10 @@ bool SameTransform(const TransformSpec& a, const TransformSpec& b) {
          a.scale_min == b.scale_min && a.scale_max == b.scale_max && a.ratio_min == b.ratio_min &&
          a.ratio_max == b.ratio_max && a.flip_probability == b.flip_probability &&
          a.vflip_probability == b.vflip_probability &&
-         a.grayscale_probability == b.grayscale_probability && a.resize_size == b.resize_size &&
-         a.dct_scaling == b.dct_scaling && a.max_pixels == b.max_pixels &&
-         a.max_decode_memory == b.max_decode_memory && a.max_decode_seconds == b.max_decode_seconds;
+         a.grayscale_probability == b.grayscale_probability && a.image_ops == b.image_ops &&
+         a.resize_size == b.resize_size && a.dct_scaling == b.dct_scaling &&
+         a.max_pixels == b.max_pixels && a.max_decode_memory == b.max_decode_memory &&
+         a.max_decode_seconds == b.max_decode_seconds;
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ v1::FieldType ToProto(FieldType type) {
     case FieldType::kKey: return v1::FIELD_KEY;
     case FieldType::kNpy: return v1::FIELD_NPY;
     case FieldType::kMask: return v1::FIELD_MASK;
+    case FieldType::kAugment: return v1::FIELD_JSON;  // a JSON object, to every client
   }
   return v1::FIELD_TYPE_UNSPECIFIED;
 }

@@ -285,6 +285,12 @@ def _box_shards(out, count=24, seed=3):
             npy = _io.BytesIO()
             np.save(npy, box)
             add_tar_member(tar, key + ".npy", npy.getvalue())
+            # The rectangle's corners as keypoints (x, y, visibility 2).
+            corners = np.array([[x0, y0, 2], [x0 + bw, y0, 2], [x0, y0 + bh, 2],
+                                [x0 + bw, y0 + bh, 2]], dtype=np.float32)
+            npy = _io.BytesIO()
+            np.save(npy, corners)
+            add_tar_member(tar, key + ".kp.npy", npy.getvalue())
             truth[key] = box[0].tolist()
     return path, truth
 
@@ -296,11 +302,17 @@ def boxes_daemon(dataset, tmp_path_factory):
     path, truth = _box_shards(out)
     fields = [{"name": "boxes", "member": "npy", "type": "npy", "geometry": "boxes_xyxy"},
               {"name": "mask", "member": "mask.png", "type": "mask", "max_bytes": 65536},
+              {"name": "corners", "member": "kp.npy", "type": "npy", "geometry": "keypoints"},
               {"name": "key", "type": "key"}]
     shards = {"shards": [str(path)], "label_key": ""}
     pipelines = {
         "train": pipeline_entry(root, dataset=shards, fields=fields, scale=[0.25, 1.0],
                                 layout="nhwc"),
+        # CIFAR's shifted window and both flips (fill 0: the padding is dark).
+        "padded": pipeline_entry(root, dataset=shards, fields=fields, layout="nhwc", augment=[
+            {"op": "random_resized_crop", "scale": [0.25, 1.0]},
+            {"op": "random_crop", "padding": 10}, {"op": "horizontal_flip"},
+            {"op": "vertical_flip"}]),
         "eval": pipeline_entry(root, dataset=shards, fields=fields, augment="eval",
                                resize_size=80, layout="nhwc"),
     }
@@ -322,17 +334,18 @@ def _bright_box(image):
     return [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
 
 
-@pytest.mark.parametrize("pipeline", ["train", "eval"])
+@pytest.mark.parametrize("pipeline", ["train", "padded", "eval"])
 def test_boxes_land_where_the_transformed_image_shows_them(boxes_daemon, pipeline):
     d, truth = boxes_daemon
     checked = dropped = 0
-    for epoch in range(3 if pipeline == "train" else 1):
+    for epoch in range(1 if pipeline == "eval" else 3):
         loader = conveyor.Loader(d.unix, pipeline=pipeline, batch_size=8, seed=SEED)
         with loader.epoch(epoch) as stream:
             for b in stream:
                 assert not b.failures
-                for image, boxes, mask, key in zip(b.images, b.fields["boxes"], b.fields["mask"],
-                                                   b.fields["key"]):
+                for image, boxes, mask, corners, key in zip(
+                        b.images, b.fields["boxes"], b.fields["mask"], b.fields["corners"],
+                        b.fields["key"]):
                     assert key in truth
                     assert boxes.dtype == np.float32 and boxes.ndim == 2 and boxes.shape[1] == 4
                     seen = _bright_box(image)
@@ -344,6 +357,17 @@ def test_boxes_land_where_the_transformed_image_shows_them(boxes_daemon, pipelin
                     masked = _bright_box(np.repeat(mask[:, :, None], 3, axis=2))
                     if seen is not None and masked is not None:
                         assert np.allclose(masked, seen, atol=2.0), (key, masked, seen)
+                    # Keypoints keep their four rows; the visible ones are in the output,
+                    # and when all four are, they span the bright rectangle.
+                    assert corners.shape == (4, 3), key
+                    h, w = image.shape[:2]
+                    visible = corners[corners[:, 2] > 0]
+                    assert np.all((visible[:, 0] >= 0) & (visible[:, 0] <= w) &
+                                  (visible[:, 1] >= 0) & (visible[:, 1] <= h)), (key, corners)
+                    if len(visible) == 4 and seen is not None:
+                        span = [visible[:, 0].min(), visible[:, 1].min(), visible[:, 0].max(),
+                                visible[:, 1].max()]
+                        assert np.allclose(span, seen, atol=2.0), (key, span, seen)
                     if boxes.shape[0] == 0:
                         # Dropped: the rectangle is outside the crop.
                         assert seen is None or (seen[2] - seen[0]) * (seen[3] - seen[1]) < 6, key
@@ -357,8 +381,8 @@ def test_boxes_land_where_the_transformed_image_shows_them(boxes_daemon, pipelin
                     assert np.allclose(seen, box, atol=2.0), (key, seen, box.tolist())
                     checked += 1
         loader.close()
-    assert checked >= (40 if pipeline == "train" else 20)
-    if pipeline == "train":
+    assert checked >= (20 if pipeline == "eval" else 40)
+    if pipeline != "eval":
         assert dropped + checked >= 60
 
 

@@ -15,6 +15,9 @@
 // Spec options: --mode train|eval --size H,W --layout nchw|nhwc
 //   --dtype uint8|float32|float16 --resize-size N --no-dct --scalar
 //   --flip-probability P --vflip-probability P --grayscale-probability P
+//   --padding P --padding-mode constant|edge|reflect --fill V
+//   --jitter p,bmin,bmax,cmin,cmax,smin,smax,hmin,hmax --blur p,kw,kh,smin,smax
+//   --trivial-augment BINS
 // Prints one JSON line per sample to stdout (geometry the transformer used);
 // errors go to stderr with exit status 2.
 #include <cstdio>
@@ -47,6 +50,14 @@ std::vector<long> Numbers(const std::string& s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) v.push_back(std::strtol(item.c_str(), nullptr, 10));
+  return v;
+}
+
+std::vector<double> Doubles(const std::string& s) {
+  std::vector<double> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::strtod(item.c_str(), nullptr));
   return v;
 }
 
@@ -128,6 +139,39 @@ Args Parse(int argc, char** argv) {
       a.spec.vflip_probability = std::strtod(value().c_str(), nullptr);
     } else if (opt == "--grayscale-probability") {
       a.spec.grayscale_probability = std::strtod(value().c_str(), nullptr);
+    } else if (opt == "--padding") {
+      a.spec.image_ops.padding = std::atoi(value().c_str());
+    } else if (opt == "--padding-mode") {
+      const std::string v = value();
+      a.spec.image_ops.padding_mode = v == "edge"      ? conveyor::PadMode::kEdge
+                                      : v == "reflect" ? conveyor::PadMode::kReflect
+                                                       : conveyor::PadMode::kConstant;
+    } else if (opt == "--fill") {
+      a.spec.image_ops.fill = std::atoi(value().c_str());
+    } else if (opt == "--jitter") {
+      const std::vector<double> v = Doubles(value());
+      if (v.size() != 9) Fail("--jitter p,bmin,bmax,cmin,cmax,smin,smax,hmin,hmax");
+      conveyor::ImageOpsSpec& o = a.spec.image_ops;
+      o.jitter_probability = v[0];
+      o.brightness_min = v[1];
+      o.brightness_max = v[2];
+      o.contrast_min = v[3];
+      o.contrast_max = v[4];
+      o.saturation_min = v[5];
+      o.saturation_max = v[6];
+      o.hue_min = v[7];
+      o.hue_max = v[8];
+    } else if (opt == "--blur") {
+      const std::vector<double> v = Doubles(value());
+      if (v.size() != 5) Fail("--blur p,kw,kh,smin,smax");
+      conveyor::ImageOpsSpec& o = a.spec.image_ops;
+      o.blur_probability = v[0];
+      o.blur_kernel_width = static_cast<int>(v[1]);
+      o.blur_kernel_height = static_cast<int>(v[2]);
+      o.blur_sigma_min = v[3];
+      o.blur_sigma_max = v[4];
+    } else if (opt == "--trivial-augment") {
+      a.spec.image_ops.trivial_augment_bins = std::atoi(value().c_str());
     } else {
       Fail("unknown option " + opt);
     }
@@ -135,15 +179,16 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
-void PrintTrace(const conveyor::SampleTransformer::Trace& t) {
+void PrintTrace(const conveyor::SampleTransformer::Trace& t, const TransformSpec& spec) {
   std::printf(
       "{\"width\": %d, \"height\": %d, \"crop\": [%d, %d, %d, %d], \"fallback\": %s, "
-      "\"window\": [%d, %d, %d, %d], \"flip\": %s, \"scale_denom\": %d, "
-      "\"decoded\": [%d, %d, %d, %d]}\n",
+      "\"window\": [%d, %d, %d, %d], \"flip\": %s, \"vflip\": %s, \"grayscale\": %s, "
+      "\"scale_denom\": %d, \"decoded\": [%d, %d, %d, %d], \"ops\": %s}\n",
       t.image_width, t.image_height, t.crop.top, t.crop.left, t.crop.height, t.crop.width,
       t.fallback ? "true" : "false", t.window.resized_height, t.window.resized_width, t.window.top,
-      t.window.left, t.flip ? "true" : "false", t.scale_denom, t.decoded.x0, t.decoded.y0,
-      t.decoded.x1, t.decoded.y1);
+      t.window.left, t.flip ? "true" : "false", t.vflip ? "true" : "false",
+      t.grayscale ? "true" : "false", t.scale_denom, t.decoded.x0, t.decoded.y0, t.decoded.x1,
+      t.decoded.y1, conveyor::ImageOpsDrawsJson(spec.image_ops, t.ops).c_str());
 }
 
 }  // namespace
@@ -200,7 +245,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> out(conveyor::SampleBytes(a.spec));
     auto emit = [&](const absl::Status& s) {
       if (!s.ok()) Fail(std::string(s.message()));
-      PrintTrace(transformer.last());
+      PrintTrace(transformer.last(), a.spec);
       result.insert(result.end(), out.begin(), out.end());
     };
     if (a.command == "crop") {

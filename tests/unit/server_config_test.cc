@@ -1444,10 +1444,11 @@ TEST_CASE("augment: a list of ops maps onto the fused transform, in its order", 
 
   ExpectRefused(pipeline("[{op: horizontal_flip}]"),
                 {"pipelines.p.augment[0].op", "the first op must be"});
-  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: grayscale}, {op: horizontal_flip}]"),
-                {"augment[2].op", "'horizontal_flip' after 'grayscale'", "fused pass"});
-  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: color_jitter}]"),
-                {"unknown op 'color_jitter'", "known: random_resized_crop"});
+  ExpectRefused(
+      pipeline("[{op: random_resized_crop}, {op: grayscale}, {op: horizontal_flip}]"),
+      {"augment[2].op", "'horizontal_flip' after 'grayscale'", "the ops run in the order"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: rand_augment}]"),
+                {"unknown op 'rand_augment'", "known: random_resized_crop"});
   ExpectRefused(pipeline("[{op: resize, size: 80}]"), {"followed by center_crop"});
   ExpectRefused(pipeline("[{op: resize, size: 32}, {op: center_crop}]"),
                 {"at least the output size"});
@@ -1457,6 +1458,82 @@ TEST_CASE("augment: a list of ops maps onto the fused transform, in its order", 
   ExpectRefused(pipeline("[{op: random_resized_crop}, {op: normalize}]", "    dtype: uint8\n"),
                 {"normalize makes floats"});
   ExpectRefused(pipeline("[]"), {"an empty list"});
+}
+
+TEST_CASE("augment: random crop with padding, colour jitter, blur and TrivialAugmentWide",
+          "[config]") {
+  auto pipeline = [](const std::string& augment, const std::string& more = "") {
+    return "pipelines:\n  p:\n    dataset: {root: /data/x}\n    size: 32\n    augment: " + augment +
+           "\n" + more;
+  };
+  auto c = Parse(
+      pipeline("[{op: random_resized_crop}, {op: random_crop, padding: 4, padding_mode: reflect}, "
+               "{op: horizontal_flip}, {op: color_jitter, brightness: 0.4, contrast: [0.5, 1.5], "
+               "saturation: 0.4, hue: 0.1, p: 0.8}, {op: grayscale, p: 0.2}, "
+               "{op: gaussian_blur, kernel_size: [5, 3], sigma: [0.1, 2.0], p: 0.5}, "
+               "{op: trivial_augment_wide}, {op: normalize}]"));
+  REQUIRE(c.ok());
+  const ImageOpsSpec& o = c->pipelines[0].config.transform.image_ops;
+  CHECK(o.padding == 4);
+  CHECK(o.padding_mode == PadMode::kReflect);
+  CHECK(o.jitter_probability == 0.8);
+  CHECK(o.brightness_min == Approx(0.6));  // torchvision's [max(0, 1 − b), 1 + b]
+  CHECK(o.brightness_max == Approx(1.4));
+  CHECK(o.contrast_min == 0.5);
+  CHECK(o.contrast_max == 1.5);
+  CHECK(o.hue_min == Approx(-0.1));
+  CHECK(o.hue_max == Approx(0.1));
+  CHECK(o.blur_kernel_width == 5);
+  CHECK(o.blur_kernel_height == 3);
+  CHECK(o.blur_probability == 0.5);
+  CHECK(o.trivial_augment_bins == 31);
+  CHECK(c->pipelines[0].config.transform.grayscale_probability == 0.2);
+  // They change the output: another fingerprint than without them.
+  auto plain =
+      Parse(pipeline("[{op: random_resized_crop}, {op: horizontal_flip}, "
+                     "{op: grayscale, p: 0.2}, {op: normalize}]"));
+  REQUIRE(plain.ok());
+  CHECK(TransformFingerprint(plain->pipelines[0].config.transform) !=
+        TransformFingerprint(c->pipelines[0].config.transform));
+
+  c =
+      Parse(pipeline("[{op: random_resized_crop}, {op: gaussian_blur, kernel_size: 9}, "
+                     "{op: trivial_augment_wide, num_magnitude_bins: 7}]"));
+  REQUIRE(c.ok());
+  CHECK(c->pipelines[0].config.transform.image_ops.blur_kernel_width == 9);
+  CHECK(c->pipelines[0].config.transform.image_ops.blur_kernel_height == 9);
+  CHECK(c->pipelines[0].config.transform.image_ops.blur_sigma_min == 0.1);  // torchvision's
+  CHECK(c->pipelines[0].config.transform.image_ops.blur_probability == 1);
+  CHECK(c->pipelines[0].config.transform.image_ops.trivial_augment_bins == 7);
+
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: color_jitter}]"),
+                {"augment[1]", "color_jitter changes nothing"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: color_jitter, hue: 0.7}]"),
+                {"augment[1].hue"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: gaussian_blur, kernel_size: 4}]"),
+                {"augment[1].kernel_size", "must be odd"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: gaussian_blur, kernel_size: 65}]"),
+                {"blur_kernel_width", "at most 2 x the output side - 1 (63), got 65"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: gaussian_blur}]"),
+                {"missing `kernel_size`"});
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: random_crop}]"), {"missing `padding`"});
+  ExpectRefused(
+      pipeline(
+          "[{op: random_resized_crop}, {op: random_crop, padding: 40, padding_mode: reflect}]"),
+      {"less than the output's sides"});
+  ExpectRefused(
+      pipeline("[{op: random_resized_crop}, {op: trivial_augment_wide}, {op: grayscale}]"),
+      {"'grayscale' after 'trivial_augment_wide'"});
+  // A blur kernel too large for a size a stream may choose.
+  ExpectRefused(pipeline("[{op: random_resized_crop}, {op: gaussian_blur, kernel_size: 41}]",
+                         "    allowed_sizes: [16]\n"),
+                {"pipelines.p.allowed_sizes", "16x16"});
+  // Boxes and masks do not follow TrivialAugmentWide's shears and rotations.
+  ExpectRefused(
+      "pipelines:\n  p:\n    dataset: {shards: \"/data/s{0..1}.tar\", label_key: \"\"}\n"
+      "    augment: [{op: random_resized_crop}, {op: trivial_augment_wide}]\n"
+      "    fields: [{name: b, member: npy, type: npy, geometry: boxes_xyxy}]\n",
+      {"pipelines.p.fields[0]", "do not follow trivial_augment_wide"});
 }
 
 }  // namespace
