@@ -13,6 +13,7 @@
 #include "core/base/posix_error.h"
 #include "core/base/status_macros.h"
 #include "core/base/task_cancel.h"
+#include "core/data/list_columns.h"
 #include "core/data/npy_array.h"
 #include "core/data/sampler.h"
 #include "spdlog/spdlog.h"
@@ -485,6 +486,10 @@ absl::Status StreamMachine::WriteFields(uint8_t* slot, uint32_t position, uint64
                     length);
       }
     } else if (spec.required) {
+      if (std::optional<uint32_t> column = ColumnOfMember(spec.member); column.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "field '", spec.name, "': the line has no column ", *column, " (a required field)"));
+      }
       if (spec.type == FieldType::kAugment) {
         return absl::InvalidArgumentError(absl::StrCat(
             "field '", spec.name, "': this sample's decoder does not report its draws"));
