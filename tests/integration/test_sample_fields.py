@@ -11,6 +11,9 @@ WebDataset tar shards written here.
   missing; the other samples are delivered.
 - Datasets read whole (folders) deliver `type: key` fields (their paths).
 - Config mistakes are refused at --check-config, naming the field.
+- Boxes, keypoints and masks follow the image through the crop, the
+  padding window of random_crop and both flips: each lands where the
+  transformed image shows its white rectangle.
 """
 
 import json
