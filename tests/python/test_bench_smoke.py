@@ -469,3 +469,27 @@ def test_augment_ops_smoke(tmp_path):
     for name in ("preset", "ops ", "ops-vflip-gray"):
         assert name in res.stdout
     assert "x the preset" in res.stdout
+
+
+# --- bench/augment_vs_torchvision.py -------------------------------------------
+def test_augment_vs_torchvision_smoke(tmp_path):
+    """bench/augment_vs_torchvision.py --smoke (~5 s): the train, simclr and
+    trivial recipes served by conveyord and by torchvision's DataLoader (2
+    workers), two batches each; both report a rate and the ratios are
+    printed."""
+    conveyord = os.path.join(BUILD_DIR, "server", "conveyord")
+    if not os.path.exists(conveyord):
+        pytest.skip("conveyord is not built")
+    data = tmp_path / "data"
+    subprocess.run([PYTHON, GEN, "--out", str(data), "--images", "40", "--classes", "2"],
+                   check=True, capture_output=True, timeout=300)
+    res = subprocess.run([PYTHON, os.path.join(SOURCE_DIR, "bench", "augment_vs_torchvision.py"),
+                          "--data", str(data), "--smoke", "--conveyord", conveyord],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, "augment_vs_torchvision.py --smoke failed (%d)\nstdout:\n%s\n" \
+        "stderr:\n%s" % (res.returncode, res.stdout, res.stderr)
+    for name in ("train", "simclr", "trivial"):
+        assert "%s: conveyord " % name in res.stdout
+        assert "| %s | " % name in res.stdout
+    assert res.stdout.count("x the images/s at") == 3
+    assert "round 0 conveyord" in res.stdout and "round 0 torchvision" in res.stdout
