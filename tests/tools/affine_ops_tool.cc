@@ -12,12 +12,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/decode/affine_ops.h"
+#include "tests/support/tool_files.h"
 
 namespace {
 
@@ -66,20 +66,13 @@ std::vector<double> ParseMagnitudes(const std::string& list) {
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot open " + path);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) Fail("cannot read " + path);
-  return bytes;
+  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
+  if (!bytes.has_value()) Fail("cannot read " + path);
+  return *std::move(bytes);
 }
 
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) Fail("cannot write " + path);
+  if (!conveyor::testing::WriteWholeFile(path, bytes)) Fail("cannot write " + path);
 }
 
 }  // namespace

@@ -15,13 +15,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/base/rng.h"
 #include "core/decode/audio_clip_decoder.h"
 #include "core/decode/transform_spec.h"
+#include "tests/support/tool_files.h"
 
 namespace {
 
@@ -33,9 +34,9 @@ using conveyor::TransformSpec;
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) Fail("cannot open " + path);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
+  if (!bytes.has_value()) Fail("cannot read " + path);
+  return *std::move(bytes);
 }
 
 std::string JsonString(const std::string& s) {

@@ -17,12 +17,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/decode/color_ops.h"
+#include "tests/support/tool_files.h"
 
 namespace {
 
@@ -55,20 +55,13 @@ double ParseReal(const char* text, const char* what) {
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail("cannot open " + path);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) Fail("cannot read " + path);
-  return bytes;
+  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
+  if (!bytes.has_value()) Fail("cannot read " + path);
+  return *std::move(bytes);
 }
 
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) Fail("cannot write " + path);
+  if (!conveyor::testing::WriteWholeFile(path, bytes)) Fail("cannot write " + path);
 }
 
 // The op's parameters after OUT.raw.

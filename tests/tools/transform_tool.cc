@@ -23,8 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +33,7 @@
 #include "core/decode/resize.h"
 #include "core/decode/sample_transformer.h"
 #include "core/decode/transform_spec.h"
+#include "tests/support/tool_files.h"
 
 namespace {
 
@@ -72,9 +72,9 @@ std::vector<std::vector<long>> NumberLists(const std::string& s) {
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) Fail("cannot open " + path);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
+  if (!bytes.has_value()) Fail("cannot read " + path);
+  return *std::move(bytes);
 }
 
 struct Args {
