@@ -308,12 +308,11 @@ void SampleTransformer::DrawPixelOps(const TransformSpec& spec, Rng& rng) {
   // Only drawn when asked for: the presets keep the draws they always made.
   vflip_ = spec.vflip_probability > 0 && rng.Bernoulli(spec.vflip_probability);
   gray_ = spec.grayscale_probability > 0 && rng.Bernoulli(spec.grayscale_probability);
-  ops_ = spec.image_ops.any() ? DrawImageOps(spec.image_ops, rng) : ImageOpsDraws();
+  trace_.ops = spec.image_ops.any() ? DrawImageOps(spec.image_ops, rng) : ImageOpsDraws();
   ops_spec_ = spec.image_ops;
   eval_ = spec.mode == AugmentMode::kEval;
   trace_.vflip = vflip_;
   trace_.grayscale = gray_;
-  trace_.ops = ops_;
 }
 
 absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const TransformSpec& spec,
@@ -322,11 +321,10 @@ absl::Status SampleTransformer::RunCrop(std::span<const uint8_t> bytes, const Tr
   if (absl::Status s = Start(bytes, spec); !s.ok()) return s;
   vflip_ = gray_ = false;
   // The ops draw nothing here: the padding's window centred, nothing else.
-  ops_ = ImageOpsDraws();
-  ops_.pad_top = ops_.pad_left = spec.image_ops.padding;
+  trace_.ops = ImageOpsDraws();
+  trace_.ops.pad_top = trace_.ops.pad_left = spec.image_ops.padding;
   ops_spec_ = spec.image_ops;
   eval_ = false;
-  trace_.ops = ops_;
   if (crop.width <= 0 || crop.height <= 0 || crop.left < 0 || crop.top < 0 ||
       crop.left > header_.width - crop.width || crop.top > header_.height - crop.height) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -435,7 +433,7 @@ bool SampleTransformer::LastDraws(std::string* out) const {
                               t.window.resized_width, t.window.top, t.window.left)
             : absl::StrFormat("\"crop\":[%d,%d,%d,%d],\"flip\":%s", t.crop.top, t.crop.left,
                               t.crop.height, t.crop.width, t.flip ? "true" : "false");
-  std::string ops = ImageOpsDrawsJson(ops_spec_, ops_);  // "{...}"
+  std::string ops = ImageOpsDrawsJson(ops_spec_, trace_.ops);  // "{...}"
   *out = absl::StrCat("{", where, ",\"vflip\":", t.vflip ? "true" : "false",
                       ",\"grayscale\":", t.grayscale ? "true" : "false", ops.size() > 2 ? "," : "",
                       ops.substr(1));
@@ -452,8 +450,8 @@ void SampleTransformer::SetGeometry(const TransformSpec& spec, double scale_x, d
                              .scale_y = scale_y,
                              .offset_x = offset_x,
                              .offset_y = offset_y,
-                             .shift_x = spec.image_ops.padding - ops_.pad_left,
-                             .shift_y = spec.image_ops.padding - ops_.pad_top,
+                             .shift_x = spec.image_ops.padding - trace_.ops.pad_left,
+                             .shift_y = spec.image_ops.padding - trace_.ops.pad_top,
                              .pad_mode = spec.image_ops.padding_mode,
                              .flip = flip,
                              .vflip = vflip_};
@@ -596,7 +594,7 @@ void SampleTransformer::FinishWholeImage(const TransformSpec& spec, bool flip, u
   // image_ pixel (x, y) shows resized pixel (gather_x_[x], gather_y_[y]):
   // the padding's window, then the flips; −1 is the fill.
   const ImageOpsSpec& o = spec.image_ops;
-  const int shift_x = o.padding - ops_.pad_left, shift_y = o.padding - ops_.pad_top;
+  const int shift_x = o.padding - trace_.ops.pad_left, shift_y = o.padding - trace_.ops.pad_top;
   gather_x_.resize(w);
   gather_y_.resize(h);
   for (int x = 0; x < w; ++x) {
@@ -649,31 +647,32 @@ void SampleTransformer::FinishWholeImage(const TransformSpec& spec, bool flip, u
 }
 
 void SampleTransformer::ApplyImageOps(const TransformSpec& spec, RgbView image) {
-  if (ops_.jitter) {
-    for (int fn : ops_.jitter_order) {
+  const ImageOpsDraws& d = trace_.ops;  // what this image drew
+  if (d.jitter) {
+    for (int fn : d.jitter_order) {
       switch (fn) {
         case 0:
-          if (ops_.brightness != 1) AdjustBrightness(image, ops_.brightness);
+          if (d.brightness != 1) AdjustBrightness(image, d.brightness);
           break;
         case 1:
-          if (ops_.contrast != 1) AdjustContrast(image, ops_.contrast);
+          if (d.contrast != 1) AdjustContrast(image, d.contrast);
           break;
         case 2:
-          if (ops_.saturation != 1) AdjustSaturation(image, ops_.saturation);
+          if (d.saturation != 1) AdjustSaturation(image, d.saturation);
           break;
         case 3:
-          if (ops_.hue != 0) AdjustHue(image, ops_.hue);
+          if (d.hue != 0) AdjustHue(image, d.hue);
           break;
       }
     }
   }
   if (gray_) ToGrayscale(image);
-  if (ops_.blur) {
+  if (d.blur) {
     const ImageOpsSpec& o = spec.image_ops;
-    GaussianBlur(image, o.blur_kernel_width, o.blur_kernel_height, ops_.blur_sigma, ops_.blur_sigma,
+    GaussianBlur(image, o.blur_kernel_width, o.blur_kernel_height, d.blur_sigma, d.blur_sigma,
                  &blur_scratch_);
   }
-  if (ops_.trivial_augment) ApplyTrivialAugment(ops_.trivial, image, &op_scratch_);
+  if (d.trivial_augment) ApplyTrivialAugment(d.trivial, image, &op_scratch_);
 }
 
 void SampleTransformer::PrepareTables(const TransformSpec& spec) {

@@ -93,7 +93,8 @@ class SampleTransformer final : public SampleDecoder {
     bool flip = false;
     bool vflip = false;      // the vertical flip drawn (vflip_probability)
     bool grayscale = false;  // the grayscale drawn (grayscale_probability)
-    // The whole-image ops' draws (ImageOpsDraws), when the spec has any.
+    // The whole-image ops' draws (ImageOpsDraws), when the spec has any;
+    // the whole-image path applies what this says.
     ImageOpsDraws ops;
     int scale_denom = 1;      // DCT scale 1/scale_denom used for decoding (JPEG only)
     const char* format = "";  // ImageFormatName of the image
@@ -200,7 +201,6 @@ class SampleTransformer final : public SampleDecoder {
   bool vflip_ = false;  // of the current image (DrawPixelOps; RunCrop: none)
   bool gray_ = false;
   std::vector<uint8_t> gray_row_;  // one output row made grey
-  ImageOpsDraws ops_;              // of the current image (DrawPixelOps; RunCrop: none)
   ImageOpsSpec ops_spec_;          // the ops of the current image's spec
   bool eval_ = false;              // the current image's mode
   std::vector<uint8_t> resized_, image_, op_scratch_;
