@@ -19,6 +19,18 @@ def tool_path():
     return os.path.join(build_dir(), "tests", "transform_tool")
 
 
+def require_tool(name):
+    """The path of test tool `name`: a failure when the build dir was given
+    (CONVEYOR_BUILD_DIR) but lacks it, a skip when no build was pointed at."""
+    import pytest
+    path = os.path.join(build_dir(), "tests", name)
+    if not os.path.exists(path):
+        if "CONVEYOR_BUILD_DIR" in os.environ:
+            pytest.fail("missing %s" % path)
+        pytest.skip("%s not built" % name)
+    return path
+
+
 def natural_image(width, height, seed):
     """RGB uint8 array with a 1/f spectrum, smooth gradients, shapes and grain."""
     rng = np.random.default_rng(seed)

@@ -108,10 +108,7 @@ IMAGES = {
 
 @pytest.fixture(scope="module")
 def tmp():
-    if not os.path.exists(TOOL):
-        if "CONVEYOR_BUILD_DIR" in os.environ:
-            pytest.fail("missing %s" % TOOL)
-        pytest.skip("color_ops_tool not built")
+    jf.require_tool("color_ops_tool")
     with tempfile.TemporaryDirectory(prefix="conveyor_color_ops_") as d:
         yield d
 

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,16 +64,6 @@ std::vector<double> ParseMagnitudes(const std::string& list) {
   }
 }
 
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
-  if (!bytes.has_value()) Fail("cannot read " + path);
-  return *std::move(bytes);
-}
-
-void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
-  if (!conveyor::testing::WriteWholeFile(path, bytes)) Fail("cannot write " + path);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,7 +74,7 @@ int main(int argc, char** argv) {
   const int width = ParseSize(argv[2], "width");
   const int height = ParseSize(argv[3], "height");
   const std::vector<double> magnitudes = ParseMagnitudes(argv[6]);
-  const std::vector<uint8_t> input = ReadFile(argv[4]);
+  const std::vector<uint8_t> input = conveyor::testing::ReadFileOrExit("affine_ops_tool", argv[4]);
   const size_t expected = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
   if (input.size() != expected) {
     Fail(std::string(argv[4]) + " holds " + std::to_string(input.size()) + " bytes, not " +
@@ -100,6 +89,6 @@ int main(int argc, char** argv) {
                             &scratch);
     output.insert(output.end(), pixels.begin(), pixels.end());
   }
-  WriteFile(argv[5], output);
+  conveyor::testing::WriteFileOrExit("affine_ops_tool", argv[5], output);
   return 0;
 }

@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,12 +30,6 @@ using conveyor::TransformSpec;
 [[noreturn]] void Fail(const std::string& msg) {
   std::fprintf(stderr, "audio_clip_tool: %s\n", msg.c_str());
   std::exit(2);
-}
-
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
-  if (!bytes.has_value()) Fail("cannot read " + path);
-  return *std::move(bytes);
 }
 
 std::string JsonString(const std::string& s) {
@@ -110,7 +103,8 @@ int main(int argc, char** argv) {
   std::vector<float> clips(floats * inputs.size(), 0.0f);
   conveyor::AudioClipDecoder decoder;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const std::vector<uint8_t> bytes = ReadFile(inputs[k]);
+    const std::vector<uint8_t> bytes =
+        conveyor::testing::ReadFileOrExit("audio_clip_tool", inputs[k]);
     conveyor::Rng rng = conveyor::Rng::ForKeys(seed, 0, index + k);
     std::vector<float> clip(floats);
     const absl::Status st = decoder.Run(bytes, spec, rng, reinterpret_cast<uint8_t*>(clip.data()));

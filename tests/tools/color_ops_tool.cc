@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,16 +51,6 @@ double ParseReal(const char* text, const char* what) {
     Fail(std::string("bad ") + what + " '" + text + "'");
   }
   return v;
-}
-
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
-  if (!bytes.has_value()) Fail("cannot read " + path);
-  return *std::move(bytes);
-}
-
-void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
-  if (!conveyor::testing::WriteWholeFile(path, bytes)) Fail("cannot write " + path);
 }
 
 // The op's parameters after OUT.raw.
@@ -144,7 +133,7 @@ int main(int argc, char** argv) {
   const std::string op = argv[1];
   const int width = static_cast<int>(ParseInteger(argv[2], "width", 1, 1L << 20));
   const int height = static_cast<int>(ParseInteger(argv[3], "height", 1, 1L << 20));
-  std::vector<uint8_t> pixels = ReadFile(argv[4]);
+  std::vector<uint8_t> pixels = conveyor::testing::ReadFileOrExit("color_ops_tool", argv[4]);
   const size_t expected = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
   if (pixels.size() != expected) {
     Fail(std::string(argv[4]) + " holds " + std::to_string(pixels.size()) + " bytes, not " +
@@ -152,6 +141,6 @@ int main(int argc, char** argv) {
   }
   const RgbView image{pixels.data(), width, height};
   Apply(op, image, Params{argc - 6, argv + 6});
-  WriteFile(argv[5], pixels);
+  conveyor::testing::WriteFileOrExit("color_ops_tool", argv[5], pixels);
   return 0;
 }

@@ -23,7 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,12 +68,6 @@ std::vector<std::vector<long>> NumberLists(const std::string& s) {
     if (!item.empty()) out.push_back(Numbers(item));
   }
   return out;
-}
-
-std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::optional<std::vector<uint8_t>> bytes = conveyor::testing::ReadWholeFile(path);
-  if (!bytes.has_value()) Fail("cannot read " + path);
-  return *std::move(bytes);
 }
 
 struct Args {
@@ -195,7 +188,7 @@ void PrintTrace(const conveyor::SampleTransformer::Trace& t, const TransformSpec
 
 int main(int argc, char** argv) {
   const Args a = Parse(argc, argv);
-  const std::vector<uint8_t> bytes = ReadFile(a.in);
+  const std::vector<uint8_t> bytes = conveyor::testing::ReadFileOrExit("transform_tool", a.in);
   std::vector<uint8_t> result;
 
   if (a.command == "decode" || a.command == "resize") {
