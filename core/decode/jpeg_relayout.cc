@@ -212,15 +212,18 @@ absl::StatusOr<RelaidLayout> ParseRelaid(std::span<const uint8_t> b) {
 }
 
 McuRect RectForRegion(const RelaidLayout& l, const PixelRegion& region, int scale_denom,
-                      int* offset_x, int* offset_y, int margin) {
+                      int* offset_x, int* offset_y) {
   // A block of 8×8 pixels decodes to (8/denom)² when scaled, so MCU
   // boundaries fall on whole scaled pixels.
   const int mw = l.mcu_width / scale_denom, mh = l.mcu_height / scale_denom;
   McuRect r;
-  r.col0 = std::max(0, region.x0 / mw - margin);
-  r.col1 = std::min(l.mcus_per_row, CeilDiv(region.x1, mw) + margin);
-  r.row0 = std::max(0, region.y0 / mh - margin);
-  r.row1 = std::min(l.mcu_rows, CeilDiv(region.y1, mh) + margin);
+  r.col0 = std::max(0, region.x0 - 1) / mw;
+  r.col1 = std::min(l.mcus_per_row, CeilDiv(region.x1 + 1, mw));
+  r.row0 = std::max(0, region.y0 - 1) / mh;
+  r.row1 = std::min(l.mcu_rows, CeilDiv(region.y1 + 1, mh));
+  // Narrow rectangles grow to the right, then to the left.
+  r.col1 = std::min(l.mcus_per_row, std::max(r.col1, r.col0 + kMinRectColumns));
+  r.col0 = std::max(0, std::min(r.col0, r.col1 - kMinRectColumns));
   const int k = l.interval_mcus;
   r.col0 = r.col0 / k * k;
   r.col1 = std::min(l.mcus_per_row, CeilDiv(r.col1, k) * k);

@@ -17,11 +17,14 @@
 // any rectangle of whole intervals: the same headers with the frame's size
 // patched, the intervals' bytes copied as they are and the restart markers
 // between them renumbered. RectForRegion picks the rectangle a decode of a
-// pixel region needs, with one MCU of margin on each side so that chroma
-// upsampling sees the same neighbours as in a decode of the whole image;
-// decoding the region from the smaller JPEG then gives the same pixels as
-// decoding it from the original (tests/unit/jpeg_relayout_test.cc checks
-// this over sizes, subsamplings, progressive and CMYK files, and scales).
+// pixel region needs: the MCUs that hold the region and the one pixel
+// beside it on each side, which is every neighbour libjpeg's chroma
+// upsampling reads (its triangle filters reach one chroma sample, two
+// pixels, and an MCU boundary never splits a chroma sample); decoding the
+// region from the smaller JPEG then gives the same pixels as decoding it
+// from the original (tests/unit/jpeg_relayout_test.cc checks this over
+// sizes, subsamplings, progressive and CMYK files, scales, and regions whose
+// edges lie on, beside and one pixel off MCU boundaries).
 //
 // Files that cannot be re-laid (arithmetic coding, 12-bit samples, more
 // blocks per MCU than one scan may hold, corrupt data) are refused with
@@ -76,12 +79,16 @@ absl::StatusOr<std::vector<uint8_t>> RelayJpeg(std::span<const uint8_t> jpeg);
 absl::StatusOr<RelaidLayout> ParseRelaid(std::span<const uint8_t> relaid);
 
 // The rectangle of whole restart intervals that decoding `region` of the
-// image scaled by 1/scale_denom needs, with `margin` MCUs more on each side
-// where the image has them; *offset_x, *offset_y receive the rectangle's
-// top-left corner in scaled pixels (subtract it from the region to address
-// the smaller JPEG).
+// image scaled by 1/scale_denom needs: the MCUs of the region widened by one
+// scaled pixel on each side where the image has it, and at least
+// kMinRectColumns MCU columns where the image has them (libjpeg picks a
+// plainer upsampler for a component at most two samples wide, which would
+// change the pixels). *offset_x, *offset_y receive the rectangle's top-left
+// corner in scaled pixels (subtract it from the region to address the
+// smaller JPEG).
+inline constexpr int kMinRectColumns = 3;
 McuRect RectForRegion(const RelaidLayout& layout, const PixelRegion& region, int scale_denom,
-                      int* offset_x, int* offset_y, int margin = 1);
+                      int* offset_x, int* offset_y);
 
 // Writes into *out a JPEG of `rect` of `relaid` (whose layout is `layout`).
 // InvalidArgument if the rectangle is empty, outside the image, or its

@@ -15,7 +15,7 @@
 //
 // A baseline JPEG whose restart intervals tile its MCU rows (a re-laid copy,
 // core/decode/jpeg_relayout.h) decodes the region from a smaller JPEG of
-// only the intervals that cover it, with a one-MCU margin: the same pixels,
+// only the intervals that cover it and the pixel beside it: the same pixels,
 // without entropy-decoding the rows above the crop and the columns beside it.
 //
 // The engine's default SampleDecoder (core/decode/sample_decoder.h).

@@ -152,6 +152,59 @@ TEST_CASE("a region decoded from its restart intervals equals the original's", "
   }
 }
 
+TEST_CASE("regions whose edges lie on or beside MCU boundaries decode as from the original",
+          "[jpeg_relayout]") {
+  // The rectangle keeps only the pixel beside the region, so the edges
+  // where an upsampler's neighbour falls in the next MCU are the ones to
+  // pin: on a boundary, one pixel either side of it, and regions one to
+  // three pixels across (libjpeg's upsampler choice depends on the width).
+  Rng rng(29);
+  for (const Case& c : kCases) {
+    CAPTURE(c.name);
+    const int w = 331, h = 247;
+    const std::vector<uint8_t> original = Make(c, w, h, 11);
+    absl::StatusOr<std::vector<uint8_t>> relaid = RelayJpeg(original);
+    REQUIRE(relaid.ok());
+    absl::StatusOr<RelaidLayout> layout = ParseRelaid(*relaid);
+    REQUIRE(layout.ok());
+    std::vector<uint8_t> part;
+    for (int denom : {1, 2, 4, 8}) {
+      const int sw = Scaled(w, denom), sh = Scaled(h, denom);
+      const int mw = layout->mcu_width / denom, mh = layout->mcu_height / denom;
+      // Near a boundary: k MCUs in, shifted by -1, 0 or +1 pixel.
+      auto near = [&](int mcu_size, int limit) {
+        const int k = 1 + static_cast<int>(rng.Below(static_cast<uint64_t>(limit / mcu_size - 1)));
+        return std::clamp(k * mcu_size + static_cast<int>(rng.Below(3)) - 1, 0, limit - 1);
+      };
+      for (int trial = 0; trial < 24; ++trial) {
+        PixelRegion region;
+        region.x0 = trial % 4 == 0 ? 0 : near(mw, sw);
+        region.y0 = trial % 5 == 0 ? 0 : near(mh, sh);
+        if (trial % 3 == 0) {  // narrow
+          region.x1 = std::min(sw, region.x0 + 1 + static_cast<int>(rng.Below(3)));
+          region.y1 = std::min(sh, region.y0 + 1 + static_cast<int>(rng.Below(3)));
+        } else {
+          region.x1 = trial % 7 == 0 ? sw : std::max(region.x0 + 1, near(mw, sw));
+          region.y1 = trial % 6 == 0 ? sh : std::max(region.y0 + 1, near(mh, sh));
+          if (region.x1 <= region.x0) region.x1 = std::min(sw, region.x0 + 1);
+          if (region.y1 <= region.y0) region.y1 = std::min(sh, region.y0 + 1);
+        }
+        CAPTURE(denom, trial, region.x0, region.y0, region.x1, region.y1);
+        int ox = 0, oy = 0;
+        const McuRect rect = RectForRegion(*layout, region, denom, &ox, &oy);
+        // Only the MCUs of the region and its neighbouring pixel (and, for
+        // narrow regions, the minimum width).
+        CHECK(rect.row0 == std::max(0, region.y0 - 1) / mh);
+        CHECK(rect.row1 == std::min(layout->mcu_rows, (region.y1 + mh) / mh));
+        CHECK(rect.col1 - rect.col0 >= std::min(kMinRectColumns, layout->mcus_per_row));
+        REQUIRE(ExtractMcuRect(*relaid, *layout, rect, &part).ok());
+        const PixelRegion shifted{region.x0 - ox, region.y0 - oy, region.x1 - ox, region.y1 - oy};
+        CHECK(Decode(part, shifted, denom) == Decode(original, region, denom));
+      }
+    }
+  }
+}
+
 TEST_CASE("the re-laid layout names its restart intervals", "[jpeg_relayout]") {
   const Case c{"4:2:0", 3, 2, 2, false};
   const std::vector<uint8_t> original = Make(c, 320, 64, 3);  // 20×4 MCUs
