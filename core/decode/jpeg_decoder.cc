@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "core/base/thread_cpu_clock.h"
 #include "core/decode/image_format.h"
+#include "core/decode/relaid_entropy_decoder.h"
 
 namespace conveyor {
 
@@ -382,7 +383,8 @@ bool JpegDecoder::ReadHeaderLibjpeg(JpegHeader* header) {
   return true;
 }
 
-absl::Status JpegDecoder::DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink) {
+absl::Status JpegDecoder::DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink,
+                                       const McuIntervals* intervals) {
   if (!state_->image) return absl::FailedPreconditionError("DecodeRegion without ReadHeader");
   // Aborted whenever this returns: rows below the region are never decoded,
   // and an error leaves libjpeg's per-image memory to free.
@@ -398,11 +400,22 @@ absl::Status JpegDecoder::DecodeRegion(const PixelRegion& region, int scale_deno
         absl::StrFormat("region [%d,%d)x[%d,%d) outside the %dx%d image", region.x0, region.x1,
                         region.y0, region.y1, sw, sh));
   }
-  if (!DecodeRegionLibjpeg(region, scale_denom, sink)) return LibjpegError("corrupt JPEG data");
+  relaid_installed_ = false;
+  if (intervals != nullptr && relaid_decoder_ == nullptr) {
+    relaid_decoder_ = std::make_unique<RelaidEntropyDecoder>();
+  }
+  if (!DecodeRegionLibjpeg(region, scale_denom, sink, intervals)) {
+    return LibjpegError("corrupt JPEG data");
+  }
   return absl::OkStatus();
 }
 
-bool JpegDecoder::DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink) {
+uint64_t JpegDecoder::mcus_decoded_from_intervals() const {
+  return relaid_installed_ ? relaid_decoder_->mcus_decoded() : 0;
+}
+
+bool JpegDecoder::DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink,
+                                      const McuIntervals* intervals) {
   jpeg_decompress_struct* cinfo = &state_->cinfo;
   if (setjmp(state_->jump) != 0) return false;
   const bool cmyk = cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK;
@@ -423,6 +436,10 @@ bool JpegDecoder::DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom
     xoffset = static_cast<JDIMENSION>(want_x0);
     JDIMENSION width = static_cast<JDIMENSION>(want_x1 - want_x0);
     jpeg_crop_scanline(cinfo, &xoffset, &width);  // widens to iMCU boundaries
+  }
+  if (intervals != nullptr) {
+    // After the crop: the decoder reads which MCU columns libjpeg transforms.
+    relaid_installed_ = relaid_decoder_->Install(cinfo, bytes_, *intervals);
   }
   const int bpp = cmyk ? 4 : 3;
   const size_t stride = static_cast<size_t>(cinfo->output_width) * bpp;

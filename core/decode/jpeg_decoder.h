@@ -56,6 +56,9 @@
 
 namespace conveyor {
 
+class RelaidEntropyDecoder;
+struct McuIntervals;
+
 enum class JpegColor { kGray, kYCbCr, kRgb, kCmyk, kYcck, kOther };
 
 // What jpeg_read_header found.
@@ -154,9 +157,18 @@ class JpegDecoder {
 
   // Decodes `region` of the image scaled by 1/scale_denom and hands its rows,
   // top to bottom, to `sink` in batches. One Decode call per ReadHeader.
+  // With `intervals` (a re-laid JPEG's, core/decode/jpeg_relayout.h), the
+  // MCUs are decoded from their restart intervals, only those the region
+  // needs (core/decode/relaid_entropy_decoder.h); the pixels are the same.
   // REQUIRES: a successful ReadHeader since the last Decode call;
-  // 0 <= x0 < x1 <= scaled width, 0 <= y0 < y1 <= scaled height.
-  absl::Status DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink);
+  // 0 <= x0 < x1 <= scaled width, 0 <= y0 < y1 <= scaled height;
+  // `intervals`, if given, are those of the bytes ReadHeader read.
+  absl::Status DecodeRegion(const PixelRegion& region, int scale_denom, RowSink sink,
+                            const McuIntervals* intervals = nullptr);
+
+  // MCUs the last DecodeRegion with intervals entropy-decoded (0 if it
+  // decoded through libjpeg's own decoder).
+  uint64_t mcus_decoded_from_intervals() const;
 
   // Convenience for tools and tests: the whole image at 1/scale_denom.
   absl::Status DecodeImage(int scale_denom, RgbImage* out);
@@ -167,13 +179,16 @@ class JpegDecoder {
   // The libjpeg calls proper; each sets its own jump point and holds no
   // objects with destructors (longjmp would skip them).
   bool ReadHeaderLibjpeg(JpegHeader* header);
-  bool DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink);
+  bool DecodeRegionLibjpeg(const PixelRegion& region, int scale_denom, RowSink sink,
+                           const McuIntervals* intervals);
   absl::Status LibjpegError(const char* what) const;
   // Whether the image read has several scans (progressive, or components in
   // separate scans): then libjpeg buffers all its coefficients.
   bool MultiScan() const;
 
   std::unique_ptr<State> state_;
+  std::unique_ptr<RelaidEntropyDecoder> relaid_decoder_;  // made on first use
+  bool relaid_installed_ = false;
   std::span<const uint8_t> bytes_;
   // Decoded rows of one batch (plus kRowSlack); grows, never shrinks.
   std::unique_ptr<uint8_t[]> batch_;

@@ -13,6 +13,7 @@
 #include "core/decode/color_ops.h"
 #include "core/decode/image_format.h"
 #include "core/decode/image_probe.h"
+#include "core/decode/relaid_entropy_decoder.h"
 
 namespace conveyor {
 
@@ -487,7 +488,14 @@ absl::Status SampleTransformer::Execute(const ResampleAxis& x, int x_origin, con
     resampler_.PushRows(rows, stride, count);
   };
   absl::Status s;
-  if (jpeg_ && relaid_.has_value()) {
+  if (jpeg_ && relaid_.has_value() && relaid_->interval_mcus == 1) {
+    // A copy with a marker after every MCU (what RelayJpeg writes): the
+    // region's MCUs are decoded straight from their intervals.
+    const McuIntervals intervals{relaid_->starts, relaid_->ends};
+    s = decoder_.DecodeRegion(region, scale_denom, push, &intervals);
+    trace_.from_intervals = decoder_.mcus_decoded_from_intervals() > 0;
+  } else if (jpeg_ && relaid_.has_value()) {
+    // Intervals of several MCUs: the smaller JPEG of those the region covers.
     int ox = 0, oy = 0;
     const McuRect rect = RectForRegion(*relaid_, region, scale_denom, &ox, &oy);
     const bool smaller =

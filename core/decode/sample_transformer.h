@@ -13,10 +13,14 @@
 // same flip, float32 normalisation computed as torchvision does); at d > 1 it differs by the
 // DCT-domain downscale (see "Decode accuracy" in bench/README.md for measured figures).
 //
-// A baseline JPEG whose restart intervals tile its MCU rows (a re-laid copy,
-// core/decode/jpeg_relayout.h) decodes the region from a smaller JPEG of
-// only the intervals that cover it and the pixel beside it: the same pixels,
-// without entropy-decoding the rows above the crop and the columns beside it.
+// A baseline JPEG with a restart marker after every MCU (a re-laid copy,
+// core/decode/jpeg_relayout.h) decodes the region with the copy's own
+// entropy decoder (core/decode/relaid_entropy_decoder.h), which decodes only
+// the MCUs libjpeg transforms, straight from their intervals; one whose
+// intervals span several MCUs and tile its rows decodes it from a smaller
+// JPEG of the intervals that cover it and the pixel beside it. The same
+// pixels either way, without entropy-decoding the rows above the crop and
+// the columns beside it.
 //
 // The engine's default SampleDecoder (core/decode/sample_decoder.h).
 //
@@ -181,8 +185,9 @@ class SampleTransformer final : public SampleDecoder {
 
   JpegDecoder decoder_;
   // The current JPEG's bytes and limits, and its restart intervals when
-  // they tile its MCU rows (a re-laid JPEG): then a region is decoded from a
-  // smaller JPEG of the intervals it covers (sub_jpeg_), the same pixels.
+  // they tile its MCU rows (a re-laid JPEG): then a region is decoded from
+  // its intervals (one MCU each) or from a smaller JPEG of the intervals it
+  // covers (sub_jpeg_), the same pixels.
   std::span<const uint8_t> bytes_;
   DecodeLimits limits_;
   std::optional<RelaidLayout> relaid_;
