@@ -13,7 +13,10 @@
 // layout parses and from which the sample decodes to the same output as
 // from the input; ParseRelaid of the input itself never crashes, and a
 // rectangle cut from what it accepts decodes or fails with a documented
-// error.
+// error. An input with a restart marker after every MCU (the seeds
+// restart*.jpg, some with corrupt intervals) is decoded by the transformer
+// through the re-laid copies' own entropy decoder
+// (core/decode/relaid_entropy_decoder.h).
 #include <algorithm>
 #include <cstring>
 #include <memory>

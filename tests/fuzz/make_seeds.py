@@ -38,6 +38,24 @@ def _pattern(mode, w, h):
     return img.convert(mode)
 
 
+def _write_corrupt_intervals(restart_jpg):
+    """A marker after every MCU makes a file one the re-laid copies' entropy
+    decoder reads (core/decode/relaid_entropy_decoder.h): copies of it with
+    bytes of its intervals overwritten, and with a restart marker dropped."""
+    scan = restart_jpg.index(b"\xff\xda")
+    data = scan + 2 + struct.unpack(">H", restart_jpg[scan + 2:scan + 4])[0]
+    end = len(restart_jpg) - 2
+    for i, step in enumerate([7, 13, 29]):
+        bad = bytearray(restart_jpg)
+        for at in range(data + step, end, step * 5):
+            if bad[at] != 0xFF and bad[at - 1] != 0xFF:
+                bad[at] ^= 0x5A
+        _write("jpeg_fuzz", f"restart_corrupt_{i}.jpg", bytes(bad))
+    marker = restart_jpg.index(b"\xff\xd3", data)
+    _write("jpeg_fuzz", "restart_marker_dropped.jpg",
+           restart_jpg[:marker] + restart_jpg[marker + 2:])
+
+
 def jpeg_seeds():
     from PIL import Image  # noqa: F401  (fails early without Pillow)
     def pil(mode, w, h, **kw):
@@ -59,6 +77,8 @@ def jpeg_seeds():
             out = subprocess.run(["cjpeg", "-quality", "40", "-baseline", *args, str(ppm)],
                                  check=True, capture_output=True).stdout
             _write("jpeg_fuzz", name, out)
+            if name == "restart.jpg":
+                _write_corrupt_intervals(out)
         big = subprocess.run(["cjpeg", "-quality", "20", "-baseline", str(ppm)],
                              check=True, capture_output=True).stdout
         # A header claiming 4000 × 3000 pixels: refused by max_pixels.
