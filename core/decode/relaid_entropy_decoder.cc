@@ -2,6 +2,11 @@
 
 #include <cstring>
 
+#include <jconfig.h>
+#if !defined(LIBJPEG_TURBO_VERSION_NUMBER) || LIBJPEG_TURBO_VERSION_NUMBER < 2000000
+#error "the re-laid JPEG decoder needs libjpeg-turbo 2.0 or later (jpegint.h's module layout)"
+#endif
+
 // libjpeg's module interface: the entropy decoder's slot and the crop's
 // columns (jpeg_decomp_master), as libjpeg-turbo 2.x lays them out.
 #include <jerror.h>
@@ -19,19 +24,26 @@ constexpr std::array<uint8_t, 80> kNaturalOrder = {
     29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
     47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
 
-constexpr int kLookBits = 9;
+constexpr int kLookBits = 11;
 
 inline int Extend(uint32_t v, int s) {
   return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
 }
 
-// One Huffman table: codes of at most kLookBits bits by lookup, longer ones
-// by length (T.81 F.2.2.3).
+// One Huffman table. A code of at most kLookBits bits is looked up by the
+// next kLookBits bits, in an entry that says all there is to do:
+//   bits 0-4   bits to drop (the code, and its value bits when they fit)
+//   bits 5-8   run of zeros before the value (AC)
+//   bits 9-12  value bits still to read (those that did not fit)
+//   bit 13     end of block (AC symbol 0x00)
+//   bit 14     (from Bits::Entry only) a longer code, already dropped
+//   bits 16-31 the value, when its bits fit (else 0)
+// 0: a longer code, found by length (T.81 F.2.2.3).
+constexpr int32_t kEndOfBlock = 1 << 13;
+constexpr int32_t kLongCode = 1 << 14;
+
 struct Table {
-  std::array<uint16_t, 1 << kLookBits> fast{};  // (length << 8 | symbol); 0: longer code
-  // AC only: (value << 8 | run << 4 | code + value bits) for codes whose
-  // value bits fit too; 0: none.
-  std::array<int32_t, 1 << kLookBits> fast_ac{};
+  std::array<int32_t, 1 << kLookBits> fast{};
   std::array<int32_t, 18> max_code{};  // per length; -1: none
   std::array<int32_t, 17> offset{};    // symbols index of a length's codes, minus the first code
   std::array<uint8_t, 256> symbols{};
@@ -39,7 +51,6 @@ struct Table {
   bool Build(const JHUFF_TBL* t, bool dc) {
     if (t == nullptr) return false;
     fast.fill(0);
-    fast_ac.fill(0);
     max_code.fill(-1);
     int32_t code = 0;
     int k = 0;
@@ -51,18 +62,21 @@ struct Table {
         const uint8_t sym = t->huffval[k];
         if (dc && sym > 15) return false;
         symbols[static_cast<size_t>(k)] = sym;
-        if (len <= kLookBits) {
-          const int shift = kLookBits - len;
-          for (int j = 0; j < (1 << shift); ++j) {
-            const int at = (code << shift) | j;
-            fast[static_cast<size_t>(at)] = static_cast<uint16_t>(len << 8 | sym);
-            const int size = sym & 15;
-            if (!dc && size != 0 && len + size <= kLookBits) {
-              const uint32_t v = static_cast<uint32_t>(j >> (shift - size)) & ((1u << size) - 1);
-              fast_ac[static_cast<size_t>(at)] =
-                  Extend(v, size) * 256 + (sym >> 4) * 16 + len + size;
-            }
+        if (len > kLookBits) continue;
+        const int shift = kLookBits - len;
+        const int run = dc ? 0 : sym >> 4, size = dc ? sym : sym & 15;
+        for (int j = 0; j < (1 << shift); ++j) {
+          int32_t e;
+          if (!dc && sym == 0) {
+            e = kEndOfBlock | len;
+          } else if (size == 0 || len + size > kLookBits) {
+            e = size << 9 | run << 5 | len;  // ZRL, DC 0, or value bits to read
+          } else {
+            const uint32_t v = static_cast<uint32_t>(j >> (shift - size)) & ((1u << size) - 1);
+            e = static_cast<int32_t>(static_cast<uint32_t>(Extend(v, size)) << 16) | run << 5 |
+                (len + size);
           }
+          fast[static_cast<size_t>(code << shift | j)] = e;
         }
       }
       if (n > 0) max_code[static_cast<size_t>(len)] = code - 1;
@@ -146,21 +160,23 @@ struct RelaidEntropyDecoder::Impl {
       buf <<= n;
       count -= n;
     }
-    // The next symbol of `t`, its code consumed; -1 for a code not in it.
-    int Symbol(const Table& t) {
-      const uint16_t e = t.fast[buf >> (64 - kLookBits)];
-      if (e != 0) {
-        Drop(e >> 8);
-        return e & 0xFF;
-      }
+    // The entry (as Table::fast) of the next code of `t`, its code consumed
+    // when it is longer than kLookBits; 0 for a code not in `t`.
+    int32_t Entry(const Table& t, bool dc) {
+      const int32_t e = t.fast[buf >> (64 - kLookBits)];
+      if (e != 0) return e;
       for (int len = kLookBits + 1; len <= 16; ++len) {
         const int32_t code = static_cast<int32_t>(buf >> (64 - len));
         if (code <= t.max_code[static_cast<size_t>(len)]) {
           Drop(len);
-          return t.symbols[static_cast<size_t>(t.offset[static_cast<size_t>(len)] + code)];
+          const int sym = t.symbols[static_cast<size_t>(t.offset[static_cast<size_t>(len)] + code)];
+          if (!dc && sym == 0) return kEndOfBlock;
+          // Nothing more to drop (the code is gone): bits 0-4 stay 0, and
+          // kLongCode keeps the entry from reading as "no code".
+          return kLongCode | (dc ? sym << 9 : (sym & 15) << 9 | (sym >> 4) << 5);
         }
       }
-      return -1;
+      return 0;
     }
   };
 
@@ -171,36 +187,28 @@ struct RelaidEntropyDecoder::Impl {
     for (int b = 0; b < blocks; ++b) {
       JCOEF* block = data[b][0];
       if (bits.count < 32) bits.Refill();
-      int s = bits.Symbol(*block_dc[static_cast<size_t>(b)]);
-      if (s < 0) return false;
+      int32_t e = bits.Entry(*block_dc[static_cast<size_t>(b)], true);
+      if (e == 0) return false;
+      bits.Drop(e & 31);
+      int diff = e >> 16;
+      int size = (e >> 9) & 15;
+      if (size != 0) diff = Extend(bits.Take(size), size);
       int& pred = predictor[static_cast<size_t>(block_component[static_cast<size_t>(b)])];
-      if (s != 0) pred += Extend(bits.Take(s), s);
+      pred += diff;
       block[0] = static_cast<JCOEF>(pred);
       const Table& ac = *block_ac[static_cast<size_t>(b)];
-      for (int k = 1; k < 64;) {
+      for (int k = 1; k < 64; ++k) {
         if (bits.count < 32) bits.Refill();
-        const int32_t fa = ac.fast_ac[bits.buf >> (64 - kLookBits)];
-        if (fa != 0) {
-          k += (fa >> 4) & 15;
-          block[kNaturalOrder[static_cast<size_t>(k)]] = static_cast<JCOEF>(fa >> 8);
-          bits.Drop(fa & 15);
-          ++k;
-          continue;
-        }
-        const int rs = bits.Symbol(ac);
-        if (rs < 0) return false;
-        const int run = rs >> 4;
-        s = rs & 15;
-        if (s != 0) {
-          k += run;
-          block[kNaturalOrder[static_cast<size_t>(k)]] =
-              static_cast<JCOEF>(Extend(bits.Take(s), s));
-          ++k;
-        } else if (run == 15) {
-          k += 16;
-        } else {
-          break;
-        }
+        e = bits.Entry(ac, false);
+        if (e == 0) return false;
+        bits.Drop(e & 31);
+        if (e & kEndOfBlock) break;
+        k += (e >> 5) & 15;
+        int value = e >> 16;
+        size = (e >> 9) & 15;
+        if (size != 0) value = Extend(bits.Take(size), size);
+        // (A run of 16 zeros stores a zero where the data has one.)
+        block[kNaturalOrder[static_cast<size_t>(k)]] = static_cast<JCOEF>(value);
       }
     }
     // The MCU ends inside its interval: what follows it is padding.

@@ -21,9 +21,9 @@
 // turns into an error naming it.
 //
 // Baseline Huffman decoding with a 64-bit bit buffer refilled 8 bytes at a
-// time where no byte needs unstuffing, and 9-bit lookup tables that give a
-// short code's symbol, and for AC codes whose code and value bits fit in 9
-// bits the run and value at once.
+// time where no byte needs unstuffing, and 10-bit lookup tables whose entry
+// for a short code says everything: its length, the AC run, end of block,
+// and the value itself when the code and its value bits fit.
 //
 // Thread-safety: one per JpegDecoder (one thread); Install binds it to one
 // image's decompressor until the next Install.
