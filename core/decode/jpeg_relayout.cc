@@ -7,6 +7,10 @@
 #include <cstring>
 #include <string>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <jpeglib.h>
 
 #include "absl/strings/str_cat.h"
@@ -182,28 +186,43 @@ absl::StatusOr<RelaidLayout> ParseRelaid(std::span<const uint8_t> b) {
   l.ends.reserve(total);
   l.starts.push_back(static_cast<uint32_t>(p));
   bool ended = false;
-  while (p + 1 < b.size()) {
-    const uint8_t* hit = static_cast<const uint8_t*>(std::memchr(&b[p], 0xFF, b.size() - p));
-    if (hit == nullptr) break;
-    p = static_cast<size_t>(hit - b.data());
-    if (p + 1 >= b.size()) break;
-    const uint8_t m = b[p + 1];
-    if (m == 0x00) {
-      p += 2;
-    } else if (m == 0xFF) {
-      p += 1;
-    } else if (m >= 0xD0 && m <= 0xD7) {
-      l.ends.push_back(static_cast<uint32_t>(p));
-      l.starts.push_back(static_cast<uint32_t>(p + 2));
-      p += 2;
-    } else if (m == 0xD9) {
-      l.ends.push_back(static_cast<uint32_t>(p));
+  uint8_t stray = 0;  // a marker that may not be inside the scan
+  // What the 0xFF byte at `at` is; false once the scan has ended (or not
+  // well).
+  auto at_ff = [&](size_t at) {
+    if (at + 1 >= b.size()) return false;
+    const uint8_t m = b[at + 1];
+    if (m == 0x00 || m == 0xFF) return true;  // stuffing; fill before a marker
+    if (m >= 0xD0 && m <= 0xD7) {
+      l.ends.push_back(static_cast<uint32_t>(at));
+      l.starts.push_back(static_cast<uint32_t>(at + 2));
+      return true;
+    }
+    if (m == 0xD9) {
+      l.ends.push_back(static_cast<uint32_t>(at));
       ended = true;
-      break;
     } else {
-      return bad(absl::StrFormat("marker 0x%02X inside the scan", m));
+      stray = m;
+    }
+    return false;
+  };
+  // 16 bytes at a time: the 0xFF bytes are few (a marker per interval and
+  // the stuffed bytes), and each is looked at once.
+  bool going = true;
+#ifdef __SSE2__
+  const __m128i ff = _mm_set1_epi8(static_cast<char>(0xFF));
+  for (; going && p + 16 <= b.size(); p += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&b[p]));
+    for (unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, ff)));
+         going && mask != 0; mask &= mask - 1) {
+      going = at_ff(p + static_cast<size_t>(__builtin_ctz(mask)));
     }
   }
+#endif
+  for (; going && p < b.size(); ++p) {
+    if (b[p] == 0xFF) going = at_ff(p);
+  }
+  if (stray != 0) return bad(absl::StrFormat("marker 0x%02X inside the scan", stray));
   if (!ended) return bad("no end of image after the scan");
   if (l.starts.size() != total) {
     return bad(absl::StrFormat("%d restart intervals, expected %d", l.starts.size(), total));

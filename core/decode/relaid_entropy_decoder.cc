@@ -1,5 +1,6 @@
 #include "core/decode/relaid_entropy_decoder.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <jconfig.h>
@@ -58,29 +59,30 @@ struct Table {
       const int n = t->bits[len];
       offset[static_cast<size_t>(len)] = k - code;
       for (int i = 0; i < n; ++i, ++k, ++code) {
-        if (k >= 256) return false;
+        if (k >= 256 || code >= (1 << len)) return false;  // not a prefix code
         const uint8_t sym = t->huffval[k];
         if (dc && sym > 15) return false;
         symbols[static_cast<size_t>(k)] = sym;
         if (len > kLookBits) continue;
         const int shift = kLookBits - len;
         const int run = dc ? 0 : sym >> 4, size = dc ? sym : sym & 15;
-        for (int j = 0; j < (1 << shift); ++j) {
-          int32_t e;
-          if (!dc && sym == 0) {
-            e = kEndOfBlock | len;
-          } else if (size == 0 || len + size > kLookBits) {
-            e = size << 9 | run << 5 | len;  // ZRL, DC 0, or value bits to read
-          } else {
-            const uint32_t v = static_cast<uint32_t>(j >> (shift - size)) & ((1u << size) - 1);
-            e = static_cast<int32_t>(static_cast<uint32_t>(Extend(v, size)) << 16) | run << 5 |
-                (len + size);
+        int32_t* entries = &fast[static_cast<size_t>(code << shift)];
+        if (!dc && sym == 0) {
+          std::fill_n(entries, 1 << shift, kEndOfBlock | len);
+        } else if (size == 0 || len + size > kLookBits) {
+          // ZRL, a DC difference of 0, or value bits still to read.
+          std::fill_n(entries, 1 << shift, size << 9 | run << 5 | len);
+        } else {
+          // The value's bits are the top `size` of the `shift` after the code.
+          const int per_value = 1 << (shift - size);
+          for (uint32_t v = 0; v < (1u << size); ++v) {
+            const int32_t e = static_cast<int32_t>(static_cast<uint32_t>(Extend(v, size)) << 16) |
+                              run << 5 | (len + size);
+            std::fill_n(entries + v * static_cast<uint32_t>(per_value), per_value, e);
           }
-          fast[static_cast<size_t>(code << shift | j)] = e;
         }
       }
       if (n > 0) max_code[static_cast<size_t>(len)] = code - 1;
-      if (code > (1 << len)) return false;  // not a prefix code
       code <<= 1;
     }
     return k > 0;
