@@ -26,6 +26,12 @@
 // sizes, subsamplings, progressive and CMYK files, scales, and regions whose
 // edges lie on, beside and one pixel off MCU boundaries).
 //
+// A crop of a copy itself (a marker after every MCU) is decoded without a
+// smaller JPEG: JpegDecoder decodes it with the copy's own entropy decoder
+// (core/decode/relaid_entropy_decoder.h), which reads each MCU it needs
+// from its interval in `starts`/`ends`. ExtractMcuRect serves JPEGs whose
+// intervals span several MCUs.
+//
 // Files that cannot be re-laid (arithmetic coding, 12-bit samples, more
 // blocks per MCU than one scan may hold, corrupt data) are refused with
 // Unimplemented or InvalidArgument, and are served as they are.

@@ -267,6 +267,9 @@ bool RelaidEntropyDecoder::Install(j_decompress_ptr cinfo, std::span<const uint8
       intervals.ends.back() + 2 > jpeg.size()) {
     return false;
   }
+  for (size_t m = 0; m < mcus; ++m) {
+    if (intervals.starts[m] > intervals.ends[m] || intervals.ends[m] > jpeg.size()) return false;
+  }
   std::array<bool, NUM_HUFF_TBLS> dc_built{}, ac_built{};
   s.blocks = cinfo->blocks_in_MCU;
   for (int b = 0; b < s.blocks; ++b) {

@@ -58,8 +58,9 @@ class RelaidEntropyDecoder {
   // Returns false, leaving cinfo as it was, where the scan is not one this
   // decoder handles: not a single sequential Huffman scan of all
   // components, a single component not sampled 1×1, a restart interval
-  // other than one MCU, an interval count that is not the MCU count, or a
-  // Huffman table missing or not a prefix code.
+  // other than one MCU, an interval count that is not the MCU count or an
+  // interval outside the file, or a Huffman table missing or not a prefix
+  // code.
   bool Install(j_decompress_ptr cinfo, std::span<const uint8_t> jpeg,
                const McuIntervals& intervals);
 
