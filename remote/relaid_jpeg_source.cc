@@ -102,13 +102,37 @@ void Relayer::Run() {
   }
 }
 
+RelaidJpegSource::RelaidJpegSource(std::shared_ptr<const SampleSource> inner,
+                                   std::shared_ptr<ObjectCache> cache,
+                                   std::shared_ptr<Relayer> relayer, uint64_t samples)
+    : inner_(std::move(inner)),
+      cache_(std::move(cache)),
+      relayer_(std::move(relayer)),
+      samples_(samples),
+      checked_(new std::atomic<uint64_t>[(samples + 63) / 64]()) {}
+
 absl::Status RelaidJpegSource::Read(uint64_t index, std::vector<uint8_t>* out) const {
   std::string id;
   if (!inner_->Identity(index, &id)) return inner_->Read(index, out);
   const std::string key = RelaidKey(id);
   if (std::optional<ObjectValidators> v = cache_->ValidatorsOf(key);
       v.has_value() && v->etag == RelaidValidators(0).etag && cache_->Get(key, *v, out)) {
-    return absl::OkStatus();
+    std::atomic<uint64_t>* word = index < samples_ ? &checked_[index / 64] : nullptr;
+    const uint64_t bit = uint64_t{1} << (index % 64);
+    if (word != nullptr && (word->load(std::memory_order_relaxed) & bit) != 0) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<RelaidLayout> layout = ParseRelaid(*out);
+    if (layout.ok()) {
+      if (word != nullptr) word->fetch_or(bit, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    // Once per damaged copy: the new one replaces it.
+    damaged_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn(
+        "re-laid copy of sample {} ({}) is damaged ({}): serving the original and "
+        "re-laying it",
+        index, id, std::string(layout.status().message()));
   }
   absl::Status st = inner_->Read(index, out);
   if (st.ok() && LooksLikeJpeg(*out)) relayer_->Offer(key, *out);

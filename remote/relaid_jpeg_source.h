@@ -25,6 +25,7 @@
 // destroyed.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -91,12 +92,21 @@ class Relayer {
 
 class RelaidJpegSource final : public SampleSource {
  public:
-  // REQUIRES: all non-null.
+  // `samples`: how many samples `inner` has (indices below it have their
+  // copy checked once, see Read). REQUIRES: all non-null.
   RelaidJpegSource(std::shared_ptr<const SampleSource> inner, std::shared_ptr<ObjectCache> cache,
-                   std::shared_ptr<Relayer> relayer)
-      : inner_(std::move(inner)), cache_(std::move(cache)), relayer_(std::move(relayer)) {}
+                   std::shared_ptr<Relayer> relayer, uint64_t samples);
+
+  // The copy if the cache has it, else the original (offered to be
+  // re-laid). The first time a sample's copy is served it is checked
+  // against the layout RelayJpeg gives copies (ParseRelaid: headers, one
+  // restart interval per MCU, in order, ending the file); a copy that does
+  // not match (damaged on disk) is not served: the original is, with a
+  // warning naming the sample, and is re-laid, the new copy replacing it.
 
   absl::Status Read(uint64_t index, std::vector<uint8_t>* out) const override;
+  // Copies found damaged (not served) so far.
+  uint64_t damaged_copies() const { return damaged_.load(std::memory_order_relaxed); }
   bool reads_asynchronously() const override { return inner_->reads_asynchronously(); }
   std::shared_ptr<PendingRead> ReadAsync(uint64_t index, std::vector<uint8_t>* out,
                                          ReadDone done) const override {
@@ -116,6 +126,10 @@ class RelaidJpegSource final : public SampleSource {
   const std::shared_ptr<const SampleSource> inner_;
   const std::shared_ptr<ObjectCache> cache_;
   const std::shared_ptr<Relayer> relayer_;
+  // A bit per sample: its copy was checked (set once, never cleared).
+  const uint64_t samples_;
+  const std::unique_ptr<std::atomic<uint64_t>[]> checked_;
+  mutable std::atomic<uint64_t> damaged_{0};
 };
 
 }  // namespace conveyor::remote

@@ -428,8 +428,8 @@ absl::StatusOr<std::vector<std::shared_ptr<const PipelineConfig>>> LoadPipelines
         if (inner == nullptr) {
           inner = std::make_shared<FileSampleSource>(pc->dataset, pc->max_file_bytes);
         }
-        pc->source =
-            std::make_shared<remote::RelaidJpegSource>(std::move(inner), relay_cache, relayer);
+        pc->source = std::make_shared<remote::RelaidJpegSource>(std::move(inner), relay_cache,
+                                                                relayer, pc->dataset->size());
       }
     }
     if (pc->cache_output) {

@@ -55,7 +55,7 @@ struct Fixture {
     cache = *c;
     relayer = std::make_shared<Relayer>(cache);
     source = std::make_unique<RelaidJpegSource>(
-        std::make_shared<FileSampleSource>(index, 16u << 20), cache, relayer);
+        std::make_shared<FileSampleSource>(index, 16u << 20), cache, relayer, index->size());
   }
   std::filesystem::path File(uint64_t i) const { return index->FullPath(i); }
 };
@@ -99,6 +99,40 @@ TEST_CASE("a changed file is served as it now is, never from its old copy", "[re
   REQUIRE(f.source->Read(1, &got).ok());
   CHECK(ParseRelaid(got).ok());
   CHECK(Transform(got) == Transform(replacement));
+}
+
+TEST_CASE("a damaged copy is not served: the original is, and it is re-laid", "[relaid_jpeg]") {
+  Fixture f;
+  const std::vector<uint8_t> original = ReadAll(f.File(2));
+  std::vector<uint8_t> got;
+  REQUIRE(f.source->Read(2, &got).ok());
+  f.relayer->Drain();
+  REQUIRE(f.relayer->counters().made == 1);
+  // The copy on disk loses its last restart intervals (a torn write after
+  // the cache's checks): it still ends the image, but its intervals no
+  // longer make the MCU count.
+  std::string id;
+  REQUIRE(f.source->Identity(2, &id));
+  const std::string key = RelaidKey(id);
+  std::vector<uint8_t> copy;
+  REQUIRE(f.cache->Get(key, *f.cache->ValidatorsOf(key), &copy));
+  std::vector<uint8_t> damaged(copy.begin(), copy.end() - 300);
+  damaged.push_back(0xFF);
+  damaged.push_back(0xD9);
+  REQUIRE(!ParseRelaid(damaged).ok());
+  f.cache->Put(key, RelaidValidators(damaged.size()), damaged);
+  // Served: the original, not the damaged copy; and offered again.
+  REQUIRE(f.source->Read(2, &got).ok());
+  CHECK(got == original);
+  CHECK(f.source->damaged_copies() == 1);
+  CHECK(f.relayer->counters().offered == 2);
+  f.relayer->Drain();
+  // The new copy replaced it, and is served from then on.
+  REQUIRE(f.source->Read(2, &got).ok());
+  CHECK(got != original);
+  CHECK(ParseRelaid(got).ok());
+  CHECK(Transform(got) == Transform(original));
+  CHECK(f.source->damaged_copies() == 1);
 }
 
 TEST_CASE("a JPEG that cannot be re-laid is served as it is and tried once", "[relaid_jpeg]") {
