@@ -194,6 +194,10 @@ absl::StatusOr<RelaidLayout> ParseRelaid(std::span<const uint8_t> b) {
     const uint8_t m = b[at + 1];
     if (m == 0x00 || m == 0xFF) return true;  // stuffing; fill before a marker
     if (m >= 0xD0 && m <= 0xD7) {
+      if (m != 0xD0 + l.ends.size() % 8) {  // RST0..7 in turn, as T.81 numbers them
+        stray = m;
+        return false;
+      }
       l.ends.push_back(static_cast<uint32_t>(at));
       l.starts.push_back(static_cast<uint32_t>(at + 2));
       return true;
@@ -221,6 +225,10 @@ absl::StatusOr<RelaidLayout> ParseRelaid(std::span<const uint8_t> b) {
 #endif
   for (; going && p < b.size(); ++p) {
     if (b[p] == 0xFF) going = at_ff(p);
+  }
+  if (stray >= 0xD0 && stray <= 0xD7) {
+    return bad(
+        absl::StrFormat("restart marker %d where %d was due", stray - 0xD0, l.ends.size() % 8));
   }
   if (stray != 0) return bad(absl::StrFormat("marker 0x%02X inside the scan", stray));
   if (!ended) return bad("no end of image after the scan");

@@ -155,6 +155,26 @@ TEST_CASE("the re-laid layout names its restart intervals", "[jpeg_relayout]") {
   CHECK(relaid.interval_mcus == kMaxRelayIntervalMcus);
   CHECK(relaid.starts.size() == 80u / kMaxRelayIntervalMcus);
 
+  // Restart markers out of their order (RST0..7 in turn), missing or cut
+  // off: not a layout to decode intervals of.
+  std::vector<uint8_t> copy = *RelayJpeg(original);
+  const size_t first = relaid.ends[0], second = relaid.ends[1];
+  REQUIRE(copy[first + 1] == 0xD0);
+  std::vector<uint8_t> swapped = copy;
+  std::swap(swapped[first + 1], swapped[second + 1]);
+  absl::StatusOr<RelaidLayout> bad = ParseRelaid(swapped);
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  CHECK(bad.status().message().find("restart marker 1 where 0 was due") != std::string::npos);
+  std::vector<uint8_t> missing = copy;
+  missing.erase(missing.begin() + static_cast<ptrdiff_t>(first),
+                missing.begin() + static_cast<ptrdiff_t>(first) + 2);
+  CHECK(absl::IsInvalidArgument(ParseRelaid(missing).status()));
+  std::vector<uint8_t> cut(copy.begin(), copy.begin() + static_cast<ptrdiff_t>(second));
+  cut.push_back(0xFF);
+  cut.push_back(0xD9);
+  bad = ParseRelaid(cut);
+  CHECK(bad.status().message().find("restart intervals, expected 80") != std::string::npos);
+
   // Any baseline JPEG whose restart intervals tile its rows has such a
   // layout: here intervals of 4 MCUs, written by the encoder itself.
   const std::vector<uint8_t> by_4 =
