@@ -1,6 +1,7 @@
 #include "core/decode/relaid_entropy_decoder.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include <jconfig.h>
@@ -17,14 +18,14 @@ namespace conveyor {
 
 namespace {
 
-// Zigzag position → natural (row-major) position; positions past 63, which
-// only corrupt data reaches, land on 63 as in libjpeg.
-constexpr std::array<uint8_t, 80> kNaturalOrder = {
-    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33,
-    40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
-    29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
-    47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+// Coefficients are placed by libjpeg's own zigzag table (jpeg_natural_order,
+// DCTSIZE2 + 16 entries: positions past 63, which only corrupt data
+// reaches, land on 63).
 
+// 11 bits. relay_bench (train 224, 300 files) measured 0.735, 0.701 and
+// 0.709 CPU-ms/image with lookups of 9, 10 and 11 bits before an entry
+// carried the run and end of block, and 0.680 and 0.675 (10 and 11, two
+// runs each) after.
 constexpr int kLookBits = 11;
 
 inline int Extend(uint32_t v, int s) {
@@ -210,7 +211,7 @@ struct RelaidEntropyDecoder::Impl {
         size = (e >> 9) & 15;
         if (size != 0) value = Extend(bits.Take(size), size);
         // (A run of 16 zeros stores a zero where the data has one.)
-        block[kNaturalOrder[static_cast<size_t>(k)]] = static_cast<JCOEF>(value);
+        block[jpeg_natural_order[k]] = static_cast<JCOEF>(value);
       }
     }
     // The MCU ends inside its interval: what follows it is padding.

@@ -21,7 +21,7 @@
 // turns into an error naming it.
 //
 // Baseline Huffman decoding with a 64-bit bit buffer refilled 8 bytes at a
-// time where no byte needs unstuffing, and 10-bit lookup tables whose entry
+// time where no byte needs unstuffing, and 11-bit lookup tables whose entry
 // for a short code says everything: its length, the AC run, end of block,
 // and the value itself when the code and its value bits fit.
 //
@@ -29,7 +29,6 @@
 // image's decompressor until the next Install.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <cstdio>  // jpeglib.h needs FILE and size_t first
 #include <memory>
